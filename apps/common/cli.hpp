@@ -1,0 +1,25 @@
+#pragma once
+// Command-line handling shared by the apps (Boost.Program_options).
+
+#include <boost/program_options.hpp>
+#include <string>
+
+#include "shard/runtime.hpp"
+
+namespace shard::apps {
+
+namespace po = boost::program_options;
+
+/// Adds --help and --devices-per-rank (read by the Runtime itself) to `options`.
+void add_common_options(po::options_description& options);
+
+/// Parses argv into `vm`. A bad flag or value throws shard::ValueError (every rank parses the
+/// same argv, so every rank throws). Returns false after printing the help on rank 0 when
+/// --help was given: the app should then return 0.
+bool parse_command_line(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
+                        const Runtime& rt, const std::string& usage);
+
+/// Prints on rank 0 only.
+void print0(const Runtime& rt, const std::string& text);
+
+}  // namespace shard::apps

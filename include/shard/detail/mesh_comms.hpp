@@ -1,0 +1,48 @@
+#pragma once
+/// \file The per-axis-set communicator cache of a Mesh (comm layer internals).
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "shard/mesh.hpp"
+#include "shard/mpi/communicator.hpp"
+
+namespace shard::detail {
+
+/// The devices that differ only along a list of mesh axes form a group. For a collective,
+/// each group's devices are ordered by their row-major index over those axes (in the order
+/// the axes were named: JAX's axis_index of a tuple); the group's ranks are ordered by their
+/// first device in that order.
+struct DeviceGroup {
+  int id = 0;                   ///< row-major index over the other axes
+  std::vector<int> devices;     ///< device ids in axis-index order
+  std::vector<int> ranks;       ///< distinct owning ranks, by first device
+  mpi::Communicator comm;       ///< over `ranks` in that order; null if it is only this rank
+};
+
+class MeshComms {
+ public:
+  MeshComms(std::vector<int> shape, std::vector<int> devices, Topology topology)
+      : shape_(std::move(shape)), devices_(std::move(devices)), topology_(std::move(topology)) {}
+
+  /// The groups over `axes` (mesh axis positions, major to minor) that contain a device of
+  /// this rank, in group-id order. The first call for an axis list is collective over the
+  /// ranks of those groups (MPI_Comm_create_group, in group-id order on every rank, so it
+  /// cannot deadlock); later calls return the cached groups.
+  const std::vector<DeviceGroup>& groups(const std::vector<int>& axes);
+
+  /// Number of MPI communicators created so far (for tests of the cache).
+  int communicators_created() const { return created_; }
+
+ private:
+  std::vector<int> shape_;
+  std::vector<int> devices_;
+  Topology topology_;
+  std::mutex mutex_;
+  std::map<std::vector<int>, std::vector<DeviceGroup>> cache_;
+  int created_ = 0;
+};
+
+}  // namespace shard::detail

@@ -1,0 +1,80 @@
+#pragma once
+/// \file Typed exceptions. Every message starts with "[rank r] " (the MPI rank that raised
+/// it, or "[rank ?]" before MPI is up) and names what is wrong and how to fix it.
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace shard {
+
+/// Base of every exception Shard throws.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message);
+  /// The message without the "[rank r] " prefix that what() carries.
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string message_;
+};
+
+/// A spec, mesh or sharding that cannot describe a layout (unknown axis, axis used twice...).
+class ShardingError : public Error {
+  using Error::Error;
+};
+/// Array shapes that do not fit the operation (mismatch, indivisible, out of range dim).
+class ShapeError : public Error {
+  using Error::Error;
+};
+/// A bad argument value that is neither a sharding nor a shape problem.
+class ValueError : public Error {
+  using Error::Error;
+};
+/// Arrays placed on different meshes (or the same devices in another order).
+class MeshMismatchError : public Error {
+  using Error::Error;
+};
+/// An MPI routine returned an error code.
+class MpiError : public Error {
+ public:
+  MpiError(const std::string& routine, int code, const std::string& message);
+  const std::string& routine() const { return routine_; }
+  int code() const { return code_; }
+
+ private:
+  std::string routine_;
+  int code_;
+};
+/// Runtime set-up problems (MPI thread level, devices per rank, no runtime alive).
+class RuntimeError : public Error {
+  using Error::Error;
+};
+/// File input/output problems (agreed across ranks before being thrown).
+class IoError : public Error {
+  using Error::Error;
+};
+
+namespace detail {
+
+/// The "[rank r] " prefix for messages of this process (MPI world rank; "?" before init).
+std::string rank_prefix();
+
+/// Concatenates the streamable arguments into one string.
+template <typename... Args>
+std::string cat(Args&&... args) {
+  std::ostringstream os;
+  (os << ... << std::forward<Args>(args));
+  return os.str();
+}
+
+}  // namespace detail
+
+/// Throws E with the rank prefix and the concatenated arguments as message.
+template <typename E, typename... Args>
+[[noreturn]] void raise(Args&&... args) {
+  throw E(detail::cat(std::forward<Args>(args)...));
+}
+
+}  // namespace shard

@@ -1,0 +1,27 @@
+#pragma once
+/// \file Turning an error that only some ranks see into the same error on every rank.
+
+#include <exception>
+
+#include "shard/mpi/communicator.hpp"
+
+namespace shard::mpi {
+
+/// Collective over `comm`: if any rank passes a non-null exception, every rank throws.
+/// The lowest failing rank's message is broadcast; a failing rank rethrows its own exception,
+/// the others throw the same shard::Error subclass with "rank R failed: <message>".
+void raise_if_any(const Communicator& comm, std::exception_ptr local);
+
+/// Runs `fn` and agrees on its outcome over `comm` (see raise_if_any).
+template <typename F>
+void agreed(const Communicator& comm, F&& fn) {
+  std::exception_ptr err;
+  try {
+    fn();
+  } catch (...) {
+    err = std::current_exception();
+  }
+  raise_if_any(comm, err);
+}
+
+}  // namespace shard::mpi

@@ -1,0 +1,80 @@
+#pragma once
+/// \file Thin RAII over MPI communicators and the checks every MPI call goes through.
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+namespace shard::mpi {
+
+/// Throws shard::MpiError naming the routine, the rank and MPI's error string if rc != MPI_SUCCESS.
+void check(int rc, const char* routine);
+
+/// True between MPI_Init and MPI_Finalize.
+bool is_active();
+
+/// The MPI datatype of a C++ arithmetic type.
+template <typename T>
+MPI_Datatype datatype() {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_same_v<U, float>) return MPI_FLOAT;
+  else if constexpr (std::is_same_v<U, double>) return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<U, std::int32_t>) return MPI_INT32_T;
+  else if constexpr (std::is_same_v<U, std::int64_t>) return MPI_INT64_T;
+  else if constexpr (std::is_same_v<U, std::uint64_t>) return MPI_UINT64_T;
+  else if constexpr (std::is_same_v<U, std::uint8_t>) return MPI_UINT8_T;
+  else if constexpr (std::is_same_v<U, char>) return MPI_CHAR;
+  else static_assert(sizeof(U) == 0, "no MPI datatype for this type");
+}
+
+/// A move-only communicator: owning (freed in the destructor, never throws) or attached
+/// (a world communicator it must not free).
+class Communicator {
+ public:
+  Communicator() = default;
+  /// Attaches to `comm` without taking ownership.
+  static Communicator attach(MPI_Comm comm);
+  /// Takes ownership of `comm` (freed with MPI_Comm_free unless it is MPI_COMM_NULL).
+  static Communicator adopt(MPI_Comm comm);
+
+  Communicator(Communicator&& other) noexcept;
+  Communicator& operator=(Communicator&& other) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  ~Communicator();
+
+  MPI_Comm get() const { return comm_; }
+  bool is_null() const { return comm_ == MPI_COMM_NULL; }
+  int rank() const;
+  int size() const;
+
+  /// Collective over this communicator: MPI_Comm_dup, with MPI_ERRORS_RETURN set.
+  Communicator dup() const;
+  /// Collective over this communicator: MPI_Comm_split (color < 0 gives a null communicator).
+  Communicator split(int color, int key) const;
+  /// Collective over this communicator: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED).
+  Communicator split_shared() const;
+
+  /// Collective: MPI_Barrier.
+  void barrier() const;
+  /// Collective: allreduce of one value with `op`.
+  template <typename T>
+  T allreduce(T value, MPI_Op op) const {
+    T out{};
+    check(MPI_Allreduce(&value, &out, 1, datatype<T>(), op, comm_), "MPI_Allreduce");
+    return out;
+  }
+  /// Collective: true on every rank iff `flag` is true on any rank.
+  bool any(bool flag) const { return allreduce<int>(flag ? 1 : 0, MPI_MAX) != 0; }
+
+ private:
+  explicit Communicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {}
+  void reset() noexcept;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  bool owned_ = false;
+};
+
+}  // namespace shard::mpi

@@ -1,0 +1,69 @@
+#pragma once
+/// \file Runtime: the RAII MPI environment, logical devices per rank and hosts.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "shard/device.hpp"
+#include "shard/mpi/communicator.hpp"
+
+namespace shard {
+
+struct RuntimeOptions {
+  /// Devices per rank; 0 means: the `--devices-per-rank` flag, else env
+  /// SHARD_DEVICES_PER_RANK, else 1.
+  int devices_per_rank = 0;
+};
+
+/// The process-wide runtime: initialises MPI (thread level funneled or better) unless it is
+/// already initialised, sets MPI_ERRORS_RETURN, discovers hosts and owns the device list.
+/// Exactly one may be alive at a time. Constructing it is collective over MPI_COMM_WORLD.
+/// Destroying it while an exception is in flight aborts the whole job (so one rank's failure
+/// never leaves the others waiting in a collective); otherwise it finalises MPI if it
+/// initialised it.
+class Runtime {
+ public:
+  Runtime(int& argc, char**& argv, RuntimeOptions options = {});
+  explicit Runtime(RuntimeOptions options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  /// The live runtime; throws RuntimeError if none exists.
+  static Runtime& current();
+  static bool exists();
+
+  int process_index() const { return topology_.process_index; }
+  int process_count() const { return topology_.process_count; }
+  int devices_per_rank() const { return topology_.devices_per_rank; }
+  int device_count() const { return topology_.device_count(); }
+  int node_count() const;
+  std::vector<Device> devices() const { return topology_.devices(); }
+  std::vector<Device> local_devices() const { return topology_.local_devices(); }
+  const Topology& topology() const { return topology_; }
+  /// This runtime's duplicate of MPI_COMM_WORLD (all ranks).
+  const mpi::Communicator& world() const { return world_; }
+  /// The MPI thread level MPI provided.
+  int thread_level() const { return thread_level_; }
+
+ private:
+  void init(int* argc, char*** argv, RuntimeOptions options);
+
+  Topology topology_;
+  mpi::Communicator world_;
+  int thread_level_ = 0;
+  bool owns_mpi_ = false;
+  int uncaught_at_start_ = 0;
+};
+
+/// Runs `body` under a Runtime and turns any exception that escapes it into
+/// "[rank r] error: ..." on stderr and MPI_Abort with exit code 1, so no rank ever waits
+/// for a failed one. Returns body's result. The standard main() of every Shard app.
+int guarded_main(int argc, char** argv, const std::function<int(Runtime&)>& body,
+                 RuntimeOptions options = {});
+
+/// Prints "[rank r] error: <message>" for `e` to stderr and aborts the job with `code`.
+[[noreturn]] void abort_job(const std::exception& e, int code = 1);
+
+}  // namespace shard

@@ -1,0 +1,102 @@
+#pragma once
+/// \file ShardedArray<T>: a global array (any rank, 0-d included) stored as the shards of a
+/// NamedSharding. Each process holds only the shards of its own mesh devices. Instantiated
+/// for float, double, int32_t and int64_t.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "shard/box.hpp"
+#include "shard/named_sharding.hpp"
+#include "shard/tensor.hpp"
+
+namespace shard {
+
+/// One device's piece of a ShardedArray: its global box and its dense data.
+template <typename T>
+struct Shard {
+  int device = 0;
+  Box box;
+  Tensor<T> data;
+};
+
+/// "float32", "float64", "int32", "int64".
+template <typename T>
+const char* dtype_name();
+
+template <typename T>
+class ShardedArray {
+ public:
+  /// Assembles an array from this process's shards: one per local mesh device, in mesh
+  /// order, each with the box the sharding gives it. Throws ShapeError otherwise.
+  ShardedArray(Shape shape, NamedSharding sharding, std::vector<Shard<T>> local_shards);
+
+  const Shape& shape() const { return shape_; }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  std::int64_t size() const { return num_elements(shape_); }
+  const NamedSharding& sharding() const { return sharding_; }
+  const Mesh& mesh() const { return sharding_.mesh(); }
+  const PartitionSpec& spec() const { return sharding_.spec(); }
+  const char* dtype() const { return dtype_name<T>(); }
+
+  /// The shards of this process's devices (JAX's addressable_shards), in mesh order; a
+  /// device whose box is empty has a zero-size shard.
+  const std::vector<Shard<T>>& addressable_shards() const { return shards_; }
+  std::vector<Shard<T>>& addressable_shards() { return shards_; }
+  /// The shard of a local device; throws ValueError if the device is not local or not in the mesh.
+  const Shard<T>& shard_of(int device_id) const;
+  Shard<T>& shard_of(int device_id);
+
+  /// Collective over all ranks: every rank receives the whole array (MPI_Allgatherv of the
+  /// primary copy of each box). The one operation that builds the global array everywhere.
+  Tensor<T> to_host() const;
+  /// Collective over all ranks: rank `root` receives the whole array (MPI_Gatherv); the
+  /// other ranks get an empty tensor.
+  Tensor<T> gather(int root = 0) const;
+
+ private:
+  Shape shape_;
+  NamedSharding sharding_;
+  std::vector<Shard<T>> shards_;
+};
+
+/// Collective over all ranks (a metadata check only): every local device copies its box of
+/// `host`. Every rank must pass a host array of the same shape; otherwise ShapeError on every rank.
+template <typename T>
+ShardedArray<T> device_put(const Tensor<T>& host, const NamedSharding& sharding);
+
+/// Collective over all ranks: builds the array by calling `fn(box)` once per distinct box of
+/// this process's devices (replicas on one rank share the call), so the global array is
+/// never materialised. `fn` must return a tensor of shape box.extent; a callback that throws
+/// or returns a wrong shape on any rank raises an error on every rank.
+template <typename T>
+ShardedArray<T> from_callback(const Shape& shape, const NamedSharding& sharding,
+                              const std::function<Tensor<T>(const Box&)>& fn);
+
+/// Local (no communication): an array of zeros.
+template <typename T>
+ShardedArray<T> zeros(const Shape& shape, const NamedSharding& sharding);
+/// Local (no communication): an array with every element `value`.
+template <typename T>
+ShardedArray<T> full(const Shape& shape, T value, const NamedSharding& sharding);
+/// Local (no communication): element at flat row-major index i is i (numpy's arange(n).reshape(shape)).
+template <typename T>
+ShardedArray<T> arange(const Shape& shape, const NamedSharding& sharding);
+
+#define SHARD_DECLARE_ARRAY(T)                                                                         \
+  extern template class ShardedArray<T>;                                                               \
+  extern template ShardedArray<T> device_put<T>(const Tensor<T>&, const NamedSharding&);               \
+  extern template ShardedArray<T> from_callback<T>(const Shape&, const NamedSharding&,                 \
+                                                   const std::function<Tensor<T>(const Box&)>&);       \
+  extern template ShardedArray<T> zeros<T>(const Shape&, const NamedSharding&);                        \
+  extern template ShardedArray<T> full<T>(const Shape&, T, const NamedSharding&);                      \
+  extern template ShardedArray<T> arange<T>(const Shape&, const NamedSharding&);
+SHARD_DECLARE_ARRAY(float)
+SHARD_DECLARE_ARRAY(double)
+SHARD_DECLARE_ARRAY(std::int32_t)
+SHARD_DECLARE_ARRAY(std::int64_t)
+#undef SHARD_DECLARE_ARRAY
+
+}  // namespace shard

@@ -1,0 +1,136 @@
+#pragma once
+/// \file Tensor<T>: a dense, row-major, owning N-D block in this process's memory.
+/// Value semantics (copies are deep, moves are cheap). Storage is 64-byte aligned and left
+/// uninitialised unless a fill value is given. Local only: nothing here communicates.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "shard/box.hpp"
+
+namespace shard {
+
+/// Bytes held by all live Tensor buffers of this process, and the peak since the last reset.
+struct TensorMemoryStats {
+  std::int64_t live_bytes;
+  std::int64_t peak_bytes;
+};
+TensorMemoryStats tensor_memory_stats();
+/// Sets the peak to the current live bytes.
+void reset_tensor_memory_peak();
+
+namespace detail {
+void* tensor_alloc(std::size_t bytes);
+void tensor_free(void* p, std::size_t bytes) noexcept;
+[[noreturn]] void tensor_shape_error(const Shape& expected, const Shape& got, const char* what);
+[[noreturn]] void tensor_index_error(const Shape& shape, std::size_t rank);
+}  // namespace detail
+
+template <typename T>
+class Tensor {
+ public:
+  using value_type = T;
+
+  /// An empty 1-D tensor of shape (0,).
+  Tensor() : shape_{0} {}
+  /// Uninitialised storage of the given shape (a 0-d shape holds one element).
+  explicit Tensor(Shape shape) : shape_(std::move(shape)) { allocate(); }
+  /// Every element set to `value`.
+  Tensor(Shape shape, T value) : Tensor(std::move(shape)) { std::fill(begin(), end(), value); }
+  /// The given row-major values; their count must match the shape.
+  Tensor(Shape shape, const std::vector<T>& values) : Tensor(std::move(shape)) {
+    if (static_cast<std::int64_t>(values.size()) != size_)
+      detail::tensor_shape_error(shape_, Shape{static_cast<std::int64_t>(values.size())}, "Tensor(shape, values)");
+    std::copy(values.begin(), values.end(), begin());
+  }
+
+  Tensor(const Tensor& other) : shape_(other.shape_) {
+    allocate();
+    if (size_) std::memcpy(data_, other.data_, bytes());
+  }
+  Tensor(Tensor&& other) noexcept
+      : shape_(std::move(other.shape_)), size_(std::exchange(other.size_, 0)), data_(std::exchange(other.data_, nullptr)) {
+    other.shape_ = Shape{0};
+  }
+  Tensor& operator=(const Tensor& other) {
+    if (this != &other) *this = Tensor(other);
+    return *this;
+  }
+  Tensor& operator=(Tensor&& other) noexcept {
+    if (this != &other) {
+      release();
+      shape_ = std::exchange(other.shape_, Shape{0});
+      size_ = std::exchange(other.size_, 0);
+      data_ = std::exchange(other.data_, nullptr);
+    }
+    return *this;
+  }
+  ~Tensor() { release(); }
+
+  const Shape& shape() const { return shape_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  std::int64_t size() const { return size_; }
+  std::size_t bytes() const { return static_cast<std::size_t>(size_) * sizeof(T); }
+  bool empty() const { return size_ == 0; }
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  T* begin() { return data_; }
+  T* end() { return data_ + size_; }
+  const T* begin() const { return data_; }
+  const T* end() const { return data_ + size_; }
+  T& operator[](std::int64_t flat) { return data_[flat]; }
+  const T& operator[](std::int64_t flat) const { return data_[flat]; }
+
+  /// Element at a multi-index (one index per dim; none for 0-d).
+  template <typename... I>
+  T& operator()(I... idx) {
+    return data_[offset_of({static_cast<std::int64_t>(idx)...})];
+  }
+  template <typename... I>
+  const T& operator()(I... idx) const {
+    return data_[offset_of({static_cast<std::int64_t>(idx)...})];
+  }
+
+  /// The sub-block `box` (coordinates relative to this tensor) as a new tensor.
+  Tensor slice(const Box& box) const {
+    Tensor out(box.extent);
+    copy_box(data_, shape_, Shape(shape_.size(), 0), out.data_, box.extent, box.offset, box, sizeof(T));
+    return out;
+  }
+
+  /// Same shape and bit-identical elements.
+  bool operator==(const Tensor& other) const {
+    return shape_ == other.shape_ && (size_ == 0 || std::memcmp(data_, other.data_, bytes()) == 0);
+  }
+
+ private:
+  std::int64_t offset_of(std::initializer_list<std::int64_t> idx) const {
+    if (idx.size() != shape_.size()) detail::tensor_index_error(shape_, idx.size());
+    std::int64_t off = 0;
+    std::size_t d = 0;
+    for (auto i : idx) off = off * shape_[d++] + i;
+    return off;
+  }
+  void allocate() {
+    size_ = num_elements(shape_);
+    data_ = size_ ? static_cast<T*>(detail::tensor_alloc(bytes())) : nullptr;
+  }
+  void release() noexcept {
+    if (data_) detail::tensor_free(data_, bytes());
+    data_ = nullptr;
+    size_ = 0;
+  }
+
+  Shape shape_;
+  std::int64_t size_ = 0;
+  T* data_ = nullptr;
+};
+
+}  // namespace shard

@@ -1,0 +1,67 @@
+#include "shard/mpi/agree.hpp"
+
+#include <climits>
+#include <string>
+#include <vector>
+
+#include "shard/error.hpp"
+
+namespace shard::mpi {
+
+namespace {
+
+enum Kind : int { kGeneric = 0, kSharding, kShape, kValue, kMesh, kMpi, kRuntime, kIo };
+
+Kind kind_of(const std::exception& e) {
+  if (dynamic_cast<const ShardingError*>(&e)) return kSharding;
+  if (dynamic_cast<const ShapeError*>(&e)) return kShape;
+  if (dynamic_cast<const ValueError*>(&e)) return kValue;
+  if (dynamic_cast<const MeshMismatchError*>(&e)) return kMesh;
+  if (dynamic_cast<const MpiError*>(&e)) return kMpi;
+  if (dynamic_cast<const RuntimeError*>(&e)) return kRuntime;
+  if (dynamic_cast<const IoError*>(&e)) return kIo;
+  return kGeneric;
+}
+
+[[noreturn]] void throw_kind(int kind, const std::string& msg) {
+  switch (kind) {
+    case kSharding: throw ShardingError(msg);
+    case kShape: throw ShapeError(msg);
+    case kValue: throw ValueError(msg);
+    case kMesh: throw MeshMismatchError(msg);
+    case kRuntime: throw RuntimeError(msg);
+    case kIo: throw IoError(msg);
+    default: throw Error(msg);
+  }
+}
+
+}  // namespace
+
+void raise_if_any(const Communicator& comm, std::exception_ptr local) {
+  const int me = comm.rank();
+  const int first = comm.allreduce<int>(local ? me : INT_MAX, MPI_MIN);
+  if (first == INT_MAX) return;
+  // The lowest failing rank tells the others what happened.
+  int header[2] = {0, 0};  // kind, message length
+  std::string msg;
+  if (me == first) {
+    try {
+      std::rethrow_exception(local);
+    } catch (const Error& e) {
+      msg = e.message();
+      header[0] = kind_of(e);
+    } catch (const std::exception& e) {
+      msg = e.what();
+    } catch (...) {
+      msg = "unknown exception";
+    }
+    header[1] = static_cast<int>(msg.size());
+  }
+  check(MPI_Bcast(header, 2, MPI_INT, first, comm.get()), "MPI_Bcast");
+  msg.resize(static_cast<std::size_t>(header[1]));
+  check(MPI_Bcast(msg.data(), header[1], MPI_CHAR, first, comm.get()), "MPI_Bcast");
+  if (local) std::rethrow_exception(local);
+  throw_kind(header[0], "rank " + std::to_string(first) + " failed: " + msg);
+}
+
+}  // namespace shard::mpi

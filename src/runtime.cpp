@@ -1,0 +1,174 @@
+#include "shard/runtime.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <set>
+#include <string>
+
+#include "shard/error.hpp"
+
+namespace shard {
+
+namespace {
+
+Runtime* g_current = nullptr;
+
+int parse_positive(const std::string& text, const char* source) {
+  std::size_t used = 0;
+  long v = 0;
+  try {
+    v = std::stol(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || v < 1 || v > 4096)
+    raise<RuntimeError>("devices per rank from ", source, " must be an integer in [1, 4096], got '",
+                        text, "'");
+  return static_cast<int>(v);
+}
+
+/// Devices per rank: the option, else `--devices-per-rank` in argv, else the environment.
+int devices_per_rank_from(const RuntimeOptions& options, int argc, char** argv) {
+  if (options.devices_per_rank > 0) return options.devices_per_rank;
+  if (options.devices_per_rank < 0)
+    raise<RuntimeError>("RuntimeOptions::devices_per_rank must be >= 0, got ", options.devices_per_rank);
+  const std::string flag = "--devices-per-rank";
+  for (int i = 1; argv && i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == flag) {
+      if (i + 1 >= argc) raise<RuntimeError>("--devices-per-rank needs a value");
+      return parse_positive(argv[i + 1], "--devices-per-rank");
+    }
+    if (a.rfind(flag + "=", 0) == 0) return parse_positive(a.substr(flag.size() + 1), "--devices-per-rank");
+  }
+  if (const char* env = std::getenv("SHARD_DEVICES_PER_RANK"); env && *env)
+    return parse_positive(env, "SHARD_DEVICES_PER_RANK");
+  return 1;
+}
+
+}  // namespace
+
+Runtime::Runtime(int& argc, char**& argv, RuntimeOptions options) { init(&argc, &argv, options); }
+Runtime::Runtime(RuntimeOptions options) { init(nullptr, nullptr, options); }
+
+void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
+  if (g_current) raise<RuntimeError>("a shard::Runtime already exists; create exactly one per process");
+  uncaught_at_start_ = std::uncaught_exceptions();
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) {
+    MPI_Query_thread(&thread_level_);
+  } else {
+    mpi::check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &thread_level_), "MPI_Init_thread");
+    owns_mpi_ = true;
+  }
+  g_current = this;  // from here on the destructor cleans up, even if init throws below
+  try {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    world_ = mpi::Communicator::attach(MPI_COMM_WORLD).dup();
+    if (thread_level_ < MPI_THREAD_FUNNELED)
+      raise<RuntimeError>("MPI provides thread level ", thread_level_,
+                          " but Shard needs MPI_THREAD_FUNNELED or better");
+    topology_.process_index = world_.rank();
+    topology_.process_count = world_.size();
+
+    // Devices per rank: a local decision that every rank must agree on.
+    int k = 0;
+    std::string local_error;
+    try {
+      k = devices_per_rank_from(options, argc ? *argc : 0, argv ? *argv : nullptr);
+    } catch (const Error& e) {
+      local_error = e.message();
+    }
+    const int kmin = world_.allreduce(local_error.empty() ? k : 0, MPI_MIN);
+    const int kmax = world_.allreduce(local_error.empty() ? k : 0, MPI_MAX);
+    if (!local_error.empty()) raise<RuntimeError>(local_error);
+    if (kmin != kmax)
+      raise<RuntimeError>(kmin == 0 ? "another rank has an invalid devices-per-rank setting"
+                                    : "ranks disagree on devices per rank (between " +
+                                          std::to_string(kmin) + " and " + std::to_string(kmax) +
+                                          "); pass the same --devices-per-rank or SHARD_DEVICES_PER_RANK to all ranks");
+    topology_.devices_per_rank = k;
+
+    // Hosts: processor names, and a dense node id per shared-memory domain.
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    mpi::check(MPI_Get_processor_name(name, &len), "MPI_Get_processor_name");
+    std::vector<char> names(static_cast<std::size_t>(MPI_MAX_PROCESSOR_NAME) * process_count());
+    mpi::check(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME,
+                             MPI_CHAR, world_.get()),
+               "MPI_Allgather");
+    for (int p = 0; p < process_count(); ++p)
+      topology_.host_of_process.emplace_back(&names[static_cast<std::size_t>(p) * MPI_MAX_PROCESSOR_NAME]);
+
+    const mpi::Communicator node = world_.split_shared();
+    const int leader = node.allreduce(process_index(), MPI_MIN);
+    std::vector<int> leaders(process_count());
+    mpi::check(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, world_.get()), "MPI_Allgather");
+    std::vector<int> unique = leaders;
+    std::sort(unique.begin(), unique.end());
+    unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+    for (int p = 0; p < process_count(); ++p)
+      topology_.node_of_process.push_back(
+          static_cast<int>(std::lower_bound(unique.begin(), unique.end(), leaders[p]) - unique.begin()));
+  } catch (...) {
+    g_current = nullptr;
+    world_ = mpi::Communicator();
+    throw;
+  }
+}
+
+Runtime::~Runtime() {
+  if (std::uncaught_exceptions() > uncaught_at_start_) {
+    std::fprintf(stderr, "%sShard runtime destroyed during stack unwinding: aborting the job\n",
+                 detail::rank_prefix().c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  world_ = mpi::Communicator();
+  g_current = nullptr;
+  if (owns_mpi_ && mpi::is_active()) MPI_Finalize();
+}
+
+Runtime& Runtime::current() {
+  if (!g_current) raise<RuntimeError>("no shard::Runtime exists; create one at the start of main()");
+  return *g_current;
+}
+
+bool Runtime::exists() { return g_current != nullptr; }
+
+int Runtime::node_count() const {
+  return topology_.node_of_process.empty()
+             ? 1
+             : *std::max_element(topology_.node_of_process.begin(), topology_.node_of_process.end()) + 1;
+}
+
+void abort_job(const std::exception& e, int code) {
+  const auto* se = dynamic_cast<const Error*>(&e);
+  const std::string msg = se ? se->message() : std::string(e.what());
+  std::fprintf(stderr, "%serror: %s\n", detail::rank_prefix().c_str(), msg.c_str());
+  std::fflush(stderr);
+  if (mpi::is_active()) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+int guarded_main(int argc, char** argv, const std::function<int(Runtime&)>& body, RuntimeOptions options) {
+  int rc = 0;
+  try {
+    Runtime rt(argc, argv, options);
+    try {
+      rc = body(rt);
+    } catch (const std::exception& e) {
+      abort_job(e);
+    }
+  } catch (const std::exception& e) {  // the Runtime itself failed to start
+    abort_job(e);
+  }
+  return rc;
+}
+
+}  // namespace shard

@@ -1,0 +1,26 @@
+#pragma once
+// The MPI test harness: every rank runs every test in the same order; at the end of each
+// test the failures of all ranks are exchanged, so a failure on any rank fails the test on
+// every rank (and so the exit code), and rank 0 prints each with the rank it came from.
+
+#include <gtest/gtest.h>
+
+#include "shard/runtime.hpp"
+
+namespace shard::testing {
+
+/// The fixture behind SHARD_MPI_TEST: its TearDown exchanges failures between ranks.
+class MpiTest : public ::testing::Test {
+ protected:
+  void TearDown() override;
+};
+
+/// The runtime the test main created.
+Runtime& runtime();
+
+}  // namespace shard::testing
+
+/// Like TEST(suite, name), for tests that run on every rank under mpiexec.
+#define SHARD_MPI_TEST(suite, name)                                   \
+  GTEST_TEST_(suite, name, ::shard::testing::MpiTest, \
+              ::testing::internal::GetTypeId<::shard::testing::MpiTest>())

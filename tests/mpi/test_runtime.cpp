@@ -1,0 +1,116 @@
+// Runtime, devices, hosts, make_mesh on the real topology, and the MPI layer.
+
+#include <cstdlib>
+#include <set>
+
+#include "mpi_test.hpp"
+#include "test_util.hpp"
+
+namespace shard::testing {
+namespace {
+
+SHARD_MPI_TEST(Runtime, DevicesAndRanks) {
+  const Runtime& rt = runtime();
+  int size = 0;
+  int rank = -1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  EXPECT_EQ(rt.process_count(), size);
+  EXPECT_EQ(rt.process_index(), rank);
+  const char* env = std::getenv("SHARD_DEVICES_PER_RANK");  // set by the ctest helper
+  EXPECT_EQ(rt.devices_per_rank(), env ? std::atoi(env) : 1);
+  EXPECT_EQ(rt.device_count(), size * rt.devices_per_rank());
+  const auto devices = rt.devices();
+  ASSERT_EQ(static_cast<int>(devices.size()), rt.device_count());
+  for (int d = 0; d < rt.device_count(); ++d) {
+    EXPECT_EQ(devices[d].id, d);
+    EXPECT_EQ(devices[d].process_index, d / rt.devices_per_rank());
+    EXPECT_EQ(devices[d].local_index, d % rt.devices_per_rank());
+    EXPECT_FALSE(devices[d].host.empty());
+  }
+  const auto local = rt.local_devices();
+  ASSERT_EQ(static_cast<int>(local.size()), rt.devices_per_rank());
+  for (const auto& d : local) EXPECT_EQ(d.process_index, rank);
+  EXPECT_GE(rt.thread_level(), MPI_THREAD_FUNNELED);
+}
+
+SHARD_MPI_TEST(Runtime, NodesFromSharedMemory) {
+  const Runtime& rt = runtime();
+  // Node ids are dense and ranks on one node share the host name.
+  std::set<int> nodes(rt.topology().node_of_process.begin(), rt.topology().node_of_process.end());
+  EXPECT_EQ(static_cast<int>(nodes.size()), rt.node_count());
+  EXPECT_EQ(*nodes.begin(), 0);
+  for (int p = 0; p < rt.process_count(); ++p)
+    for (int q = 0; q < rt.process_count(); ++q)
+      if (rt.topology().node_of_process[p] == rt.topology().node_of_process[q]) {
+        EXPECT_EQ(rt.topology().host_of_process[p], rt.topology().host_of_process[q]);
+      }
+}
+
+SHARD_MPI_TEST(Runtime, OnlyOneAtATime) {
+  EXPECT_THROW(Runtime second, RuntimeError);
+  EXPECT_EQ(&Runtime::current(), &runtime());
+}
+
+SHARD_MPI_TEST(Mesh, MakeMeshKeepsRanksOnMinorAxes) {
+  const Runtime& rt = runtime();
+  const int k = rt.devices_per_rank();
+  const Mesh mesh = make_mesh({rt.process_count(), k}, {"rank", "local"});
+  // Along the minor axis 'local' all devices belong to one rank.
+  for (int p = 0; p < rt.process_count(); ++p)
+    for (int j = 0; j < k; ++j) EXPECT_EQ(rt.topology().owner(mesh.device_at({p, j})), p);
+  EXPECT_EQ(static_cast<int>(mesh.local_device_ids().size()), k);
+  EXPECT_THROW(make_mesh({rt.device_count() + 1}, {"x"}), ShardingError);
+}
+
+SHARD_MPI_TEST(Mpi, CommunicatorSplitAndDup) {
+  const auto& world = runtime().world();
+  const auto dup = world.dup();
+  EXPECT_EQ(dup.size(), world.size());
+  EXPECT_EQ(dup.rank(), world.rank());
+  const auto odd = world.split(world.rank() % 2, world.rank());
+  EXPECT_EQ(odd.size(), (world.size() + 1 - world.rank() % 2) / 2);
+  const auto none = world.split(-1, 0);
+  EXPECT_TRUE(none.is_null());
+  mpi::Communicator moved = world.dup();
+  mpi::Communicator target = std::move(moved);
+  EXPECT_TRUE(moved.is_null());  // NOLINT(bugprone-use-after-move): moved-from is null by contract
+  EXPECT_EQ(target.size(), world.size());
+  EXPECT_EQ(world.allreduce(1, MPI_SUM), world.size());
+  EXPECT_TRUE(world.any(world.rank() == world.size() - 1));
+  EXPECT_FALSE(world.any(false));
+}
+
+SHARD_MPI_TEST(Mpi, ErrorsAreAgreedOnEveryRank) {
+  const auto& world = runtime().world();
+  const int culprit = world.size() - 1;
+  try {
+    mpi::agreed(world, [&] {
+      if (world.rank() == culprit) raise<IoError>("disk full while writing x.npy");
+    });
+    ADD_FAILURE() << "expected an IoError on every rank";
+  } catch (const IoError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("disk full"), std::string::npos) << what;
+    EXPECT_NE(what.find("[rank " + std::to_string(world.rank()) + "]"), std::string::npos) << what;
+    if (world.rank() != culprit) {
+      EXPECT_NE(what.find("rank " + std::to_string(culprit) + " failed"), std::string::npos) << what;
+    }
+  }
+  EXPECT_NO_THROW(mpi::agreed(world, [] {}));
+}
+
+SHARD_MPI_TEST(Mpi, CheckNamesRoutineAndRank) {
+  try {
+    mpi::check(MPI_ERR_COMM, "MPI_Fake_routine");
+    ADD_FAILURE() << "expected MpiError";
+  } catch (const MpiError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.routine(), "MPI_Fake_routine");
+    EXPECT_NE(what.find("MPI_Fake_routine"), std::string::npos);
+    EXPECT_NE(what.find("[rank " + std::to_string(runtime().process_index()) + "]"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace shard::testing

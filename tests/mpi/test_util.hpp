@@ -1,0 +1,117 @@
+#pragma once
+// Test helpers: random host arrays, and enumerations of meshes and specs.
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "shard/shard.hpp"
+
+namespace shard::testing {
+
+/// Random values (never all zeros or ones), identical on every rank for the same seed.
+template <typename T>
+Tensor<T> random_tensor(const Shape& shape, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Tensor<T> t(shape);
+  for (auto& v : t) {
+    const std::uint64_t r = rng();
+    if constexpr (std::is_floating_point_v<T>)
+      v = static_cast<T>(static_cast<double>(r >> 11) * 0x1.0p-53 * 200.0 - 100.0);
+    else
+      v = static_cast<T>(static_cast<std::int64_t>(r % 2001) - 1000);
+  }
+  return t;
+}
+
+/// All factorisations of n into `dims` factors (each >= 1), e.g. 8 into 2: 1x8 2x4 4x2 8x1.
+inline std::vector<std::vector<int>> factorisations(int n, int dims) {
+  if (dims == 1) return {{n}};
+  std::vector<std::vector<int>> out;
+  for (int f = 1; f <= n; ++f)
+    if (n % f == 0)
+      for (auto rest : factorisations(n / f, dims - 1)) {
+        rest.insert(rest.begin(), f);
+        out.push_back(rest);
+      }
+  return out;
+}
+
+inline std::vector<std::string> axis_names(int dims) {
+  static const char* kNames[] = {"a", "b", "c", "d"};
+  return {kNames, kNames + dims};
+}
+
+/// Every spec for an array of rank `rank` on a mesh with `axes` axes: each axis goes to no
+/// dim or to one dim, in every order within a dim's tuple.
+inline std::vector<PartitionSpec> all_specs(const std::vector<std::string>& axes, int rank) {
+  std::vector<PartitionSpec> out;
+  const int n = static_cast<int>(axes.size());
+  std::vector<int> perm(n);
+  for (int i = 0; i < n; ++i) perm[i] = i;
+  std::vector<std::vector<int>> seen;
+  // Assign axes (in permutation order) to dims; permutations give every tuple order.
+  int assignments = 1;
+  for (int i = 0; i < n; ++i) assignments *= rank + 1;
+  do {
+    for (int code = 0; code < assignments; ++code) {
+      std::vector<std::vector<std::string>> entries(static_cast<std::size_t>(rank));
+      int c = code;
+      std::vector<int> key;
+      for (int i = 0; i < n; ++i) {
+        const int dim = c % (rank + 1) - 1;  // -1 = unused
+        c /= rank + 1;
+        if (dim >= 0) entries[dim].push_back(axes[perm[i]]);
+      }
+      std::vector<SpecEntry> spec;
+      for (const auto& e : entries) spec.emplace_back(e);
+      PartitionSpec p(spec);
+      if (std::none_of(out.begin(), out.end(), [&](const PartitionSpec& q) { return q == p; })) out.push_back(p);
+    }
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  return out;
+}
+
+/// The box a device holds, computed from first principles (independent of NamedSharding).
+inline Box reference_box(const Mesh& mesh, const PartitionSpec& spec, const Shape& shape, int device) {
+  const auto c = mesh.coords(device);
+  Box b{Shape(shape.size()), Shape(shape.size())};
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    std::int64_t idx = 0;
+    std::int64_t parts = 1;
+    for (const auto& a : spec[static_cast<int>(d)].axes()) {
+      const int pos = mesh.axis_position(a);
+      idx = idx * mesh.shape()[pos] + c[pos];
+      parts *= mesh.shape()[pos];
+    }
+    const std::int64_t chunk = (shape[d] + parts - 1) / parts;
+    const std::int64_t lo = std::min(idx * chunk, shape[d]);
+    const std::int64_t hi = std::min((idx + 1) * chunk, shape[d]);
+    b.offset[d] = lo;
+    b.extent[d] = hi - lo;
+  }
+  return b;
+}
+
+/// The elements of `box` of a host array, by a naive loop over global indices.
+template <typename T>
+std::vector<T> reference_slice(const Tensor<T>& host, const Box& box) {
+  std::vector<T> out;
+  const Shape st = strides_of(host.shape());
+  const std::int64_t n = box.size();
+  Shape idx(box.extent.size(), 0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::int64_t off = 0;
+    for (std::size_t d = 0; d < idx.size(); ++d) off += (box.offset[d] + idx[d]) * st[d];
+    out.push_back(host[off]);
+    for (int d = static_cast<int>(idx.size()) - 1; d >= 0; --d) {
+      if (++idx[d] < box.extent[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace shard::testing
