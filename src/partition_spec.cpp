@@ -125,8 +125,9 @@ class SpecParser {
       std::vector<std::string> axes;
       skip();
       while (peek() != ')') {
+        const bool quoted = peek() == '\'' || peek() == '"';
         const std::string n = name();
-        if (n == "None") fail("None inside a tuple");
+        if (!quoted && n == "None") fail("None inside a tuple");
         axes.push_back(n);
         skip();
         if (peek() == ',') ++i_;

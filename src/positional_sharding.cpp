@@ -112,7 +112,7 @@ PositionalSharding PositionalSharding::transpose(std::vector<int> perm) const {
     for (int i = nd - 1; i >= 0; --i) perm.push_back(i);
   std::vector<int> sorted = perm;
   std::sort(sorted.begin(), sorted.end());
-  for (int i = 0; i < nd; ++i)
+  for (int i = 0; i < std::max(nd, static_cast<int>(sorted.size())); ++i)
     if (static_cast<int>(sorted.size()) != nd || sorted[i] != i)
       raise<ShardingError>("PositionalSharding.transpose: ", dims_text(perm), " is not a permutation of the ", nd,
                            " axes");
@@ -175,7 +175,7 @@ std::string PositionalSharding::to_string() const {
     if (f + 1 == sets_.size()) continue;
     if (closed) {
       os << '\n';
-      os << std::string(static_cast<std::size_t>(20 + ndim() - closed), ' ');
+      os << std::string(static_cast<std::size_t>(19 + ndim() - closed), ' ');  // under the '['
     } else {
       os << ' ';
     }

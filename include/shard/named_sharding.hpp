@@ -37,7 +37,7 @@ class NamedSharding {
   /// Position of `device_id` among its replicas (0 = the primary copy).
   int replica_index(int device_id) const;
   /// True if every device holds the whole array.
-  bool is_fully_replicated() const { return spec_.axes().empty(); }
+  bool is_fully_replicated() const { return mesh_.axes_size(used_) == 1; }
   /// Devices of the mesh (mesh order) whose replica_index is 0.
   std::vector<int> primary_devices() const;
 

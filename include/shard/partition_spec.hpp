@@ -35,6 +35,8 @@ class SpecEntry {
   std::vector<std::string> axes_;
 };
 
+/// Written like JAX: `P("a", None, {"b", "c"})`. A spec whose only entry is a tuple is
+/// `P(SpecEntry{"a", "b"})` (`P({"a", "b"})` would be ambiguous with `P("a", "b")`).
 class PartitionSpec {
  public:
   PartitionSpec() = default;
@@ -48,7 +50,9 @@ class PartitionSpec {
   explicit PartitionSpec(std::vector<SpecEntry> entries) : entries_(std::move(entries)) {}
 
   /// Parses the printed form: "P('a', None, ('b','c'))", "PartitionSpec('a')", "('a', None)",
-  /// or bare "a,None,(b,c)". Throws ValueError with the position of the problem.
+  /// or bare "a,None,(b,c)" (a bare list must not start with a tuple: wrap it in P(...)).
+  /// Quoted 'None' is an axis name, unquoted None an unsharded dim. Throws ValueError with
+  /// the position of the problem.
   static PartitionSpec parse(const std::string& text);
 
   /// Number of explicit entries (the array may have more dims: they are None).

@@ -1,0 +1,195 @@
+// Tensor<T>: shapes, value semantics, indexing, slicing, equality and the memory counter.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "shard/error.hpp"
+#include "shard/tensor.hpp"
+
+namespace shard {
+namespace {
+
+std::vector<int> iota_values(std::int64_t n, int start = 0) {
+  std::vector<int> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+TEST(Tensor, ShapeAndSize) {
+  const Tensor<float> t({3, 4, 5});
+  EXPECT_EQ(t.shape(), (Shape{3, 4, 5}));
+  EXPECT_EQ(t.rank(), 3);
+  EXPECT_EQ(t.size(), 60);
+  EXPECT_EQ(t.bytes(), 60 * sizeof(float));
+  EXPECT_FALSE(t.empty());
+  EXPECT_NE(t.data(), nullptr);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t.data()) % 64, 0u);  // 64-byte aligned
+  EXPECT_EQ(t.end() - t.begin(), 60);
+
+  const Tensor<double> empty;
+  EXPECT_EQ(empty.shape(), Shape{0});
+  EXPECT_EQ(empty.size(), 0);
+  EXPECT_TRUE(empty.empty());
+  EXPECT_EQ(empty.data(), nullptr);
+
+  const Tensor<int> zero_dim_size({4, 0, 2});
+  EXPECT_EQ(zero_dim_size.size(), 0);
+  EXPECT_TRUE(zero_dim_size.empty());
+  EXPECT_EQ(zero_dim_size.rank(), 3);
+}
+
+TEST(Tensor, ZeroDimensional) {
+  Tensor<double> s(Shape{}, 2.5);
+  EXPECT_EQ(s.rank(), 0);
+  EXPECT_EQ(s.size(), 1);
+  EXPECT_FALSE(s.empty());
+  EXPECT_EQ(s(), 2.5);
+  s() = -1.0;
+  EXPECT_EQ(s[0], -1.0);
+  EXPECT_THROW(s(0), ShapeError);
+}
+
+TEST(Tensor, FillAndValues) {
+  const Tensor<std::int64_t> f({2, 3}, std::int64_t{7});
+  for (auto v : f) EXPECT_EQ(v, 7);
+  const Tensor<int> v({2, 3}, iota_values(6, 10));
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(v[i], 10 + i);
+  EXPECT_THROW(Tensor<int>({2, 3}, iota_values(5)), ShapeError);
+  EXPECT_THROW(Tensor<int>({2, 3}, iota_values(7)), ShapeError);
+}
+
+TEST(Tensor, MultiIndexIsRowMajor) {
+  Tensor<int> t({3, 4, 5}, iota_values(60));
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j)
+      for (int k = 0; k < 5; ++k) EXPECT_EQ(t(i, j, k), (i * 4 + j) * 5 + k);
+  t(2, 1, 3) = -5;
+  EXPECT_EQ(t[(2 * 4 + 1) * 5 + 3], -5);
+  const Tensor<int>& ct = t;
+  EXPECT_EQ(ct(2, 1, 3), -5);
+  EXPECT_THROW(t(1, 2), ShapeError);
+  EXPECT_THROW(t(1, 2, 3, 4), ShapeError);
+}
+
+TEST(Tensor, CopyIsDeep) {
+  Tensor<int> a({4, 3}, iota_values(12));
+  Tensor<int> b = a;
+  EXPECT_EQ(b.shape(), a.shape());
+  EXPECT_NE(b.data(), a.data());
+  EXPECT_TRUE(b == a);
+  b(1, 1) = 100;
+  EXPECT_EQ(a(1, 1), 4);
+  EXPECT_FALSE(b == a);
+
+  Tensor<int> c({1}, 0);
+  c = a;  // copy assignment
+  EXPECT_EQ(c.shape(), (Shape{4, 3}));
+  EXPECT_NE(c.data(), a.data());
+  c[0] = 55;
+  EXPECT_EQ(a[0], 0);
+  const Tensor<int>& self = c;
+  c = self;  // self-assignment keeps the contents
+  EXPECT_EQ(c[0], 55);
+  EXPECT_EQ(c.size(), 12);
+}
+
+TEST(Tensor, MoveLeavesSourceEmpty) {
+  Tensor<float> a({5, 6}, 1.5f);
+  const float* p = a.data();
+  Tensor<float> b = std::move(a);
+  EXPECT_EQ(b.data(), p);  // the buffer moved, not copied
+  EXPECT_EQ(b.shape(), (Shape{5, 6}));
+  EXPECT_EQ(b(4, 5), 1.5f);
+  // NOLINTBEGIN(bugprone-use-after-move): the moved-from state is specified.
+  EXPECT_EQ(a.shape(), Shape{0});
+  EXPECT_EQ(a.size(), 0);
+  EXPECT_TRUE(a.empty());
+  EXPECT_EQ(a.data(), nullptr);
+
+  Tensor<float> c({2}, 0.0f);
+  c = std::move(b);
+  EXPECT_EQ(c.data(), p);
+  EXPECT_EQ(c.shape(), (Shape{5, 6}));
+  EXPECT_EQ(b.shape(), Shape{0});
+  EXPECT_EQ(b.size(), 0);
+  EXPECT_EQ(b.data(), nullptr);
+  // NOLINTEND(bugprone-use-after-move)
+}
+
+TEST(Tensor, SliceMatchesLoop) {
+  const Tensor<int> t({4, 5, 6}, iota_values(120));
+  const Box box{{1, 2, 3}, {2, 3, 2}};
+  const Tensor<int> s = t.slice(box);
+  ASSERT_EQ(s.shape(), (Shape{2, 3, 2}));
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 2; ++k) EXPECT_EQ(s(i, j, k), t(1 + i, 2 + j, 3 + k));
+  // The whole tensor, a single element and an empty box.
+  EXPECT_TRUE(t.slice(full_box(t.shape())) == t);
+  const Tensor<int> one = t.slice(Box{{3, 4, 5}, {1, 1, 1}});
+  EXPECT_EQ(one.size(), 1);
+  EXPECT_EQ(one[0], 119);
+  const Tensor<int> none = t.slice(Box{{2, 0, 0}, {0, 5, 6}});
+  EXPECT_EQ(none.shape(), (Shape{0, 5, 6}));
+  EXPECT_TRUE(none.empty());
+  // 1-D.
+  const Tensor<double> v({7}, std::vector<double>{0, 1, 2, 3, 4, 5, 6});
+  const Tensor<double> mid = v.slice(Box{{2}, {3}});
+  EXPECT_EQ(mid, Tensor<double>({3}, std::vector<double>{2, 3, 4}));
+}
+
+TEST(Tensor, Equality) {
+  const Tensor<int> a({2, 3}, iota_values(6));
+  EXPECT_TRUE(a == Tensor<int>({2, 3}, iota_values(6)));
+  EXPECT_FALSE(a == Tensor<int>({3, 2}, iota_values(6)));  // same data, other shape
+  EXPECT_FALSE(a == Tensor<int>({6}, iota_values(6)));
+  std::vector<int> other = iota_values(6);
+  other[5] = 0;
+  EXPECT_FALSE(a == Tensor<int>({2, 3}, other));
+  EXPECT_TRUE(Tensor<int>() == Tensor<int>());
+  EXPECT_TRUE(Tensor<int>({0, 3}) == Tensor<int>({0, 3}));
+  EXPECT_FALSE(Tensor<int>({0, 3}) == Tensor<int>({3, 0}));
+}
+
+TEST(Tensor, MemoryStatsFollowLiveBuffers) {
+  const std::int64_t base = tensor_memory_stats().live_bytes;
+  {
+    Tensor<double> a({100, 10});
+    EXPECT_EQ(tensor_memory_stats().live_bytes, base + 8000);
+    {
+      Tensor<double> b = a;  // a deep copy allocates
+      EXPECT_EQ(tensor_memory_stats().live_bytes, base + 16000);
+      Tensor<double> c = std::move(b);  // a move does not
+      EXPECT_EQ(tensor_memory_stats().live_bytes, base + 16000);
+    }
+    EXPECT_EQ(tensor_memory_stats().live_bytes, base + 8000);
+    Tensor<int> empty({0, 5});
+    EXPECT_EQ(tensor_memory_stats().live_bytes, base + 8000);
+    a = Tensor<double>({10});  // the old buffer is released
+    EXPECT_EQ(tensor_memory_stats().live_bytes, base + 80);
+  }
+  EXPECT_EQ(tensor_memory_stats().live_bytes, base);
+}
+
+TEST(Tensor, MemoryPeak) {
+  const std::int64_t base = tensor_memory_stats().live_bytes;
+  reset_tensor_memory_peak();
+  EXPECT_EQ(tensor_memory_stats().peak_bytes, base);
+  {
+    Tensor<float> big({1000});
+    { Tensor<float> bigger({3000}); }
+    EXPECT_EQ(tensor_memory_stats().peak_bytes, base + 16000);
+    EXPECT_EQ(tensor_memory_stats().live_bytes, base + 4000);
+    reset_tensor_memory_peak();
+    EXPECT_EQ(tensor_memory_stats().peak_bytes, base + 4000);
+  }
+  EXPECT_EQ(tensor_memory_stats().peak_bytes, base + 4000);  // the peak stays until reset
+  EXPECT_EQ(tensor_memory_stats().live_bytes, base);
+}
+
+}  // namespace
+}  // namespace shard
