@@ -2,13 +2,21 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <string>
 
 namespace shard {
 
 namespace detail {
 
+namespace {
+std::atomic<int> g_world_rank{-1};  // set once MPI is up, so device threads never call MPI here
+}
+
+void remember_world_rank(int rank) { g_world_rank.store(rank); }
+
 std::string rank_prefix() {
+  if (const int r = g_world_rank.load(); r >= 0) return "[rank " + std::to_string(r) + "] ";
   int initialized = 0;
   int finalized = 0;
   MPI_Initialized(&initialized);

@@ -1,6 +1,9 @@
 #include "shard/runtime.hpp"
 
+#include <malloc.h>
+
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +12,7 @@
 #include <set>
 #include <string>
 
+#include "shard/detail/device_executor.hpp"
 #include "shard/error.hpp"
 
 namespace shard {
@@ -52,12 +56,28 @@ int devices_per_rank_from(const RuntimeOptions& options, int argc, char** argv) 
 
 }  // namespace
 
+namespace {
+bool g_keep_freed = false;
+}
+
+void set_keep_freed_memory(bool keep) {
+  // glibc defaults: blocks >= 128 KiB (adaptive up to 32 MiB) come from mmap and go back to
+  // the OS on free; the top of the heap is trimmed above 128 KiB.
+  mallopt(M_MMAP_MAX, keep ? 0 : 65536);
+  mallopt(M_TRIM_THRESHOLD, keep ? INT_MAX : 128 * 1024);
+  g_keep_freed = keep;
+}
+
+bool keep_freed_memory() { return g_keep_freed; }
+
 Runtime::Runtime(int& argc, char**& argv, RuntimeOptions options) { init(&argc, &argv, options); }
 Runtime::Runtime(RuntimeOptions options) { init(nullptr, nullptr, options); }
 
 void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
   if (g_current) raise<RuntimeError>("a shard::Runtime already exists; create exactly one per process");
   uncaught_at_start_ = std::uncaught_exceptions();
+  const char* keep_env = std::getenv("SHARD_KEEP_FREED_MEMORY");
+  if (options.keep_freed_memory && !(keep_env && std::string(keep_env) == "0")) set_keep_freed_memory(true);
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) {
@@ -74,6 +94,7 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
       raise<RuntimeError>("MPI provides thread level ", thread_level_,
                           " but Shard needs MPI_THREAD_FUNNELED or better");
     topology_.process_index = world_.rank();
+    detail::remember_world_rank(topology_.process_index);
     topology_.process_count = world_.size();
 
     // Devices per rank: a local decision that every rank must agree on.
@@ -129,7 +150,9 @@ Runtime::~Runtime() {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  executor_.reset();
   world_ = mpi::Communicator();
+  detail::remember_world_rank(-1);
   g_current = nullptr;
   if (owns_mpi_ && mpi::is_active()) MPI_Finalize();
 }
@@ -137,6 +160,11 @@ Runtime::~Runtime() {
 Runtime& Runtime::current() {
   if (!g_current) raise<RuntimeError>("no shard::Runtime exists; create one at the start of main()");
   return *g_current;
+}
+
+detail::DeviceExecutor& Runtime::executor() {
+  if (!executor_) executor_ = std::make_unique<detail::DeviceExecutor>();
+  return *executor_;
 }
 
 bool Runtime::exists() { return g_current != nullptr; }

@@ -3,6 +3,7 @@
 #include <climits>
 #include <map>
 
+#include "shard/comm_stats.hpp"
 #include "shard/error.hpp"
 #include "shard/mpi/agree.hpp"
 #include "shard/runtime.hpp"
@@ -142,6 +143,7 @@ Tensor<T> ShardedArray<T>::to_host() const {
   mpi::check(MPI_Allgatherv(send.data(), static_cast<int>(send.size()), mpi::datatype<T>(), recv.data(),
                             p.counts.data(), p.displs.data(), mpi::datatype<T>(), comm.get()),
              "MPI_Allgatherv");
+  comm_stats().record("to_host", "", static_cast<std::int64_t>(send.size() * sizeof(T)));
   Tensor<T> out(shape_);
   unpack_boxes(p, sharding_, shape_, recv.data(), out);
   return out;
@@ -159,6 +161,7 @@ Tensor<T> ShardedArray<T>::gather(int root) const {
   mpi::check(MPI_Gatherv(send.data(), static_cast<int>(send.size()), mpi::datatype<T>(), recv.data(),
                          p.counts.data(), p.displs.data(), mpi::datatype<T>(), root, comm.get()),
              "MPI_Gatherv");
+  comm_stats().record("gather", "", static_cast<std::int64_t>(send.size() * sizeof(T)));
   if (!is_root) return Tensor<T>();
   Tensor<T> out(shape_);
   unpack_boxes(p, sharding_, shape_, recv.data(), out);

@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
     shard::apps::add_common_options(options);
     options.add_options()("size", po::value<std::int64_t>(&size)->default_value(8192), "side of the square array")(
         "spec", po::value<std::vector<std::string>>(&extra)->composing(),
-        "an extra PartitionSpec to show on the 4x2 mesh, e.g. \"P('b', None)\" (repeatable)");
+        "an extra PartitionSpec to show on the 4x2 mesh, e.g. \"P('b', None)\" (repeatable)")(
+        "comm-stats", "print what this rank sent over MPI (Shard's CommStats) at the end");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
                                          "Usage: mpirun -n N sharding_tour [--size S] [--devices-per-rank K]\n"
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
     if (matched != total)
       shard::raise<shard::Error>("sharding_tour: ", total - matched, " of ", total, " layouts did not round-trip");
     shard::apps::print0(rt, "all " + std::to_string(total) + " layouts match the input\n");
+    if (vm.count("comm-stats")) shard::apps::print0(rt, "\nCommStats of rank 0:\n" + shard::comm_stats().to_string());
     return 0;
   });
 }

@@ -60,6 +60,8 @@ namespace detail {
 
 /// The "[rank r] " prefix for messages of this process (MPI world rank; "?" before init).
 std::string rank_prefix();
+/// Called by the Runtime once MPI is initialised (and with -1 at finalisation).
+void remember_world_rank(int rank);
 
 /// Concatenates the streamable arguments into one string.
 template <typename... Args>

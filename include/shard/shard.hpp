@@ -3,6 +3,7 @@
 
 #include "shard/blas.hpp"
 #include "shard/box.hpp"
+#include "shard/comm_stats.hpp"
 #include "shard/device.hpp"
 #include "shard/error.hpp"
 #include "shard/mesh.hpp"
@@ -12,6 +13,7 @@
 #include "shard/partition_spec.hpp"
 #include "shard/positional_sharding.hpp"
 #include "shard/runtime.hpp"
+#include "shard/shard_map.hpp"
 #include "shard/sharded_array.hpp"
 #include "shard/tensor.hpp"
 #include "shard/visualize.hpp"

@@ -105,6 +105,16 @@ class Tensor {
     return out;
   }
 
+  /// The same elements with another shape of the same size (moves the storage).
+  Tensor reshaped(Shape shape) && {
+    if (num_elements(shape) != size_) detail::tensor_shape_error(shape_, shape, "Tensor::reshaped");
+    Tensor out(std::move(*this));
+    out.shape_ = std::move(shape);
+    return out;
+  }
+  /// A reshaped copy.
+  Tensor reshaped(Shape shape) const& { return Tensor(*this).reshaped(std::move(shape)); }
+
   /// Same shape and bit-identical elements.
   bool operator==(const Tensor& other) const {
     return shape_ == other.shape_ && (size_ == 0 || std::memcmp(data_, other.data_, bytes()) == 0);

@@ -1,0 +1,281 @@
+// collectives_bench: each Shard collective over mesh axes against the raw MPI call on the
+// same bytes and the same communicator, interleaved in one run, medians over many
+// repetitions (each repetition's time is the slowest rank's). A third column times the raw
+// call under glibc's default memory policy (large temporaries mmap'ed and unmapped on every
+// call), which is what a plain MPI program gets; Shard's Runtime keeps freed memory instead.
+//
+//   mpirun -n 2 collectives_bench
+//   mpirun -n 4 collectives_bench --mesh 2x2 --axes b --dtype float32 --json
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/cli.hpp"
+#include "shard/detail/mesh_comms.hpp"
+#include "shard/shard.hpp"
+
+namespace {
+
+using shard::Tensor;
+
+std::int64_t parse_size(const std::string& t) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(t, &used);
+  } catch (const std::exception&) {
+    shard::raise<shard::ValueError>("bad size '", t, "' (use e.g. 8, 64K, 16M)");
+  }
+  const std::string unit = t.substr(used);
+  const double mult = unit.empty() || unit == "B"  ? 1.0
+                      : unit == "K" || unit == "KiB" ? 1024.0
+                      : unit == "M" || unit == "MiB" ? 1048576.0
+                                                     : -1.0;
+  if (mult < 0 || v <= 0) shard::raise<shard::ValueError>("bad size '", t, "' (use e.g. 8, 64K, 16M)");
+  return static_cast<std::int64_t>(v * mult);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, sep);)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::string human(std::int64_t b) {
+  if (b >= 1048576 && b % 1048576 == 0) return std::to_string(b / 1048576) + "M";
+  if (b >= 1024 && b % 1024 == 0) return std::to_string(b / 1024) + "K";
+  return std::to_string(b);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::vector<std::pair<int, int>> cyclic(int n) {
+  std::vector<std::pair<int, int>> p;
+  for (int i = 0; i < n; ++i) p.emplace_back(i, (i + 1) % n);
+  return p;
+}
+
+template <typename T>
+Tensor<T> random_block(std::int64_t n, std::uint64_t seed) {
+  Tensor<T> t({n});
+  std::uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& v : t) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    v = static_cast<T>(static_cast<double>(s % 2001) / 1000.0 - 1.0);
+  }
+  return t;
+}
+
+struct Row {
+  std::string collective;
+  std::int64_t bytes = 0;
+  int repeats = 0;
+  double shard_us = 0, raw_us = -1, raw_default_us = -1, busbw = 0;
+};
+
+/// Bus bandwidth factor (nccl-tests convention) applied to bytes moved per device.
+double bus_factor(const std::string& c, int n) {
+  if (n == 1) return 0;
+  if (c == "psum") return 2.0 * (n - 1) / n;
+  if (c == "ppermute") return 1.0;
+  return static_cast<double>(n - 1) / n;
+}
+
+struct Bench {
+  shard::DeviceContext& ctx;
+  shard::Axes axes;
+  MPI_Comm comm;  // the group's communicator, or MPI_COMM_NULL when raw calls are not comparable
+  int n;
+
+  template <typename T>
+  double shard_once(const std::string& c, const Tensor<T>& x) {
+    Tensor<T> in = x;  // reductions work in place on their input: give them a fresh copy
+    if (comm != MPI_COMM_NULL) MPI_Barrier(comm);
+    const double t0 = MPI_Wtime();
+    if (c == "psum") in = ctx.psum(std::move(in), axes);
+    else if (c == "all_gather") in = ctx.all_gather(std::move(in), axes, 0, true);
+    else if (c == "psum_scatter") in = ctx.psum_scatter(std::move(in), axes, 0, true);
+    else if (c == "all_to_all") in = ctx.all_to_all(std::move(in), axes, 0, 0, true);
+    else in = ctx.ppermute(std::move(in), axes, cyclic(n));
+    return MPI_Wtime() - t0;
+  }
+
+  template <typename T>
+  double raw_once(const std::string& c, const Tensor<T>& x, Tensor<T>& buf, Tensor<T>& out) {
+    std::copy(x.begin(), x.end(), buf.begin());
+    const MPI_Datatype dt = shard::mpi::datatype<T>();
+    const int count = static_cast<int>(x.size());
+    const int me = ctx.axis_index(axes);
+    MPI_Barrier(comm);
+    const double t0 = MPI_Wtime();
+    if (c == "psum") MPI_Allreduce(MPI_IN_PLACE, buf.data(), count, dt, MPI_SUM, comm);
+    else if (c == "all_gather") MPI_Allgather(buf.data(), count, dt, out.data(), count, dt, comm);
+    else if (c == "psum_scatter") MPI_Reduce_scatter_block(buf.data(), out.data(), count / n, dt, MPI_SUM, comm);
+    else if (c == "all_to_all") MPI_Alltoall(buf.data(), count / n, dt, out.data(), count / n, dt, comm);
+    else
+      MPI_Sendrecv(buf.data(), count, dt, (me + 1) % n, 0, out.data(), count, dt, (me + n - 1) % n, 0, comm,
+                   MPI_STATUS_IGNORE);
+    return MPI_Wtime() - t0;
+  }
+
+  template <typename T>
+  Row run(const std::string& c, std::int64_t bytes, int repeats, bool with_default) {
+    std::int64_t elems = std::max<std::int64_t>(n, bytes / static_cast<std::int64_t>(sizeof(T)));
+    elems -= elems % n;  // the scatters need a multiple of the axis size
+    const Tensor<T> x = random_block<T>(elems, 17 + static_cast<std::uint64_t>(ctx.device()));
+    Tensor<T> buf = x, out({elems * n});
+    const bool raw = comm != MPI_COMM_NULL;
+    std::vector<double> ts, tr, td;
+    for (int r = -2; r < repeats; ++r) {  // two warm-up rounds
+      double s = 0, w = 0, d = 0;
+      if (r % 2 == 0 || !raw) {
+        s = shard_once(c, x);
+        if (raw) w = raw_once(c, x, buf, out);
+      } else {
+        w = raw_once(c, x, buf, out);
+        s = shard_once(c, x);
+      }
+      if (raw && with_default) {
+        shard::set_keep_freed_memory(false);
+        d = raw_once(c, x, buf, out);
+        shard::set_keep_freed_memory(true);
+      }
+      if (r < 0) continue;
+      ts.push_back(s);
+      tr.push_back(w);
+      td.push_back(d);
+    }
+    if (raw) {  // each repetition counts as long as its slowest rank
+      for (auto* v : {&ts, &tr, &td})
+        MPI_Allreduce(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_DOUBLE, MPI_MAX, comm);
+    }
+    Row row{c, elems * static_cast<std::int64_t>(sizeof(T)), repeats, median(ts) * 1e6};
+    if (raw) row.raw_us = median(tr) * 1e6;
+    if (raw && with_default) row.raw_default_us = median(td) * 1e6;
+    const double moved = static_cast<double>(row.bytes) * (c == "all_gather" ? n : 1);
+    row.busbw = row.shard_us > 0 ? moved / (row.shard_us * 1e-6) * bus_factor(c, n) / 1e9 : 0;
+    return row;
+  }
+};
+
+template <typename T>
+std::vector<Row> run_all(const shard::Mesh& mesh, const shard::Axes& axes, const std::vector<std::string>& colls,
+                         const std::vector<std::int64_t>& sizes, int repeats_opt) {
+  std::vector<int> positions;
+  for (const auto& a : axes.axes()) positions.push_back(mesh.axis_position(a));
+  const auto& groups = mesh.comms().groups(positions);
+  const bool comparable = groups.size() == 1 && groups[0].ranks.size() == groups[0].devices.size() &&
+                          !groups[0].comm.is_null();
+  std::vector<Row> rows;
+  shard::ShardMapBody<T> body = [&](shard::DeviceContext& ctx, const shard::Blocks<T>&) {
+    Bench b{ctx, axes, comparable ? groups[0].comm.get() : MPI_COMM_NULL, ctx.axis_size(axes)};
+    std::vector<Row> mine;
+    for (const auto& c : colls)
+      for (auto bytes : sizes) {
+        const int reps = repeats_opt > 0 ? repeats_opt : bytes <= 65536 ? 400 : bytes <= 4194304 ? 60 : 15;
+        mine.push_back(b.run<T>(c, bytes, reps, bytes >= 65536));
+      }
+    if (ctx.device() == mesh.local_device_ids().front() && ctx.mesh().topology().process_index == 0)
+      rows = mine;
+    std::vector<Tensor<T>> out;
+    out.emplace_back(shard::Shape{1}, T(0));
+    return out;
+  };
+  shard::shard_map<T>(mesh, {}, {shard::P()}, body, {});
+  return rows;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return shard::guarded_main(argc, argv, [&](shard::Runtime& rt) {
+    namespace po = shard::apps::po;
+    std::string mesh_text, axes_text, dtype, sizes_text, colls_text;
+    int repeats = 0;
+    po::options_description options("collectives_bench options");
+    shard::apps::add_common_options(options);
+    options.add_options()("mesh", po::value(&mesh_text)->default_value(""),
+                          "mesh shape like 2x2 (default: all devices on one axis)")(
+        "axes", po::value(&axes_text)->default_value(""), "mesh axes to run over, comma separated (default: the first)")(
+        "dtype", po::value(&dtype)->default_value("float64"), "float32, float64, int32 or int64")(
+        "sizes", po::value(&sizes_text)->default_value("8,64,1K,16K,64K,256K,1M,4M,16M,64M"),
+        "bytes per device, comma separated (K, M suffixes)")(
+        "collectives", po::value(&colls_text)->default_value("psum,all_gather,psum_scatter,all_to_all,ppermute"),
+        "which collectives")("repeats", po::value(&repeats)->default_value(0),
+                             "timed repetitions per row (0: 400 small, 60 medium, 15 large)")(
+        "json", "one JSON object per row instead of the table")("comm-stats", "print Shard's CommStats at the end");
+    po::variables_map vm;
+    if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
+                                         "Usage: mpirun -n N collectives_bench [options]\n"
+                                         "Times Shard collectives against raw MPI on the same bytes."))
+      return 0;
+
+    std::vector<int> shape;
+    for (const auto& s : split(mesh_text, 'x')) shape.push_back(std::stoi(s));
+    if (shape.empty()) shape = {rt.device_count()};
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < shape.size(); ++i) names.push_back(std::string(1, static_cast<char>('a' + i)));
+    const shard::Mesh mesh = shard::make_mesh(shape, names);
+    const auto axis_list = split(axes_text, ',');
+    const shard::Axes axes = axis_list.empty() ? shard::Axes(names[0]) : shard::Axes(axis_list);
+    std::vector<std::int64_t> sizes;
+    for (const auto& s : split(sizes_text, ',')) sizes.push_back(parse_size(s));
+    const auto colls = split(colls_text, ',');
+    for (const auto& c : colls)
+      if (c != "psum" && c != "all_gather" && c != "psum_scatter" && c != "all_to_all" && c != "ppermute")
+        shard::raise<shard::ValueError>("unknown collective '", c, "'");
+
+    std::vector<Row> rows;
+    if (dtype == "float32") rows = run_all<float>(mesh, axes, colls, sizes, repeats);
+    else if (dtype == "float64") rows = run_all<double>(mesh, axes, colls, sizes, repeats);
+    else if (dtype == "int32") rows = run_all<std::int32_t>(mesh, axes, colls, sizes, repeats);
+    else if (dtype == "int64") rows = run_all<std::int64_t>(mesh, axes, colls, sizes, repeats);
+    else shard::raise<shard::ValueError>("unknown --dtype '", dtype, "'");
+
+    std::ostringstream os;
+    char line[256];
+    if (!vm.count("json")) {
+      os << "collectives_bench: " << rt.process_count() << " ranks x " << rt.devices_per_rank() << " devices, "
+         << mesh.to_string() << ", axes " << axes.to_string() << ", " << dtype << "; " << shard::blas_summary()
+         << "; keep freed memory: " << (shard::keep_freed_memory() ? "on" : "off") << "\n";
+      os << "times are medians of the slowest rank per repetition, in microseconds; raw = the same MPI call on the "
+            "same communicator;\nraw-dflt = raw with glibc's default malloc policy (rows >= 64K); busbw from Shard's "
+            "time\n";
+      std::snprintf(line, sizeof line, "%-13s %8s %6s %11s %11s %9s %11s %10s %9s\n", "collective", "bytes", "reps",
+                    "shard_us", "raw_us", "shard/raw", "raw-dflt_us", "dflt/shard", "busbw_GB/s");
+      os << line;
+    }
+    for (const auto& r : rows) {
+      if (vm.count("json")) {
+        std::snprintf(line, sizeof line,
+                      "{\"collective\": \"%s\", \"bytes\": %lld, \"repeats\": %d, \"shard_us\": %.3f, \"raw_us\": %.3f, "
+                      "\"raw_default_malloc_us\": %.3f, \"busbw_GBps\": %.3f, \"ranks\": %d, \"dtype\": \"%s\"}\n",
+                      r.collective.c_str(), static_cast<long long>(r.bytes), r.repeats, r.shard_us, r.raw_us,
+                      r.raw_default_us, r.busbw, rt.process_count(), dtype.c_str());
+      } else {
+        const std::string ratio = r.raw_us > 0 ? std::to_string(r.shard_us / r.raw_us).substr(0, 5) : "-";
+        const std::string dflt = r.raw_default_us > 0 ? std::to_string(r.raw_default_us).substr(0, 9) : "-";
+        const std::string dr = r.raw_default_us > 0 ? std::to_string(r.raw_default_us / r.shard_us).substr(0, 5) : "-";
+        const std::string raw = r.raw_us > 0 ? std::to_string(r.raw_us).substr(0, 9) : "-";
+        std::snprintf(line, sizeof line, "%-13s %8s %6d %11.2f %11s %9s %11s %10s %9.2f\n", r.collective.c_str(),
+                      human(r.bytes).c_str(), r.repeats, r.shard_us, raw.c_str(), ratio.c_str(), dflt.c_str(),
+                      dr.c_str(), r.busbw);
+      }
+      os << line;
+    }
+    if (vm.count("comm-stats")) os << "\nCommStats of rank 0:\n" << shard::comm_stats().to_string();
+    shard::apps::print0(rt, os.str());
+    return 0;
+  });
+}

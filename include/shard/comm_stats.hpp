@@ -1,0 +1,40 @@
+#pragma once
+/// \file CommStats: what this process sent, per collective kind and mesh axes.
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace shard {
+
+struct CommRecord {
+  std::int64_t calls = 0;  ///< MPI calls made
+  std::int64_t bytes = 0;  ///< bytes this rank handed to MPI to send
+};
+
+/// A per-process record of the MPI traffic Shard issued: calls and bytes sent, keyed by
+/// collective kind ("psum", "all_gather", "to_host", ...) and mesh axes ("'a'", "('a','b')").
+/// Local only: reading it never communicates.
+class CommStats {
+ public:
+  void record(const std::string& kind, const std::string& axes, std::int64_t bytes);
+  /// The record of one kind; over all axes when `axes` is empty.
+  CommRecord get(const std::string& kind, const std::string& axes = "") const;
+  /// Everything recorded since the last reset.
+  CommRecord total() const;
+  void reset();
+  /// A table with one line per (kind, axes).
+  std::string to_string() const;
+  std::map<std::pair<std::string, std::string>, CommRecord> entries() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, std::string>, CommRecord> records_;
+};
+
+/// This process's CommStats.
+CommStats& comm_stats();
+
+}  // namespace shard

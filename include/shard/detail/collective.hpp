@@ -1,0 +1,59 @@
+#pragma once
+/// \file Device-group collectives (comm layer internals): a validated description of one
+/// collective, and its execution for all of this rank's devices at once.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shard/box.hpp"
+#include "shard/mesh.hpp"
+#include "shard/partition_spec.hpp"
+#include "shard/tensor.hpp"
+
+namespace shard::detail {
+
+enum class CollectiveKind { kReduce, kAllGather, kPsumScatter, kAllToAll, kPpermute };
+enum class ReduceOp { kSum, kMean, kMax, kMin };
+
+/// One collective as every device of the mesh issues it. Built from metadata only, so every
+/// rank builds the same spec and raises the same error before any communication.
+struct CollectiveSpec {
+  CollectiveKind kind = CollectiveKind::kReduce;
+  ReduceOp op = ReduceOp::kSum;
+  std::string name;                     ///< "psum", "all_gather", ... (CommStats kind)
+  std::vector<int> axes;                ///< mesh axis positions, major to minor
+  std::string axes_text;                ///< "'a'" or "('a','b')"
+  int group_size = 1;                   ///< product of the axes' sizes (N)
+  int dim = 0;                          ///< gather/scatter dim, or all_to_all split dim
+  int concat_dim = 0;                   ///< all_to_all concat dim
+  bool tiled = false;
+  std::vector<std::pair<int, int>> perm;  ///< ppermute (src, dst) axis positions
+  Shape in_shape;
+  Shape out_shape;
+  std::string dtype;
+
+  bool operator==(const CollectiveSpec&) const = default;
+};
+
+/// Resolves axis names against the mesh: unknown or repeated names throw ShardingError.
+void resolve_axes(const Mesh& mesh, const SpecEntry& axes, CollectiveSpec& spec);
+
+CollectiveSpec reduce_spec(const Mesh& mesh, ReduceOp op, const SpecEntry& axes, const Shape& shape);
+CollectiveSpec all_gather_spec(const Mesh& mesh, const SpecEntry& axes, const Shape& shape, int dim, bool tiled);
+CollectiveSpec psum_scatter_spec(const Mesh& mesh, const SpecEntry& axes, const Shape& shape, int dim, bool tiled);
+CollectiveSpec all_to_all_spec(const Mesh& mesh, const SpecEntry& axes, const Shape& shape, int split_dim,
+                               int concat_dim, bool tiled);
+CollectiveSpec ppermute_spec(const Mesh& mesh, const SpecEntry& axes, const Shape& shape,
+                             std::vector<std::pair<int, int>> perm);
+
+/// Runs `spec` for this rank's devices `devices` (mesh order) with inputs `ins` (consumed:
+/// reductions work in place) into `outs`. For each device group over spec.axes that holds
+/// one of these devices, in group-id order (the same on every rank): contributions of local
+/// devices are combined in memory, one MPI call runs on the group's communicator, and the
+/// results are copied to each local device.
+template <typename T>
+void execute_collective(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices,
+                        std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs);
+
+}  // namespace shard::detail

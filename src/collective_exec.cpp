@@ -1,0 +1,366 @@
+// Execution of device-group collectives. For each group over the collective's axes that
+// holds a device of this rank (group-id order, the same on every rank, so no deadlock):
+//   1. contributions of this rank's devices in the group are combined in memory;
+//   2. one MPI call runs on the group's cached rank-level communicator;
+//   3. results are copied to each local device of the group.
+// With one device per rank and the natural rank order, buffers go to MPI as they are
+// (MPI_IN_PLACE for reductions; gathers and scatters along dim 0 need no packing).
+
+#include <climits>
+#include <cstring>
+
+#include "shard/comm_stats.hpp"
+#include "shard/detail/collective.hpp"
+#include "shard/detail/mesh_comms.hpp"
+#include "shard/error.hpp"
+#include "shard/mpi/communicator.hpp"
+
+namespace shard::detail {
+
+namespace {
+
+struct Member {
+  int local;  // index into devices / ins / outs
+  int pos;    // position in the group (axis index over spec.axes)
+};
+
+/// This rank's devices in the group, by position.
+std::vector<Member> members_of(const DeviceGroup& g, const std::vector<int>& devices) {
+  std::vector<Member> out;
+  for (int p = 0; p < static_cast<int>(g.devices.size()); ++p)
+    for (int l = 0; l < static_cast<int>(devices.size()); ++l)
+      if (devices[l] == g.devices[p]) out.push_back({l, p});
+  return out;
+}
+
+/// Positions of the group owned by each of its ranks (in communicator order).
+std::vector<std::vector<int>> positions_by_rank(const DeviceGroup& g, const Topology& topo) {
+  std::vector<std::vector<int>> out(g.ranks.size());
+  for (int p = 0; p < static_cast<int>(g.devices.size()); ++p) {
+    const int owner = topo.owner(g.devices[p]);
+    for (std::size_t r = 0; r < g.ranks.size(); ++r)
+      if (g.ranks[r] == owner) out[r].push_back(p);
+  }
+  return out;
+}
+
+int comm_rank_of(const DeviceGroup& g, int world_rank) {
+  for (std::size_t r = 0; r < g.ranks.size(); ++r)
+    if (g.ranks[r] == world_rank) return static_cast<int>(r);
+  return -1;
+}
+
+int count_of(std::int64_t n, const CollectiveSpec& s) {
+  if (n > INT_MAX)
+    raise<ValueError>(s.name, " over ", s.axes_text, ": ", n, " elements in one MPI call exceed MPI's int count limit");
+  return static_cast<int>(n);
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kMin: return MPI_MIN;
+    default: return MPI_SUM;
+  }
+}
+
+template <typename T>
+void combine(Tensor<T>& acc, const Tensor<T>& x, ReduceOp op) {
+  T* a = acc.data();
+  const T* b = x.data();
+  const std::int64_t n = acc.size();
+  switch (op) {
+    case ReduceOp::kMax:
+      for (std::int64_t i = 0; i < n; ++i) a[i] = b[i] > a[i] ? b[i] : a[i];
+      break;
+    case ReduceOp::kMin:
+      for (std::int64_t i = 0; i < n; ++i) a[i] = b[i] < a[i] ? b[i] : a[i];
+      break;
+    default:
+      for (std::int64_t i = 0; i < n; ++i) a[i] += b[i];
+  }
+}
+
+/// Every local member gets the result: copies for all but the first, which takes it.
+template <typename T>
+void hand_out(Tensor<T>& result, const std::vector<Member>& m, std::vector<Tensor<T>>& outs) {
+  for (std::size_t i = 1; i < m.size(); ++i) outs[m[i].local] = result;
+  outs[m[0].local] = std::move(result);
+}
+
+/// The box of chunk `p` along `dim` of a `shape` array cut into chunks of `extent`.
+Box chunk_box(const Shape& shape, int dim, std::int64_t extent, int p) {
+  Box b = full_box(shape);
+  b.offset[dim] = p * extent;
+  b.extent[dim] = extent;
+  return b;
+}
+
+template <typename T>
+void copy_out(const Tensor<T>& x, const Box& b, T* dst) {
+  copy_box(x.data(), x.shape(), Shape(x.shape().size(), 0), dst, b.extent, b.offset, b, sizeof(T));
+}
+
+template <typename T>
+void copy_in(const T* src, const Shape& src_shape, const Box& b, Tensor<T>& out) {
+  copy_box(src, src_shape, b.offset, out.data(), out.shape(), Shape(out.shape().size(), 0), b, sizeof(T));
+}
+
+// ---- psum / pmean / pmax / pmin: Allreduce in place on the locally combined block.
+template <typename T>
+void run_reduce(const CollectiveSpec& s, const DeviceGroup& g, const std::vector<Member>& m,
+                std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs) {
+  Tensor<T> acc = std::move(ins[m[0].local]);
+  for (std::size_t i = 1; i < m.size(); ++i) combine(acc, ins[m[i].local], s.op);
+  if (!g.comm.is_null()) {
+    mpi::check(MPI_Allreduce(MPI_IN_PLACE, acc.data(), count_of(acc.size(), s), mpi::datatype<T>(), mpi_op(s.op),
+                             g.comm.get()),
+               "MPI_Allreduce");
+    comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(acc.bytes()));
+  }
+  if (s.op == ReduceOp::kMean)
+    for (auto& v : acc) v = static_cast<T>(v / static_cast<T>(s.group_size));
+  hand_out(acc, m, outs);
+}
+
+// ---- all_gather: Allgather(v) of the local blocks, placed by group position.
+template <typename T>
+void run_all_gather(const CollectiveSpec& s, const DeviceGroup& g, const std::vector<Member>& m,
+                    const Topology& topo, std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs) {
+  Shape eshape = s.in_shape;  // one block in output coordinates
+  if (!s.tiled) eshape.insert(eshape.begin() + s.dim, 1);
+  const std::int64_t be = num_elements(s.in_shape);
+  auto place = [&](const T* src, int p, Tensor<T>& out) {
+    copy_in(src, eshape, chunk_box(s.out_shape, s.dim, eshape[s.dim], p), out);
+  };
+  Tensor<T> result(s.out_shape);
+  const bool one_per_rank = g.ranks.size() == g.devices.size();
+  if (g.comm.is_null()) {
+    for (const auto& mm : m) place(ins[mm.local].data(), mm.pos, result);
+  } else if (one_per_rank && s.dim == 0) {
+    const int c = count_of(be, s);
+    mpi::check(MPI_Allgather(ins[m[0].local].data(), c, mpi::datatype<T>(), result.data(), c, mpi::datatype<T>(),
+                             g.comm.get()),
+               "MPI_Allgather");
+    comm_stats().record(s.name, s.axes_text, be * static_cast<std::int64_t>(sizeof(T)));
+  } else {
+    const auto pos = positions_by_rank(g, topo);
+    std::vector<int> counts, displs;
+    std::int64_t total = 0;
+    for (const auto& ps : pos) {
+      counts.push_back(count_of(static_cast<std::int64_t>(ps.size()) * be, s));
+      displs.push_back(count_of(total, s));
+      total += static_cast<std::int64_t>(ps.size()) * be;
+    }
+    Tensor<T> send({static_cast<std::int64_t>(m.size()) * be});
+    for (std::size_t i = 0; i < m.size(); ++i)
+      std::memcpy(send.data() + i * be, ins[m[i].local].data(), static_cast<std::size_t>(be) * sizeof(T));
+    Tensor<T> recv({total});
+    mpi::check(MPI_Allgatherv(send.data(), count_of(send.size(), s), mpi::datatype<T>(), recv.data(), counts.data(),
+                              displs.data(), mpi::datatype<T>(), g.comm.get()),
+               "MPI_Allgatherv");
+    comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(send.bytes()));
+    for (std::size_t r = 0; r < pos.size(); ++r)
+      for (std::size_t j = 0; j < pos[r].size(); ++j) place(recv.data() + displs[r] + j * be, pos[r][j], result);
+  }
+  hand_out(result, m, outs);
+}
+
+// ---- psum_scatter: local sum, then Reduce_scatter(_block) of the chunks by position.
+template <typename T>
+void run_psum_scatter(const CollectiveSpec& s, const DeviceGroup& g, const std::vector<Member>& m,
+                      const Topology& topo, std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs) {
+  Tensor<T> acc = std::move(ins[m[0].local]);
+  for (std::size_t i = 1; i < m.size(); ++i) combine(acc, ins[m[i].local], ReduceOp::kSum);
+  const std::int64_t extent = s.tiled ? s.in_shape[s.dim] / s.group_size : 1;
+  const std::int64_t ce = num_elements(s.in_shape) / s.group_size;
+  const bool one_per_rank = g.ranks.size() == g.devices.size();
+  if (g.comm.is_null()) {
+    for (const auto& mm : m) {
+      outs[mm.local] = Tensor<T>(s.out_shape);
+      copy_out(acc, chunk_box(s.in_shape, s.dim, extent, mm.pos), outs[mm.local].data());
+    }
+    return;
+  }
+  if (one_per_rank && s.dim == 0) {
+    outs[m[0].local] = Tensor<T>(s.out_shape);
+    mpi::check(MPI_Reduce_scatter_block(acc.data(), outs[m[0].local].data(), count_of(ce, s), mpi::datatype<T>(),
+                                        MPI_SUM, g.comm.get()),
+               "MPI_Reduce_scatter_block");
+    comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(acc.bytes()));
+    return;
+  }
+  const auto pos = positions_by_rank(g, topo);
+  Tensor<T> send({acc.size()});
+  std::vector<int> counts;
+  std::int64_t off = 0;
+  for (const auto& ps : pos) {
+    counts.push_back(count_of(static_cast<std::int64_t>(ps.size()) * ce, s));
+    for (int p : ps) {
+      copy_out(acc, chunk_box(s.in_shape, s.dim, extent, p), send.data() + off);
+      off += ce;
+    }
+  }
+  Tensor<T> recv({static_cast<std::int64_t>(m.size()) * ce});
+  mpi::check(MPI_Reduce_scatter(send.data(), recv.data(), counts.data(), mpi::datatype<T>(), MPI_SUM, g.comm.get()),
+             "MPI_Reduce_scatter");
+  comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(send.bytes()));
+  for (std::size_t j = 0; j < m.size(); ++j) {  // my positions arrive in ascending order
+    outs[m[j].local] = Tensor<T>(s.out_shape);
+    std::memcpy(outs[m[j].local].data(), recv.data() + j * ce, static_cast<std::size_t>(ce) * sizeof(T));
+  }
+}
+
+// ---- all_to_all: chunk p of every block goes to position p; Alltoall(v).
+template <typename T>
+void run_all_to_all(const CollectiveSpec& s, const DeviceGroup& g, const std::vector<Member>& m,
+                    const Topology& topo, std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs) {
+  const std::int64_t extent = s.tiled ? s.in_shape[s.dim] / s.group_size : 1;
+  Shape cshape = s.in_shape;  // a chunk as sent
+  cshape[s.dim] = extent;
+  Shape eshape = cshape;  // the same chunk in output coordinates
+  if (!s.tiled) {
+    eshape.erase(eshape.begin() + s.dim);
+    eshape.insert(eshape.begin() + s.concat_dim, 1);
+  }
+  const std::int64_t ce = num_elements(cshape);
+  auto place = [&](const T* src, int q, Tensor<T>& out) {
+    copy_in(src, eshape, chunk_box(s.out_shape, s.concat_dim, eshape[s.concat_dim], q), out);
+  };
+  for (const auto& mm : m) outs[mm.local] = Tensor<T>(s.out_shape);
+  const bool one_per_rank = g.ranks.size() == g.devices.size();
+  if (g.comm.is_null()) {
+    Tensor<T> tmp({ce});
+    for (const auto& dst : m)
+      for (const auto& src : m) {
+        copy_out(ins[src.local], chunk_box(s.in_shape, s.dim, extent, dst.pos), tmp.data());
+        place(tmp.data(), src.pos, outs[dst.local]);
+      }
+    return;
+  }
+  if (one_per_rank && s.dim == 0 && s.concat_dim == 0) {
+    mpi::check(MPI_Alltoall(ins[m[0].local].data(), count_of(ce, s), mpi::datatype<T>(), outs[m[0].local].data(),
+                            count_of(ce, s), mpi::datatype<T>(), g.comm.get()),
+               "MPI_Alltoall");
+    comm_stats().record(s.name, s.axes_text, (s.group_size - 1) * ce * static_cast<std::int64_t>(sizeof(T)));
+    return;
+  }
+  // Send to rank r: for each of my members (by position), the chunks for r's positions.
+  const auto pos = positions_by_rank(g, topo);
+  const int me = comm_rank_of(g, topo.process_index);
+  const auto nm = static_cast<std::int64_t>(m.size());
+  std::vector<int> scounts, sdispls, rcounts, rdispls;
+  std::int64_t stotal = 0, rtotal = 0;
+  for (const auto& ps : pos) {
+    const std::int64_t n = nm * static_cast<std::int64_t>(ps.size()) * ce;
+    scounts.push_back(count_of(n, s));
+    sdispls.push_back(count_of(stotal, s));
+    rcounts.push_back(count_of(n, s));
+    rdispls.push_back(count_of(rtotal, s));
+    stotal += n;
+    rtotal += n;
+  }
+  Tensor<T> send({stotal});
+  std::int64_t off = 0;
+  for (const auto& ps : pos)
+    for (const auto& src : m)
+      for (int p : ps) {
+        copy_out(ins[src.local], chunk_box(s.in_shape, s.dim, extent, p), send.data() + off);
+        off += ce;
+      }
+  Tensor<T> recv({rtotal});
+  mpi::check(MPI_Alltoallv(send.data(), scounts.data(), sdispls.data(), mpi::datatype<T>(), recv.data(),
+                           rcounts.data(), rdispls.data(), mpi::datatype<T>(), g.comm.get()),
+             "MPI_Alltoallv");
+  comm_stats().record(s.name, s.axes_text, (stotal - scounts[me]) * static_cast<std::int64_t>(sizeof(T)));
+  // From rank r: for each of r's positions q, the chunks for my members (by position).
+  for (std::size_t r = 0; r < pos.size(); ++r) {
+    std::int64_t o = rdispls[r];
+    for (int q : pos[r])
+      for (const auto& dst : m) {
+        place(recv.data() + o, q, outs[dst.local]);
+        o += ce;
+      }
+  }
+}
+
+// ---- ppermute: point-to-point along the group, zeros where no one sends.
+template <typename T>
+void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vector<Member>& m,
+                  const Topology& topo, std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs) {
+  const int n = s.group_size;
+  std::vector<int> src_of(n, -1), dst_of(n, -1);
+  for (const auto& [src, dst] : s.perm) {
+    src_of[dst] = src;
+    dst_of[src] = dst;
+  }
+  auto local_of = [&](int pos) {
+    for (const auto& mm : m)
+      if (mm.pos == pos) return mm.local;
+    return -1;
+  };
+  std::vector<MPI_Request> requests;
+  std::int64_t sent = 0;
+  const int count = count_of(num_elements(s.in_shape), s);
+  for (const auto& mm : m) {  // receives first
+    const int src = src_of[mm.pos];
+    if (src < 0) {
+      outs[mm.local] = Tensor<T>(s.in_shape, T(0));
+    } else if (local_of(src) < 0) {
+      outs[mm.local] = Tensor<T>(s.in_shape);
+      requests.emplace_back();
+      mpi::check(MPI_Irecv(outs[mm.local].data(), count, mpi::datatype<T>(),
+                           comm_rank_of(g, topo.owner(g.devices[src])), mm.pos, g.comm.get(), &requests.back()),
+                 "MPI_Irecv");
+    }
+  }
+  for (const auto& mm : m) {  // then sends, and local moves (each source has one destination)
+    const int dst = dst_of[mm.pos];
+    if (dst < 0) continue;
+    const int l = local_of(dst);
+    if (l >= 0) {
+      outs[l] = std::move(ins[mm.local]);
+    } else {
+      requests.emplace_back();
+      mpi::check(MPI_Isend(ins[mm.local].data(), count, mpi::datatype<T>(),
+                           comm_rank_of(g, topo.owner(g.devices[dst])), dst, g.comm.get(), &requests.back()),
+                 "MPI_Isend");
+      sent += static_cast<std::int64_t>(ins[mm.local].bytes());
+    }
+  }
+  if (!requests.empty()) {
+    mpi::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    if (sent > 0) comm_stats().record(s.name, s.axes_text, sent);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
+                        std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs) {
+  outs.resize(ins.size());
+  const Topology& topo = mesh.topology();
+  for (const auto& g : mesh.comms().groups(s.axes)) {
+    const auto m = members_of(g, devices);
+    if (m.empty()) continue;
+    switch (s.kind) {
+      case CollectiveKind::kReduce: run_reduce(s, g, m, ins, outs); break;
+      case CollectiveKind::kAllGather: run_all_gather(s, g, m, topo, ins, outs); break;
+      case CollectiveKind::kPsumScatter: run_psum_scatter(s, g, m, topo, ins, outs); break;
+      case CollectiveKind::kAllToAll: run_all_to_all(s, g, m, topo, ins, outs); break;
+      case CollectiveKind::kPpermute: run_ppermute(s, g, m, topo, ins, outs); break;
+    }
+  }
+}
+
+template void execute_collective<float>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
+                                        std::vector<Tensor<float>>&, std::vector<Tensor<float>>&);
+template void execute_collective<double>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
+                                         std::vector<Tensor<double>>&, std::vector<Tensor<double>>&);
+template void execute_collective<std::int32_t>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
+                                               std::vector<Tensor<std::int32_t>>&, std::vector<Tensor<std::int32_t>>&);
+template void execute_collective<std::int64_t>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
+                                               std::vector<Tensor<std::int64_t>>&, std::vector<Tensor<std::int64_t>>&);
+
+}  // namespace shard::detail
