@@ -14,6 +14,7 @@
 
 #include "shard/detail/device_executor.hpp"
 #include "shard/error.hpp"
+#include "shard/tensor.hpp"
 
 namespace shard {
 
@@ -66,6 +67,7 @@ void set_keep_freed_memory(bool keep) {
   mallopt(M_MMAP_MAX, keep ? 0 : 65536);
   mallopt(M_TRIM_THRESHOLD, keep ? INT_MAX : 128 * 1024);
   g_keep_freed = keep;
+  if (!keep) release_cached_tensor_memory();
 }
 
 bool keep_freed_memory() { return g_keep_freed; }

@@ -7,7 +7,10 @@
 //   mpirun -n 2 collectives_bench
 //   mpirun -n 4 collectives_bench --mesh 2x2 --axes b --dtype float32 --json
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -52,6 +55,12 @@ std::string human(std::int64_t b) {
   return std::to_string(b);
 }
 
+long minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -82,6 +91,8 @@ struct Row {
   std::int64_t bytes = 0;
   int repeats = 0;
   double shard_us = 0, raw_us = -1, raw_default_us = -1, busbw = 0;
+  double paired_ratio = -1;  ///< median over repetitions of shard/raw measured back to back
+  double shard_faults = 0;   ///< minor page faults per Shard call (rank 0)
 };
 
 /// Bus bandwidth factor (nccl-tests convention) applied to bytes moved per device.
@@ -98,10 +109,22 @@ struct Bench {
   MPI_Comm comm;  // the group's communicator, or MPI_COMM_NULL when raw calls are not comparable
   int n;
 
+  /// One Shard call on `in` (refilled from x first, like the raw side's buffer). psum works
+  /// in place and hands the same buffer back, so it is reused call after call as raw's is;
+  /// the other collectives allocate their result (from memory the Runtime keeps).
+  long faults = 0;  // minor page faults inside timed Shard calls
+
   template <typename T>
-  double shard_once(const std::string& c, const Tensor<T>& x) {
-    Tensor<T> in = x;  // reductions work in place on their input: give them a fresh copy
+  double shard_once(const std::string& c, const Tensor<T>& x, Tensor<T>& in) {
+    if (in.size() != x.size()) in = Tensor<T>(x.shape());
+    std::copy(x.begin(), x.end(), in.begin());
     if (comm != MPI_COMM_NULL) MPI_Barrier(comm);
+    const long f0 = minor_faults();
+    struct Count {
+      long& total;
+      long f0;
+      ~Count() { total += minor_faults() - f0; }
+    } count{faults, f0};
     const double t0 = MPI_Wtime();
     if (c == "psum") in = ctx.psum(std::move(in), axes);
     else if (c == "all_gather") in = ctx.all_gather(std::move(in), axes, 0, true);
@@ -130,39 +153,70 @@ struct Bench {
   }
 
   template <typename T>
-  Row run(const std::string& c, std::int64_t bytes, int repeats, bool with_default) {
-    std::int64_t elems = std::max<std::int64_t>(n, bytes / static_cast<std::int64_t>(sizeof(T)));
-    elems -= elems % n;  // the scatters need a multiple of the axis size
+  std::int64_t elements(std::int64_t bytes) const {
+    std::int64_t e = std::max<std::int64_t>(n, bytes / static_cast<std::int64_t>(sizeof(T)));
+    return e - e % n;  // the scatters need a multiple of the axis size
+  }
+
+  /// The raw call under glibc's default memory policy: run before anything kept memory, so
+  /// large temporaries are mmap'ed and unmapped on every call as in a plain MPI program.
+  template <typename T>
+  double run_default(const std::string& c, std::int64_t bytes, int repeats) {
+    const std::int64_t elems = elements<T>(bytes);
     const Tensor<T> x = random_block<T>(elems, 17 + static_cast<std::uint64_t>(ctx.device()));
     Tensor<T> buf = x, out({elems * n});
+    std::vector<double> td;
+    for (int r = -1; r < repeats; ++r) {
+      const double d = raw_once(c, x, buf, out);
+      if (r >= 0) td.push_back(d);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, td.data(), static_cast<int>(td.size()), MPI_DOUBLE, MPI_MAX, comm);
+    return median(td) * 1e6;
+  }
+
+  /// Shard and the raw call interleaved (alternating which goes first), two warm-up rounds.
+  template <typename T>
+  Row run(const std::string& c, std::int64_t bytes, int repeats) {
+    const std::int64_t elems = elements<T>(bytes);
+    const Tensor<T> x = random_block<T>(elems, 17 + static_cast<std::uint64_t>(ctx.device()));
+    Tensor<T> buf = x, out({elems * n}), in = x;
     const bool raw = comm != MPI_COMM_NULL;
-    std::vector<double> ts, tr, td;
-    for (int r = -2; r < repeats; ++r) {  // two warm-up rounds
-      double s = 0, w = 0, d = 0;
-      if (r % 2 == 0 || !raw) {
-        s = shard_once(c, x);
-        if (raw) w = raw_once(c, x, buf, out);
+    // ABBA rounds (Shard, raw, raw, Shard; then the mirror image) cancel drift in the
+    // machine's speed; a repetition pairs one Shard call with the raw call next to it.
+    std::vector<double> ts, tr;
+    long faults_before = 0;
+    for (int r = -2; r < repeats; r += 2) {
+      if (r == 0) faults_before = faults;
+      double s1 = 0, s2 = 0, w1 = 0, w2 = 0;
+      if (!raw) {
+        s1 = shard_once(c, x, in);
+        s2 = shard_once(c, x, in);
+      } else if ((r / 2) % 2 == 0) {
+        s1 = shard_once(c, x, in);
+        w1 = raw_once(c, x, buf, out);
+        w2 = raw_once(c, x, buf, out);
+        s2 = shard_once(c, x, in);
       } else {
-        w = raw_once(c, x, buf, out);
-        s = shard_once(c, x);
-      }
-      if (raw && with_default) {
-        shard::set_keep_freed_memory(false);
-        d = raw_once(c, x, buf, out);
-        shard::set_keep_freed_memory(true);
+        w1 = raw_once(c, x, buf, out);
+        s1 = shard_once(c, x, in);
+        s2 = shard_once(c, x, in);
+        w2 = raw_once(c, x, buf, out);
       }
       if (r < 0) continue;
-      ts.push_back(s);
-      tr.push_back(w);
-      td.push_back(d);
+      ts.insert(ts.end(), {s1, s2});
+      tr.insert(tr.end(), {w1, w2});
     }
+    Row row{c, elems * static_cast<std::int64_t>(sizeof(T)), repeats, 0};
     if (raw) {  // each repetition counts as long as its slowest rank
-      for (auto* v : {&ts, &tr, &td})
+      for (auto* v : {&ts, &tr})
         MPI_Allreduce(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_DOUBLE, MPI_MAX, comm);
+      std::vector<double> ratios;
+      for (std::size_t i = 0; i < ts.size(); ++i) ratios.push_back(ts[i] / tr[i]);
+      row.raw_us = median(tr) * 1e6;
+      row.paired_ratio = median(ratios);
     }
-    Row row{c, elems * static_cast<std::int64_t>(sizeof(T)), repeats, median(ts) * 1e6};
-    if (raw) row.raw_us = median(tr) * 1e6;
-    if (raw && with_default) row.raw_default_us = median(td) * 1e6;
+    row.shard_us = median(ts) * 1e6;
+    row.shard_faults = static_cast<double>(faults - faults_before) / static_cast<double>(ts.size());
     const double moved = static_cast<double>(row.bytes) * (c == "all_gather" ? n : 1);
     row.busbw = row.shard_us > 0 ? moved / (row.shard_us * 1e-6) * bus_factor(c, n) / 1e9 : 0;
     return row;
@@ -171,7 +225,7 @@ struct Bench {
 
 template <typename T>
 std::vector<Row> run_all(const shard::Mesh& mesh, const shard::Axes& axes, const std::vector<std::string>& colls,
-                         const std::vector<std::int64_t>& sizes, int repeats_opt) {
+                         const std::vector<std::int64_t>& sizes, int repeats_opt, bool keep_policy) {
   std::vector<int> positions;
   for (const auto& a : axes.axes()) positions.push_back(mesh.axis_position(a));
   const auto& groups = mesh.comms().groups(positions);
@@ -181,10 +235,21 @@ std::vector<Row> run_all(const shard::Mesh& mesh, const shard::Axes& axes, const
   shard::ShardMapBody<T> body = [&](shard::DeviceContext& ctx, const shard::Blocks<T>&) {
     Bench b{ctx, axes, comparable ? groups[0].comm.get() : MPI_COMM_NULL, ctx.axis_size(axes)};
     std::vector<Row> mine;
+    auto reps_for = [&](std::int64_t bytes) {
+      return repeats_opt > 0 ? repeats_opt : bytes <= 65536 ? 400 : bytes <= 4194304 ? 100 : 41;
+    };
+    // Phase 1, glibc defaults (the process started with them): the raw calls a plain MPI
+    // program makes. Phase 2, Shard's policy: Shard and raw side by side.
+    std::vector<double> dflt;
+    for (const auto& c : colls)
+      for (auto bytes : sizes)
+        dflt.push_back(b.comm != MPI_COMM_NULL && bytes >= 65536 ? b.run_default<T>(c, bytes, reps_for(bytes)) : -1);
+    shard::set_keep_freed_memory(keep_policy);
+    std::size_t i = 0;
     for (const auto& c : colls)
       for (auto bytes : sizes) {
-        const int reps = repeats_opt > 0 ? repeats_opt : bytes <= 65536 ? 400 : bytes <= 4194304 ? 60 : 15;
-        mine.push_back(b.run<T>(c, bytes, reps, bytes >= 65536));
+        mine.push_back(b.run<T>(c, bytes, reps_for(bytes)));
+        mine.back().raw_default_us = dflt[i++];
       }
     if (ctx.device() == mesh.local_device_ids().front() && ctx.mesh().topology().process_index == 0)
       rows = mine;
@@ -199,6 +264,12 @@ std::vector<Row> run_all(const shard::Mesh& mesh, const shard::Axes& axes, const
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Start with glibc's default memory policy so the default-malloc baseline is faithful; the
+  // policy Shard's Runtime normally sets at start-up is switched on after that phase.
+  shard::RuntimeOptions runtime_options;
+  runtime_options.keep_freed_memory = false;
+  const char* keep_env = std::getenv("SHARD_KEEP_FREED_MEMORY");
+  const bool keep_policy = !(keep_env && std::string(keep_env) == "0");
   return shard::guarded_main(argc, argv, [&](shard::Runtime& rt) {
     namespace po = shard::apps::po;
     std::string mesh_text, axes_text, dtype, sizes_text, colls_text;
@@ -213,7 +284,7 @@ int main(int argc, char** argv) {
         "bytes per device, comma separated (K, M suffixes)")(
         "collectives", po::value(&colls_text)->default_value("psum,all_gather,psum_scatter,all_to_all,ppermute"),
         "which collectives")("repeats", po::value(&repeats)->default_value(0),
-                             "timed repetitions per row (0: 400 small, 60 medium, 15 large)")(
+                             "timed repetitions per row (0: 400 up to 64K, 100 up to 4M, 41 above)")(
         "json", "one JSON object per row instead of the table")("comm-stats", "print Shard's CommStats at the end");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
@@ -237,10 +308,10 @@ int main(int argc, char** argv) {
         shard::raise<shard::ValueError>("unknown collective '", c, "'");
 
     std::vector<Row> rows;
-    if (dtype == "float32") rows = run_all<float>(mesh, axes, colls, sizes, repeats);
-    else if (dtype == "float64") rows = run_all<double>(mesh, axes, colls, sizes, repeats);
-    else if (dtype == "int32") rows = run_all<std::int32_t>(mesh, axes, colls, sizes, repeats);
-    else if (dtype == "int64") rows = run_all<std::int64_t>(mesh, axes, colls, sizes, repeats);
+    if (dtype == "float32") rows = run_all<float>(mesh, axes, colls, sizes, repeats, keep_policy);
+    else if (dtype == "float64") rows = run_all<double>(mesh, axes, colls, sizes, repeats, keep_policy);
+    else if (dtype == "int32") rows = run_all<std::int32_t>(mesh, axes, colls, sizes, repeats, keep_policy);
+    else if (dtype == "int64") rows = run_all<std::int64_t>(mesh, axes, colls, sizes, repeats, keep_policy);
     else shard::raise<shard::ValueError>("unknown --dtype '", dtype, "'");
 
     std::ostringstream os;
@@ -250,32 +321,35 @@ int main(int argc, char** argv) {
          << mesh.to_string() << ", axes " << axes.to_string() << ", " << dtype << "; " << shard::blas_summary()
          << "; keep freed memory: " << (shard::keep_freed_memory() ? "on" : "off") << "\n";
       os << "times are medians of the slowest rank per repetition, in microseconds; raw = the same MPI call on the "
-            "same communicator;\nraw-dflt = raw with glibc's default malloc policy (rows >= 64K); busbw from Shard's "
-            "time\n";
-      std::snprintf(line, sizeof line, "%-13s %8s %6s %11s %11s %9s %11s %10s %9s\n", "collective", "bytes", "reps",
-                    "shard_us", "raw_us", "shard/raw", "raw-dflt_us", "dflt/shard", "busbw_GB/s");
+            "same communicator;\npaired = median of shard/raw over back-to-back pairs (robust to drift); faults = minor page faults per Shard call;\nraw-dflt = raw "
+            "under glibc's default malloc policy, measured first, before any memory was kept (rows >= 64K); busbw from "
+            "Shard's time\n";
+      std::snprintf(line, sizeof line, "%-13s %8s %6s %11s %11s %9s %9s %11s %10s %9s %7s\n", "collective", "bytes", "reps",
+                    "shard_us", "raw_us", "shard/raw", "paired", "raw-dflt_us", "dflt/shard", "busbw_GB/s", "faults");
       os << line;
     }
     for (const auto& r : rows) {
       if (vm.count("json")) {
         std::snprintf(line, sizeof line,
                       "{\"collective\": \"%s\", \"bytes\": %lld, \"repeats\": %d, \"shard_us\": %.3f, \"raw_us\": %.3f, "
-                      "\"raw_default_malloc_us\": %.3f, \"busbw_GBps\": %.3f, \"ranks\": %d, \"dtype\": \"%s\"}\n",
+                      "\"paired_ratio\": %.4f, \"shard_page_faults\": %.1f, \"raw_default_malloc_us\": %.3f, \"busbw_GBps\": %.3f, \"ranks\": %d, "
+                      "\"dtype\": \"%s\"}\n",
                       r.collective.c_str(), static_cast<long long>(r.bytes), r.repeats, r.shard_us, r.raw_us,
-                      r.raw_default_us, r.busbw, rt.process_count(), dtype.c_str());
+                      r.paired_ratio, r.shard_faults, r.raw_default_us, r.busbw, rt.process_count(), dtype.c_str());
       } else {
         const std::string ratio = r.raw_us > 0 ? std::to_string(r.shard_us / r.raw_us).substr(0, 5) : "-";
         const std::string dflt = r.raw_default_us > 0 ? std::to_string(r.raw_default_us).substr(0, 9) : "-";
         const std::string dr = r.raw_default_us > 0 ? std::to_string(r.raw_default_us / r.shard_us).substr(0, 5) : "-";
         const std::string raw = r.raw_us > 0 ? std::to_string(r.raw_us).substr(0, 9) : "-";
-        std::snprintf(line, sizeof line, "%-13s %8s %6d %11.2f %11s %9s %11s %10s %9.2f\n", r.collective.c_str(),
-                      human(r.bytes).c_str(), r.repeats, r.shard_us, raw.c_str(), ratio.c_str(), dflt.c_str(),
-                      dr.c_str(), r.busbw);
+        const std::string paired = r.paired_ratio > 0 ? std::to_string(r.paired_ratio).substr(0, 5) : "-";
+        std::snprintf(line, sizeof line, "%-13s %8s %6d %11.2f %11s %9s %9s %11s %10s %9.2f %7.1f\n",
+                      r.collective.c_str(), human(r.bytes).c_str(), r.repeats, r.shard_us, raw.c_str(), ratio.c_str(),
+                      paired.c_str(), dflt.c_str(), dr.c_str(), r.busbw, r.shard_faults);
       }
       os << line;
     }
     if (vm.count("comm-stats")) os << "\nCommStats of rank 0:\n" << shard::comm_stats().to_string();
     shard::apps::print0(rt, os.str());
     return 0;
-  });
+  }, runtime_options);
 }

@@ -1,7 +1,8 @@
 #pragma once
 /// \file Tensor<T>: a dense, row-major, owning N-D block in this process's memory.
-/// Value semantics (copies are deep, moves are cheap). Storage is 64-byte aligned and left
-/// uninitialised unless a fill value is given. Local only: nothing here communicates.
+/// Value semantics (copies are deep, moves are cheap). Storage comes from operator new
+/// (16-byte aligned) and is left uninitialised unless a fill value is given. Local only:
+/// nothing here communicates.
 
 #include <algorithm>
 #include <cstdint>
@@ -24,6 +25,8 @@ struct TensorMemoryStats {
 TensorMemoryStats tensor_memory_stats();
 /// Sets the peak to the current live bytes.
 void reset_tensor_memory_peak();
+/// Frees the buffers kept for reuse (see RuntimeOptions::keep_freed_memory).
+void release_cached_tensor_memory();
 
 namespace detail {
 void* tensor_alloc(std::size_t bytes);
