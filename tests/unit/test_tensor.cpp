@@ -27,7 +27,7 @@ TEST(Tensor, ShapeAndSize) {
   EXPECT_EQ(t.bytes(), 60 * sizeof(float));
   EXPECT_FALSE(t.empty());
   EXPECT_NE(t.data(), nullptr);
-  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t.data()) % 64, 0u);  // 64-byte aligned
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t.data()) % 16, 0u);  // operator new: 16-byte aligned
   EXPECT_EQ(t.end() - t.begin(), 60);
 
   const Tensor<double> empty;
