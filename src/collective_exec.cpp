@@ -8,6 +8,7 @@
 
 #include <climits>
 #include <cstring>
+#include <functional>
 
 #include "shard/comm_stats.hpp"
 #include "shard/detail/collective.hpp"
@@ -124,9 +125,13 @@ void run_reduce(const CollectiveSpec& s, const DeviceGroup& g, const std::vector
 }
 
 // ---- all_gather: Allgather(v) of the local blocks, placed by group position.
+/// Read-only access to the local inputs, by index into devices.
+template <typename T>
+using Inputs = std::function<const Tensor<T>&(int)>;
+
 template <typename T>
 void run_all_gather(const CollectiveSpec& s, const DeviceGroup& g, const std::vector<Member>& m,
-                    const Topology& topo, std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs) {
+                    const Topology& topo, const Inputs<T>& in, std::vector<Tensor<T>>& outs) {
   Shape eshape = s.in_shape;  // one block in output coordinates
   if (!s.tiled) eshape.insert(eshape.begin() + s.dim, 1);
   const std::int64_t be = num_elements(s.in_shape);
@@ -136,10 +141,10 @@ void run_all_gather(const CollectiveSpec& s, const DeviceGroup& g, const std::ve
   Tensor<T> result(s.out_shape);
   const bool one_per_rank = g.ranks.size() == g.devices.size();
   if (g.comm.is_null()) {
-    for (const auto& mm : m) place(ins[mm.local].data(), mm.pos, result);
+    for (const auto& mm : m) place(in(mm.local).data(), mm.pos, result);
   } else if (one_per_rank && s.dim == 0) {
     const int c = count_of(be, s);
-    mpi::check(MPI_Allgather(ins[m[0].local].data(), c, mpi::datatype<T>(), result.data(), c, mpi::datatype<T>(),
+    mpi::check(MPI_Allgather(in(m[0].local).data(), c, mpi::datatype<T>(), result.data(), c, mpi::datatype<T>(),
                              g.comm.get()),
                "MPI_Allgather");
     comm_stats().record(s.name, s.axes_text, be * static_cast<std::int64_t>(sizeof(T)));
@@ -154,7 +159,7 @@ void run_all_gather(const CollectiveSpec& s, const DeviceGroup& g, const std::ve
     }
     Tensor<T> send({static_cast<std::int64_t>(m.size()) * be});
     for (std::size_t i = 0; i < m.size(); ++i)
-      std::memcpy(send.data() + i * be, ins[m[i].local].data(), static_cast<std::size_t>(be) * sizeof(T));
+      std::memcpy(send.data() + i * be, in(m[i].local).data(), static_cast<std::size_t>(be) * sizeof(T));
     Tensor<T> recv({total});
     mpi::check(MPI_Allgatherv(send.data(), count_of(send.size(), s), mpi::datatype<T>(), recv.data(), counts.data(),
                               displs.data(), mpi::datatype<T>(), g.comm.get()),
@@ -214,7 +219,7 @@ void run_psum_scatter(const CollectiveSpec& s, const DeviceGroup& g, const std::
 // ---- all_to_all: chunk p of every block goes to position p; Alltoall(v).
 template <typename T>
 void run_all_to_all(const CollectiveSpec& s, const DeviceGroup& g, const std::vector<Member>& m,
-                    const Topology& topo, std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs) {
+                    const Topology& topo, const Inputs<T>& in, std::vector<Tensor<T>>& outs) {
   const std::int64_t extent = s.tiled ? s.in_shape[s.dim] / s.group_size : 1;
   Shape cshape = s.in_shape;  // a chunk as sent
   cshape[s.dim] = extent;
@@ -233,13 +238,13 @@ void run_all_to_all(const CollectiveSpec& s, const DeviceGroup& g, const std::ve
     Tensor<T> tmp({ce});
     for (const auto& dst : m)
       for (const auto& src : m) {
-        copy_out(ins[src.local], chunk_box(s.in_shape, s.dim, extent, dst.pos), tmp.data());
+        copy_out(in(src.local), chunk_box(s.in_shape, s.dim, extent, dst.pos), tmp.data());
         place(tmp.data(), src.pos, outs[dst.local]);
       }
     return;
   }
   if (one_per_rank && s.dim == 0 && s.concat_dim == 0) {
-    mpi::check(MPI_Alltoall(ins[m[0].local].data(), count_of(ce, s), mpi::datatype<T>(), outs[m[0].local].data(),
+    mpi::check(MPI_Alltoall(in(m[0].local).data(), count_of(ce, s), mpi::datatype<T>(), outs[m[0].local].data(),
                             count_of(ce, s), mpi::datatype<T>(), g.comm.get()),
                "MPI_Alltoall");
     comm_stats().record(s.name, s.axes_text, (s.group_size - 1) * ce * static_cast<std::int64_t>(sizeof(T)));
@@ -265,7 +270,7 @@ void run_all_to_all(const CollectiveSpec& s, const DeviceGroup& g, const std::ve
   for (const auto& ps : pos)
     for (const auto& src : m)
       for (int p : ps) {
-        copy_out(ins[src.local], chunk_box(s.in_shape, s.dim, extent, p), send.data() + off);
+        copy_out(in(src.local), chunk_box(s.in_shape, s.dim, extent, p), send.data() + off);
         off += ce;
       }
   Tensor<T> recv({rtotal});
@@ -356,25 +361,49 @@ void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::ve
                         std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs) {
   outs.resize(ins.size());
   const Topology& topo = mesh.topology();
+  const Inputs<T> in = [&](int l) -> const Tensor<T>& { return ins[l]; };
   for (const auto& g : mesh.comms().groups(s.axes)) {
     const auto m = members_of(g, devices);
     if (m.empty()) continue;
     switch (s.kind) {
       case CollectiveKind::kReduce: run_reduce(s, g, m, ins, outs); break;
-      case CollectiveKind::kAllGather: run_all_gather(s, g, m, topo, ins, outs); break;
+      case CollectiveKind::kAllGather: run_all_gather(s, g, m, topo, in, outs); break;
       case CollectiveKind::kPsumScatter: run_psum_scatter(s, g, m, topo, ins, outs); break;
-      case CollectiveKind::kAllToAll: run_all_to_all(s, g, m, topo, ins, outs); break;
+      case CollectiveKind::kAllToAll: run_all_to_all(s, g, m, topo, in, outs); break;
       case CollectiveKind::kPpermute: run_ppermute(s, g, m, topo, ins, outs); break;
     }
   }
 }
 
+template <typename T>
+void execute_gather_like(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
+                         const std::vector<const Tensor<T>*>& ins, std::vector<Tensor<T>>& outs) {
+  if (s.kind != CollectiveKind::kAllGather && s.kind != CollectiveKind::kAllToAll)
+    raise<ValueError>("execute_gather_like: ", s.name, " consumes its inputs; use execute_collective");
+  outs.resize(ins.size());
+  const Inputs<T> in = [&](int l) -> const Tensor<T>& { return *ins[l]; };
+  for (const auto& g : mesh.comms().groups(s.axes)) {
+    const auto m = members_of(g, devices);
+    if (m.empty()) continue;
+    if (s.kind == CollectiveKind::kAllGather) run_all_gather(s, g, m, mesh.topology(), in, outs);
+    else run_all_to_all(s, g, m, mesh.topology(), in, outs);
+  }
+}
+
+template void execute_gather_like<float>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
+                                         const std::vector<const Tensor<float>*>&, std::vector<Tensor<float>>&);
 template void execute_collective<float>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
                                         std::vector<Tensor<float>>&, std::vector<Tensor<float>>&);
+template void execute_gather_like<double>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
+                                         const std::vector<const Tensor<double>*>&, std::vector<Tensor<double>>&);
 template void execute_collective<double>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
                                          std::vector<Tensor<double>>&, std::vector<Tensor<double>>&);
+template void execute_gather_like<std::int32_t>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
+                                         const std::vector<const Tensor<std::int32_t>*>&, std::vector<Tensor<std::int32_t>>&);
 template void execute_collective<std::int32_t>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
                                                std::vector<Tensor<std::int32_t>>&, std::vector<Tensor<std::int32_t>>&);
+template void execute_gather_like<std::int64_t>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
+                                         const std::vector<const Tensor<std::int64_t>*>&, std::vector<Tensor<std::int64_t>>&);
 template void execute_collective<std::int64_t>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
                                                std::vector<Tensor<std::int64_t>>&, std::vector<Tensor<std::int64_t>>&);
 

@@ -6,6 +6,7 @@
 #include "shard/detail/device_executor.hpp"
 #include "shard/error.hpp"
 #include "shard/mpi/agree.hpp"
+#include "shard/reshard.hpp"
 #include "shard/runtime.hpp"
 #include "spmd_state.hpp"
 
@@ -344,21 +345,14 @@ ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis) {
     const auto& names = spec[d].axes();
     const auto it = std::find(names.begin(), names.end(), axis);
     if (it == names.end()) continue;
-    if (it + 1 != names.end())
-      raise<ShardingError>("all_gather: mesh axis '", axis, "' is not the minor axis of dim ", d, " in ",
-                           spec.to_string(), "; only the minor axis of an entry can be gathered in place");
-    const NamedSharding& s = x.sharding();
-    if (x.shape()[d] % s.num_parts(d) != 0)
-      raise<ShapeError>("all_gather: dim ", d, " of ", to_string(x.shape()), " does not divide evenly over ",
-                        spec[d].to_string(), " (", s.num_parts(d), " parts)");
     std::vector<SpecEntry> entries = spec.entries();
-    std::vector<std::string> rest(names.begin(), names.end() - 1);
+    std::vector<std::string> rest;
+    for (const auto& n : names)
+      if (n != axis) rest.push_back(n);
     entries[d] = SpecEntry(rest);
-    const NamedSharding out_sharding(x.mesh(), PartitionSpec(entries));
-    const Shape block = s.shard_shape(x.shape());
-    detail::CollectiveSpec cs = detail::all_gather_spec(x.mesh(), Axes(axis), block, d, true);
-    cs.dtype = dtype_name<T>();
-    return run_on_shards(x, cs, out_sharding, x.shape());
+    // reshard runs this as one all_gather over `axis` when the axis is the minor one of its
+    // entry and the dims divide evenly, and as one Alltoallv of the missing pieces otherwise.
+    return reshard(x, NamedSharding(x.mesh(), PartitionSpec(entries)));
   }
   raise<ShardingError>("all_gather: mesh axis '", axis, "' does not split the array (", spec.to_string(), ")");
 }

@@ -198,6 +198,13 @@ ShardedArray<T> from_callback(const Shape& shape, const NamedSharding& sharding,
 }
 
 template <typename T>
+ShardedArray<T> generate(const Shape& shape, const NamedSharding& sharding,
+                         const std::function<Tensor<T>(const Box&)>& fn) {
+  auto shards = make_local_shards<T>(shape, sharding, fn);
+  return ShardedArray<T>(shape, sharding, std::move(shards));
+}
+
+template <typename T>
 ShardedArray<T> full(const Shape& shape, T value, const NamedSharding& sharding) {
   auto shards = make_local_shards<T>(shape, sharding, [&](const Box& b) { return Tensor<T>(b.extent, value); });
   return ShardedArray<T>(shape, sharding, std::move(shards));
@@ -234,6 +241,8 @@ ShardedArray<T> arange(const Shape& shape, const NamedSharding& sharding) {
   template ShardedArray<T> device_put<T>(const Tensor<T>&, const NamedSharding&);                            \
   template ShardedArray<T> from_callback<T>(const Shape&, const NamedSharding&,                              \
                                             const std::function<Tensor<T>(const Box&)>&);                    \
+  template ShardedArray<T> generate<T>(const Shape&, const NamedSharding&,                                   \
+                                       const std::function<Tensor<T>(const Box&)>&);                         \
   template ShardedArray<T> zeros<T>(const Shape&, const NamedSharding&);                                     \
   template ShardedArray<T> full<T>(const Shape&, T, const NamedSharding&);                                   \
   template ShardedArray<T> arange<T>(const Shape&, const NamedSharding&);

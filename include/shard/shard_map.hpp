@@ -134,8 +134,9 @@ ShardedArray<T> pmap(const std::function<Tensor<T>(DeviceContext&, const Tensor<
 /// sums living on the replicas along those axes); the result keeps x's sharding.
 template <typename T>
 ShardedArray<T> psum(const ShardedArray<T>& x, const Axes& axes);
-/// Collective over the mesh: replicates x along mesh axis `axis` (the minor axis of the dim it
-/// splits, which must divide evenly): the spec loses that axis.
+/// Collective over all ranks: replicates x along mesh axis `axis` (the spec loses that axis):
+/// one all_gather over the axis when it is the minor axis of its entry and the dims divide
+/// evenly, otherwise the reshard that moves only the missing pieces.
 template <typename T>
 ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis);
 

@@ -75,6 +75,12 @@ template <typename T>
 ShardedArray<T> from_callback(const Shape& shape, const NamedSharding& sharding,
                               const std::function<Tensor<T>(const Box&)>& fn);
 
+/// Local (no communication): like from_callback, for a `fn` that cannot fail on some ranks
+/// only (a pure function of the box, e.g. a counter-based random generator).
+template <typename T>
+ShardedArray<T> generate(const Shape& shape, const NamedSharding& sharding,
+                         const std::function<Tensor<T>(const Box&)>& fn);
+
 /// Local (no communication): an array of zeros.
 template <typename T>
 ShardedArray<T> zeros(const Shape& shape, const NamedSharding& sharding);
@@ -90,6 +96,8 @@ ShardedArray<T> arange(const Shape& shape, const NamedSharding& sharding);
   extern template ShardedArray<T> device_put<T>(const Tensor<T>&, const NamedSharding&);               \
   extern template ShardedArray<T> from_callback<T>(const Shape&, const NamedSharding&,                 \
                                                    const std::function<Tensor<T>(const Box&)>&);       \
+  extern template ShardedArray<T> generate<T>(const Shape&, const NamedSharding&,                      \
+                                              const std::function<Tensor<T>(const Box&)>&);            \
   extern template ShardedArray<T> zeros<T>(const Shape&, const NamedSharding&);                        \
   extern template ShardedArray<T> full<T>(const Shape&, T, const NamedSharding&);                      \
   extern template ShardedArray<T> arange<T>(const Shape&, const NamedSharding&);

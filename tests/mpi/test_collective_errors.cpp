@@ -295,12 +295,23 @@ SHARD_MPI_TEST(ArrayCollectiveErrors, PsumOverAnAxisTheSpecUses) {
   expect_error<ShardingError>([&] { psum(x, {"b", "a"}); }, {"psum", "'a'"});
   expect_error<ShardingError>([&] { psum(x, "zz"); }, {"unknown mesh axis 'zz'"});
   expect_error<ShardingError>([&] { all_gather(x, "b"); }, {"all_gather", "'b' does not split the array"});
-  const auto y = zeros<double>({2 * n}, NamedSharding(mesh, P(SpecEntry{"a", "b"})));
-  expect_error<ShardingError>([&] { all_gather(y, "a"); }, {"all_gather", "not the minor axis"});
-  if (n > 1) {
-    const auto z = zeros<double>({2 * n + 1}, NamedSharding(mesh_1d(), P("a")));
-    expect_error<ShapeError>([&] { all_gather(z, "a"); }, {"all_gather", "does not divide evenly"});
-  }
+}
+
+// Gathering a major axis of a tuple entry, or an unevenly split dim, is not a single
+// all_gather; the array-level all_gather then reshards (moving only the missing pieces).
+SHARD_MPI_TEST(ArrayCollectives, AllGatherOfMajorAxisOrUnevenDimReshards) {
+  const int n = n_devices();
+  const Mesh mesh = n % 2 == 0 ? make_mesh({n / 2, 2}, {"a", "b"}) : make_mesh({n, 1}, {"a", "b"});
+  const Tensor<double> hy = random_tensor<double>({2 * n}, 41);
+  const auto y = device_put(hy, NamedSharding(mesh, P(SpecEntry{"a", "b"})));
+  const auto gy = all_gather(y, "a");
+  EXPECT_EQ(gy.spec(), P("b"));
+  EXPECT_TRUE(gy.to_host() == hy);
+  const Tensor<double> hz = random_tensor<double>({2 * n + 1}, 42);
+  const auto z = device_put(hz, NamedSharding(mesh_1d(), P("a")));
+  const auto gz = all_gather(z, "a");
+  EXPECT_EQ(gz.spec(), P());
+  for (const auto& s : gz.addressable_shards()) EXPECT_TRUE(s.data == hz);
 }
 
 SHARD_MPI_TEST(ShardMapErrors, BadOutSpecsAndPmapArguments) {

@@ -56,4 +56,10 @@ template <typename T>
 void execute_collective(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices,
                         std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs);
 
+/// The same for all_gather and all_to_all, which only read their inputs: the blocks are
+/// used in place (no copy of the caller's shards).
+template <typename T>
+void execute_gather_like(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices,
+                         const std::vector<const Tensor<T>*>& ins, std::vector<Tensor<T>>& outs);
+
 }  // namespace shard::detail

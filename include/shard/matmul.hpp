@@ -1,0 +1,39 @@
+#pragma once
+/// \file matmul with sharding rules: computation follows the operands' layouts.
+///
+/// For C[.., M, N] = A[.., M, K] @ B[K, N] (or batched B[.., K, N] with the same leading dims)
+/// with A sharded (batch.., rows, k_a) and B (k_b, cols):
+///   - k_a == k_b (both None, or the same mesh axes) and rows, k, cols use distinct axes:
+///       each device multiplies its blocks with OpenBLAS; C is (batch.., rows, cols). When the
+///       contracting dim is sharded, the partial products are summed with one psum over those
+///       axes (or psum_scatter when `out` asks for C split further over them).
+///       P('x', None) @ P(None, 'y') -> P('x', 'y') sends nothing.
+///   - otherwise the operands are resharded to such a layout: the contracting axes become
+///     A's k axes, B's k axes or none, whichever moves the fewest bytes (reshard_plan's bytes,
+///     plus about twice C's blocks for the psum when the contracting dim stays sharded).
+/// Integer types multiply with a plain loop.
+
+#include "shard/ops.hpp"
+#include "shard/sharded_array.hpp"
+
+namespace shard {
+
+/// The layouts matmul(a, b) runs with (metadata only): the resharded operands' specs, the
+/// result spec, the contracting axes, and the bytes the reshards send.
+struct MatmulPlan {
+  PartitionSpec a, b, out;
+  SpecEntry contract;          ///< mesh axes the partial products are summed over (None: no psum)
+  std::int64_t reshard_bytes = 0;
+  std::string to_string() const;
+};
+
+MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape, const NamedSharding& b,
+                       std::size_t elem_size);
+
+/// Collective over all ranks when a reshard or a psum is needed. `out`, when given, is the
+/// sharding of the result (reached with psum_scatter when it only splits C further over the
+/// contracting axes, otherwise with a reshard of the result).
+template <typename T>
+ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out = nullptr);
+
+}  // namespace shard

@@ -1,0 +1,194 @@
+// matmul with sharding rules. Layouts at each step, for A[.., M, K] @ B[K, N]:
+//   A[batch.., rows, k] B[k, cols]   after the chosen reshards (k: the contracting axes)
+//   C_partial[batch.., rows, cols] = A_block @ B_block           OpenBLAS, per device
+//   C[batch.., rows, cols] = psum_k(C_partial)                    only when k names axes
+
+#include "shard/matmul.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "shard/detail/collective.hpp"
+#include "shard/error.hpp"
+
+namespace shard {
+
+namespace {
+
+std::vector<std::string> without(const std::vector<std::string>& v, const std::set<std::string>& drop) {
+  std::vector<std::string> out;
+  for (const auto& a : v)
+    if (!drop.count(a)) out.push_back(a);
+  return out;
+}
+
+struct Layout {
+  PartitionSpec a, b, out;
+  SpecEntry k;
+};
+
+/// The layouts that contract over the mesh axes `k` (A's k entry and B's k entry become k;
+/// every other entry drops the axes an earlier operand dim already uses).
+Layout layout_for(const PartitionSpec& sa, int ra, const PartitionSpec& sb, int rb, const SpecEntry& k) {
+  std::set<std::string> used(k.axes().begin(), k.axes().end());
+  std::vector<SpecEntry> ea;
+  for (int d = 0; d < ra - 1; ++d) {
+    auto axes = without(sa[d].axes(), used);
+    used.insert(axes.begin(), axes.end());
+    ea.emplace_back(axes);
+  }
+  ea.push_back(k);
+  std::vector<SpecEntry> eb;
+  if (rb > 2)
+    for (int d = 0; d < rb - 2; ++d) eb.push_back(ea[d]);  // batched B follows A's batch dims
+  eb.push_back(k);
+  const SpecEntry cols(without(sb[rb - 1].axes(), used));
+  eb.push_back(cols);
+  std::vector<SpecEntry> eo(ea.begin(), ea.end() - 1);
+  eo.push_back(cols);
+  return Layout{PartitionSpec(ea), PartitionSpec(eb), PartitionSpec(eo), k};
+}
+
+void check_shapes(const Shape& a, const Shape& b) {
+  const bool ok = a.size() >= 2 && (b.size() == 2 || b.size() == a.size()) && a.back() == b[b.size() - 2] &&
+                  (b.size() == 2 || std::equal(a.begin(), a.end() - 2, b.begin()));
+  if (!ok)
+    raise<ShapeError>("matmul: shapes ", to_string(a), " and ", to_string(b),
+                      " do not multiply; need A[.., M, K] and B[K, N] or B[.., K, N] with the same leading dims");
+}
+
+/// Local block product: out[.., m, n] = a[.., m, k] @ b[(..,) k, n].
+template <typename T>
+Tensor<T> block_product(const Tensor<T>& a, const Tensor<T>& b) {
+  const int ra = a.rank();
+  const std::int64_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[b.rank() - 1];
+  Shape out_shape(a.shape().begin(), a.shape().end() - 1);
+  out_shape.push_back(n);
+  Tensor<T> out(out_shape, T(0));
+  const std::int64_t batches = m * k > 0 ? a.size() / (m * k) : num_elements(Shape(a.shape().begin(), a.shape().end() - 2));
+  const bool batched_b = b.rank() > 2;
+  for (std::int64_t i = 0; i < batches; ++i) {
+    const T* pa = a.data() + i * m * k;
+    const T* pb = b.data() + (batched_b ? i * k * n : 0);
+    T* pc = out.data() + i * m * n;
+    if (m == 0 || n == 0 || k == 0) continue;
+    if constexpr (std::is_same_v<T, double>) {
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                  static_cast<int>(k), 1.0, pa, static_cast<int>(k), pb, static_cast<int>(n), 0.0, pc,
+                  static_cast<int>(n));
+    } else if constexpr (std::is_same_v<T, float>) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                  static_cast<int>(k), 1.0f, pa, static_cast<int>(k), pb, static_cast<int>(n), 0.0f, pc,
+                  static_cast<int>(n));
+    } else {
+      for (std::int64_t r = 0; r < m; ++r)
+        for (std::int64_t q = 0; q < k; ++q) {
+          const T v = pa[r * k + q];
+          for (std::int64_t c = 0; c < n; ++c) pc[r * n + c] += v * pb[q * n + c];
+        }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string MatmulPlan::to_string() const {
+  std::ostringstream os;
+  os << a.to_string() << " @ " << b.to_string() << " -> " << out.to_string();
+  if (!contract.is_none()) os << ", psum over " << contract.to_string();
+  os << "; reshards send " << reshard_bytes << " bytes";
+  return os.str();
+}
+
+MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape, const NamedSharding& b,
+                       std::size_t elem_size) {
+  detail::check_same_mesh(a.mesh(), b.mesh(), "matmul");
+  check_shapes(a_shape, b_shape);
+  const int ra = static_cast<int>(a_shape.size()), rb = static_cast<int>(b_shape.size());
+  const SpecEntry ka = a.spec()[ra - 1], kb = b.spec()[rb - 2];
+  MatmulPlan best;
+  std::int64_t best_cost = -1;
+  for (const SpecEntry& k : {ka, kb, SpecEntry()}) {
+    const Layout l = layout_for(a.spec(), ra, b.spec(), rb, k);
+    const NamedSharding na(a.mesh(), l.a), nb(a.mesh(), l.b), no(a.mesh(), l.out);
+    std::int64_t cost = plan_reshard(a_shape, a, na, elem_size).total_bytes() +
+                        plan_reshard(b_shape, b, nb, elem_size).total_bytes();
+    const std::int64_t reshards = cost;
+    if (!k.is_none()) {  // a psum of C's blocks: about twice their bytes per device
+      Shape c_shape(a_shape.begin(), a_shape.end() - 1);
+      c_shape.push_back(b_shape.back());
+      cost += 2 * num_elements(no.shard_shape(c_shape)) * static_cast<std::int64_t>(elem_size) * a.mesh().size();
+    }
+    if (reshards == 0 && l.a == a.spec() && l.b == b.spec())  // already a supported layout: keep it
+      return MatmulPlan{l.a, l.b, l.out, l.k, 0};
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best = MatmulPlan{l.a, l.b, l.out, l.k, reshards};
+    }
+  }
+  return best;
+}
+
+template <typename T>
+ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out) {
+  const MatmulPlan p = plan_matmul(a.shape(), a.sharding(), b.shape(), b.sharding(), sizeof(T));
+  const Mesh& mesh = a.mesh();
+  const ShardedArray<T> la = a.spec() == p.a ? a : reshard(a, NamedSharding(mesh, p.a));
+  const ShardedArray<T> lb = b.spec() == p.b ? b : reshard(b, NamedSharding(mesh, p.b));
+  Shape c_shape(a.shape().begin(), a.shape().end() - 1);
+  c_shape.push_back(b.shape().back());
+  const NamedSharding natural(mesh, p.out);
+
+  std::vector<Tensor<T>> blocks;
+  std::vector<int> devices;
+  for (std::size_t i = 0; i < la.addressable_shards().size(); ++i) {
+    blocks.push_back(block_product(la.addressable_shards()[i].data, lb.addressable_shards()[i].data));
+    devices.push_back(la.addressable_shards()[i].device);
+  }
+  auto assemble = [&](std::vector<Tensor<T>>& data, const NamedSharding& s) {
+    std::vector<Shard<T>> shards;
+    for (std::size_t i = 0; i < devices.size(); ++i)
+      shards.push_back(Shard<T>{devices[i], s.box(devices[i], c_shape), std::move(data[i])});
+    return ShardedArray<T>(c_shape, s, std::move(shards));
+  };
+  if (p.contract.is_none()) {
+    ShardedArray<T> c = assemble(blocks, natural);
+    return out && !(*out == natural) ? reshard(c, *out) : c;
+  }
+  // psum_scatter when `out` splits exactly one dim of C further over the contracting axes.
+  if (out && out->mesh() == mesh) {
+    for (int d = 0; d < static_cast<int>(c_shape.size()); ++d) {
+      std::vector<std::string> want = p.out[d].axes();
+      want.insert(want.end(), p.contract.axes().begin(), p.contract.axes().end());
+      std::vector<SpecEntry> entries;
+      for (int e = 0; e < static_cast<int>(c_shape.size()); ++e) entries.push_back(e == d ? SpecEntry(want) : p.out[e]);
+      if (!(out->spec() == PartitionSpec(entries)) || c_shape[d] % out->num_parts(d) != 0) continue;
+      detail::CollectiveSpec spec =
+          detail::psum_scatter_spec(mesh, p.contract, natural.shard_shape(c_shape), d, true);
+      spec.dtype = dtype_name<T>();
+      std::vector<Tensor<T>> outs;
+      detail::execute_collective<T>(mesh, spec, devices, blocks, outs);
+      return assemble(outs, *out);
+    }
+  }
+  detail::CollectiveSpec spec = detail::reduce_spec(mesh, detail::ReduceOp::kSum, p.contract, natural.shard_shape(c_shape));
+  spec.dtype = dtype_name<T>();
+  std::vector<Tensor<T>> outs;
+  detail::execute_collective<T>(mesh, spec, devices, blocks, outs);
+  ShardedArray<T> c = assemble(outs, natural);
+  return out && !(*out == natural) ? reshard(c, *out) : c;
+}
+
+template ShardedArray<float> matmul<float>(const ShardedArray<float>&, const ShardedArray<float>&, const NamedSharding*);
+template ShardedArray<double> matmul<double>(const ShardedArray<double>&, const ShardedArray<double>&,
+                                             const NamedSharding*);
+template ShardedArray<std::int32_t> matmul<std::int32_t>(const ShardedArray<std::int32_t>&,
+                                                         const ShardedArray<std::int32_t>&, const NamedSharding*);
+template ShardedArray<std::int64_t> matmul<std::int64_t>(const ShardedArray<std::int64_t>&,
+                                                         const ShardedArray<std::int64_t>&, const NamedSharding*);
+
+}  // namespace shard
