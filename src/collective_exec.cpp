@@ -243,6 +243,46 @@ void run_all_to_all(const CollectiveSpec& s, const DeviceGroup& g, const std::ve
       }
     return;
   }
+  if (one_per_rank && s.tiled && !(s.dim == 0 && s.concat_dim == 0)) {
+    // One device per rank: the own chunk is copied straight into place; only chunks for other
+    // ranks are packed (none when splitting dim 0) and received chunks land in the output
+    // directly when they are contiguous there (concatenating along dim 0).
+    const int me = m[0].pos;
+    const Tensor<T>& x = in(m[0].local);
+    Tensor<T>& out = outs[m[0].local];
+    const Box mine_in = chunk_box(s.in_shape, s.dim, extent, me);
+    const Box mine_out = chunk_box(s.out_shape, s.concat_dim, eshape[s.concat_dim], me);
+    Shape src_origin(s.out_shape.size());
+    for (std::size_t d = 0; d < src_origin.size(); ++d) src_origin[d] = mine_out.offset[d] - mine_in.offset[d];
+    copy_box(x.data(), s.in_shape, src_origin, out.data(), s.out_shape, Shape(s.out_shape.size(), 0), mine_out,
+             sizeof(T));
+    const int n = s.group_size;
+    std::vector<int> sc(n), sd(n), rc(n), rd(n);
+    Tensor<T> send(s.dim == 0 ? Shape{0} : Shape{(n - 1) * ce});
+    Tensor<T> recv(s.concat_dim == 0 ? Shape{0} : Shape{(n - 1) * ce});
+    std::int64_t packed = 0;
+    for (int p = 0; p < n; ++p) {
+      const bool self = p == me;
+      sc[p] = rc[p] = self ? 0 : count_of(ce, s);
+      if (s.dim == 0) {
+        sd[p] = count_of(p * ce, s);
+      } else {
+        sd[p] = count_of(packed, s);
+        if (!self) copy_out(x, chunk_box(s.in_shape, s.dim, extent, p), send.data() + packed);
+      }
+      rd[p] = count_of(s.concat_dim == 0 ? p * ce : packed, s);
+      if (!self) packed += ce;
+    }
+    mpi::check(MPI_Alltoallv(s.dim == 0 ? x.data() : send.data(), sc.data(), sd.data(), mpi::datatype<T>(),
+                             s.concat_dim == 0 ? out.data() : recv.data(), rc.data(), rd.data(), mpi::datatype<T>(),
+                             g.comm.get()),
+               "MPI_Alltoallv");
+    comm_stats().record(s.name, s.axes_text, (n - 1) * ce * static_cast<std::int64_t>(sizeof(T)));
+    if (s.concat_dim != 0)
+      for (int q = 0; q < n; ++q)
+        if (q != me) place(recv.data() + rd[q], q, out);
+    return;
+  }
   if (one_per_rank && s.dim == 0 && s.concat_dim == 0) {
     mpi::check(MPI_Alltoall(in(m[0].local).data(), count_of(ce, s), mpi::datatype<T>(), outs[m[0].local].data(),
                             count_of(ce, s), mpi::datatype<T>(), g.comm.get()),
