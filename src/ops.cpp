@@ -8,6 +8,7 @@
 #include <cmath>
 #include <array>
 #include <limits>
+#include <optional>
 
 #include "shard/detail/collective.hpp"
 #include "shard/error.hpp"
@@ -55,10 +56,12 @@ NamedSharding result_sharding(const NamedSharding& sa, const Shape& a, const Nam
   return NamedSharding(sa.mesh(), PartitionSpec(std::move(entries)));
 }
 
+/// x itself when it already has sharding `want` (no copy), else its reshard, kept in `keep`.
 template <typename T>
-ShardedArray<T> lined_up(const ShardedArray<T>& x, const NamedSharding& want) {
+const ShardedArray<T>& lined_up(const ShardedArray<T>& x, const NamedSharding& want,
+                                std::optional<ShardedArray<T>>& keep) {
   if (x.sharding() == want) return x;
-  return reshard(x, want);
+  return keep.emplace(reshard(x, want));
 }
 
 /// Row-major strides of an operand block seen from the result block: 0 on broadcast or
@@ -106,8 +109,9 @@ ShardedArray<R> zip(const ShardedArray<T>& a, const ShardedArray<T>& b, F&& f, c
   detail::check_same_mesh(a.mesh(), b.mesh(), what);
   const Shape out_shape = broadcast_shapes(a.shape(), b.shape());
   const NamedSharding out = result_sharding(a.sharding(), a.shape(), b.sharding(), b.shape(), out_shape);
-  const ShardedArray<T> la = lined_up(a, matching_sharding(out, out_shape, a.shape()));
-  const ShardedArray<T> lb = lined_up(b, matching_sharding(out, out_shape, b.shape()));
+  std::optional<ShardedArray<T>> keep_a, keep_b;
+  const ShardedArray<T>& la = lined_up(a, matching_sharding(out, out_shape, a.shape()), keep_a);
+  const ShardedArray<T>& lb = lined_up(b, matching_sharding(out, out_shape, b.shape()), keep_b);
   std::vector<Shard<R>> shards;
   for (std::size_t i = 0; i < la.addressable_shards().size(); ++i) {
     const auto& sa = la.addressable_shards()[i];
@@ -175,6 +179,49 @@ ShardedArray<T> binary(const ShardedArray<T>& a, T scalar, BinaryOp op, bool sca
   return scalar_first ? binary(s, a, op) : binary(a, s, op);
 }
 
+namespace {
+
+
+/// z = alpha * x + y over n contiguous elements: one read of x and y, one write of z.
+template <typename T>
+void axpy_contiguous(std::int64_t n, T alpha, const T* __restrict x, const T* __restrict y, T* __restrict z) {
+  for (std::int64_t k = 0; k < n; ++k) z[k] = static_cast<T>(alpha * x[k] + y[k]);
+}
+
+}  // namespace
+
+template <typename T>
+ShardedArray<T> axpy(T alpha, const ShardedArray<T>& x, const ShardedArray<T>& y) {
+  detail::check_same_mesh(x.mesh(), y.mesh(), "axpy");
+  const Shape out_shape = broadcast_shapes(x.shape(), y.shape());
+  const NamedSharding out = result_sharding(x.sharding(), x.shape(), y.sharding(), y.shape(), out_shape);
+  std::optional<ShardedArray<T>> keep_x, keep_y;
+  const ShardedArray<T>& lx = lined_up(x, matching_sharding(out, out_shape, x.shape()), keep_x);
+  const ShardedArray<T>& ly = lined_up(y, matching_sharding(out, out_shape, y.shape()), keep_y);
+  std::vector<Shard<T>> shards;
+  for (std::size_t i = 0; i < lx.addressable_shards().size(); ++i) {
+    const auto& sx = lx.addressable_shards()[i];
+    const auto& sy = ly.addressable_shards()[i];
+    const Box box = out.box(sx.device, out_shape);
+    Tensor<T> res(box.extent);
+    const T* px = sx.data.data();
+    const T* py = sy.data.data();
+    T* pz = res.data();
+    if (sx.data.shape() == box.extent && sy.data.shape() == box.extent) {
+      axpy_contiguous(res.size(), alpha, px, py, pz);
+    } else {
+      const std::array<Shape, 2> st{broadcast_strides(sx.data.shape(), box.extent),
+                                    broadcast_strides(sy.data.shape(), box.extent)};
+      for_each_row<2>(box.extent, st, [&](std::int64_t o, auto off, auto step, std::int64_t n) {
+        for (std::int64_t k = 0; k < n; ++k)
+          pz[o + k] = static_cast<T>(alpha * px[off[0] + k * step[0]] + py[off[1] + k * step[1]]);
+      });
+    }
+    shards.push_back(Shard<T>{sx.device, box, std::move(res)});
+  }
+  return ShardedArray<T>(out_shape, out, std::move(shards));
+}
+
 template <typename T>
 ShardedArray<std::int32_t> compare(const ShardedArray<T>& a, const ShardedArray<T>& b, CompareOp op) {
   return with_compare_op<T>(op, [&](auto f) { return zip<T, std::int32_t>(a, b, f, "comparison"); });
@@ -195,9 +242,11 @@ ShardedArray<T> where(const ShardedArray<std::int32_t>& cond, const ShardedArray
   const NamedSharding out = a.shape() == out_shape || b.shape() != out_shape
                                 ? result_sharding(a.sharding(), a.shape(), cond.sharding(), cond.shape(), out_shape)
                                 : b.sharding();
-  const auto c = lined_up(cond, matching_sharding(out, out_shape, cond.shape()));
-  const auto la = lined_up(a, matching_sharding(out, out_shape, a.shape()));
-  const auto lb = lined_up(b, matching_sharding(out, out_shape, b.shape()));
+  std::optional<ShardedArray<std::int32_t>> keep_c;
+  std::optional<ShardedArray<T>> keep_a, keep_b;
+  const auto& c = lined_up(cond, matching_sharding(out, out_shape, cond.shape()), keep_c);
+  const auto& la = lined_up(a, matching_sharding(out, out_shape, a.shape()), keep_a);
+  const auto& lb = lined_up(b, matching_sharding(out, out_shape, b.shape()), keep_b);
   std::vector<Shard<T>> shards;
   for (std::size_t i = 0; i < la.addressable_shards().size(); ++i) {
     const int device = la.addressable_shards()[i].device;
@@ -427,6 +476,7 @@ ShardedArray<T> transpose(const ShardedArray<T>& a, std::vector<int> perm) {
 #define SHARD_INSTANTIATE_OPS(T)                                                                               \
   template ShardedArray<T> binary<T>(const ShardedArray<T>&, const ShardedArray<T>&, BinaryOp);               \
   template ShardedArray<T> binary<T>(const ShardedArray<T>&, T, BinaryOp, bool);                              \
+  template ShardedArray<T> axpy<T>(T, const ShardedArray<T>&, const ShardedArray<T>&);                        \
   template ShardedArray<T> unary<T>(const ShardedArray<T>&, UnaryOp);                                         \
   template ShardedArray<std::int32_t> compare<T>(const ShardedArray<T>&, const ShardedArray<T>&, CompareOp);  \
   template ShardedArray<std::int32_t> compare<T>(const ShardedArray<T>&, T, CompareOp);                       \

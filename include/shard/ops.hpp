@@ -32,6 +32,9 @@ ShardedArray<T> binary(const ShardedArray<T>& a, const ShardedArray<T>& b, Binar
 /// Local: `a op scalar` (scalar_first: `scalar op a`).
 template <typename T>
 ShardedArray<T> binary(const ShardedArray<T>& a, T scalar, BinaryOp op, bool scalar_first = false);
+/// alpha*x + y in one pass over memory, broadcast and sharded like binary(); local unless it must reshard.
+template <typename T>
+ShardedArray<T> axpy(T alpha, const ShardedArray<T>& x, const ShardedArray<T>& y);
 /// Local: an elementwise function.
 template <typename T>
 ShardedArray<T> unary(const ShardedArray<T>& a, UnaryOp op);

@@ -744,5 +744,62 @@ SHARD_MPI_TEST(Ops, ShapesThatDoNotBroadcast) {
   EXPECT_THROW((void)transpose(z, {0, 1}), ShapeError);
 }
 
+// ---------------------------------------------------------------- fused axpy
+
+/// axpy(alpha, x, y) against alpha * x + y on the host for every binary case (same sharding,
+/// differently sharded, broadcast either way, outer) on every mesh; same-sharded operands and
+/// a replicated broadcast operand must not communicate.
+template <typename T>
+void check_axpy(std::uint64_t seed) {
+  const T alpha = static_cast<T>(-2.5);  // -2 for integers
+  const auto ref = [alpha](T a, T b) { return static_cast<T>(alpha * a + b); };
+  // Floating point: exact in this build, but a compiler that contracts to an FMA rounds once.
+  const Tol tol = std::is_floating_point_v<T> ? Tol{sizeof(T) == 4 ? 1e-4 : 1e-11, 1e-6} : Tol{};
+  for (const auto& mesh : test_meshes())
+    for (const auto& c : binary_cases(mesh)) {
+      const Tensor<T> hx = random_tensor<T>(c.x.shape, seed++), hy = random_tensor<T>(c.y.shape, seed++);
+      const auto x = device_put(hx, NamedSharding(mesh, c.x.spec));
+      const auto y = device_put(hy, NamedSharding(mesh, c.y.spec));
+      const Shape out = host_broadcast(c.x.shape, c.y.shape);
+      const PartitionSpec want = c.x.shape == out ? c.x.spec : c.y.spec;
+      const std::string what = std::string(dtype_name<T>()) + " axpy on " + mesh.to_string() + ": " +
+                               to_string(c.x.shape) + " " + c.x.spec.to_string() + " with " +
+                               to_string(c.y.shape) + " " + c.y.spec.to_string();
+      comm_stats().reset();
+      const auto r = axpy(alpha, x, y);
+      const std::int64_t calls = total_calls();
+      const bool local = (c.x.shape == c.y.shape && c.x.spec == c.y.spec) || c.y.spec == P();
+      if (local && c.x.shape == out) {
+        EXPECT_EQ(calls, 0) << what << ": communicated\n" << comm_stats().to_string();
+      }
+      expect_result(r, host_zip<T>(hx, hy, ref), mesh, c.rule_applies ? &want : nullptr, what, tol);
+    }
+}
+
+SHARD_MPI_TEST(Ops, AxpyFusedMatchesHost) {
+  check_axpy<float>(1500);
+  check_axpy<double>(1600);
+  check_axpy<std::int32_t>(1700);
+  check_axpy<std::int64_t>(1800);
+  // The two cases the benchmark and the sharding rule care about, spelled out: a replicated
+  // bias row broadcast onto a batch (local, the batch's spec) and y P(None, 'a') moved to x's
+  // P('a', None) (one reshard, x's spec).
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const Tensor<double> hb = random_tensor<double>({16, 6}, 1900), hbias = random_tensor<double>({6}, 1901);
+  const auto batch = device_put(hb, NamedSharding(mesh, P("a", None)));
+  const auto bias = device_put(hbias, NamedSharding(mesh, P()));
+  const auto moved = device_put(hb, NamedSharding(mesh, P(None, "a")));
+  const PartitionSpec want = P("a", None);
+  comm_stats().reset();
+  const auto r1 = axpy(0.5, bias, batch);
+  EXPECT_EQ(total_calls(), 0) << "axpy(bias, batch) communicated\n" << comm_stats().to_string();
+  const auto r2 = axpy(0.5, batch, moved);
+  expect_result(r1, host_zip<double>(hbias, hb, [](double a, double b) { return 0.5 * a + b; }), mesh, &want,
+                "axpy(0.5, bias P(), batch P('a', None))");
+  expect_result(r2, host_zip<double>(hb, hb, [](double a, double b) { return 0.5 * a + b; }), mesh, &want,
+                "axpy(0.5, batch P('a', None), batch P(None, 'a'))");
+}
+
 }  // namespace
 }  // namespace shard::testing
