@@ -1,6 +1,7 @@
 // matmul with sharding rules against a host reference: every local shard of C on every rank,
 // the result layout of each rule, and the communication CommStats saw.
 
+#include <algorithm>
 #include <cmath>
 
 #include "mpi_test.hpp"
@@ -73,6 +74,25 @@ SHARD_MPI_TEST(MatmulRules, EveryPairOfSpecs) {
     for (const auto& pa : specs)
       for (const auto& pb : specs) check_pair<double>(mesh, pa, pb, {13, 7}, {7, 9}, seed++);
   }
+}
+
+SHARD_MPI_TEST(MatmulRules, ThreeDMeshSampledPairs) {
+  const int n = runtime().device_count();
+  std::vector<int> shape;
+  for (const auto& f : factorisations(n, 3))
+    if (std::count(f.begin(), f.end(), 1) <= (n >= 8 ? 0 : n >= 4 ? 1 : 2)) shape = f;
+  if (shape.empty()) shape = {1, 1, n};
+  const Mesh mesh = make_mesh(shape, {"a", "b", "c"});
+  const auto specs = all_specs(mesh.axis_names(), 2);
+  std::uint64_t seed = 5000;
+  int k = 0, checked = 0;
+  for (const auto& pa : specs)
+    for (const auto& pb : specs)
+      if (k++ % 11 == 0) {  // every 11th pair keeps the run short; the order walks all rules
+        check_pair<double>(mesh, pa, pb, {10, 12}, {12, 6}, seed++);
+        ++checked;
+      }
+  EXPECT_GT(checked, 10);
 }
 
 template <typename T>
