@@ -7,8 +7,6 @@
 //   mpirun -n 2 collectives_bench
 //   mpirun -n 4 collectives_bench --mesh 2x2 --axes b --dtype float32 --json
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstdio>
@@ -16,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bench.hpp"
 #include "common/cli.hpp"
 #include "shard/detail/mesh_comms.hpp"
 #include "shard/shard.hpp"
@@ -53,18 +52,6 @@ std::string human(std::int64_t b) {
   if (b >= 1048576 && b % 1048576 == 0) return std::to_string(b / 1048576) + "M";
   if (b >= 1024 && b % 1024 == 0) return std::to_string(b / 1024) + "K";
   return std::to_string(b);
-}
-
-long minor_faults() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_minflt;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 std::vector<std::pair<int, int>> cyclic(int n) {
@@ -119,11 +106,11 @@ struct Bench {
     if (in.size() != x.size()) in = Tensor<T>(x.shape());
     std::copy(x.begin(), x.end(), in.begin());
     if (comm != MPI_COMM_NULL) MPI_Barrier(comm);
-    const long f0 = minor_faults();
+    const long f0 = shard::apps::minor_faults();
     struct Count {
       long& total;
       long f0;
-      ~Count() { total += minor_faults() - f0; }
+      ~Count() { total += shard::apps::minor_faults() - f0; }
     } count{faults, f0};
     const double t0 = MPI_Wtime();
     if (c == "psum") in = ctx.psum(std::move(in), axes);
@@ -171,7 +158,7 @@ struct Bench {
       if (r >= 0) td.push_back(d);
     }
     MPI_Allreduce(MPI_IN_PLACE, td.data(), static_cast<int>(td.size()), MPI_DOUBLE, MPI_MAX, comm);
-    return median(td) * 1e6;
+    return shard::apps::median(td) * 1e6;
   }
 
   /// Shard and the raw call interleaved (alternating which goes first), two warm-up rounds.
@@ -212,10 +199,10 @@ struct Bench {
         MPI_Allreduce(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_DOUBLE, MPI_MAX, comm);
       std::vector<double> ratios;
       for (std::size_t i = 0; i < ts.size(); ++i) ratios.push_back(ts[i] / tr[i]);
-      row.raw_us = median(tr) * 1e6;
-      row.paired_ratio = median(ratios);
+      row.raw_us = shard::apps::median(tr) * 1e6;
+      row.paired_ratio = shard::apps::median(ratios);
     }
-    row.shard_us = median(ts) * 1e6;
+    row.shard_us = shard::apps::median(ts) * 1e6;
     row.shard_faults = static_cast<double>(faults - faults_before) / static_cast<double>(ts.size());
     const double moved = static_cast<double>(row.bytes) * (c == "all_gather" ? n : 1);
     row.busbw = row.shard_us > 0 ? moved / (row.shard_us * 1e-6) * bus_factor(c, n) / 1e9 : 0;
@@ -292,9 +279,7 @@ int main(int argc, char** argv) {
                                          "Times Shard collectives against raw MPI on the same bytes."))
       return 0;
 
-    std::vector<int> shape;
-    for (const auto& s : split(mesh_text, 'x')) shape.push_back(std::stoi(s));
-    if (shape.empty()) shape = {rt.device_count()};
+    const std::vector<int> shape = shard::apps::mesh_shape_from(mesh_text, rt.device_count());
     std::vector<std::string> names;
     for (std::size_t i = 0; i < shape.size(); ++i) names.push_back(std::string(1, static_cast<char>('a' + i)));
     const shard::Mesh mesh = shard::make_mesh(shape, names);

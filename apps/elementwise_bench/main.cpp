@@ -11,8 +11,6 @@
 //   mpirun -n 2 --bind-to core elementwise_bench
 //   mpirun -n 2 elementwise_bench --n 16777216 --repeats 50 --json
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bench.hpp"
 #include "common/cli.hpp"
 #include "shard/shard.hpp"
 
@@ -33,18 +32,6 @@ volatile double g_sink = 0;  // the kernels' results flow here, so none can be o
 
 double x_value(std::int64_t i) { return 1.0 + static_cast<double>(i % 1000) * 1e-3; }
 double y_value(std::int64_t i) { return static_cast<double>(i % 777) * 0.5 - 100.0; }
-
-long minor_faults() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_minflt;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /// STREAM's triad kernel, written as STREAM writes it.
 [[gnu::noinline]] void triad(std::int64_t n, double* __restrict a, const double* __restrict b,
@@ -143,7 +130,7 @@ int main(int argc, char** argv) {
     double sink = 0;  // keeps the results observably used
     auto run = [&](std::size_t which, bool timed) {
       MPI_Barrier(world);
-      const long f0 = minor_faults();
+      const long f0 = shard::apps::minor_faults();
       double t = 0;
       if (which == 0) {
         const double t0 = MPI_Wtime();
@@ -159,7 +146,7 @@ int main(int argc, char** argv) {
       }  // z freed here, outside the timed region; the next call gets its memory back
       if (!timed) return;
       kernels[which].times.push_back(t);
-      kernels[which].faults += minor_faults() - f0;
+      kernels[which].faults += shard::apps::minor_faults() - f0;
     };
     for (std::size_t k = 0; k < kernels.size(); ++k) run(k, false);  // warm-up: first touch is not timed
     for (int r = 0; r < repeats; ++r)
@@ -170,14 +157,14 @@ int main(int argc, char** argv) {
     const double bytes = 3.0 * sizeof(double) * static_cast<double>(total);
     std::vector<double> med, gbps;
     for (const auto& k : kernels) {
-      med.push_back(median(k.times));
+      med.push_back(shard::apps::median(k.times));
       gbps.push_back(bytes / med.back() / 1e9);
     }
     // The ratio of rates measured back to back, repetition by repetition (robust to drift).
     auto paired = [&](std::size_t k) {
       std::vector<double> v;
       for (int r = 0; r < repeats; ++r) v.push_back(kernels[0].times[r] / kernels[k].times[r]);
-      return median(v);
+      return shard::apps::median(v);
     };
     const double axpy_ratio = gbps[1] / gbps[0], unfused_ratio = gbps[2] / gbps[0];
     const bool pass = axpy_ratio >= 0.70;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bench.hpp"
 #include "common/cli.hpp"
 #include "shard/shard.hpp"
 
@@ -20,11 +21,6 @@ using shard::None;
 using shard::P;
 
 double value_at(std::int64_t r, std::int64_t q) { return static_cast<double>((r * 7 + q) % 1009); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 struct Case {
   std::string name;
@@ -113,7 +109,7 @@ Row run_case(const shard::Runtime& rt, const shard::Mesh& mesh, const Case& c, i
   if (rt.world().any(!ok)) shard::raise<shard::Error>("reshard_bench: wrong result for ", c.name);
   static const char* kRules[] = {"none", "local", "all_gather", "all_to_all", "Alltoallv"};
   return Row{c.name, kRules[static_cast<int>(plan.kind)], gather ? "MPI_Allgather" : "MPI_Alltoall", busiest,
-             median(ts) * 1e3, median(tr) * 1e3};
+             shard::apps::median(ts) * 1e3, shard::apps::median(tr) * 1e3};
 }
 
 }  // namespace
@@ -136,11 +132,7 @@ int main(int argc, char** argv) {
                                          "Times reshards against raw MPI collectives moving the same bytes."))
       return 0;
     if (size < 2 || repeats < 1) shard::raise<shard::ValueError>("--size must be >= 2 and --repeats >= 1");
-    std::vector<int> shape;
-    std::stringstream ss(mesh_text);
-    for (std::string t; std::getline(ss, t, 'x');)
-      if (!t.empty()) shape.push_back(std::stoi(t));
-    if (shape.empty()) shape = {rt.device_count()};
+    const std::vector<int> shape = shard::apps::mesh_shape_from(mesh_text, rt.device_count());
     const std::vector<std::string> names = shape.size() == 1 ? std::vector<std::string>{"a"}
                                                              : std::vector<std::string>{"a", "b", "c"};
     const shard::Mesh mesh = shard::make_mesh(shape, {names.begin(), names.begin() + static_cast<long>(shape.size())});

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "shard/runtime.hpp"
 
 namespace shard::testing {
@@ -17,6 +20,24 @@ class MpiTest : public ::testing::Test {
 
 /// The runtime the test main created.
 Runtime& runtime();
+
+/// Runs `fn`, expects exception E, and checks its message has this rank's "[rank r]" prefix
+/// and every string in `needles`.
+template <typename E, typename F>
+void expect_error(F&& fn, std::vector<std::string> needles) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an exception mentioning '" << needles.front() << "'";
+  } catch (const E& e) {
+    const std::string what = e.what();
+    needles.push_back("[rank " + std::to_string(runtime().process_index()) + "]");
+    for (const auto& n : needles) {
+      EXPECT_NE(what.find(n), std::string::npos) << "missing '" << n << "' in: " << what;
+    }
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
 
 }  // namespace shard::testing
 

@@ -12,23 +12,6 @@
 namespace shard::testing {
 namespace {
 
-/// Runs `fn`, expects exception E, and checks its message has the rank prefix and every
-/// string in `needles`.
-template <typename E, typename F>
-void expect_error(F&& fn, std::vector<std::string> needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an exception mentioning '" << needles.front() << "'";
-  } catch (const E& e) {
-    const std::string what = e.what();
-    needles.push_back("[rank " + std::to_string(runtime().process_index()) + "]");
-    for (const auto& n : needles)
-      EXPECT_NE(what.find(n), std::string::npos) << "missing '" << n << "' in: " << what;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
-
 int n_devices() { return runtime().device_count(); }
 
 Mesh mesh_1d() { return make_mesh({n_devices()}, {"a"}); }

@@ -7,22 +7,6 @@
 namespace shard::testing {
 namespace {
 
-/// Runs `fn`, expects exception E, and checks its message has the rank prefix and every
-/// string in `needles`.
-template <typename E, typename F>
-void expect_error(F&& fn, std::vector<std::string> needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an exception mentioning " << needles.front();
-  } catch (const E& e) {
-    const std::string what = e.what();
-    needles.push_back("[rank " + std::to_string(runtime().process_index()) + "]");
-    for (const auto& n : needles) EXPECT_NE(what.find(n), std::string::npos) << "missing '" << n << "' in: " << what;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
-
 Mesh mesh_2d() {
   const int n = runtime().device_count();
   return n % 2 == 0 ? make_mesh({n / 2, 2}, {"a", "b"}) : make_mesh({n, 1}, {"a", "b"});
