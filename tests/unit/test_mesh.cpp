@@ -12,30 +12,15 @@
 #include "shard/device.hpp"
 #include "shard/error.hpp"
 #include "shard/mesh.hpp"
+#include "unit_util.hpp"
 
 namespace shard {
 namespace {
 
-std::vector<int> iota_ids(int n) {
-  std::vector<int> v(n);
-  std::iota(v.begin(), v.end(), 0);
-  return v;
-}
+using unit::iota_ids;
+using unit::thrown_message;
 
-// Runs `f`, expects it to throw E, and returns the message (empty if it did not throw).
-template <typename E, typename F>
-std::string thrown_message(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return "";
-}
+
 
 TEST(Topology, SimulatedDevices) {
   const Topology topo = Topology::simulated(4, 2, 1, {0, 0, 1, 1});

@@ -15,6 +15,7 @@
 #include "shard/error.hpp"
 #include "shard/mesh.hpp"
 #include "shard/named_sharding.hpp"
+#include "unit_util.hpp"
 
 namespace shard {
 
@@ -23,26 +24,13 @@ inline void PrintTo(const Box& box, std::ostream* os) { *os << to_string(box); }
 
 namespace {
 
-std::vector<int> iota_ids(int n) {
-  std::vector<int> v(n);
-  std::iota(v.begin(), v.end(), 0);
-  return v;
-}
+using unit::iota_ids;
 
 Mesh mesh_4x2() { return Mesh({4, 2}, {"a", "b"}, iota_ids(8), Topology::simulated(4, 2, 0)); }
 
 template <typename F>
 std::string sharding_error_text(F&& f) {
-  try {
-    f();
-  } catch (const ShardingError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return "";
+  return unit::thrown_message<ShardingError>(std::forward<F>(f));
 }
 
 TEST(NamedSharding, UnknownAxisNamesTheAxis) {
