@@ -1,0 +1,208 @@
+// Cannon's algorithm on a q x q pair of mesh axes (r, c). Device (i, j) holds blocks
+// A(i, j), B(i, j) of A[r, c] and B[r, c], zero-padded to ceil(M/q) x ceil(K/q) and
+// ceil(K/q) x ceil(N/q).
+//   skew:      A(i, j) -> device (i, j - i),  B(i, j) -> device (i - j, j)
+//              now device (i, j) holds A(i, i + j) and B(i + j, j)
+//   q steps:   C(i, j) += A_cur @ B_cur   (OpenBLAS, in row panels)
+//              meanwhile A_cur moves one device left along c, B_cur one device up along r,
+//              posted before the product, progressed by MPI_Testall between panels
+// All indices mod q. Transfers between devices of one rank are memory copies.
+
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "shard/comm_stats.hpp"
+#include "shard/error.hpp"
+#include "shard/linalg.hpp"
+#include "shard/partition_spec.hpp"
+#include "shard/reshard.hpp"
+#include "shard/runtime.hpp"
+
+namespace shard::linalg {
+
+namespace {
+
+/// c[rows x n] += a[rows x k] @ b[k x n], row-major.
+template <typename T>
+void gemm_acc(std::int64_t rows, std::int64_t n, std::int64_t k, const T* a, const T* b, T* c) {
+  if (rows == 0 || n == 0 || k == 0) return;
+  if constexpr (std::is_same_v<T, double>)
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(n),
+                static_cast<int>(k), 1.0, a, static_cast<int>(k), b, static_cast<int>(n), 1.0, c, static_cast<int>(n));
+  else
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(n),
+                static_cast<int>(k), 1.0f, a, static_cast<int>(k), b, static_cast<int>(n), 1.0f, c,
+                static_cast<int>(n));
+}
+
+/// `block` zero-padded to `shape` (the block sits at the top-left).
+template <typename T>
+Tensor<T> padded(const Tensor<T>& block, const Shape& shape) {
+  if (block.shape() == shape) return block;
+  Tensor<T> out(shape, T(0));
+  const Box b{Shape(2, 0), block.shape()};
+  copy_box(block.data(), block.shape(), Shape(2, 0), out.data(), shape, Shape(2, 0), b, sizeof(T));
+  return out;
+}
+
+/// One exchange of blocks between devices: local device l sends cur[l] to device to[l] and
+/// receives into next[l] from device from[l]. Copies between devices of this rank happen now;
+/// the MPI requests are returned to be completed later.
+template <typename T>
+std::vector<MPI_Request> start_exchange(const Topology& topo, const std::vector<int>& local, std::vector<Tensor<T>>& cur,
+                                        std::vector<Tensor<T>>& next, const std::vector<int>& to,
+                                        const std::vector<int>& from, int tag_base, MPI_Comm comm) {
+  const int k = topo.devices_per_rank;
+  const int me = topo.process_index;
+  std::vector<MPI_Request> req;
+  std::int64_t sent = 0;
+  auto local_index = [&](int device) {
+    return static_cast<int>(std::find(local.begin(), local.end(), device) - local.begin());
+  };
+  for (std::size_t l = 0; l < local.size(); ++l) {
+    if (topo.owner(from[l]) == me) continue;
+    req.emplace_back();
+    mpi::check(MPI_Irecv(next[l].data(), static_cast<int>(next[l].size()), mpi::datatype<T>(), topo.owner(from[l]),
+                         tag_base + local[l] % k, comm, &req.back()),
+               "MPI_Irecv");
+  }
+  for (std::size_t l = 0; l < local.size(); ++l) {
+    if (topo.owner(to[l]) == me) {
+      const int dst = local_index(to[l]);
+      std::copy(cur[l].begin(), cur[l].end(), next[dst].begin());
+      continue;
+    }
+    req.emplace_back();
+    mpi::check(MPI_Isend(cur[l].data(), static_cast<int>(cur[l].size()), mpi::datatype<T>(), topo.owner(to[l]),
+                         tag_base + to[l] % k, comm, &req.back()),
+               "MPI_Isend");
+    sent += static_cast<std::int64_t>(cur[l].bytes());
+  }
+  if (sent > 0) comm_stats().record("cannon", "", sent);
+  return req;
+}
+
+void wait_all(std::vector<MPI_Request>& req) {
+  if (!req.empty())
+    mpi::check(MPI_Waitall(static_cast<int>(req.size()), req.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  req.clear();
+}
+
+}  // namespace
+
+template <typename T>
+ShardedArray<T> cannon(const ShardedArray<T>& a_in, const ShardedArray<T>& b_in, CannonOptions options) {
+  detail::check_same_mesh(a_in.mesh(), b_in.mesh(), "cannon");
+  const Mesh& mesh = a_in.mesh();
+  if (a_in.ndim() != 2 || b_in.ndim() != 2 || a_in.shape()[1] != b_in.shape()[0])
+    raise<ShapeError>("cannon: shapes ", to_string(a_in.shape()), " and ", to_string(b_in.shape()),
+                      " do not multiply as matrices");
+  const auto& er = a_in.spec()[0].axes();
+  const auto& ec = a_in.spec()[1].axes();
+  if (er.size() != 1 || ec.size() != 1)
+    raise<ShardingError>("cannon: A must be sharded P(r, c) over two mesh axes, got ", a_in.spec().to_string(),
+                         "; reshard it first or use Algorithm::kSumma / matmul");
+  const int rpos = mesh.axis_position(er[0]), cpos = mesh.axis_position(ec[0]);
+  const int q = mesh.shape()[rpos];
+  if (mesh.shape()[cpos] != q)
+    raise<ShardingError>("cannon: needs a square q x q pair of mesh axes, but '", er[0], "' has size ", q, " and '",
+                         ec[0], "' has size ", mesh.shape()[cpos], "; use SUMMA for a non-square grid");
+  const NamedSharding s(mesh, P(er[0], ec[0]));
+  const ShardedArray<T> b = b_in.spec() == s.spec() ? b_in : reshard(b_in, s);
+  const ShardedArray<T>& a = a_in;
+  const std::int64_t M = a.shape()[0], K = a.shape()[1], N = b.shape()[1];
+  const std::int64_t mb = (M + q - 1) / q, kb = (K + q - 1) / q, nb = (N + q - 1) / q;
+
+  const Topology& topo = mesh.topology();
+  const std::vector<int> local = mesh.local_device_ids();
+  const std::size_t n = local.size();
+  std::vector<Tensor<T>> acur, anext, bcur, bnext, c;
+  for (std::size_t l = 0; l < n; ++l) {
+    acur.push_back(padded(a.addressable_shards()[l].data, {mb, kb}));
+    bcur.push_back(padded(b.addressable_shards()[l].data, {kb, nb}));
+    anext.emplace_back(Shape{mb, kb});
+    bnext.emplace_back(Shape{kb, nb});
+    c.emplace_back(Shape{mb, nb}, T(0));
+  }
+  // The device at (i, j) of the same replica as `device` (other mesh axes unchanged).
+  auto at = [&](int device, int i, int j) {
+    auto co = mesh.coords(device);
+    co[rpos] = ((i % q) + q) % q;
+    co[cpos] = ((j % q) + q) % q;
+    return mesh.device_at(co);
+  };
+  std::vector<int> ti(n), tj(n);
+  for (std::size_t l = 0; l < n; ++l) {
+    const auto co = mesh.coords(local[l]);
+    ti[l] = co[rpos];
+    tj[l] = co[cpos];
+  }
+  const MPI_Comm comm = Runtime::current().world().get();
+  const int kdev = topo.devices_per_rank;
+
+  // Skew: A(i, j) -> (i, j - i); B(i, j) -> (i - j, j).
+  {
+    std::vector<int> to_a(n), from_a(n), to_b(n), from_b(n);
+    for (std::size_t l = 0; l < n; ++l) {
+      const int i = ti[l], j = tj[l];
+      to_a[l] = at(local[l], i, j - i);
+      from_a[l] = at(local[l], i, j + i);
+      to_b[l] = at(local[l], i - j, j);
+      from_b[l] = at(local[l], i + j, j);
+    }
+    auto req = start_exchange(topo, local, acur, anext, to_a, from_a, 0, comm);
+    auto rb = start_exchange(topo, local, bcur, bnext, to_b, from_b, kdev, comm);
+    req.insert(req.end(), rb.begin(), rb.end());
+    wait_all(req);
+    std::swap(acur, anext);
+    std::swap(bcur, bnext);
+  }
+  const int panels = options.panels > 0 ? options.panels
+                                        : static_cast<int>(std::clamp<std::int64_t>(mb / 128, 1, 8));
+  for (int t = 0; t < q; ++t) {
+    std::vector<MPI_Request> req;
+    if (t + 1 < q) {  // post the next shift: A one device left along c, B one device up along r
+      std::vector<int> to_a(n), from_a(n), to_b(n), from_b(n);
+      for (std::size_t l = 0; l < n; ++l) {
+        const int i = ti[l], j = tj[l];
+        to_a[l] = at(local[l], i, j - 1);
+        from_a[l] = at(local[l], i, j + 1);
+        to_b[l] = at(local[l], i - 1, j);
+        from_b[l] = at(local[l], i + 1, j);
+      }
+      const int tag = 2 * (t + 1) * kdev;
+      req = start_exchange(topo, local, acur, anext, to_a, from_a, tag, comm);
+      auto rb = start_exchange(topo, local, bcur, bnext, to_b, from_b, tag + kdev, comm);
+      req.insert(req.end(), rb.begin(), rb.end());
+    }
+    // C += A_cur @ B_cur, panel by panel, letting MPI progress the shift in between.
+    for (std::size_t l = 0; l < n; ++l)
+      for (int p = 0; p < panels; ++p) {
+        const std::int64_t r0 = mb * p / panels, r1 = mb * (p + 1) / panels;
+        gemm_acc(r1 - r0, nb, kb, acur[l].data() + r0 * kb, bcur[l].data(), c[l].data() + r0 * nb);
+        if (!req.empty()) {
+          int done = 0;
+          mpi::check(MPI_Testall(static_cast<int>(req.size()), req.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+        }
+      }
+    wait_all(req);
+    if (t + 1 < q) {
+      std::swap(acur, anext);
+      std::swap(bcur, bnext);
+    }
+  }
+  // Unpad: each device keeps the top-left part that its box of C covers.
+  const Shape cshape{M, N};
+  std::vector<Shard<T>> shards;
+  for (std::size_t l = 0; l < n; ++l) {
+    const Box box = s.box(local[l], cshape);
+    shards.push_back(Shard<T>{local[l], box, c[l].slice(Box{Shape(2, 0), box.extent})});
+  }
+  return ShardedArray<T>(cshape, s, std::move(shards));
+}
+
+template ShardedArray<float> cannon<float>(const ShardedArray<float>&, const ShardedArray<float>&, CannonOptions);
+template ShardedArray<double> cannon<double>(const ShardedArray<double>&, const ShardedArray<double>&, CannonOptions);
+
+}  // namespace shard::linalg
