@@ -1,6 +1,7 @@
 #pragma once
 /// \file Distributed matrix products on 2-D block layouts (layer 6).
 
+#include <cstdint>
 #include <string>
 
 #include "shard/sharded_array.hpp"
@@ -24,5 +25,19 @@ struct CannonOptions {
 /// them. Uneven sizes are padded internally with zeros (the result is unchanged).
 template <typename T>
 ShardedArray<T> cannon(const ShardedArray<T>& a, const ShardedArray<T>& b, CannonOptions options = {});
+
+struct SummaOptions {
+  /// Width of the K panels broadcast per step (clipped to block boundaries). 0: 256.
+  std::int64_t panel = 0;
+};
+
+/// SUMMA for C = A @ B on any p x q pair of mesh axes (r, c) (taken from A's spec P(r, c);
+/// B is resharded to P(r, c) if needed); C is P(r, c). Collective over all ranks. For each
+/// K panel, the device column holding A's panel broadcasts it along its mesh row and the
+/// device row holding B's panel along its mesh column (MPI_Ibcast on the mesh's cached
+/// row / column communicators, devices of one rank share one copy); the next panel's
+/// broadcasts are posted before the current update C += A_panel @ B_panel.
+template <typename T>
+ShardedArray<T> summa(const ShardedArray<T>& a, const ShardedArray<T>& b, SummaOptions options = {});
 
 }  // namespace shard::linalg
