@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mesh_state.hpp"
+#include "shard/detail/scalapack_api.hpp"
 #include "shard/error.hpp"
 #include "shard/runtime.hpp"
 
@@ -16,6 +17,20 @@ detail::MeshComms& Mesh::comms() const {
 }
 
 namespace detail {
+
+MeshComms::~MeshComms() {
+  if (!mpi::is_active()) return;
+  for (const auto& [key, context] : blacs_)
+    if (context >= 0) scalapack_api::Cblacs_gridexit(context);
+}
+
+int MeshComms::blacs_context(std::pair<int, int> key, const std::function<int()>& create) {
+  std::lock_guard lock(mutex_);
+  if (auto it = blacs_.find(key); it != blacs_.end()) return it->second;
+  const int context = create();
+  ++blacs_created_;
+  return blacs_.emplace(key, context).first->second;
+}
 
 const std::vector<DeviceGroup>& MeshComms::groups(const std::vector<int>& axes) {
   std::lock_guard lock(mutex_);

@@ -1,9 +1,11 @@
 #pragma once
 /// \file The per-axis-set communicator cache of a Mesh (comm layer internals).
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "shard/mesh.hpp"
@@ -26,6 +28,10 @@ class MeshComms {
  public:
   MeshComms(std::vector<int> shape, std::vector<int> devices, Topology topology)
       : shape_(std::move(shape)), devices_(std::move(devices)), topology_(std::move(topology)) {}
+  /// Frees the cached BLACS grids (Cblacs_gridexit) while MPI is still active.
+  ~MeshComms();
+  MeshComms(const MeshComms&) = delete;
+  MeshComms& operator=(const MeshComms&) = delete;
 
   /// The groups over `axes` (mesh axis positions, major to minor) that contain a device of
   /// this rank, in group-id order. The first call for an axis list is collective over the
@@ -36,6 +42,14 @@ class MeshComms {
   /// Number of MPI communicators created so far (for tests of the cache).
   int communicators_created() const { return created_; }
 
+  /// The BLACS context of the process grid keyed by (mesh axis of the grid's process rows,
+  /// mesh axis of its process columns). The first call for a key runs `create` (collective
+  /// over all ranks; it returns -1 on ranks outside the grid) and caches its result; the
+  /// grid is freed with the mesh.
+  int blacs_context(std::pair<int, int> key, const std::function<int()>& create);
+  /// Number of BLACS grids created so far (for tests of the cache).
+  int blacs_grids_created() const { return blacs_created_; }
+
  private:
   std::vector<int> shape_;
   std::vector<int> devices_;
@@ -43,6 +57,8 @@ class MeshComms {
   std::mutex mutex_;
   std::map<std::vector<int>, std::vector<DeviceGroup>> cache_;
   int created_ = 0;
+  std::map<std::pair<int, int>, int> blacs_;  // grid key -> BLACS context (-1: not in the grid)
+  int blacs_created_ = 0;
 };
 
 }  // namespace shard::detail
