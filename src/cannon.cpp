@@ -8,11 +8,10 @@
 //              posted before the product, progressed by MPI_Testall between panels
 // All indices mod q. Transfers between devices of one rank are memory copies.
 
-#include <cblas.h>
-
 #include <algorithm>
 
 #include "shard/comm_stats.hpp"
+#include "shard/detail/local_gemm.hpp"
 #include "shard/error.hpp"
 #include "shard/linalg.hpp"
 #include "shard/partition_spec.hpp"
@@ -22,19 +21,6 @@
 namespace shard::linalg {
 
 namespace {
-
-/// c[rows x n] += a[rows x k] @ b[k x n], row-major.
-template <typename T>
-void gemm_acc(std::int64_t rows, std::int64_t n, std::int64_t k, const T* a, const T* b, T* c) {
-  if (rows == 0 || n == 0 || k == 0) return;
-  if constexpr (std::is_same_v<T, double>)
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(n),
-                static_cast<int>(k), 1.0, a, static_cast<int>(k), b, static_cast<int>(n), 1.0, c, static_cast<int>(n));
-  else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(n),
-                static_cast<int>(k), 1.0f, a, static_cast<int>(k), b, static_cast<int>(n), 1.0f, c,
-                static_cast<int>(n));
-}
 
 /// `block` zero-padded to `shape` (the block sits at the top-left).
 template <typename T>
@@ -180,7 +166,7 @@ ShardedArray<T> cannon(const ShardedArray<T>& a_in, const ShardedArray<T>& b_in,
     for (std::size_t l = 0; l < n; ++l)
       for (int p = 0; p < panels; ++p) {
         const std::int64_t r0 = mb * p / panels, r1 = mb * (p + 1) / panels;
-        gemm_acc(r1 - r0, nb, kb, acur[l].data() + r0 * kb, bcur[l].data(), c[l].data() + r0 * nb);
+        detail::gemm_acc(r1 - r0, nb, kb, acur[l].data() + r0 * kb, kb, bcur[l].data(), nb, c[l].data() + r0 * nb, nb);
         if (!req.empty()) {
           int done = 0;
           mpi::check(MPI_Testall(static_cast<int>(req.size()), req.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");

@@ -5,13 +5,12 @@
 
 #include "shard/matmul.hpp"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <set>
 #include <sstream>
 
 #include "shard/detail/collective.hpp"
+#include "shard/detail/local_gemm.hpp"
 #include "shard/error.hpp"
 
 namespace shard {
@@ -68,28 +67,13 @@ Tensor<T> block_product(const Tensor<T>& a, const Tensor<T>& b) {
   Shape out_shape(a.shape().begin(), a.shape().end() - 1);
   out_shape.push_back(n);
   Tensor<T> out(out_shape, T(0));
-  const std::int64_t batches = m * k > 0 ? a.size() / (m * k) : num_elements(Shape(a.shape().begin(), a.shape().end() - 2));
+  const std::int64_t batches = num_elements(Shape(a.shape().begin(), a.shape().end() - 2));
   const bool batched_b = b.rank() > 2;
   for (std::int64_t i = 0; i < batches; ++i) {
     const T* pa = a.data() + i * m * k;
     const T* pb = b.data() + (batched_b ? i * k * n : 0);
     T* pc = out.data() + i * m * n;
-    if (m == 0 || n == 0 || k == 0) continue;
-    if constexpr (std::is_same_v<T, double>) {
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                  static_cast<int>(k), 1.0, pa, static_cast<int>(k), pb, static_cast<int>(n), 0.0, pc,
-                  static_cast<int>(n));
-    } else if constexpr (std::is_same_v<T, float>) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                  static_cast<int>(k), 1.0f, pa, static_cast<int>(k), pb, static_cast<int>(n), 0.0f, pc,
-                  static_cast<int>(n));
-    } else {
-      for (std::int64_t r = 0; r < m; ++r)
-        for (std::int64_t q = 0; q < k; ++q) {
-          const T v = pa[r * k + q];
-          for (std::int64_t c = 0; c < n; ++c) pc[r * n + c] += v * pb[q * n + c];
-        }
-    }
+    detail::gemm_acc(m, n, k, pa, k, pb, n, pc, n);
   }
   return out;
 }

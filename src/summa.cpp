@@ -5,12 +5,11 @@
 //     C(i, j)    += A_panel(i) @ B_panel(j)        OpenBLAS
 // The broadcasts of panel t+1 (MPI_Ibcast) are posted before the update of panel t.
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <map>
 
 #include "shard/comm_stats.hpp"
+#include "shard/detail/local_gemm.hpp"
 #include "shard/detail/mesh_comms.hpp"
 #include "shard/error.hpp"
 #include "shard/linalg.hpp"
@@ -19,20 +18,6 @@
 namespace shard::linalg {
 
 namespace {
-
-template <typename T>
-void gemm_acc(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, const T* b,
-              std::int64_t ldb, T* c, std::int64_t ldc) {
-  if (m == 0 || n == 0 || k == 0) return;
-  if constexpr (std::is_same_v<T, double>)
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), 1.0, a, static_cast<int>(lda), b, static_cast<int>(ldb), 1.0, c,
-                static_cast<int>(ldc));
-  else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), 1.0f, c,
-                static_cast<int>(ldc));
-}
 
 /// One panel's broadcasts: a buffer per device group (a mesh row for A, a column for B).
 template <typename T>
@@ -81,6 +66,17 @@ ShardedArray<T> summa(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Sum
   auto post = [&](std::int64_t k0, std::int64_t w) {
     Panel<T> pan;
     std::int64_t sent = 0;
+    // Posts the broadcast of `buf` from device `root` over group g (nothing for a one-rank group).
+    auto broadcast = [&](const detail::DeviceGroup& g, int root, Tensor<T>& buf, Panel<T>& into) {
+      if (g.comm.is_null()) return;
+      const int owner = topo.owner(root);
+      const int root_rank = static_cast<int>(std::find(g.ranks.begin(), g.ranks.end(), owner) - g.ranks.begin());
+      into.req.emplace_back();
+      mpi::check(MPI_Ibcast(buf.data(), static_cast<int>(buf.size()), mpi::datatype<T>(), root_rank, g.comm.get(),
+                            &into.req.back()),
+                 "MPI_Ibcast");
+      if (owner == me) sent += static_cast<std::int64_t>(buf.bytes());
+    };
     const int jc = static_cast<int>(k0 / kba), ir = static_cast<int>(k0 / kbb);
     for (const auto& g : rows) {  // A panel of this mesh row, from the device in column jc
       const int root = g.devices[jc];
@@ -93,14 +89,7 @@ ShardedArray<T> summa(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Sum
           std::copy(blk.data() + r * blk.shape()[1] + off, blk.data() + r * blk.shape()[1] + off + w,
                     buf.data() + r * w);
       }
-      if (!g.comm.is_null()) {
-        const int root_rank = static_cast<int>(std::find(g.ranks.begin(), g.ranks.end(), topo.owner(root)) - g.ranks.begin());
-        pan.req.emplace_back();
-        mpi::check(MPI_Ibcast(buf.data(), static_cast<int>(buf.size()), mpi::datatype<T>(), root_rank, g.comm.get(),
-                              &pan.req.back()),
-                   "MPI_Ibcast");
-        if (topo.owner(root) == me) sent += static_cast<std::int64_t>(buf.bytes());
-      }
+      broadcast(g, root, buf, pan);
       pan.a.emplace(g.id, std::move(buf));
     }
     for (const auto& g : cols) {  // B panel of this mesh column, from the device in row ir
@@ -112,14 +101,7 @@ ShardedArray<T> summa(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Sum
         const std::int64_t off = k0 - static_cast<std::int64_t>(ir) * kbb;
         std::copy(blk.data() + off * cols_here, blk.data() + (off + w) * cols_here, buf.data());
       }
-      if (!g.comm.is_null()) {
-        const int root_rank = static_cast<int>(std::find(g.ranks.begin(), g.ranks.end(), topo.owner(root)) - g.ranks.begin());
-        pan.req.emplace_back();
-        mpi::check(MPI_Ibcast(buf.data(), static_cast<int>(buf.size()), mpi::datatype<T>(), root_rank, g.comm.get(),
-                              &pan.req.back()),
-                   "MPI_Ibcast");
-        if (topo.owner(root) == me) sent += static_cast<std::int64_t>(buf.bytes());
-      }
+      broadcast(g, root, buf, pan);
       pan.b.emplace(g.id, std::move(buf));
     }
     if (sent > 0) comm_stats().record("summa", "", sent);
@@ -144,7 +126,7 @@ ShardedArray<T> summa(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Sum
         const Tensor<T>& ap = cur.a.at(group_of(rows, local[l]));
         const Tensor<T>& bp = cur.b.at(group_of(cols, local[l]));
         const std::int64_t m = c[l].shape()[0], n = c[l].shape()[1];
-        gemm_acc(m, n, w, ap.data(), w, bp.data(), n, c[l].data(), n);
+        detail::gemm_acc(m, n, w, ap.data(), w, bp.data(), n, c[l].data(), n);
         if (!next.req.empty()) {
           int done = 0;
           mpi::check(MPI_Testall(static_cast<int>(next.req.size()), next.req.data(), &done, MPI_STATUSES_IGNORE),

@@ -40,15 +40,9 @@ void check(int q, const Shape& as, const Shape& bs, std::uint64_t seed, int pane
   const auto c = linalg::cannon(device_put(ta, s), device_put(tb, s), linalg::CannonOptions{panels});
   EXPECT_EQ(c.spec(), P("r", "c"));
   EXPECT_EQ(c.shape(), (Shape{as[0], bs[1]}));
-  double err = 0, norm = 0;
-  for (const auto& sh : c.addressable_shards()) {
-    EXPECT_EQ(sh.box, reference_box(mesh, P("r", "c"), c.shape(), sh.device));
-    const auto want = reference_slice(ref, sh.box);
-    for (std::size_t i = 0; i < want.size(); ++i) {
-      err = std::max(err, std::abs(static_cast<double>(sh.data[static_cast<std::int64_t>(i)]) - want[i]));
-      norm = std::max(norm, std::abs(want[i]));
-    }
-  }
+  const MaxError me = max_error(c, ref);
+  EXPECT_TRUE(me.boxes_ok);
+  const double err = me.err, norm = me.norm;
   const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
   EXPECT_LE(err, tol * std::max(1.0, norm) * static_cast<double>(as[1]))
       << "q=" << q << " " << to_string(as) << " x " << to_string(bs) << " max error " << err;

@@ -26,15 +26,9 @@ void check(const Mesh& mesh, const Shape& as, const Shape& bs, std::uint64_t see
   const auto c = linalg::summa(device_put(ta, s), device_put(tb, NamedSharding(mesh, P("c", None))),
                                linalg::SummaOptions{panel});
   EXPECT_EQ(c.spec(), P("r", "c"));
-  double err = 0, norm = 1;
-  for (const auto& sh : c.addressable_shards()) {
-    EXPECT_EQ(sh.box, reference_box(mesh, P("r", "c"), c.shape(), sh.device));
-    const auto want = reference_slice(ref, sh.box);
-    for (std::size_t i = 0; i < want.size(); ++i) {
-      err = std::max(err, std::abs(static_cast<double>(sh.data[static_cast<std::int64_t>(i)]) - want[i]));
-      norm = std::max(norm, std::abs(want[i]));
-    }
-  }
+  const MaxError me = max_error(c, ref);
+  EXPECT_TRUE(me.boxes_ok);
+  const double err = me.err, norm = me.norm;
   const double tol = (std::is_same_v<T, float> ? 1e-5 : 1e-12) * static_cast<double>(as[1]);
   EXPECT_LE(err, tol * norm) << mesh.to_string() << " " << to_string(as) << " x " << to_string(bs) << " panel "
                              << panel;

@@ -2,6 +2,7 @@
 // Test helpers: random host arrays, and enumerations of meshes and specs.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -112,6 +113,26 @@ std::vector<T> reference_slice(const Tensor<T>& host, const Box& box) {
     }
   }
   return out;
+}
+
+/// The largest |c - ref| over this rank's shards of c and the largest |ref| there (at least
+/// 1); `boxes_ok` is false if a shard's box differs from the reference layout of c's spec.
+struct MaxError {
+  double err = 0, norm = 1;
+  bool boxes_ok = true;
+};
+template <typename T>
+MaxError max_error(const ShardedArray<T>& c, const Tensor<double>& ref) {
+  MaxError e;
+  for (const auto& sh : c.addressable_shards()) {
+    e.boxes_ok = e.boxes_ok && sh.box == reference_box(c.mesh(), c.spec(), c.shape(), sh.device);
+    const auto want = reference_slice(ref, sh.box);
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      e.err = std::max(e.err, std::abs(static_cast<double>(sh.data[static_cast<std::int64_t>(i)]) - want[i]));
+      e.norm = std::max(e.norm, std::abs(want[i]));
+    }
+  }
+  return e;
 }
 
 }  // namespace shard::testing
