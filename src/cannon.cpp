@@ -6,7 +6,9 @@
 //   q steps:   C(i, j) += A_cur @ B_cur   (OpenBLAS, in row panels)
 //              meanwhile A_cur moves one device left along c, B_cur one device up along r,
 //              posted before the product, progressed by MPI_Testall between panels
-// All indices mod q. Transfers between devices of one rank are memory copies.
+// All indices mod q. Transfers between devices of one rank are memory copies. Batched
+// operands A[.., M, K] (batch dims sharded over other mesh axes) carry all of a device's
+// batch elements in one message; each step runs one product per batch element.
 
 #include <algorithm>
 
@@ -22,14 +24,21 @@ namespace shard::linalg {
 
 namespace {
 
-/// `block` zero-padded to `shape` (the block sits at the top-left).
+/// `block` [.., m, k] zero-padded to `shape` (same leading dims; the block sits at the origin).
 template <typename T>
 Tensor<T> padded(const Tensor<T>& block, const Shape& shape) {
   if (block.shape() == shape) return block;
   Tensor<T> out(shape, T(0));
-  const Box b{Shape(2, 0), block.shape()};
-  copy_box(block.data(), block.shape(), Shape(2, 0), out.data(), shape, Shape(2, 0), b, sizeof(T));
+  const Shape origin(shape.size(), 0);
+  copy_box(block.data(), block.shape(), origin, out.data(), shape, origin, Box{origin, block.shape()}, sizeof(T));
   return out;
+}
+
+/// `shape` with its last two dims replaced by (rows, cols).
+Shape with_matrix(Shape shape, std::int64_t rows, std::int64_t cols) {
+  shape[shape.size() - 2] = rows;
+  shape[shape.size() - 1] = cols;
+  return shape;
 }
 
 /// One exchange of blocks between devices: local device l sends cur[l] to device to[l] and
@@ -78,26 +87,32 @@ void wait_all(std::vector<MPI_Request>& req) {
 }  // namespace
 
 template <typename T>
-ShardedArray<T> cannon(const ShardedArray<T>& a_in, const ShardedArray<T>& b_in, CannonOptions options) {
-  detail::check_same_mesh(a_in.mesh(), b_in.mesh(), "cannon");
-  const Mesh& mesh = a_in.mesh();
-  if (a_in.ndim() != 2 || b_in.ndim() != 2 || a_in.shape()[1] != b_in.shape()[0])
-    raise<ShapeError>("cannon: shapes ", to_string(a_in.shape()), " and ", to_string(b_in.shape()),
-                      " do not multiply as matrices");
-  const auto& er = a_in.spec()[0].axes();
-  const auto& ec = a_in.spec()[1].axes();
+ShardedArray<T> cannon(const ShardedArray<T>& a, const ShardedArray<T>& b_in, CannonOptions options) {
+  detail::check_same_mesh(a.mesh(), b_in.mesh(), "cannon");
+  const Mesh& mesh = a.mesh();
+  const int ra = a.ndim(), rb = b_in.ndim();
+  const bool shapes_ok = ra >= 2 && (rb == 2 || rb == ra) && a.shape()[ra - 1] == b_in.shape()[rb - 2] &&
+                         (rb == 2 || std::equal(a.shape().begin(), a.shape().end() - 2, b_in.shape().begin()));
+  if (!shapes_ok)
+    raise<ShapeError>("cannon: shapes ", to_string(a.shape()), " and ", to_string(b_in.shape()),
+                      " do not multiply; need A[.., M, K] and B[K, N] or B[.., K, N] with the same leading dims");
+  const auto& er = a.spec()[ra - 2].axes();
+  const auto& ec = a.spec()[ra - 1].axes();
   if (er.size() != 1 || ec.size() != 1)
-    raise<ShardingError>("cannon: A must be sharded P(r, c) over two mesh axes, got ", a_in.spec().to_string(),
+    raise<ShardingError>("cannon: A must be sharded P(.., r, c) over two mesh axes, got ", a.spec().to_string(),
                          "; reshard it first or use Algorithm::kSumma / matmul");
   const int rpos = mesh.axis_position(er[0]), cpos = mesh.axis_position(ec[0]);
   const int q = mesh.shape()[rpos];
   if (mesh.shape()[cpos] != q)
     raise<ShardingError>("cannon: needs a square q x q pair of mesh axes, but '", er[0], "' has size ", q, " and '",
                          ec[0], "' has size ", mesh.shape()[cpos], "; use SUMMA for a non-square grid");
-  const NamedSharding s(mesh, P(er[0], ec[0]));
-  const ShardedArray<T> b = b_in.spec() == s.spec() ? b_in : reshard(b_in, s);
-  const ShardedArray<T>& a = a_in;
-  const std::int64_t M = a.shape()[0], K = a.shape()[1], N = b.shape()[1];
+  // C and a batched B keep A's batch entries (over axes other than r and c: every device of
+  // one Cannon group holds the same batch box); a 2-D B is P(r, c) and multiplies every batch.
+  const PartitionSpec cspec = a.spec();
+  const PartitionSpec bspec = rb == 2 ? P(er[0], ec[0]) : cspec;
+  const NamedSharding s(mesh, cspec), sb(mesh, bspec);
+  const ShardedArray<T> b = b_in.spec() == bspec ? b_in : reshard(b_in, sb);
+  const std::int64_t M = a.shape()[ra - 2], K = a.shape()[ra - 1], N = b.shape()[rb - 1];
   const std::int64_t mb = (M + q - 1) / q, kb = (K + q - 1) / q, nb = (N + q - 1) / q;
 
   const Topology& topo = mesh.topology();
@@ -105,11 +120,13 @@ ShardedArray<T> cannon(const ShardedArray<T>& a_in, const ShardedArray<T>& b_in,
   const std::size_t n = local.size();
   std::vector<Tensor<T>> acur, anext, bcur, bnext, c;
   for (std::size_t l = 0; l < n; ++l) {
-    acur.push_back(padded(a.addressable_shards()[l].data, {mb, kb}));
-    bcur.push_back(padded(b.addressable_shards()[l].data, {kb, nb}));
-    anext.emplace_back(Shape{mb, kb});
-    bnext.emplace_back(Shape{kb, nb});
-    c.emplace_back(Shape{mb, nb}, T(0));
+    const Shape& as = a.addressable_shards()[l].data.shape();
+    const Shape& bs = b.addressable_shards()[l].data.shape();
+    acur.push_back(padded(a.addressable_shards()[l].data, with_matrix(as, mb, kb)));
+    bcur.push_back(padded(b.addressable_shards()[l].data, with_matrix(bs, kb, nb)));
+    anext.emplace_back(acur.back().shape());
+    bnext.emplace_back(bcur.back().shape());
+    c.emplace_back(with_matrix(as, mb, nb), T(0));
   }
   // The device at (i, j) of the same replica as `device` (other mesh axes unchanged).
   auto at = [&](int device, int i, int j) {
@@ -163,15 +180,22 @@ ShardedArray<T> cannon(const ShardedArray<T>& a_in, const ShardedArray<T>& b_in,
       req.insert(req.end(), rb.begin(), rb.end());
     }
     // C += A_cur @ B_cur, panel by panel, letting MPI progress the shift in between.
-    for (std::size_t l = 0; l < n; ++l)
-      for (int p = 0; p < panels; ++p) {
-        const std::int64_t r0 = mb * p / panels, r1 = mb * (p + 1) / panels;
-        detail::gemm_acc(r1 - r0, nb, kb, acur[l].data() + r0 * kb, kb, bcur[l].data(), nb, c[l].data() + r0 * nb, nb);
-        if (!req.empty()) {
-          int done = 0;
-          mpi::check(MPI_Testall(static_cast<int>(req.size()), req.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+    for (std::size_t l = 0; l < n; ++l) {
+      const std::int64_t batches = c[l].size() / std::max<std::int64_t>(mb * nb, 1);
+      const bool batched_b = rb > 2;
+      for (std::int64_t e = 0; e < batches; ++e)
+        for (int p = 0; p < panels; ++p) {
+          const std::int64_t r0 = mb * p / panels, r1 = mb * (p + 1) / panels;
+          const T* pa = acur[l].data() + (e * mb + r0) * kb;
+          const T* pb = bcur[l].data() + (batched_b ? e * kb * nb : 0);
+          detail::gemm_acc(r1 - r0, nb, kb, pa, kb, pb, nb, c[l].data() + (e * mb + r0) * nb, nb);
+          if (!req.empty()) {
+            int done = 0;
+            mpi::check(MPI_Testall(static_cast<int>(req.size()), req.data(), &done, MPI_STATUSES_IGNORE),
+                       "MPI_Testall");
+          }
         }
-      }
+    }
     wait_all(req);
     if (t + 1 < q) {
       std::swap(acur, anext);
@@ -179,11 +203,12 @@ ShardedArray<T> cannon(const ShardedArray<T>& a_in, const ShardedArray<T>& b_in,
     }
   }
   // Unpad: each device keeps the top-left part that its box of C covers.
-  const Shape cshape{M, N};
+  Shape cshape = a.shape();
+  cshape[ra - 1] = N;
   std::vector<Shard<T>> shards;
   for (std::size_t l = 0; l < n; ++l) {
     const Box box = s.box(local[l], cshape);
-    shards.push_back(Shard<T>{local[l], box, c[l].slice(Box{Shape(2, 0), box.extent})});
+    shards.push_back(Shard<T>{local[l], box, c[l].slice(Box{Shape(box.extent.size(), 0), box.extent})});
   }
   return ShardedArray<T>(cshape, s, std::move(shards));
 }

@@ -118,7 +118,7 @@ MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape
 }
 
 template <typename T>
-ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out) {
+ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out) {
   const MatmulPlan p = plan_matmul(a.shape(), a.sharding(), b.shape(), b.sharding(), sizeof(T));
   const Mesh& mesh = a.mesh();
   const ShardedArray<T> la = a.spec() == p.a ? a : reshard(a, NamedSharding(mesh, p.a));
@@ -167,12 +167,12 @@ ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const
   return out && !(*out == natural) ? reshard(c, *out) : c;
 }
 
-template ShardedArray<float> matmul<float>(const ShardedArray<float>&, const ShardedArray<float>&, const NamedSharding*);
-template ShardedArray<double> matmul<double>(const ShardedArray<double>&, const ShardedArray<double>&,
-                                             const NamedSharding*);
-template ShardedArray<std::int32_t> matmul<std::int32_t>(const ShardedArray<std::int32_t>&,
-                                                         const ShardedArray<std::int32_t>&, const NamedSharding*);
-template ShardedArray<std::int64_t> matmul<std::int64_t>(const ShardedArray<std::int64_t>&,
-                                                         const ShardedArray<std::int64_t>&, const NamedSharding*);
+#define SHARD_INSTANTIATE(T) \
+  template ShardedArray<T> matmul_by_rules<T>(const ShardedArray<T>&, const ShardedArray<T>&, const NamedSharding*);
+SHARD_INSTANTIATE(float)
+SHARD_INSTANTIATE(double)
+SHARD_INSTANTIATE(std::int32_t)
+SHARD_INSTANTIATE(std::int64_t)
+#undef SHARD_INSTANTIATE
 
 }  // namespace shard

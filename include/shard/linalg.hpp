@@ -4,11 +4,12 @@
 #include <cstdint>
 #include <string>
 
+#include "shard/matmul.hpp"
 #include "shard/sharded_array.hpp"
 
 namespace shard::linalg {
 
-enum class Algorithm { kAuto, kCannon, kSumma, kScaLAPACK };
+using shard::Algorithm;  // matmul(a, b, Algorithm::kCannon) etc. (matmul.hpp)
 
 struct CannonOptions {
   /// Row panels each block product is split into, with MPI_Testall between them so the
@@ -19,6 +20,8 @@ struct CannonOptions {
 
 /// Cannon's algorithm for C = A @ B with A and B sharded P(r, c) on mesh axes r and c of
 /// equal size q (taken from A's spec; B is resharded to P(r, c) if needed); C is P(r, c).
+/// Batched: A[.., M, K] sharded P(.., r, c) (leading dims over other mesh axes or None) with
+/// B[K, N] (P(r, c)) or B[.., K, N] (A's spec); C[.., M, N] has A's spec.
 /// Collective over all ranks. The skew and the q-1 shifts move blocks device to device
 /// (memory copies between devices of one rank, MPI_Isend/Irecv otherwise); the next shift is
 /// posted before the current block product, which runs in panels with MPI_Testall between

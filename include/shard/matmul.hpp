@@ -12,6 +12,13 @@
 ///     A's k axes, B's k axes or none, whichever moves the fewest bytes (reshard_plan's bytes,
 ///     plus about twice C's blocks for the psum when the contracting dim stays sharded).
 /// Integer types multiply with a plain loop.
+///
+/// `matmul` (the entry point users call) first looks for a 2-D block layout: A[.., M, K]
+/// sharded P(.., r, c) over two single mesh axes of sizes p x q (p*q > 1) and B sharded like
+/// it (P(r, c), or A's spec when batched). It runs Cannon's algorithm when p == q and SUMMA
+/// otherwise (2-D operands; batched ones on a non-square grid use the rules); every other
+/// layout uses the rules above (`matmul_by_rules`). `Algorithm` forces one (linalg.hpp,
+/// scalapack.hpp); a forced algorithm raises a clear error where its layout cannot run.
 
 #include "shard/ops.hpp"
 #include "shard/sharded_array.hpp"
@@ -30,10 +37,34 @@ struct MatmulPlan {
 MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape, const NamedSharding& b,
                        std::size_t elem_size);
 
-/// Collective over all ranks when a reshard or a psum is needed. `out`, when given, is the
-/// sharding of the result (reached with psum_scatter when it only splits C further over the
-/// contracting axes, otherwise with a reshard of the result).
+/// How matmul multiplies: kAuto picks as described above; kRules forces the sharding rules;
+/// kCannon, kSumma and kScaLAPACK force linalg::cannon, linalg::summa, scalapack_matmul.
+enum class Algorithm { kAuto, kRules, kCannon, kSumma, kScaLAPACK };
+
+/// "auto", "rules", "cannon", "summa", "scalapack".
+std::string algorithm_name(Algorithm algorithm);
+/// The inverse of algorithm_name; ValueError naming the choices otherwise.
+Algorithm parse_algorithm(const std::string& name);
+
+/// The algorithm kAuto runs for these operands (metadata only).
+Algorithm choose_algorithm(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape,
+                           const NamedSharding& b);
+
+/// Collective over all ranks when anything moves. `out`, when given, is the sharding of the
+/// result (reached with psum_scatter when the rules only split C further over the contracting
+/// axes, otherwise with a reshard of the result).
 template <typename T>
-ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out = nullptr);
+ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out = nullptr,
+                       Algorithm algorithm = Algorithm::kAuto);
+
+template <typename T>
+ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, Algorithm algorithm) {
+  return matmul(a, b, nullptr, algorithm);
+}
+
+/// matmul with the sharding rules only (what Algorithm::kRules runs).
+template <typename T>
+ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>& b,
+                                const NamedSharding* out = nullptr);
 
 }  // namespace shard

@@ -44,7 +44,7 @@ void check(int q, const Shape& as, const Shape& bs, std::uint64_t seed, int pane
   EXPECT_TRUE(me.boxes_ok);
   const double err = me.err, norm = me.norm;
   const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
-  EXPECT_LE(err, tol * std::max(1.0, norm) * static_cast<double>(as[1]))
+  EXPECT_LE(err / norm, tol)
       << "q=" << q << " " << to_string(as) << " x " << to_string(bs) << " max error " << err;
 }
 
@@ -110,7 +110,7 @@ SHARD_MPI_TEST(Cannon, Errors) {
     expect_error<ShardingError>([&] { linalg::cannon(a, a); }, {"square", "'r' has size"});
   }
   const auto b = zeros<double>({4, 4}, NamedSharding(line, P("r")));
-  expect_error<ShardingError>([&] { linalg::cannon(b, b); }, {"P(r, c)"});
+  expect_error<ShardingError>([&] { linalg::cannon(b, b); }, {"P(.., r, c)"});
   const Mesh sq = square_mesh(1);
   const auto x = zeros<double>({4, 3}, NamedSharding(sq, P("r", "c")));
   expect_error<ShapeError>([&] { linalg::cannon(x, x); }, {"do not multiply"});
