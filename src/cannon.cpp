@@ -79,8 +79,10 @@ std::vector<MPI_Request> start_exchange(const Topology& topo, const std::vector<
 }
 
 void wait_all(std::vector<MPI_Request>& req) {
-  if (!req.empty())
-    mpi::check(MPI_Waitall(static_cast<int>(req.size()), req.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  if (req.empty()) return;
+  const double t0 = MPI_Wtime();
+  mpi::check(MPI_Waitall(static_cast<int>(req.size()), req.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  comm_stats().record_wait("cannon", MPI_Wtime() - t0);
   req.clear();
 }
 
@@ -191,8 +193,10 @@ ShardedArray<T> cannon(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Ca
           detail::gemm_acc(r1 - r0, nb, kb, pa, kb, pb, nb, c[l].data() + (e * mb + r0) * nb, nb);
           if (!req.empty()) {
             int done = 0;
+            const double t0 = MPI_Wtime();
             mpi::check(MPI_Testall(static_cast<int>(req.size()), req.data(), &done, MPI_STATUSES_IGNORE),
                        "MPI_Testall");
+            comm_stats().record_wait("cannon", MPI_Wtime() - t0);
           }
         }
     }

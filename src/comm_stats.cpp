@@ -32,9 +32,21 @@ CommRecord CommStats::total() const {
   return out;
 }
 
+void CommStats::record_wait(const std::string& kind, double seconds) {
+  std::lock_guard lock(mutex_);
+  waits_[kind] += seconds;
+}
+
+double CommStats::wait_seconds(const std::string& kind) const {
+  std::lock_guard lock(mutex_);
+  const auto it = waits_.find(kind);
+  return it == waits_.end() ? 0.0 : it->second;
+}
+
 void CommStats::reset() {
   std::lock_guard lock(mutex_);
   records_.clear();
+  waits_.clear();
 }
 
 std::map<std::pair<std::string, std::string>, CommRecord> CommStats::entries() const {
@@ -48,6 +60,11 @@ std::string CommStats::to_string() const {
   for (const auto& [key, r] : entries()) {
     std::snprintf(line, sizeof line, "%-15s %-15s %8lld %18lld\n", key.first.c_str(), key.second.c_str(),
                   static_cast<long long>(r.calls), static_cast<long long>(r.bytes));
+    out += line;
+  }
+  std::lock_guard lock(mutex_);
+  for (const auto& [kind, seconds] : waits_) {
+    std::snprintf(line, sizeof line, "%-15s in MPI_Testall/Waitall for %.6f s\n", kind.c_str(), seconds);
     out += line;
   }
   return out;

@@ -117,8 +117,11 @@ ShardedArray<T> summa(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Sum
   if (!panels.empty()) {
     Panel<T> cur = post(panels[0].first, panels[0].second);
     for (std::size_t t = 0; t < panels.size(); ++t) {
-      if (!cur.req.empty())
+      if (!cur.req.empty()) {
+        const double t0 = MPI_Wtime();
         mpi::check(MPI_Waitall(static_cast<int>(cur.req.size()), cur.req.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+        comm_stats().record_wait("summa", MPI_Wtime() - t0);
+      }
       Panel<T> next;
       if (t + 1 < panels.size()) next = post(panels[t + 1].first, panels[t + 1].second);
       const std::int64_t w = panels[t].second;
@@ -129,8 +132,10 @@ ShardedArray<T> summa(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Sum
         detail::gemm_acc(m, n, w, ap.data(), w, bp.data(), n, c[l].data(), n);
         if (!next.req.empty()) {
           int done = 0;
+          const double t0 = MPI_Wtime();
           mpi::check(MPI_Testall(static_cast<int>(next.req.size()), next.req.data(), &done, MPI_STATUSES_IGNORE),
                      "MPI_Testall");
+          comm_stats().record_wait("summa", MPI_Wtime() - t0);
         }
       }
       cur = std::move(next);

@@ -24,6 +24,11 @@ class CommStats {
   CommRecord get(const std::string& kind, const std::string& axes = "") const;
   /// Everything recorded since the last reset.
   CommRecord total() const;
+  /// Seconds a nonblocking algorithm (Cannon, SUMMA) spent inside MPI_Testall/MPI_Waitall on
+  /// the transfers it had posted (shared-memory copies happen there): the communication its
+  /// block products did not hide.
+  void record_wait(const std::string& kind, double seconds);
+  double wait_seconds(const std::string& kind) const;
   void reset();
   /// A table with one line per (kind, axes).
   std::string to_string() const;
@@ -32,6 +37,7 @@ class CommStats {
  private:
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, std::string>, CommRecord> records_;
+  std::map<std::string, double> waits_;
 };
 
 /// This process's CommStats.

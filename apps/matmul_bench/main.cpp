@@ -1,0 +1,346 @@
+// matmul_bench: C = A @ B for n x n matrices sharded P('r', 'c') on a p x q mesh, timed for
+// each algorithm (Cannon, SUMMA, ScaLAPACK p?gemm, Auto, the rules) interleaved in one launch,
+// against the OpenBLAS rate of one rank multiplying n x n alone, with a correctness check.
+//
+//   mpirun -n 4 --oversubscribe matmul_bench --n 4096 --mesh 2x2
+//   mpirun -n 2 --bind-to core matmul_bench --n 1024,4096 --algorithms summa,scalapack --json
+
+#include <cblas.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/bench.hpp"
+#include "common/cli.hpp"
+#include "shard/detail/local_gemm.hpp"
+#include "shard/shard.hpp"
+
+namespace {
+
+using shard::Algorithm;
+using shard::P;
+
+/// A[i, j] and B[i, j]: a hash of (matrix, i, j) mapped to [-1, 1), the same on every rank.
+double value_at(std::uint64_t matrix, std::int64_t i, std::int64_t j) {
+  std::uint64_t z = matrix * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(i) * 0xBF58476D1CE4E5B9ull +
+                    static_cast<std::uint64_t>(j) * 0x94D049BB133111EBull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0;
+}
+
+template <typename T>
+shard::ShardedArray<T> make_matrix(std::uint64_t matrix, std::int64_t n, const shard::NamedSharding& s) {
+  return shard::generate<T>({n, n}, s, [&](const shard::Box& b) {
+    shard::Tensor<T> t(b.extent);
+    for (std::int64_t i = 0; i < b.extent[0]; ++i)
+      for (std::int64_t j = 0; j < b.extent[1]; ++j)
+        t(i, j) = static_cast<T>(value_at(matrix, b.offset[0] + i, b.offset[1] + j));
+    return t;
+  });
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string t; std::getline(ss, t, ',');)
+    if (!t.empty()) out.push_back(t);
+  return out;
+}
+
+/// Waits for every rank without spinning (1 ms naps), so a rank timing alone has its core.
+void quiet_barrier(MPI_Comm comm) {
+  MPI_Request req;
+  shard::mpi::check(MPI_Ibarrier(comm, &req), "MPI_Ibarrier");
+  for (int done = 0; !done;) {
+    shard::mpi::check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (!done) usleep(1000);
+  }
+}
+
+/// Seconds for one n x n x n product on rank 0 alone (the others nap), the same on every rank.
+template <typename T>
+struct LocalRate {
+  std::int64_t n;
+  std::vector<T> a, b, c;
+  explicit LocalRate(const shard::Runtime& rt, std::int64_t size) : n(size) {
+    if (rt.process_index() != 0) return;
+    const auto nn = static_cast<std::size_t>(n * n);
+    a.resize(nn);
+    b.resize(nn);
+    c.resize(nn);
+    for (std::size_t i = 0; i < nn; ++i) {
+      a[i] = static_cast<T>(value_at(1, 0, static_cast<std::int64_t>(i)));
+      b[i] = static_cast<T>(value_at(2, 0, static_cast<std::int64_t>(i)));
+    }
+  }
+  double once(const shard::Runtime& rt) {
+    const MPI_Comm comm = rt.world().get();
+    quiet_barrier(comm);
+    double t = 0;
+    if (rt.process_index() == 0) {
+      std::fill(c.begin(), c.end(), T(0));
+      const double t0 = MPI_Wtime();
+      shard::detail::gemm_acc(n, n, n, a.data(), n, b.data(), n, c.data(), n);
+      t = MPI_Wtime() - t0;
+    }
+    quiet_barrier(comm);
+    MPI_Bcast(&t, 1, MPI_DOUBLE, 0, comm);
+    return t;
+  }
+};
+
+struct Check {
+  std::string how;
+  double rel_error = 0;
+};
+
+/// Relative error of C: against a host product of this rank's rows of A and columns of B
+/// (built from value_at, nothing gathered) when n <= host_limit, else a random projection
+/// C x against A (B x) with distributed matrix-vector products. Collective.
+template <typename T>
+Check check_result(const shard::Runtime& rt, const shard::ShardedArray<T>& a, const shard::ShardedArray<T>& b,
+                   const shard::ShardedArray<T>& c, std::int64_t host_limit) {
+  const std::int64_t n = a.shape()[0];
+  double err = 0, norm = 0;
+  if (n <= host_limit) {
+    for (const auto& s : c.addressable_shards()) {
+      const std::int64_t m = s.box.extent[0], w = s.box.extent[1];
+      std::vector<double> ar(static_cast<std::size_t>(m * n)), bc(static_cast<std::size_t>(n * w)),
+          ref(static_cast<std::size_t>(m * w), 0.0);
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t k = 0; k < n; ++k)
+          ar[static_cast<std::size_t>(i * n + k)] = static_cast<T>(value_at(1, s.box.offset[0] + i, k));
+      for (std::int64_t k = 0; k < n; ++k)
+        for (std::int64_t j = 0; j < w; ++j)
+          bc[static_cast<std::size_t>(k * w + j)] = static_cast<T>(value_at(2, k, s.box.offset[1] + j));
+      shard::detail::gemm_acc(m, w, n, ar.data(), n, bc.data(), w, ref.data(), w);
+      for (std::int64_t i = 0; i < m * w; ++i) {
+        err = std::max(err, std::abs(static_cast<double>(s.data[i]) - ref[static_cast<std::size_t>(i)]));
+        norm = std::max(norm, std::abs(ref[static_cast<std::size_t>(i)]));
+      }
+    }
+    const MPI_Comm comm = rt.world().get();
+    MPI_Allreduce(MPI_IN_PLACE, &err, 1, MPI_DOUBLE, MPI_MAX, comm);
+    MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_MAX, comm);
+    return {"host", norm > 0 ? err / norm : err};
+  }
+  const shard::NamedSharding replicated(a.mesh(), P());
+  const auto v = shard::generate<T>({n, 1}, replicated, [&](const shard::Box& box) {
+    shard::Tensor<T> t(box.extent);
+    for (std::int64_t i = 0; i < box.extent[0]; ++i) t(i, 0) = static_cast<T>(value_at(3, box.offset[0] + i, 0));
+    return t;
+  });
+  const auto cx = shard::matmul(c, v, Algorithm::kRules).to_host();
+  const auto abx = shard::matmul(a, shard::matmul(b, v, Algorithm::kRules), Algorithm::kRules).to_host();
+  for (std::int64_t i = 0; i < n; ++i) {
+    err = std::max(err, std::abs(static_cast<double>(cx[i]) - static_cast<double>(abx[i])));
+    norm = std::max(norm, std::abs(static_cast<double>(abx[i])));
+  }
+  return {"C x vs A (B x)", norm > 0 ? err / norm : err};
+}
+
+struct Options {
+  std::vector<std::int64_t> sizes;
+  std::vector<Algorithm> algorithms;
+  int repeats = 5;
+  std::int64_t host_limit = 2048;
+  int cannon_panels = 0;
+  std::int64_t summa_panel = 0;
+  bool json = false;
+};
+
+/// C = A @ B with `algorithm`, Cannon and SUMMA with the panel options given.
+template <typename T>
+shard::ShardedArray<T> multiply(const shard::ShardedArray<T>& a, const shard::ShardedArray<T>& b,
+                                Algorithm algorithm, const Options& o) {
+  if (algorithm == Algorithm::kCannon) return shard::linalg::cannon(a, b, {o.cannon_panels});
+  if (algorithm == Algorithm::kSumma) return shard::linalg::summa(a, b, {o.summa_panel});
+  return shard::matmul(a, b, algorithm);
+}
+
+template <typename T>
+int run(shard::Runtime& rt, const shard::Mesh& mesh, const Options& o) {
+  const bool is_double = std::is_same_v<T, double>;
+  const char* dtype = is_double ? "float64" : "float32";
+  const shard::NamedSharding s(mesh, P("r", "c"));
+  const int ranks = rt.process_count();
+  std::ostringstream head;
+  char line[512];
+  if (!o.json) {
+    head << "matmul_bench: " << ranks << " ranks x " << rt.devices_per_rank() << " devices, " << mesh.to_string()
+         << ", A and B sharded P('r', 'c'), " << dtype << ", " << std::thread::hardware_concurrency()
+         << " cores; " << shard::blas_summary() << "\n"
+         << "medians over " << o.repeats << " repetitions, algorithms interleaved (rotating order); "
+         << "local = OpenBLAS n x n x n on rank 0 alone (others nap); efficiency = GFLOP/s / (ranks x local); "
+         << "wait_s = time Cannon/SUMMA spent in MPI_Testall/Waitall on posted transfers (slowest rank): the "
+            "communication not hidden behind the block products\n";
+    std::snprintf(line, sizeof line, "%6s %-10s %10s %10s %10s %11s %8s %10s  %s\n", "n", "algorithm", "median_s",
+                  "GFLOP/s", "vs_pdgemm", "efficiency", "wait_s", "rel_error", "check");
+    head << line;
+    shard::apps::print0(rt, head.str());
+  }
+  bool all_ok = true;
+  for (const std::int64_t n : o.sizes) {
+    const auto a = make_matrix<T>(1, n, s);
+    const auto b = make_matrix<T>(2, n, s);
+    LocalRate<T> local(rt, n);
+    const std::size_t na = o.algorithms.size();
+    std::vector<std::vector<double>> times(na + 1), waits(na);  // times' last: local
+    std::vector<std::optional<shard::ShardedArray<T>>> last(na);
+    auto time_one = [&](std::size_t i) {
+      if (i == na) return local.once(rt);
+      last[i].reset();  // free the previous product first
+      quiet_barrier(rt.world().get());
+      shard::comm_stats().reset();
+      const double t0 = MPI_Wtime();
+      last[i] = multiply(a, b, o.algorithms[i], o);
+      double t[2] = {MPI_Wtime() - t0,
+                     shard::comm_stats().wait_seconds("cannon") + shard::comm_stats().wait_seconds("summa")};
+      MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, rt.world().get());
+      waits[i].push_back(t[1]);
+      return t[0];
+    };
+    for (int r = -1; r < o.repeats; ++r)  // round -1 warms up (BLACS grid, communicators, buffers)
+      for (std::size_t k = 0; k <= na; ++k) {
+        const std::size_t i = (k + static_cast<std::size_t>(std::max(r, 0))) % (na + 1);
+        const double t = time_one(i);
+        if (r >= 0) times[i].push_back(t);
+        if (r < 0 && i < na) waits[i].clear();
+      }
+    const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+    const double local_rate = flops / shard::apps::median(times[na]) * 1e-9;
+    const auto pd = std::find(o.algorithms.begin(), o.algorithms.end(), Algorithm::kScaLAPACK);
+    std::ostringstream os;
+    if (!o.json) {
+      std::snprintf(line, sizeof line, "%6lld %-10s %10.4f %10.2f %10s %11s %8s %10s  %s\n",
+                    static_cast<long long>(n), "local", shard::apps::median(times[na]), local_rate, "", "", "", "",
+                    "rank 0 alone");
+      os << line;
+    }
+    for (std::size_t i = 0; i < na; ++i) {
+      const Check c = check_result(rt, a, b, *last[i], o.host_limit);
+      const bool ok = c.rel_error <= (is_double ? 1e-12 : 1e-5) * (c.how == "host" ? 1.0 : 100.0);
+      all_ok = all_ok && ok;
+      const double med = shard::apps::median(times[i]);
+      const double gflops = flops / med * 1e-9;
+      double vs = 0;  // median over rounds of t(pdgemm) / t(this): paired, immune to drift between rounds
+      if (pd != o.algorithms.end()) {
+        std::vector<double> ratio;
+        const auto& tp = times[static_cast<std::size_t>(pd - o.algorithms.begin())];
+        for (std::size_t r = 0; r < times[i].size(); ++r) ratio.push_back(tp[r] / times[i][r]);
+        vs = shard::apps::median(ratio);
+      }
+      const double eff = gflops / (ranks * local_rate);
+      const double wait = shard::apps::median(waits[i]);
+      const std::string name = shard::algorithm_name(o.algorithms[i]);
+      if (o.json)
+        std::snprintf(line, sizeof line,
+                      "{\"n\": %lld, \"algorithm\": \"%s\", \"dtype\": \"%s\", \"mesh\": \"%dx%d\", \"ranks\": %d, "
+                      "\"devices_per_rank\": %d, \"median_s\": %.6f, \"gflops\": %.3f, \"vs_pdgemm\": %.4f, "
+                      "\"local_gflops\": %.3f, \"efficiency\": %.4f, \"wait_s\": %.6f, \"rel_error\": %.3e, \"check\": \"%s\", "
+                      "\"ok\": %s, \"blas_core\": \"%s\"}\n",
+                      static_cast<long long>(n), name.c_str(), dtype, mesh.shape()[0], mesh.shape()[1], ranks,
+                      rt.devices_per_rank(), med, gflops, vs, local_rate, eff, wait, c.rel_error, c.how.c_str(),
+                      ok ? "true" : "false", shard::blas_core_name().c_str());
+      else {
+        char ratio[32] = "-";
+        if (pd != o.algorithms.end()) std::snprintf(ratio, sizeof ratio, "%.3fx", vs);
+        std::snprintf(line, sizeof line, "%6lld %-10s %10.4f %10.2f %10s %10.1f%% %8.4f %10.2e  %s %s\n",
+                      static_cast<long long>(n), name.c_str(), med, gflops, ratio, 100 * eff, wait, c.rel_error,
+                      c.how.c_str(), ok ? "ok" : "WRONG");
+      }
+      os << line;
+    }
+    shard::apps::print0(rt, os.str());
+  }
+  if (!all_ok) shard::raise<shard::Error>("matmul_bench: a result failed its correctness check (see WRONG above)");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return shard::guarded_main(argc, argv, [&](shard::Runtime& rt) {
+    namespace po = shard::apps::po;
+    std::string sizes = "1024", algorithms, dtype = "float64", mesh_text;
+    Options o;
+    po::options_description options("matmul_bench options");
+    shard::apps::add_common_options(options);
+    options.add_options()("n", po::value(&sizes)->default_value("1024"), "matrix sizes, comma-separated (4096,8192)")(
+        "algorithms", po::value(&algorithms)->default_value(""),
+        "comma-separated from cannon, summa, scalapack, auto, rules (default: all that run on the mesh)")(
+        "dtype", po::value(&dtype)->default_value("float64"), "float64 or float32")(
+        "mesh", po::value(&mesh_text)->default_value(""), "2-D mesh shape like 2x2 (default: the squarest)")(
+        "repeats", po::value(&o.repeats)->default_value(5), "timed repetitions per algorithm")(
+        "cannon-panels", po::value(&o.cannon_panels)->default_value(0),
+        "row panels per Cannon block product, MPI progressed between them (0: from the block size)")(
+        "summa-panel", po::value(&o.summa_panel)->default_value(0), "SUMMA panel width (0: 256)")(
+        "host-check-limit", po::value(&o.host_limit)->default_value(2048),
+        "largest n checked against a host product (larger n: a random projection)")(
+        "json", "one JSON object per row");
+    po::variables_map vm;
+    if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
+                                         "Usage: mpirun -n N matmul_bench [--n 4096] [--mesh PxQ] [--algorithms ...]\n"
+                                         "Times distributed matmul algorithms against ScaLAPACK and local OpenBLAS."))
+      return 0;
+    o.json = vm.count("json") > 0;
+    for (const auto& t : split(sizes)) {
+      std::size_t used = 0;
+      long long v = 0;
+      try {
+        v = std::stoll(t, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != t.size() || v < 1) shard::raise<shard::ValueError>("bad --n '", sizes, "': write sizes like 1024,4096");
+      o.sizes.push_back(v);
+    }
+    if (o.sizes.empty()) shard::raise<shard::ValueError>("--n needs at least one size");
+    if (o.repeats < 1) shard::raise<shard::ValueError>("--repeats must be >= 1, got ", o.repeats);
+    std::vector<int> shape;
+    if (mesh_text.empty()) {
+      const int d = rt.device_count();
+      int p = 1;
+      for (int f = 1; f * f <= d; ++f)
+        if (d % f == 0) p = f;
+      shape = {p, d / p};
+    } else {
+      shape = shard::apps::mesh_shape_from(mesh_text, rt.device_count());
+    }
+    if (shape.size() != 2)
+      shard::raise<shard::ValueError>("--mesh '", mesh_text, "': matmul_bench needs a 2-D mesh like 2x2");
+    if (shape[0] * shape[1] != rt.device_count())
+      shard::raise<shard::ValueError>("--mesh ", shape[0], "x", shape[1], " has ", shape[0] * shape[1],
+                                      " devices, but the job has ", rt.device_count());
+    const shard::Mesh mesh = shard::make_mesh(shape, {"r", "c"});
+    const bool scalapack_ok = rt.devices_per_rank() == 1;
+    if (algorithms.empty()) {
+      if (shape[0] == shape[1]) o.algorithms.push_back(Algorithm::kCannon);
+      o.algorithms.push_back(Algorithm::kSumma);
+      if (scalapack_ok) o.algorithms.push_back(Algorithm::kScaLAPACK);
+      o.algorithms.push_back(Algorithm::kAuto);
+    } else {
+      for (const auto& t : split(algorithms)) {
+        const Algorithm a = shard::parse_algorithm(t);
+        if (a == Algorithm::kCannon && shape[0] != shape[1])
+          shard::raise<shard::ValueError>("--algorithms cannon needs a square mesh, got ", shape[0], "x", shape[1]);
+        if (a == Algorithm::kScaLAPACK && !scalapack_ok)
+          shard::raise<shard::ValueError>("--algorithms scalapack needs one device per rank, got ",
+                                          rt.devices_per_rank());
+        o.algorithms.push_back(a);
+      }
+    }
+    if (dtype == "float64" || dtype == "f64" || dtype == "double") return run<double>(rt, mesh, o);
+    if (dtype == "float32" || dtype == "f32" || dtype == "float") return run<float>(rt, mesh, o);
+    shard::raise<shard::ValueError>("--dtype '", dtype, "': choose float64 or float32");
+  });
+}
