@@ -11,6 +11,9 @@ packages=(
   libscalapack-openmpi-dev              # ScaLAPACK + BLACS on Open MPI
   libboost-program-options-dev          # the apps' command lines
   libgtest-dev                          # the tests
+  zlib1g-dev                            # train_mlp reads the gzipped IDX files
+  dataset-fashion-mnist                 # train_mlp's default data set
+  python3-numpy                         # tests check that numpy.load reads Shard's .npy files
   "$@"
 )
 
