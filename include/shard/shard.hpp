@@ -3,9 +3,11 @@
 
 #include "shard/blas.hpp"
 #include "shard/box.hpp"
+#include "shard/checkpoint.hpp"
 #include "shard/comm_stats.hpp"
 #include "shard/device.hpp"
 #include "shard/error.hpp"
+#include "shard/io.hpp"
 #include "shard/linalg.hpp"
 #include "shard/matmul.hpp"
 #include "shard/mesh.hpp"

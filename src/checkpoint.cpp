@@ -1,0 +1,441 @@
+#include "shard/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "json.hpp"
+#include "shard/error.hpp"
+#include "shard/io.hpp"
+#include "shard/mpi/agree.hpp"
+#include "shard/runtime.hpp"
+
+namespace shard {
+
+namespace fs = std::filesystem;
+using detail::json::quote;
+using JsonValue = detail::json::Value;
+
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kFormat = "shard-checkpoint";
+constexpr const char* kStepPrefix = "step-";
+constexpr const char* kTmpPrefix = ".tmp-step-";
+
+const mpi::Communicator& world() { return Runtime::current().world(); }
+
+/// Letters, digits, '_', '-', '.', not starting with '.': a name that can only mean a file
+/// directly inside the checkpoint directory. Array names leave room for ".npy" in NAME_MAX.
+bool is_plain_name(const std::string& s, std::size_t max_size = 255) {
+  if (s.empty() || s[0] == '.' || s.size() > max_size) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
+  });
+}
+
+[[noreturn]] void fs_error(const std::string& doing, const fs::path& path, const std::string& why) {
+  raise<IoError>("checkpoint: ", doing, " '", path.string(), "': ", why);
+}
+
+/// Writes `text` to `path` and fsyncs it, so the manifest is on storage before the rename.
+void write_synced(const fs::path& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fs_error("cannot create", path, std::strerror(errno));
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      fs_error("cannot write", path, std::strerror(err));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) fs_error("cannot flush", path, std::strerror(errno));
+}
+
+/// fsync of a directory makes the entries created or renamed in it durable.
+void sync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fs_error("cannot open directory", dir, std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) fs_error("cannot flush directory", dir, std::strerror(err));
+}
+
+std::string step_dir_name(std::int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%s%08lld", kStepPrefix, static_cast<long long>(step));
+  return buf;
+}
+
+/// The step of a "step-<digits>" name, or -1.
+std::int64_t step_of(const std::string& name) {
+  const std::size_t p = std::strlen(kStepPrefix);
+  if (name.size() <= p || name.compare(0, p, kStepPrefix) != 0) return -1;
+  std::int64_t step = -1;
+  const auto [end, ec] = std::from_chars(name.data() + p, name.data() + name.size(), step);
+  return ec == std::errc() && end == name.data() + name.size() ? step : -1;
+}
+
+/// Finished checkpoints of `dir` (step, path), highest step first; none if `dir` is missing.
+std::vector<std::pair<std::int64_t, fs::path>> list_steps(const fs::path& dir) {
+  std::vector<std::pair<std::int64_t, fs::path>> out;
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return out;
+  fs::directory_iterator it(dir, ec), end;
+  if (ec) fs_error("cannot list", dir, ec.message());
+  for (; it != end; it.increment(ec)) {
+    if (ec) fs_error("cannot list", dir, ec.message());
+    const std::int64_t step = step_of(it->path().filename().string());
+    if (step >= 0 && it->is_directory(ec)) out.emplace_back(step, it->path());
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
+
+/// Rank 0 sends a string to every rank.
+std::string broadcast(std::string s) {
+  int n = static_cast<int>(s.size());
+  mpi::check(MPI_Bcast(&n, 1, MPI_INT, 0, world().get()), "MPI_Bcast");
+  s.resize(static_cast<std::size_t>(n));
+  mpi::check(MPI_Bcast(s.data(), n, MPI_CHAR, 0, world().get()), "MPI_Bcast");
+  return s;
+}
+
+/// Runs fn on rank 0 only and raises its error (if any) on every rank.
+template <typename F>
+void on_root(F&& fn) {
+  mpi::agreed(world(), [&] {
+    if (world().rank() == 0) fn();
+  });
+}
+
+std::string to_hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+template <typename V>
+std::string json_list(const std::vector<V>& xs) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    if (i) s += ", ";
+    if constexpr (std::is_arithmetic_v<V>)
+      s += std::to_string(xs[i]);
+    else
+      s += quote(xs[i]);
+  }
+  return s + "]";
+}
+
+std::string manifest_json(const CheckpointManifest& m) {
+  std::string s = "{\n  \"format\": \"" + std::string(kFormat) +
+                  "\",\n  \"version\": 1,\n  \"step\": " + std::to_string(m.step) + ",\n  \"metadata\": {";
+  const char* sep = "\n    ";
+  for (const auto& [k, v] : m.metadata) s += std::exchange(sep, ",\n    ") + quote(k) + ": " + quote(v);
+  s += m.metadata.empty() ? "},\n  \"arrays\": [" : "\n  },\n  \"arrays\": [";
+  sep = "\n    ";
+  for (const auto& e : m.arrays)
+    s += std::string(std::exchange(sep, ",\n    ")) + "{\"name\": " + quote(e.name) +
+         ", \"file\": " + quote(e.file) + ", \"dtype\": " + quote(e.dtype) +
+         ", \"shape\": " + json_list(e.shape) + ", \"spec\": " + quote(e.spec) +
+         ", \"mesh_shape\": " + json_list(e.mesh_shape) + ", \"mesh_axes\": " + json_list(e.mesh_axes) +
+         ", \"checksum\": " + quote(to_hex(e.checksum)) + "}";
+  return s + (m.arrays.empty() ? "]\n}\n" : "\n  ]\n}\n");
+}
+
+/// Field access with errors naming the manifest and the field.
+class ManifestReader {
+ public:
+  explicit ManifestReader(std::string what) : what_(std::move(what)) {}
+
+  const JsonValue& field(const JsonValue& obj, const char* key, JsonValue::Kind kind,
+                         const std::string& where) const {
+    const JsonValue* v = obj.find(key);
+    if (!v) raise<ValueError>(what_, ": ", where, " lacks the field '", key, "'");
+    if (v->kind != kind)
+      raise<ValueError>(what_, ": field '", key, "' of ", where, " has the wrong JSON type");
+    return *v;
+  }
+  std::int64_t integer(const JsonValue& v, const std::string& where) const {
+    std::int64_t x = 0;
+    const auto [end, ec] = std::from_chars(v.text.data(), v.text.data() + v.text.size(), x);
+    if (v.kind != JsonValue::Kind::kNumber || ec != std::errc() || end != v.text.data() + v.text.size() ||
+        x < 0)
+      raise<ValueError>(what_, ": ", where, " must be a non-negative integer, not '", v.text, "'");
+    return x;
+  }
+  std::uint64_t hex(const std::string& s, const std::string& where) const {
+    std::uint64_t x = 0;
+    const char* b = s.data() + (s.rfind("0x", 0) == 0 ? 2 : 0);
+    const auto [end, ec] = std::from_chars(b, s.data() + s.size(), x, 16);
+    if (ec != std::errc() || end != s.data() + s.size() || b == end)
+      raise<ValueError>(what_, ": ", where, " must be a hexadecimal checksum, not '", s, "'");
+    return x;
+  }
+
+ private:
+  std::string what_;
+};
+
+CheckpointManifest parse_manifest(const std::string& text, const std::string& what) {
+  using K = JsonValue::Kind;
+  const JsonValue root = detail::json::parse(text, what);
+  const ManifestReader r(what);
+  if (root.kind != K::kObject) raise<ValueError>(what, ": the manifest must be a JSON object");
+  if (r.field(root, "format", K::kString, "the manifest").text != kFormat)
+    raise<ValueError>(what, ": not a Shard checkpoint manifest (format is not '", kFormat, "')");
+  if (const auto v = r.integer(r.field(root, "version", K::kNumber, "the manifest"), "'version'"); v != 1)
+    raise<ValueError>(what, ": manifest version ", v, " is not supported (this Shard reads version 1)");
+  CheckpointManifest m;
+  m.step = r.integer(r.field(root, "step", K::kNumber, "the manifest"), "'step'");
+  for (const auto& [k, v] : r.field(root, "metadata", K::kObject, "the manifest").members) {
+    if (v.kind != K::kString) raise<ValueError>(what, ": metadata '", k, "' must be a string");
+    m.metadata[k] = v.text;
+  }
+  for (const JsonValue& a : r.field(root, "arrays", K::kArray, "the manifest").items) {
+    const std::string where = "array " + std::to_string(m.arrays.size());
+    if (a.kind != K::kObject) raise<ValueError>(what, ": ", where, " must be a JSON object");
+    CheckpointEntry e;
+    e.name = r.field(a, "name", K::kString, where).text;
+    e.file = r.field(a, "file", K::kString, where).text;
+    if (!is_plain_name(e.file))
+      raise<ValueError>(what, ": manifest names a path outside its directory: file '", e.file, "' of array '",
+                        e.name, "' (files must be plain names such as 'w1.npy')");
+    if (!is_plain_name(e.name)) raise<ValueError>(what, ": array name '", e.name, "' is not a plain name");
+    for (const auto& other : m.arrays)
+      if (other.name == e.name || other.file == e.file)
+        raise<ValueError>(what, ": arrays '", other.name, "' and '", e.name, "' share a name or a file");
+    e.dtype = r.field(a, "dtype", K::kString, where).text;
+    if (e.dtype != "float32" && e.dtype != "float64" && e.dtype != "int32" && e.dtype != "int64")
+      raise<ValueError>(what, ": array '", e.name, "' has unknown dtype '", e.dtype, "'");
+    for (const auto& d : r.field(a, "shape", K::kArray, where).items)
+      e.shape.push_back(r.integer(d, "the shape of array '" + e.name + "'"));
+    e.spec = r.field(a, "spec", K::kString, where).text;
+    for (const auto& d : r.field(a, "mesh_shape", K::kArray, where).items)
+      e.mesh_shape.push_back(static_cast<int>(r.integer(d, "the mesh shape of array '" + e.name + "'")));
+    if (const JsonValue* axes = a.find("mesh_axes"); axes && axes->kind == K::kArray)
+      for (const auto& n : axes->items) e.mesh_axes.push_back(n.text);
+    e.checksum =
+        r.hex(r.field(a, "checksum", K::kString, where).text, "the checksum of array '" + e.name + "'");
+    m.arrays.push_back(std::move(e));
+  }
+  return m;
+}
+
+/// Removes checkpoints beyond `keep` (by step, always keeping `current`) and temp
+/// directories that crashed commits left behind.
+void prune(const fs::path& dir, int keep, const fs::path& current) {
+  std::error_code ec;
+  std::vector<fs::path> stale;  // collected first: the directory is not changed while listed
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename().string().rfind(kTmpPrefix, 0) == 0) stale.push_back(it->path());
+  if (ec) fs_error("checkpoint committed, but cannot list", dir, ec.message());
+  int kept = 1;  // `current`
+  for (const auto& [step, path] : list_steps(dir))
+    if (path != current && kept++ >= keep) stale.push_back(path);
+  for (const auto& path : stale)
+    if (fs::remove_all(path, ec); ec) fs_error("checkpoint committed, but cannot remove", path, ec.message());
+}
+
+}  // namespace
+
+const CheckpointEntry& CheckpointManifest::entry(const std::string& name) const {
+  std::string names;
+  for (const auto& e : arrays) {
+    if (e.name == name) return e;
+    names += (names.empty() ? "'" : ", '") + e.name + "'";
+  }
+  raise<ValueError>("checkpoint of step ", step, " has no array '", name, "' (it has ",
+                    names.empty() ? "none" : names, ")");
+}
+
+CheckpointWriter::CheckpointWriter(std::string directory, int keep)
+    : directory_(std::move(directory)), keep_(keep) {
+  if (keep < 1) raise<ValueError>("CheckpointWriter: keep must be at least 1, got ", keep);
+  if (directory_.empty()) raise<ValueError>("CheckpointWriter: the directory is empty");
+}
+
+template <typename T>
+void CheckpointWriter::add_shared(const std::string& name, std::shared_ptr<const ShardedArray<T>> x) {
+  if (!is_plain_name(name, 251))
+    raise<ValueError>("CheckpointWriter::add: array name '", name,
+                      "' must be a plain file name (letters, digits, ",
+                      "'_', '-', '.', not starting with '.', at most 251 characters)");
+  for (const auto& p : pending_)
+    if (p.entry.name == name)
+      raise<ValueError>("CheckpointWriter::add: array '", name, "' was already added");
+  CheckpointEntry e;
+  e.name = name;
+  e.file = name + ".npy";
+  e.dtype = dtype_name<T>();
+  e.shape = x->shape();
+  e.spec = x->spec().to_string();
+  e.mesh_shape = x->mesh().shape();
+  e.mesh_axes = x->mesh().axis_names();
+  pending_.push_back(
+      Pending{std::move(e), [x](const std::string& path) { io::save_npy(*x, path); },
+              [x] { return io::checksum(*x); },
+              [x](const std::string& path) { return io::checksum(io::load_npy<T>(path, x->sharding())); }});
+}
+
+template <typename T>
+void CheckpointWriter::add(const std::string& name, const ShardedArray<T>& x) {
+  add_shared<T>(name, std::shared_ptr<const ShardedArray<T>>(&x, [](const ShardedArray<T>*) {}));
+}
+
+template <typename T>
+void CheckpointWriter::add(const std::string& name, ShardedArray<T>&& x) {
+  add_shared<T>(name, std::make_shared<const ShardedArray<T>>(std::move(x)));
+}
+
+void CheckpointWriter::set(const std::string& key, const std::string& value) {
+  if (key.empty()) raise<ValueError>("CheckpointWriter::set: the metadata key is empty");
+  metadata_[key] = value;
+}
+
+std::string CheckpointWriter::commit(std::int64_t step) {
+  if (step < 0) raise<ValueError>("CheckpointWriter::commit: step must be >= 0, got ", step);
+  const fs::path dir(directory_);
+  const fs::path final_dir = dir / step_dir_name(step);
+  std::string tmp;
+  on_root([&] {
+    std::error_code ec;
+    if (fs::create_directories(dir, ec); ec) fs_error("cannot create directory", dir, ec.message());
+    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    tmp = (dir /
+           (kTmpPrefix + std::to_string(step) + "-" + std::to_string(::getpid()) + "-" + std::to_string(now)))
+              .string();
+    if (fs::create_directory(tmp, ec); ec) fs_error("cannot create directory", tmp, ec.message());
+  });
+  tmp = broadcast(tmp);
+  try {
+    CheckpointManifest m;
+    m.step = step;
+    m.metadata = metadata_;
+    for (auto& p : pending_) {
+      const std::string file = (fs::path(tmp) / p.entry.file).string();
+      p.save(file);  // collective; synced to storage
+      p.entry.checksum = p.checksum();
+      // The same value on every rank (both are allreduced), so every rank raises or none.
+      if (const std::uint64_t back = p.reread(file); back != p.entry.checksum)
+        raise<IoError>("checkpoint: '", file, "' reads back with checksum ", to_hex(back), " instead of ",
+                       to_hex(p.entry.checksum), " (a write failed without an error?); step ", step,
+                       " not committed");
+      m.arrays.push_back(p.entry);
+    }
+    // Everything below runs on rank 0 after every rank has written and closed its files.
+    on_root([&] {
+      write_synced(fs::path(tmp) / kManifest, manifest_json(m));
+      sync_dir(tmp);
+      std::error_code ec;
+      if (fs::exists(final_dir, ec)) {
+        // Same step again: swap the directories atomically, then drop the old one. File
+        // systems without RENAME_EXCHANGE (EINVAL: Lustre, NFS) move the old one aside first,
+        // under a temp name the next commit sweeps if we crash in between.
+        if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0) {
+          const std::string aside = tmp + "-old";
+          if (errno != EINVAL && errno != ENOSYS) fs_error("cannot replace", final_dir, std::strerror(errno));
+          if (::rename(final_dir.c_str(), aside.c_str()) != 0 ||
+              ::rename(tmp.c_str(), final_dir.c_str()) != 0)
+            fs_error("cannot replace", final_dir, std::strerror(errno));
+          tmp = aside;
+        }
+        fs::remove_all(tmp, ec);
+      } else if (::rename(tmp.c_str(), final_dir.c_str()) != 0) {
+        fs_error("cannot rename the new checkpoint to", final_dir, std::strerror(errno));
+      }
+      sync_dir(dir);
+    });
+  } catch (...) {
+    if (world().rank() == 0) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);  // best effort: the next commit sweeps what is left
+    }
+    throw;
+  }
+  pending_.clear();
+  metadata_.clear();
+  on_root([&] { prune(dir, keep_, final_dir); });
+  return final_dir.string();
+}
+
+std::string latest_checkpoint(const std::string& directory) {
+  std::string found;
+  on_root([&] {
+    std::error_code ec;
+    for (const auto& [step, path] : list_steps(directory))
+      if (fs::exists(path / kManifest, ec)) {
+        found = path.string();
+        break;
+      }
+  });
+  return broadcast(found);
+}
+
+CheckpointManifest read_manifest(const std::string& checkpoint_path) {
+  const fs::path path = fs::path(checkpoint_path) / kManifest;
+  std::string text;
+  on_root([&] {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) fs_error("cannot open", path, std::strerror(errno));
+    char buf[65536];
+    std::size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    const bool failed = std::ferror(f) != 0;
+    std::fclose(f);
+    if (failed) fs_error("cannot read", path, "read error");
+  });
+  // Every rank parses the same text, so a bad manifest raises the same error everywhere.
+  return parse_manifest(broadcast(std::move(text)), path.string());
+}
+
+template <typename T>
+ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const CheckpointManifest& manifest,
+                                      const std::string& name, const NamedSharding& sharding) {
+  const CheckpointEntry& e = manifest.entry(name);
+  if (e.dtype != dtype_name<T>())
+    raise<ValueError>("load_checkpoint_array: array '", name, "' of ", checkpoint_path, " is ", e.dtype,
+                      ", not ", dtype_name<T>(), "; load it as ", e.dtype);
+  if (!is_plain_name(e.file))
+    raise<ValueError>("load_checkpoint_array: manifest names a path outside its directory: '", e.file, "'");
+  const std::string file = (fs::path(checkpoint_path) / e.file).string();
+  ShardedArray<T> x = io::load_npy<T>(file, sharding);
+  if (x.shape() != e.shape)
+    raise<ShapeError>("load_checkpoint_array: array '", name, "' in ", file, " has shape ",
+                      to_string(x.shape()), " but the manifest of ", checkpoint_path, " records ",
+                      to_string(e.shape));
+  if (const std::uint64_t sum = io::checksum(x); sum != e.checksum)
+    raise<IoError>("load_checkpoint_array: checksum mismatch for array '", name, "': ", file, " gives ",
+                   to_hex(sum), " but the manifest records ", to_hex(e.checksum),
+                   "; the file is corrupt or was modified");
+  return x;
+}
+
+#define SHARD_INSTANTIATE_CHECKPOINT(T)                                                            \
+  template void CheckpointWriter::add<T>(const std::string&, const ShardedArray<T>&);              \
+  template void CheckpointWriter::add<T>(const std::string&, ShardedArray<T>&&);                   \
+  template ShardedArray<T> load_checkpoint_array<T>(const std::string&, const CheckpointManifest&, \
+                                                    const std::string&, const NamedSharding&);
+SHARD_INSTANTIATE_CHECKPOINT(float)
+SHARD_INSTANTIATE_CHECKPOINT(double)
+SHARD_INSTANTIATE_CHECKPOINT(std::int32_t)
+SHARD_INSTANTIATE_CHECKPOINT(std::int64_t)
+#undef SHARD_INSTANTIATE_CHECKPOINT
+
+}  // namespace shard

@@ -1,0 +1,30 @@
+#pragma once
+// A small JSON reader and writer for checkpoint manifests (private to the library).
+// Numbers keep their text, so 64-bit integers round-trip exactly; strings are UTF-8.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace shard::detail::json {
+
+struct Value {
+  enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
+  Kind kind = Kind::kNull;
+  bool boolean = false;
+  std::string text;                                    ///< a string's contents or a number's literal
+  std::vector<Value> items;                            ///< array elements
+  std::vector<std::pair<std::string, Value>> members;  ///< object members, in file order
+
+  /// The member `key` of an object, or null if absent (or not an object).
+  const Value* find(const std::string& key) const;
+};
+
+/// Parses a whole JSON document; throws ValueError naming `what` and the line of the problem.
+Value parse(const std::string& text, const std::string& what);
+
+/// `s` as a JSON string literal (quotes and escapes included).
+std::string quote(const std::string& s);
+
+}  // namespace shard::detail::json
