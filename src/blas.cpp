@@ -9,6 +9,7 @@ namespace shard {
 std::string blas_core_name() { return openblas_get_corename(); }
 std::string blas_config() { return openblas_get_config(); }
 int blas_threads() { return openblas_get_num_threads(); }
+void set_blas_threads(int threads) { openblas_set_num_threads(threads); }
 
 std::string blas_summary() {
   const char* env = std::getenv("OPENBLAS_CORETYPE");

@@ -1,5 +1,7 @@
 #include "shard/runtime.hpp"
 
+#include "shard/blas.hpp"
+
 #include <malloc.h>
 
 #include <algorithm>
@@ -116,6 +118,8 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
                                           std::to_string(kmin) + " and " + std::to_string(kmax) +
                                           "); pass the same --devices-per-rank or SHARD_DEVICES_PER_RANK to all ranks");
     topology_.devices_per_rank = k;
+    // Device threads call OpenBLAS at the same time: one OpenBLAS thread per call (DESIGN.md).
+    if (k > 1) set_blas_threads(1);
 
     // Hosts: processor names, and a dense node id per shared-memory domain.
     char name[MPI_MAX_PROCESSOR_NAME] = {};

@@ -11,6 +11,9 @@ std::string blas_core_name();
 std::string blas_config();
 /// Threads OpenBLAS uses for one call.
 int blas_threads();
+/// Sets them (openblas_set_num_threads). The Runtime sets 1 when a rank has several devices,
+/// whose threads call OpenBLAS concurrently.
+void set_blas_threads(int threads);
 /// "OpenBLAS core Haswell, 1 thread (OPENBLAS_CORETYPE=Haswell)".
 std::string blas_summary();
 

@@ -1,0 +1,289 @@
+// train_mlp: a data x tensor parallel MLP on Fashion-MNIST (or JAX's synthetic regression
+// set-up), with checkpoints that resume on any mesh.
+//
+//   mpirun -n 2 train_mlp --devices-per-rank 2 --mesh data=2,model=2
+//   mpirun -n 4 train_mlp --dataset synthetic --layers 784,1024,1024,1024,10 --batch 1024
+//   mpirun -n 2 train_mlp --checkpoint-dir ckpt --epochs 1 && mpirun -n 4 train_mlp --checkpoint-dir ckpt --resume
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/cli.hpp"
+#include "data.hpp"
+#include "model.hpp"
+#include "shard/shard.hpp"
+#include "train_checkpoint.hpp"
+
+namespace {
+
+using train::Dataset;
+
+struct Config {
+  std::string dataset = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist", mesh_text, layers_text;
+  std::string checkpoint_dir;
+  std::int64_t batch = 0, samples = 8192, max_steps = 0, seed = 0, log_every = 0, checkpoint_every = 0;
+  int epochs = 0, keep = 2;
+  bool json = false, resume = false;
+  train::Hyper hyper;
+};
+
+std::vector<std::int64_t> parse_sizes(const std::string& text) {
+  std::vector<std::int64_t> out;
+  std::stringstream ss(text);
+  for (std::string t; std::getline(ss, t, ',');) {
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != t.size() || t.empty()) shard::raise<shard::ValueError>("bad --layers '", text, "': write sizes like 784,1024,10");
+    out.push_back(v);
+  }
+  return out;
+}
+
+/// "data=4,model=2" (either may be left out: it takes the rest of the devices).
+std::pair<int, int> parse_mesh(const std::string& text, int devices) {
+  int data = 0, model = 0;
+  std::stringstream ss(text);
+  for (std::string t; std::getline(ss, t, ',');) {
+    const auto eq = t.find('=');
+    int v = 0;
+    std::size_t used = 0;
+    try {
+      v = eq == std::string::npos ? 0 : std::stoi(t.substr(eq + 1), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    const std::string name = t.substr(0, eq);
+    if (eq == std::string::npos || used != t.size() - eq - 1 || v < 1 || (name != "data" && name != "model"))
+      shard::raise<shard::ValueError>("bad --mesh '", text, "': write it like data=4,model=2");
+    (name == "data" ? data : model) = v;
+  }
+  if (data == 0 && model == 0) data = devices;
+  if (data == 0) data = model > 0 && devices % model == 0 ? devices / model : -1;
+  if (model == 0) model = devices % data == 0 ? devices / data : -1;
+  if (data < 1 || model < 1 || data * model != devices)
+    shard::raise<shard::ValueError>("--mesh '", text, "' does not multiply to the ", devices,
+                                    " devices of this job (ranks x --devices-per-rank)");
+  return {data, model};
+}
+
+/// Rank 0's progress: a bar redrawn in place on a terminal, plain lines otherwise.
+class Progress {
+ public:
+  Progress(const shard::Runtime& rt, const Config& c, std::int64_t steps)
+      : on_(rt.process_index() == 0 && !c.json), tty_(on_ && isatty(1)), steps_(steps), every_(c.log_every) {
+    if (every_ <= 0) every_ = std::max<std::int64_t>(1, steps / 10);
+  }
+  void update(int epoch, std::int64_t done, double loss, double samples_per_s) {
+    if (!on_) return;
+    const double left = samples_per_s > 0 ? static_cast<double>(steps_ - done) * batch_ / samples_per_s : 0;
+    if (tty_) {
+      const int width = 30, filled = static_cast<int>(width * done / std::max<std::int64_t>(steps_, 1));
+      std::printf("\repoch %d [%s%s] %lld/%lld loss %.4f %.0f samples/s %.0f s left ", epoch,
+                  std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                  static_cast<long long>(done), static_cast<long long>(steps_), loss, samples_per_s, left);
+      std::fflush(stdout);
+    } else if (done % every_ == 0 || done == steps_) {
+      std::printf("epoch %d step %lld/%lld loss %.6f %.0f samples/s %.0f s left\n", epoch, static_cast<long long>(done),
+                  static_cast<long long>(steps_), loss, samples_per_s, left);
+      std::fflush(stdout);
+    }
+  }
+  void end_line() {
+    if (tty_) std::printf("\n");
+  }
+  double batch_ = 0;
+
+ private:
+  bool on_, tty_;
+  std::int64_t steps_, every_;
+};
+
+int run(shard::Runtime& rt, Config& c) {
+  const auto [data, model] = parse_mesh(c.mesh_text, rt.device_count());
+  const shard::Mesh mesh = shard::make_mesh({data, model}, {"data", "model"});
+  const std::vector<train::Layer> layers = train::plan_layers(parse_sizes(c.layers_text), model);
+  if (c.batch % data != 0)
+    shard::raise<shard::ValueError>("--batch ", c.batch, " is not divisible by data=", data,
+                                    " (the batch is split evenly over the 'data' axis)");
+  const shard::random::Key root = shard::random::key(static_cast<std::uint64_t>(c.seed));
+  const auto keys = shard::random::split(root, 3);  // parameters, shuffling, synthetic data
+  Dataset train_set, test_set;
+  if (c.hyper.classify) {
+    train_set = train::read_fashion_mnist(c.data_dir, true);
+    test_set = train::read_fashion_mnist(c.data_dir, false);
+  } else {
+    train_set = train::synthetic(keys[2], c.samples, layers.front().n_in, layers.back().n_out);
+  }
+  if (train_set.features != layers.front().n_in || train_set.outputs != layers.back().n_out)
+    shard::raise<shard::ValueError>("--layers starts with ", layers.front().n_in, " and ends with ", layers.back().n_out,
+                                    " but the data has ", train_set.features, " inputs and ", train_set.outputs,
+                                    " outputs");
+  const std::int64_t steps_per_epoch = train_set.count / c.batch;
+  if (steps_per_epoch < 1)
+    shard::raise<shard::ValueError>("--batch ", c.batch, " is larger than the ", train_set.count, " training rows");
+
+  train::Model m = train::init_model(layers, mesh, keys[0], c.hyper);
+  std::int64_t step = 0;
+  if (c.resume) step = train::resume(c.checkpoint_dir, m, c.hyper, mesh, c.seed, c.layers_text);
+  const shard::NamedSharding rows(mesh, shard::P("data", shard::None));
+  if (!c.json)
+    shard::apps::print0(rt, "train_mlp: " + std::to_string(rt.process_count()) + " ranks x " +
+                                std::to_string(rt.devices_per_rank()) + " devices, " + mesh.to_string() + ", layers " +
+                                c.layers_text + ", " + c.dataset + ", batch " + std::to_string(c.batch) + ", " +
+                                c.hyper.optimizer + " lr " + std::to_string(c.hyper.lr) + "; " + shard::blas_summary() +
+                                (step > 0 ? "; resumed at step " + std::to_string(step) : "") + "\n");
+  const std::int64_t last_step = c.max_steps > 0 ? std::min<std::int64_t>(c.max_steps, c.epochs * steps_per_epoch)
+                                                 : c.epochs * steps_per_epoch;
+  double total_train_s = 0;
+  std::int64_t total_samples = 0;
+  char line[512];
+  while (step < last_step) {
+    const int epoch = static_cast<int>(step / steps_per_epoch);
+    const auto perm = shard::random::permutation(shard::random::fold_in(keys[1], static_cast<std::uint32_t>(epoch)),
+                                                 train_set.count);
+    const std::vector<std::int64_t> order(perm.begin(), perm.end());
+    Progress progress(rt, c, steps_per_epoch);
+    progress.batch_ = static_cast<double>(c.batch);
+    double loss_sum = 0, epoch_s = 0;
+    std::int64_t epoch_steps = 0;
+    const std::int64_t epoch_end = std::min<std::int64_t>((epoch + 1) * steps_per_epoch, last_step);
+    for (; step < epoch_end; ++step) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::int64_t first = (step % steps_per_epoch) * c.batch;
+      const auto x = train::batch_inputs(train_set, order, first, c.batch, rows);
+      const auto y = train::batch_labels(train_set, order, first, c.batch, rows);
+      const double loss = train::train_step(m, c.hyper, x, y);
+      epoch_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      loss_sum += loss;
+      ++epoch_steps;
+      if (c.json && c.log_every > 0 && (step + 1) % c.log_every == 0 && rt.process_index() == 0)
+        std::printf("{\"step\": %lld, \"loss\": %.9g}\n", static_cast<long long>(step + 1), loss);
+      progress.update(epoch + 1, step % steps_per_epoch + 1, loss, static_cast<double>(epoch_steps * c.batch) / epoch_s);
+      if (!c.checkpoint_dir.empty() && c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0)
+        train::save(c.checkpoint_dir, c.keep, m, c.hyper, step + 1, c.seed, c.layers_text);
+    }
+    progress.end_line();
+    total_train_s += epoch_s;
+    total_samples += epoch_steps * c.batch;
+    // Evaluation: the test set (Fashion-MNIST) or the training rows (synthetic), batch by batch.
+    const Dataset& eval_set = c.hyper.classify ? test_set : train_set;
+    std::vector<std::int64_t> eval_order(static_cast<std::size_t>(eval_set.count));
+    for (std::int64_t i = 0; i < eval_set.count; ++i) eval_order[static_cast<std::size_t>(i)] = i;
+    train::EvalResult ev;
+    for (std::int64_t first = 0; first < eval_set.count; first += c.batch) {
+      const auto r = train::evaluate(m, c.hyper, train::batch_inputs(eval_set, eval_order, first, c.batch, rows),
+                                     train::batch_labels(eval_set, eval_order, first, c.batch, rows));
+      ev.loss_sum += r.loss_sum;
+      ev.correct += r.correct;
+      ev.count += r.count;
+    }
+    const double train_loss = loss_sum / static_cast<double>(std::max<std::int64_t>(epoch_steps, 1));
+    const double sps = static_cast<double>(epoch_steps * c.batch) / epoch_s;
+    if (c.json)
+      std::snprintf(line, sizeof line,
+                    "{\"epoch\": %d, \"step\": %lld, \"train_loss\": %.9g, \"test_loss\": %.9g, \"test_accuracy\": %.6f, "
+                    "\"epoch_seconds\": %.3f, \"samples_per_second\": %.1f}\n",
+                    epoch + 1, static_cast<long long>(step), train_loss, ev.loss_sum / ev.count,
+                    c.hyper.classify ? ev.correct / ev.count : 0.0, epoch_s, sps);
+    else
+      std::snprintf(line, sizeof line,
+                    "epoch %d: train loss %.4f, %s loss %.4f%s, %.2f s, %.0f samples/s\n", epoch + 1, train_loss,
+                    c.hyper.classify ? "test" : "eval", ev.loss_sum / ev.count,
+                    c.hyper.classify ? (", accuracy " + std::to_string(ev.correct / ev.count).substr(0, 6)).c_str() : "",
+                    epoch_s, sps);
+    shard::apps::print0(rt, line);
+    if (!c.checkpoint_dir.empty() && (c.checkpoint_every == 0 || step == last_step))
+      train::save(c.checkpoint_dir, c.keep, m, c.hyper, step, c.seed, c.layers_text);
+  }
+  const double sps = total_train_s > 0 ? static_cast<double>(total_samples) / total_train_s : 0;
+  if (c.json)
+    std::snprintf(line, sizeof line,
+                  "{\"summary\": true, \"steps\": %lld, \"samples\": %lld, \"train_seconds\": %.3f, "
+                  "\"samples_per_second\": %.1f, \"mesh\": \"data=%d,model=%d\", \"ranks\": %d, \"devices_per_rank\": %d}\n",
+                  static_cast<long long>(step), static_cast<long long>(total_samples), total_train_s, sps, data, model,
+                  rt.process_count(), rt.devices_per_rank());
+  else
+    std::snprintf(line, sizeof line, "done: %lld steps, %.0f samples/s over %.2f s of training\n",
+                  static_cast<long long>(step), sps, total_train_s);
+  shard::apps::print0(rt, line);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return shard::guarded_main(argc, argv, [&](shard::Runtime& rt) {
+    namespace po = shard::apps::po;
+    Config c;
+    std::string optimizer, lr;
+    po::options_description options("train_mlp options");
+    shard::apps::add_common_options(options);
+    options.add_options()
+        ("mesh", po::value(&c.mesh_text)->default_value(""), "data=D,model=M with D*M = devices (default: data = all)")
+        ("dataset", po::value(&c.dataset)->default_value("fashion-mnist"), "fashion-mnist or synthetic")
+        ("data-dir", po::value(&c.data_dir)->default_value(c.data_dir), "directory of the Fashion-MNIST IDX .gz files")
+        ("layers", po::value(&c.layers_text)->default_value(""),
+         "sizes n_0,...,n_L (default: 784,1024,1024,10; synthetic: 784,8192,8192,8192,10)")
+        ("batch", po::value(&c.batch)->default_value(0), "global batch size (default: 256; synthetic: 8192)")
+        ("epochs", po::value(&c.epochs)->default_value(0), "epochs (default: 12; synthetic: 30, one batch each)")
+        ("max-steps", po::value(&c.max_steps)->default_value(0), "stop after this many steps in all (0: no limit)")
+        ("samples", po::value(&c.samples)->default_value(8192), "synthetic: training rows")
+        ("optimizer", po::value(&optimizer)->default_value(""), "adam or sgd (default: adam; synthetic: sgd)")
+        ("lr", po::value(&lr)->default_value(""), "learning rate (default: adam 1e-3, sgd 1e-5)")
+        ("momentum", po::value(&c.hyper.momentum)->default_value(0.9f, "0.9"), "SGD momentum (synthetic default 0)")
+        ("weight-decay", po::value(&c.hyper.weight_decay)->default_value(0.0f, "0"),
+         "L2 for SGD, decoupled (AdamW) for Adam")
+        ("seed", po::value(&c.seed)->default_value(0), "random seed (parameters, shuffling, synthetic data)")
+        ("log-every", po::value(&c.log_every)->default_value(0), "steps between progress lines (0: ten per epoch)")
+        ("checkpoint-dir", po::value(&c.checkpoint_dir)->default_value(""), "write checkpoints here")
+        ("checkpoint-every", po::value(&c.checkpoint_every)->default_value(0),
+         "steps between checkpoints (0: at every epoch end)")
+        ("keep", po::value(&c.keep)->default_value(2), "checkpoints to keep")
+        ("resume", "continue from the newest checkpoint in --checkpoint-dir (any mesh, any rank count)")
+        ("json", "one JSON object per epoch (and per --log-every steps) and a summary, instead of text");
+    po::variables_map vm;
+    if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
+                                         "Usage: mpirun -n N train_mlp [--mesh data=D,model=M] [--dataset ...]\n"
+                                         "Trains a data x tensor parallel MLP."))
+      return 0;
+    c.json = vm.count("json") > 0;
+    c.resume = vm.count("resume") > 0;
+    const bool synthetic = c.dataset == "synthetic";
+    if (!synthetic && c.dataset != "fashion-mnist")
+      shard::raise<shard::ValueError>("--dataset '", c.dataset, "': choose fashion-mnist or synthetic");
+    c.hyper.classify = !synthetic;
+    if (c.layers_text.empty()) c.layers_text = synthetic ? "784,8192,8192,8192,10" : "784,1024,1024,10";
+    if (c.batch == 0) c.batch = synthetic ? 8192 : 256;
+    if (c.epochs == 0) c.epochs = synthetic ? 30 : 12;
+    if (synthetic && vm["momentum"].defaulted()) c.hyper.momentum = 0.0f;
+    c.hyper.optimizer = optimizer.empty() ? (synthetic ? "sgd" : "adam") : optimizer;
+    if (c.hyper.optimizer != "adam" && c.hyper.optimizer != "sgd")
+      shard::raise<shard::ValueError>("--optimizer '", c.hyper.optimizer, "': choose adam or sgd");
+    c.hyper.lr = c.hyper.optimizer == "adam" ? 1e-3f : 1e-5f;
+    if (!lr.empty()) {
+      std::size_t used = 0;
+      try {
+        c.hyper.lr = std::stof(lr, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != lr.size()) shard::raise<shard::ValueError>("bad --lr '", lr, "': write a number like 1e-3");
+    }
+    if (c.batch < 1 || c.epochs < 1 || c.samples < 1 || c.max_steps < 0 || c.keep < 1 || c.checkpoint_every < 0)
+      shard::raise<shard::ValueError>("--batch, --epochs, --samples and --keep must be >= 1; --max-steps and "
+                                      "--checkpoint-every >= 0");
+    if (!(c.hyper.lr > 0)) shard::raise<shard::ValueError>("--lr must be > 0, got ", lr);
+    if (c.resume && c.checkpoint_dir.empty()) shard::raise<shard::ValueError>("--resume needs --checkpoint-dir");
+    return run(rt, c);
+  });
+}

@@ -1,0 +1,70 @@
+#pragma once
+// The MLP of train_mlp, data x tensor (Megatron) parallel on a ('data', 'model') mesh.
+//
+// Weights pair up from the first layer: column-parallel W P(None, 'model') (b P('model')),
+// then row-parallel W P('model', None) (b replicated), so the hidden activations between the
+// two stay split over 'model' and each pair needs one psum over 'model' forward (after the
+// row-parallel product) and one backward (the input gradient of the column-parallel layer).
+// An unpaired last layer is replicated. The batch is split over 'data'; the gradients (and the
+// loss) are summed over 'data' with one fused psum per step.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shard/shard.hpp"
+
+namespace train {
+
+enum class Kind { kColumn, kRow, kReplicated };
+
+struct Layer {
+  std::int64_t n_in = 0, n_out = 0;
+  Kind kind = Kind::kReplicated;
+};
+
+/// The layers for `sizes` (n_0, ..., n_L) with `model`-way tensor parallelism; ValueError when
+/// a column-parallel layer's width is not divisible by `model`.
+std::vector<Layer> plan_layers(const std::vector<std::int64_t>& sizes, int model);
+
+shard::PartitionSpec weight_spec(Kind k);
+shard::PartitionSpec bias_spec(Kind k);
+
+struct Hyper {
+  std::string optimizer = "adam";  ///< "adam" or "sgd" (with momentum)
+  float lr = 1e-3f, momentum = 0.9f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+  bool classify = true;  ///< softmax cross-entropy; otherwise mean squared error (sum over outputs)
+};
+
+/// Parameters and optimizer state as sharded arrays: params = W0, b0, W1, b1, ...; state =
+/// one array per parameter (SGD momentum) or two (Adam m, then v), sharded like it.
+struct Model {
+  std::vector<Layer> layers;
+  std::vector<shard::ShardedArray<float>> params, state;
+  std::int64_t step = 0;  ///< optimizer steps taken (Adam's bias correction)
+
+  std::vector<std::string> param_names() const;  ///< "W0", "b0", ...
+  std::vector<std::string> state_names(const Hyper& h) const;
+  std::vector<shard::PartitionSpec> param_specs() const;
+  std::vector<shard::PartitionSpec> state_specs(const Hyper& h) const;
+  std::vector<shard::Shape> param_shapes() const;
+};
+
+/// Initialises the parameters from `key` (identical values on any mesh): classification uses
+/// He-normal weights and zero biases; regression the tutorial's W ~ N(0,1)/sqrt(n_in), b ~ N(0,1).
+Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shard::random::Key key, const Hyper& h);
+
+/// One optimizer step on the batch (x: [B, n_0] and y: labels [B, 1] or targets [B, n_L], both
+/// P('data', None)); returns the mean loss over the batch. Collective over all ranks.
+double train_step(Model& m, const Hyper& h, const shard::ShardedArray<float>& x, const shard::ShardedArray<float>& y);
+
+struct EvalResult {
+  double loss_sum = 0, correct = 0, count = 0;
+};
+
+/// Forward pass only: summed loss, correct predictions and rows (labels < 0 are padding and
+/// do not count). Collective over all ranks.
+EvalResult evaluate(const Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
+                    const shard::ShardedArray<float>& y);
+
+}  // namespace train
