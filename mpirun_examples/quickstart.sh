@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Quick start: installs what is missing, builds Shard (Release) and runs the main example on
-# 2 ranks with 4 logical devices each. Extra arguments go to the example.
+# Quick start: installs what is missing (Debian packages, Fashion-MNIST included), builds Shard
+# (Release) and trains the MLP on 2 ranks x 2 logical devices with a 2 x 2 ('data', 'model')
+# mesh: data parallel across the ranks, tensor parallel inside each. Extra arguments go to
+# train_mlp (e.g. --epochs 12 for the full run).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ./cmake/install-deps.sh
@@ -10,5 +12,5 @@ source cmake/mpi-env.sh
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)"
 echo
-echo "+ mpirun -n 2 build/release/apps/sharding_tour --devices-per-rank 4 --size 2048 $*"
-mpirun -n 2 build/release/apps/sharding_tour --devices-per-rank 4 --size 2048 "$@"
+echo "+ mpirun -n 2 build/release/apps/train_mlp --devices-per-rank 2 --mesh data=2,model=2 --epochs 2 $*"
+mpirun -n 2 build/release/apps/train_mlp --devices-per-rank 2 --mesh data=2,model=2 --epochs 2 "$@"

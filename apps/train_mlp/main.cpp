@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -25,7 +26,7 @@ using train::Dataset;
 
 struct Config {
   std::string dataset = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist", mesh_text, layers_text;
-  std::string checkpoint_dir;
+  std::string checkpoint_dir, lr_schedule;
   std::int64_t batch = 0, samples = 8192, max_steps = 0, seed = 0, log_every = 0, checkpoint_every = 0;
   int epochs = 0, keep = 2;
   bool json = false, resume = false;
@@ -86,7 +87,10 @@ class Progress {
   void update(int epoch, std::int64_t done, double loss, double samples_per_s) {
     if (!on_) return;
     const double left = samples_per_s > 0 ? static_cast<double>(steps_ - done) * batch_ / samples_per_s : 0;
-    if (tty_) {
+    if (tty_) {  // redrawn at most 5 times a second
+      const auto now = std::chrono::steady_clock::now();
+      if (done != steps_ && now - last_ < std::chrono::milliseconds(200)) return;
+      last_ = now;
       const int width = 30, filled = static_cast<int>(width * done / std::max<std::int64_t>(steps_, 1));
       std::printf("\repoch %d [%s%s] %lld/%lld loss %.4f %.0f samples/s %.0f s left ", epoch,
                   std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
@@ -106,6 +110,7 @@ class Progress {
  private:
   bool on_, tty_;
   std::int64_t steps_, every_;
+  std::chrono::steady_clock::time_point last_{};
 };
 
 int run(shard::Runtime& rt, Config& c) {
@@ -140,7 +145,7 @@ int run(shard::Runtime& rt, Config& c) {
     shard::apps::print0(rt, "train_mlp: " + std::to_string(rt.process_count()) + " ranks x " +
                                 std::to_string(rt.devices_per_rank()) + " devices, " + mesh.to_string() + ", layers " +
                                 c.layers_text + ", " + c.dataset + ", batch " + std::to_string(c.batch) + ", " +
-                                c.hyper.optimizer + " lr " + std::to_string(c.hyper.lr) + "; " + shard::blas_summary() +
+                                c.hyper.optimizer + " lr " + std::to_string(c.hyper.lr) + " " + c.lr_schedule + "; " + shard::blas_summary() +
                                 (step > 0 ? "; resumed at step " + std::to_string(step) : "") + "\n");
   const std::int64_t last_step = c.max_steps > 0 ? std::min<std::int64_t>(c.max_steps, c.epochs * steps_per_epoch)
                                                  : c.epochs * steps_per_epoch;
@@ -162,7 +167,12 @@ int run(shard::Runtime& rt, Config& c) {
       const std::int64_t first = (step % steps_per_epoch) * c.batch;
       const auto x = train::batch_inputs(train_set, order, first, c.batch, rows);
       const auto y = train::batch_labels(train_set, order, first, c.batch, rows);
-      const double loss = train::train_step(m, c.hyper, x, y);
+      train::Hyper hs = c.hyper;  // cosine: lr * (1 + cos(pi * step / all steps)) / 2
+      if (c.lr_schedule == "cosine")
+        hs.lr = static_cast<float>(c.hyper.lr * 0.5 *
+                                   (1.0 + std::cos(M_PI * static_cast<double>(step) /
+                                                   static_cast<double>(c.epochs * steps_per_epoch))));
+      const double loss = train::train_step(m, hs, x, y);
       epoch_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       loss_sum += loss;
       ++epoch_steps;
@@ -240,6 +250,8 @@ int main(int argc, char** argv) {
         ("samples", po::value(&c.samples)->default_value(8192), "synthetic: training rows")
         ("optimizer", po::value(&optimizer)->default_value(""), "adam or sgd (default: adam; synthetic: sgd)")
         ("lr", po::value(&lr)->default_value(""), "learning rate (default: adam 1e-3, sgd 1e-5)")
+        ("lr-schedule", po::value(&c.lr_schedule)->default_value(""),
+         "constant or cosine (decay to 0 over --epochs; default: cosine; synthetic: constant)")
         ("momentum", po::value(&c.hyper.momentum)->default_value(0.9f, "0.9"), "SGD momentum (synthetic default 0)")
         ("weight-decay", po::value(&c.hyper.weight_decay)->default_value(0.0f, "0"),
          "L2 for SGD, decoupled (AdamW) for Adam")
@@ -283,6 +295,9 @@ int main(int argc, char** argv) {
       shard::raise<shard::ValueError>("--batch, --epochs, --samples and --keep must be >= 1; --max-steps and "
                                       "--checkpoint-every >= 0");
     if (!(c.hyper.lr > 0)) shard::raise<shard::ValueError>("--lr must be > 0, got ", lr);
+    if (c.lr_schedule.empty()) c.lr_schedule = synthetic ? "constant" : "cosine";
+    if (c.lr_schedule != "constant" && c.lr_schedule != "cosine")
+      shard::raise<shard::ValueError>("--lr-schedule '", c.lr_schedule, "': choose constant or cosine");
     if (c.resume && c.checkpoint_dir.empty()) shard::raise<shard::ValueError>("--resume needs --checkpoint-dir");
     return run(rt, c);
   });
