@@ -17,28 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// Collective: a fresh directory named after rank 0's pid; rank 0 removes it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    long pid = ::getpid();
-    MPI_Bcast(&pid, 1, MPI_LONG, 0, runtime().world().get());
-    path_ = fs::temp_directory_path() /
-            ("shard-test-ckpt-" + std::to_string(pid) + "-" + std::to_string(counter++));
-    MPI_Barrier(runtime().world().get());
-  }
-  ~TempDir() {
-    MPI_Barrier(runtime().world().get());
-    std::error_code ec;
-    if (runtime().process_index() == 0) fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-  fs::path path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -116,7 +94,7 @@ struct Model {
 };
 
 SHARD_MPI_TEST(Checkpoint, CommitKeepsTheNewestAndLoadsOnAnotherMesh) {
-  TempDir dir;
+  TempDir dir("shard-test-ckpt-", false);
   const Model model;
   EXPECT_EQ(latest_checkpoint(dir.str()), "");  // no directory yet
   const std::string p1 = model.commit(dir.str(), 1, 1);
@@ -151,7 +129,7 @@ SHARD_MPI_TEST(Checkpoint, CommitKeepsTheNewestAndLoadsOnAnotherMesh) {
 }
 
 SHARD_MPI_TEST(Checkpoint, RetentionStaleTempDirsAndSameStepAgain) {
-  TempDir dir;
+  TempDir dir("shard-test-ckpt-", false);
   const Model model;
   model.commit(dir.str(), 5, 2);
   on_root([&] { fs::create_directories(dir.path() / ".tmp-step-9-crashed" / "junk"); });
@@ -170,7 +148,7 @@ SHARD_MPI_TEST(Checkpoint, RetentionStaleTempDirsAndSameStepAgain) {
 }
 
 SHARD_MPI_TEST(Checkpoint, BadNamesAndArguments) {
-  TempDir dir;
+  TempDir dir("shard-test-ckpt-", false);
   CheckpointWriter w(dir.str(), 1);
   const auto x = zeros<float>({4}, NamedSharding(mesh_a(), P()));
   for (const char* bad : {"../w", "/etc/passwd", ".hidden", "a/b", "", "w x"})
@@ -201,7 +179,7 @@ void edit_manifest(const std::string& ckpt, const std::string& from, const std::
 }
 
 SHARD_MPI_TEST(Checkpoint, HostileOrCorruptCheckpointsAreRejected) {
-  TempDir dir;
+  TempDir dir("shard-test-ckpt-", false);
   const Model model;
   const std::string p = model.commit(dir.str(), 4, 1);
   const std::string original = read_file(fs::path(p) / "manifest.json");
@@ -244,7 +222,7 @@ SHARD_MPI_TEST(Checkpoint, HostileOrCorruptCheckpointsAreRejected) {
 /// A commit that fails while writing (a file size limit stands in for a full disk) raises
 /// IoError on every rank, leaves the previous checkpoint intact and no temp directory.
 SHARD_MPI_TEST(Checkpoint, FailedCommitKeepsThePreviousCheckpoint) {
-  TempDir dir;
+  TempDir dir("shard-test-ckpt-", false);
   const Model model;
   const std::string p1 = model.commit(dir.str(), 1, 1);
   {

@@ -20,28 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// Collective: a fresh directory named after rank 0's pid; rank 0 removes it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    long pid = ::getpid();
-    MPI_Bcast(&pid, 1, MPI_LONG, 0, runtime().world().get());
-    path_ = fs::temp_directory_path() /
-            ("shard-test-io-" + std::to_string(pid) + "-" + std::to_string(counter++));
-    if (runtime().process_index() == 0) fs::create_directories(path_);
-    MPI_Barrier(runtime().world().get());
-  }
-  ~TempDir() {
-    MPI_Barrier(runtime().world().get());
-    std::error_code ec;
-    if (runtime().process_index() == 0) fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -141,7 +119,7 @@ SHARD_MPI_TEST(Npy, HeaderIsNumpys) {
 /// Every spec of a 2-D array on every 2-D mesh, uneven shapes included: the file is numpy's
 /// bytes, and it loads onto another mesh and spec with the same contents and checksum.
 SHARD_MPI_TEST(Npy, SaveEverySpecLoadOnAnotherMesh) {
-  TempDir dir;
+  TempDir dir("shard-test-io-", true);
   const auto meshes = meshes_2d();
   for (const Shape& shape : {Shape{13, 10}, Shape{4, 6}}) {
     const Tensor<float> host = random_tensor<float>(shape, 7 + static_cast<std::uint64_t>(shape[0]));
@@ -193,7 +171,7 @@ void round_trip_all_ranks(const TempDir& dir) {
 }
 
 SHARD_MPI_TEST(Npy, EveryDtypeAndRank) {
-  TempDir dir;
+  TempDir dir("shard-test-io-", true);
   round_trip_all_ranks<float>(dir);
   round_trip_all_ranks<double>(dir);
   round_trip_all_ranks<std::int32_t>(dir);
@@ -219,7 +197,7 @@ SHARD_MPI_TEST(Npy, NumpyReadsAndWritesTheSameFiles) {
     if (runtime().process_index() == 0) std::printf("numpy not installed: skipping the numpy cross-check\n");
     return;
   }
-  TempDir dir;
+  TempDir dir("shard-test-io-", true);
   const int n = runtime().device_count();
   const Mesh mesh = n % 2 == 0 ? make_mesh({n / 2, 2}, {"a", "b"}) : make_mesh({n, 1}, {"a", "b"});
   std::string list;  // one line per file: shard file, raw data file, descr, shape
@@ -288,7 +266,7 @@ SHARD_MPI_TEST(Npy, ChecksumIgnoresLayoutAndSeesOneElement) {
 }
 
 SHARD_MPI_TEST(Npy, ErrorsOnEveryRank) {
-  TempDir dir;
+  TempDir dir("shard-test-io-", true);
   const int n = runtime().device_count();
   const NamedSharding s(make_mesh({n}, {"a"}), P("a"));
   const std::string path = dir.file("x.npy");
@@ -330,7 +308,7 @@ SHARD_MPI_TEST(Npy, ErrorsOnEveryRank) {
 /// A write that fails part-way (a full disk, simulated with a file size limit on the ranks
 /// that write) raises IoError on every rank instead of hanging or returning.
 SHARD_MPI_TEST(Npy, FailedWriteRaisesEverywhere) {
-  TempDir dir;
+  TempDir dir("shard-test-io-", true);
   const int n = runtime().device_count();
   const auto x =
       device_put(random_tensor<double>({256, 64}, 3), NamedSharding(make_mesh({n}, {"a"}), P("a")));

@@ -4,13 +4,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "shard/shard.hpp"
 
+#include <unistd.h>
+
 namespace shard::testing {
+
+Runtime& runtime();  // the test harness's Runtime (mpi_main.cpp)
 
 /// Random values (never all zeros or ones), identical on every rank for the same seed.
 template <typename T>
@@ -134,5 +139,32 @@ MaxError max_error(const ShardedArray<T>& c, const Tensor<double>& ref) {
   }
   return e;
 }
+
+/// Collective: a directory path under /tmp named after rank 0's pid (created by rank 0 when
+/// `create`); rank 0 removes it at scope exit.
+class TempDir {
+ public:
+  TempDir(const std::string& prefix, bool create) {
+    static int counter = 0;
+    long pid = ::getpid();
+    MPI_Bcast(&pid, 1, MPI_LONG, 0, runtime().world().get());
+    path_ = std::filesystem::temp_directory_path() / (prefix + std::to_string(pid) + "-" + std::to_string(counter++));
+    if (create && runtime().process_index() == 0) std::filesystem::create_directories(path_);
+    MPI_Barrier(runtime().world().get());
+  }
+  ~TempDir() {
+    MPI_Barrier(runtime().world().get());
+    std::error_code ec;
+    if (runtime().process_index() == 0) std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string str() const { return path_.string(); }
+  std::filesystem::path path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 }  // namespace shard::testing
