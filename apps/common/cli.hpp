@@ -2,7 +2,9 @@
 // Command-line handling shared by the apps (Boost.Program_options).
 
 #include <boost/program_options.hpp>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shard/runtime.hpp"
 
@@ -18,6 +20,11 @@ void add_common_options(po::options_description& options);
 /// --help was given: the app should then return 0.
 bool parse_command_line(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
                         const Runtime& rt, const std::string& usage);
+
+/// "784,1024,10" -> {784, 1024, 10}: comma-separated integers, each at least `min`; otherwise
+/// ValueError "bad --<flag> '<text>': write sizes like <example>" (the same on every rank).
+std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& flag, const std::string& example,
+                                         std::int64_t min);
 
 /// Prints on rank 0 only.
 void print0(const Runtime& rt, const std::string& text);

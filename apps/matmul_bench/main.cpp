@@ -293,17 +293,7 @@ int main(int argc, char** argv) {
                                          "Times distributed matmul algorithms against ScaLAPACK and local OpenBLAS."))
       return 0;
     o.json = vm.count("json") > 0;
-    for (const auto& t : split(sizes)) {
-      std::size_t used = 0;
-      long long v = 0;
-      try {
-        v = std::stoll(t, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != t.size() || v < 1) shard::raise<shard::ValueError>("bad --n '", sizes, "': write sizes like 1024,4096");
-      o.sizes.push_back(v);
-    }
+    o.sizes = shard::apps::parse_int_list(sizes, "n", "1024,4096", 1);
     if (o.sizes.empty()) shard::raise<shard::ValueError>("--n needs at least one size");
     if (o.repeats < 1) shard::raise<shard::ValueError>("--repeats must be >= 1, got ", o.repeats);
     std::vector<int> shape;

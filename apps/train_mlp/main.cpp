@@ -33,23 +33,6 @@ struct Config {
   train::Hyper hyper;
 };
 
-std::vector<std::int64_t> parse_sizes(const std::string& text) {
-  std::vector<std::int64_t> out;
-  std::stringstream ss(text);
-  for (std::string t; std::getline(ss, t, ',');) {
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(t, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != t.size() || t.empty()) shard::raise<shard::ValueError>("bad --layers '", text, "': write sizes like 784,1024,10");
-    out.push_back(v);
-  }
-  return out;
-}
-
 /// "data=4,model=2" (either may be left out: it takes the rest of the devices).
 std::pair<int, int> parse_mesh(const std::string& text, int devices) {
   int data = 0, model = 0;
@@ -116,7 +99,7 @@ class Progress {
 int run(shard::Runtime& rt, Config& c) {
   const auto [data, model] = parse_mesh(c.mesh_text, rt.device_count());
   const shard::Mesh mesh = shard::make_mesh({data, model}, {"data", "model"});
-  const std::vector<train::Layer> layers = train::plan_layers(parse_sizes(c.layers_text), model);
+  const std::vector<train::Layer> layers = train::plan_layers(shard::apps::parse_int_list(c.layers_text, "layers", "784,1024,10", 1), model);
   if (c.batch % data != 0)
     shard::raise<shard::ValueError>("--batch ", c.batch, " is not divisible by data=", data,
                                     " (the batch is split evenly over the 'data' axis)");
@@ -139,7 +122,7 @@ int run(shard::Runtime& rt, Config& c) {
 
   train::Model m = train::init_model(layers, mesh, keys[0], c.hyper);
   std::int64_t step = 0;
-  if (c.resume) step = train::resume(c.checkpoint_dir, m, c.hyper, mesh, c.seed, c.layers_text);
+  if (c.resume) step = train::resume(c.checkpoint_dir, m, c.hyper, c.seed, c.layers_text);
   const shard::NamedSharding rows(mesh, shard::P("data", shard::None));
   if (!c.json)
     shard::apps::print0(rt, "train_mlp: " + std::to_string(rt.process_count()) + " ranks x " +

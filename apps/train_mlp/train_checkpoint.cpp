@@ -17,7 +17,7 @@ void save(const std::string& dir, int keep, const Model& m, const Hyper& h, std:
   w.commit(step);
 }
 
-std::int64_t resume(const std::string& dir, Model& m, const Hyper& h, const shard::Mesh& mesh, std::int64_t seed,
+std::int64_t resume(const std::string& dir, Model& m, const Hyper& h, std::int64_t seed,
                     const std::string& layers) {
   const std::string path = shard::latest_checkpoint(dir);
   if (path.empty()) shard::raise<shard::IoError>("--resume: no checkpoint in ", dir);
@@ -42,7 +42,6 @@ std::int64_t resume(const std::string& dir, Model& m, const Hyper& h, const shar
   };
   for (std::size_t i = 0; i < m.params.size(); ++i) load(pn[i], m.params[i]);
   for (std::size_t i = 0; i < m.state.size(); ++i) load(sn[i], m.state[i]);
-  (void)mesh;
   m.step = std::stoll(meta("optimizer_step"));
   return man.step;
 }

@@ -17,7 +17,7 @@ void save(const std::string& dir, int keep, const Model& m, const Hyper& h, std:
 /// Collective: loads the newest checkpoint of `dir` into `m` (already initialised for this
 /// mesh; each rank reads only its own boxes) and returns its step. A checkpoint of another
 /// model (layers, optimizer, seed) is a ValueError on every rank.
-std::int64_t resume(const std::string& dir, Model& m, const Hyper& h, const shard::Mesh& mesh, std::int64_t seed,
+std::int64_t resume(const std::string& dir, Model& m, const Hyper& h, std::int64_t seed,
                     const std::string& layers);
 
 }  // namespace train
