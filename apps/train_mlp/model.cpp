@@ -202,12 +202,30 @@ std::vector<shard::PartitionSpec> Model::param_specs() const {
   return out;
 }
 
+bool Model::state_split(std::size_t p) const {
+  if (data <= 1) return false;
+  const Layer& l = layers[p / 2];
+  const bool weight = p % 2 == 0;
+  // Rows of this device's block: a weight's n_in (split over 'model' when row-parallel), a
+  // bias's n_out (split over 'model' when column-parallel).
+  const std::int64_t rows = weight ? (l.kind == Kind::kRow ? l.n_in / model : l.n_in)
+                                   : (l.kind == Kind::kColumn ? l.n_out / model : l.n_out);
+  return rows % data == 0;
+}
+
 std::vector<shard::PartitionSpec> Model::state_specs(const Hyper& h) const {
-  std::vector<shard::PartitionSpec> out = param_specs();
-  if (h.optimizer == "adam") {
-    const auto again = param_specs();
-    out.insert(out.end(), again.begin(), again.end());
+  std::vector<shard::PartitionSpec> one = param_specs();
+  for (std::size_t p = 0; p < one.size(); ++p) {
+    if (!state_split(p)) continue;
+    std::vector<shard::SpecEntry> e = one[p].entries();
+    if (e.empty()) e.emplace_back();
+    std::vector<std::string> axes = e[0].axes();
+    axes.push_back("data");
+    e[0] = shard::SpecEntry(axes);
+    one[p] = shard::PartitionSpec(e);
   }
+  std::vector<shard::PartitionSpec> out = one;
+  if (h.optimizer == "adam") out.insert(out.end(), one.begin(), one.end());
   return out;
 }
 
@@ -223,6 +241,8 @@ std::vector<shard::Shape> Model::param_shapes() const {
 Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shard::random::Key key, const Hyper& h) {
   Model m;
   m.layers = layers;
+  m.data = mesh.axis_size("data");
+  m.model = mesh.axis_size("model");
   const auto keys = shard::random::split(key, static_cast<int>(layers.size()));
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const Layer& l = layers[i];
@@ -255,20 +275,30 @@ double train_step(Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
     const Forward f = forward(ctx, layers, b[0], params);
     Tensor<float> dz;
     const LossStats ls = loss_and_grad(f.pre.back(), b[1], h.classify, total, &dz);
-    // Backward: weight and bias gradients of every layer straight into one flat buffer (with
-    // the loss last) so that a single psum over 'data' sums them all.
+    // Backward. Gradients of arrays whose state is split over 'data' are psum_scattered right
+    // after their layer (rows of this replica's share); the others, and the loss, go into one
+    // flat buffer summed with a single psum over 'data' at the end.
+    std::vector<Tensor<float>> grad(np);
     std::vector<std::int64_t> offset(np + 1, 0);
-    for (std::size_t p = 0; p < np; ++p) offset[p + 1] = offset[p] + params[p]->size();
+    for (std::size_t p = 0; p < np; ++p) offset[p + 1] = offset[p] + (m.state_split(p) ? 0 : params[p]->size());
     Tensor<float> flat({offset[np] + 1});
+    auto reduce = [&](std::size_t p, Tensor<float> g) {
+      if (m.state_split(p))
+        grad[p] = ctx.psum_scatter(std::move(g), "data", 0, true);
+      else
+        std::copy(g.data(), g.data() + g.size(), flat.data() + offset[p]);
+    };
     for (std::size_t i = layers.size(); i-- > 0;) {
-      gemm_into(f.inputs[i], true, dz, false, flat.data() + offset[2 * i]);
-      float* __restrict db = flat.data() + offset[2 * i + 1];
+      reduce(2 * i, gemm(f.inputs[i], true, dz, false));
       const std::int64_t rows = dz.shape()[0], n = dz.shape()[1];
+      Tensor<float> dbias({n});
+      float* __restrict db = dbias.data();
       std::fill(db, db + n, 0.0f);
       for (std::int64_t r = 0; r < rows; ++r) {
         const float* __restrict d = dz.data() + r * n;
         for (std::int64_t j = 0; j < n; ++j) db[j] += d[j];
       }
+      reduce(2 * i + 1, std::move(dbias));
       if (i == 0) break;
       Tensor<float> din = gemm(dz, false, *params[2 * i], true);
       if (layers[i].kind == Kind::kColumn) din = ctx.psum(std::move(din), "model");
@@ -280,16 +310,20 @@ double train_step(Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
     flat[offset[np]] = static_cast<float>(ls.loss);
     flat = ctx.psum(std::move(flat), "data");
 
-    // The optimizer, elementwise on this device's blocks: one pass reading the old parameter,
-    // gradient and state and writing the new ones.
+    // The optimizer, elementwise: one pass reading the old parameter rows, gradient and state
+    // and writing the new ones; split arrays then all_gather their new rows over 'data'.
+    const int di = ctx.axis_index("data");
     std::vector<Tensor<float>> out;
     for (std::size_t p = 0; p < np; ++p) out.emplace_back(params[p]->shape());
     for (std::size_t s = 0; s < ns; ++s) out.emplace_back(b[2 + np + s].shape());
     for (std::size_t p = 0; p < np; ++p) {
-      const std::int64_t size = params[p]->size();
-      const float* __restrict w = params[p]->data();
-      const float* __restrict g = flat.data() + offset[p];
-      float* __restrict wn = out[p].data();
+      const bool split = m.state_split(p);
+      const std::int64_t size = b[2 + np + p].size();  // this device's share of the parameter
+      const float* __restrict w = params[p]->data() + (split ? di * size : 0);
+      const float* __restrict g = split ? grad[p].data() : flat.data() + offset[p];
+      Tensor<float> rows;
+      if (split) rows = Tensor<float>(grad[p].shape());
+      float* __restrict wn = split ? rows.data() : out[p].data();
       if (h.optimizer == "adam") {
         const float* __restrict m0 = b[2 + np + p].data();
         const float* __restrict v0 = b[2 + 2 * np + p].data();
@@ -301,6 +335,7 @@ double train_step(Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
         float* __restrict v1 = out[np + p].data();
         sgd_update(size, w, g, v0, wn, v1, h);
       }
+      if (split) out[p] = ctx.all_gather(std::move(rows), "data", 0, true);
     }
     const std::int64_t off = offset[np];
     out.push_back(Tensor<float>({1}, flat[off]));

@@ -5,8 +5,15 @@
 // then row-parallel W P('model', None) (b replicated), so the hidden activations between the
 // two stay split over 'model' and each pair needs one psum over 'model' forward (after the
 // row-parallel product) and one backward (the input gradient of the column-parallel layer).
-// An unpaired last layer is replicated. The batch is split over 'data'; the gradients (and the
-// loss) are summed over 'data' with one fused psum per step.
+// An unpaired last layer is replicated. The batch is split over 'data'.
+//
+// The optimizer state is also split over 'data' (ZeRO stage 1): each state array adds 'data'
+// to its first dim's axes when the device's block rows divide by the 'data' size, so each
+// 'data' replica updates only its share of every such parameter. A step psum_scatters those
+// gradients over 'data' (one Reduce_scatter per array, right after its layer's backward),
+// updates its rows and all_gathers the new rows; the few arrays that do not divide (e.g. a
+// bias of 10 over data=4), and the loss, are summed with one fused psum and updated on every
+// replica.
 
 #include <cstdint>
 #include <string>
@@ -37,15 +44,19 @@ struct Hyper {
 };
 
 /// Parameters and optimizer state as sharded arrays: params = W0, b0, W1, b1, ...; state =
-/// one array per parameter (SGD momentum) or two (Adam m, then v), sharded like it.
+/// one array per parameter (SGD momentum) or two (Adam m, then v), sharded like it and, where
+/// it divides, over 'data' too (see the top of this file).
 struct Model {
   std::vector<Layer> layers;
+  int data = 1, model = 1;  ///< the mesh's axis sizes
   std::vector<shard::ShardedArray<float>> params, state;
   std::int64_t step = 0;  ///< optimizer steps taken (Adam's bias correction)
 
   std::vector<std::string> param_names() const;  ///< "W0", "b0", ...
   std::vector<std::string> state_names(const Hyper& h) const;
   std::vector<shard::PartitionSpec> param_specs() const;
+  /// Whether parameter p's optimizer state is split over 'data' (its block rows divide).
+  bool state_split(std::size_t p) const;
   std::vector<shard::PartitionSpec> state_specs(const Hyper& h) const;
   std::vector<shard::Shape> param_shapes() const;
 };

@@ -17,7 +17,9 @@ run() {  # run <ranks> <devices per rank> <args...>
   shift 2
   "$mpiexec" -n "$n" --oversubscribe "$app" --devices-per-rank "$k" "$@"
 }
-small=(--dataset synthetic --layers 48,64,32,64,8 --samples 640 --batch 64 --optimizer adam --lr 3e-3 --seed 7)
+# The last bias (6) splits over data=2 but not data=4, so both optimizer-state layouts run.
+# shellcheck disable=SC2054  # the commas are inside one argument (--layers 48,64,...), not separators
+small=(--dataset synthetic --layers 48,64,32,64,6 --samples 640 --batch 64 --optimizer adam --lr 3e-3 --seed 7)
 case $case in
   meshes)
     run 2 2 "${small[@]}" --mesh data=4 --max-steps 50 --json --log-every 1 > "$work/d4.jsonl"
@@ -39,7 +41,10 @@ PY
     run 2 2 "${small[@]}" --mesh data=2,model=2 --epochs 2 --checkpoint-dir "$work/a" --json > "$work/a.jsonl"
     run 1 1 "${small[@]}" --epochs 2 --max-steps 10 --checkpoint-dir "$work/b" --json > "$work/b1.jsonl"
     run 4 1 "${small[@]}" --mesh data=1,model=4 --epochs 2 --checkpoint-dir "$work/b" --resume --json > "$work/b2.jsonl"
-    a=$(ls -d "$work"/a/step-* | tail -1) b=$(ls -d "$work"/b/step-* | tail -1)
+    # step-<8 digits>: the sorted glob ends with the newest checkpoint
+    steps_a=("$work"/a/step-*) steps_b=("$work"/b/step-*)
+    a=${steps_a[-1]} b=${steps_b[-1]}
+    if [ ! -d "$a" ] || [ ! -d "$b" ]; then echo "no checkpoints in $work/a or $work/b"; exit 1; fi
     [ "$(basename "$a")" = "$(basename "$b")" ] || { echo "final steps differ: $a vs $b"; exit 1; }
     $compare npy 1e-4 "$a" "$b"
     ;;
