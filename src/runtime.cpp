@@ -92,6 +92,12 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
   }
   g_current = this;  // from here on the destructor cleans up, even if init throws below
   try {
+    // One barrier under the handler MPI_COMM_WORLD has now (MPI_ERRORS_ARE_FATAL unless the
+    // caller changed it) before errors become return codes: ranks that cannot reach each other
+    // (e.g. hosts joined only by a shared-memory BTL) end the job here with Open MPI's
+    // "unable to reach each other" message. Open MPI 4.1's communicator creation, reached
+    // first otherwise, spins forever on that error instead of returning it.
+    mpi::check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     world_ = mpi::Communicator::attach(MPI_COMM_WORLD).dup();
     if (thread_level_ < MPI_THREAD_FUNNELED)

@@ -124,12 +124,24 @@ int run(shard::Runtime& rt, Config& c) {
   std::int64_t step = 0;
   if (c.resume) step = train::resume(c.checkpoint_dir, m, c.hyper, c.seed, c.layers_text);
   const shard::NamedSharding rows(mesh, shard::P("data", shard::None));
+  // Where the mesh put the devices: the hosts of each 'data' index ("node0|node1" means the
+  // 'model' groups are inside hosts and 'data' crosses them).
+  std::string placement;
+  for (int d = 0; d < data; ++d) {
+    std::string hosts;
+    for (int j = 0; j < model; ++j) {
+      const std::string& h = rt.devices()[static_cast<std::size_t>(mesh.device_ids()[d * model + j])].host;
+      if (hosts.find(h) == std::string::npos) hosts += (hosts.empty() ? "" : "+") + h;
+    }
+    placement += (d ? "|" : "") + hosts;
+  }
   if (!c.json)
     shard::apps::print0(rt, "train_mlp: " + std::to_string(rt.process_count()) + " ranks x " +
                                 std::to_string(rt.devices_per_rank()) + " devices, " + mesh.to_string() + ", layers " +
                                 c.layers_text + ", " + c.dataset + ", batch " + std::to_string(c.batch) + ", " +
                                 c.hyper.optimizer + " lr " + std::to_string(c.hyper.lr) + " " + c.lr_schedule + "; " + shard::blas_summary() +
-                                (step > 0 ? "; resumed at step " + std::to_string(step) : "") + "\n");
+                                (step > 0 ? "; resumed at step " + std::to_string(step) : "") + "\n" +
+                                "mesh devices " + mesh.devices_string() + ", hosts by 'data' index: " + placement + "\n");
   const std::int64_t last_step = c.max_steps > 0 ? std::min<std::int64_t>(c.max_steps, c.epochs * steps_per_epoch)
                                                  : c.epochs * steps_per_epoch;
   double total_train_s = 0;
@@ -199,16 +211,18 @@ int run(shard::Runtime& rt, Config& c) {
       train::save(c.checkpoint_dir, c.keep, m, c.hyper, step, c.seed, c.layers_text);
   }
   const double sps = total_train_s > 0 ? static_cast<double>(total_samples) / total_train_s : 0;
-  if (c.json)
+  if (c.json) {
     std::snprintf(line, sizeof line,
                   "{\"summary\": true, \"steps\": %lld, \"samples\": %lld, \"train_seconds\": %.3f, "
-                  "\"samples_per_second\": %.1f, \"mesh\": \"data=%d,model=%d\", \"ranks\": %d, \"devices_per_rank\": %d}\n",
+                  "\"samples_per_second\": %.1f, \"mesh\": \"data=%d,model=%d\", \"ranks\": %d, \"devices_per_rank\": %d, ",
                   static_cast<long long>(step), static_cast<long long>(total_samples), total_train_s, sps, data, model,
                   rt.process_count(), rt.devices_per_rank());
-  else
+    shard::apps::print0(rt, line + ("\"hosts_by_data\": \"" + placement + "\"}\n"));
+  } else {
     std::snprintf(line, sizeof line, "done: %lld steps, %.0f samples/s over %.2f s of training\n",
                   static_cast<long long>(step), sps, total_train_s);
-  shard::apps::print0(rt, line);
+    shard::apps::print0(rt, line);
+  }
   return 0;
 }
 

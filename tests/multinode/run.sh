@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Multi-node tests on one machine: real Open MPI jobs across "hosts" made of network namespaces
+# (netns.sh), over TCP. Run by ctest (label multinode):
+#   run.sh CASE BUILD_DIR
+#   collectives  the collectives test binary on 2 hosts x 2 ranks, after shard_info shows where
+#                the ranks are and how make_mesh groups them by host; checks TCP bytes crossed
+#   train        train_mlp on 2 hosts x 2 ranks (data across hosts, model inside a host, ranks
+#                placed round-robin so make_mesh must regroup them) equals the single-host run
+#   separate     with only the shared-memory BTL (vader,self) the job must fail to connect:
+#                the hosts are really separate
+#   killed       kill -9 a harness run in the middle of training, then run again: it passes
+# Exits 77 (ctest: skipped) with the reason when it cannot make namespaces (not root, no ip).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=netns.sh
+source "$here/netns.sh"
+case=${1:?usage: run.sh CASE BUILD_DIR}
+build=$(cd "${2:?usage: run.sh CASE BUILD_DIR}" && pwd)
+# shellcheck source=../../cmake/mpi-env.sh
+source "$here/../../cmake/mpi-env.sh"
+
+if ! why=$(mn_can_run); then
+  echo "SKIP: $why"
+  exit 77
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/shard_multinode.XXXXXX")
+cleanup() {
+  mn_teardown
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+net="${MN_SUBNET}.0/24"
+[ "$case" = killed ] || mn_setup 2
+printf 'node0 slots=2\nnode1 slots=2\n' > "$work/hosts"
+
+# mpirun across the hosts; it runs on node0 (the root namespace has no address on the subnet
+# for the remote daemons to call back to) and starts node1's daemon through launcher.sh.
+across() {
+  local btl=$1
+  shift
+  mn_exec node0 mpirun --hostfile "$work/hosts" --mca plm rsh --mca plm_rsh_agent "$here/launcher.sh" \
+    --mca pml ob1 --mca btl "$btl" --mca btl_tcp_if_include "$net" --mca oob_tcp_if_include "$net" \
+    -x OPENBLAS_NUM_THREADS=1 "$@"
+}
+
+# crossed OUT cmd...: runs cmd (stdout to file OUT, or - for this stdout) and reports the bytes
+# node1 received meanwhile; fails when too few crossed.
+crossed() {
+  local out=$1 before after
+  shift
+  before=$(mn_rx_bytes node1)
+  if [ "$out" = - ]; then "$@"; else "$@" > "$out"; fi
+  after=$(mn_rx_bytes node1)
+  echo "bytes received by node1 over its veth: $((after - before))"
+  if [ $((after - before)) -lt "${MIN_BYTES:-100000}" ]; then
+    echo "FAIL: fewer than ${MIN_BYTES:-100000} bytes crossed between the hosts"
+    exit 1
+  fi
+}
+
+show_placement() {
+  across tcp,vader,self -n 4 --map-by node "$build/apps/shard_info" | tee "$work/info.txt"
+  grep -q "on 2 host(s)" "$work/info.txt" || { echo "FAIL: shard_info does not see 2 hosts"; exit 1; }
+  # Round-robin placement (ranks 0, 2 on node0; 1, 3 on node1): make_mesh groups by host.
+  grep -q "default mesh: Mesh('devices': 4) devices \[0, 2, 1, 3\]" "$work/info.txt" ||
+    { echo "FAIL: make_mesh did not group the devices by host"; exit 1; }
+}
+
+# shellcheck disable=SC2054  # the commas are inside one argument (--layers 48,64,...)
+small=(--dataset synthetic --layers 48,64,32,64,6 --samples 1024 --batch 64 --optimizer adam --lr 3e-3
+       --seed 11 --mesh data=2,model=2 --max-steps "${MN_TRAIN_STEPS:-40}" --json --log-every 1)
+python=python3
+if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import numpy" 2>/dev/null; then python=/usr/bin/python3; fi
+
+case $case in
+  collectives)
+    show_placement
+    crossed - across tcp,vader,self -n 4 --map-by node "$build/tests/test_collectives" --gtest_brief=1
+    # 2 devices per rank: groups of one collective span devices of one rank and of both hosts.
+    crossed - across tcp,vader,self -n 4 --map-by node -x SHARD_DEVICES_PER_RANK=2 \
+      "$build/tests/test_collectives" --gtest_brief=1
+    echo "collectives: passed on 2 hosts x 2 ranks over TCP"
+    ;;
+  train)
+    show_placement
+    mpirun -n 4 "$build/apps/train_mlp" "${small[@]}" > "$work/one_host.jsonl"
+    crossed "$work/two_hosts.jsonl" across tcp,vader,self -n 4 --map-by node "$build/apps/train_mlp" "${small[@]}"
+    grep -o '"hosts_by_data": "[^"]*"' "$work/two_hosts.jsonl"
+    grep -q '"hosts_by_data": "node0|node1"' "$work/two_hosts.jsonl" ||
+      { echo "FAIL: expected 'data' across the hosts and 'model' inside each"; exit 1; }
+    $python "$here/../train/compare.py" identical "$work/one_host.jsonl" "$work/two_hosts.jsonl"
+    echo "train: 2 hosts x 2 ranks give the single-host losses"
+    ;;
+  separate)
+    if MN_TIMEOUT=60 across vader,self -n 4 --map-by node "$build/apps/shard_info" > "$work/out.txt" 2>&1; then
+      cat "$work/out.txt"
+      echo "FAIL: the job ran with only shared memory between the hosts"
+      exit 1
+    fi
+    grep -m1 "unable to reach each other" "$work/out.txt" ||
+      { cat "$work/out.txt"; echo "FAIL: no 'unable to reach each other' message"; exit 1; }
+    echo "separate: with btl vader,self the hosts cannot reach each other, as expected"
+    ;;
+  killed)
+    # A harness run in its own process group, killed with -9 once training runs on node1:
+    # its trap never runs, so namespaces and processes are left behind.
+    # Its temporary directory goes inside ours, so that it too is removed.
+    TMPDIR=$work MN_TRAIN_STEPS=1000000 setsid "$here/run.sh" train "$build" > "$work/first.txt" 2>&1 &
+    first=$!
+    for _ in $(seq 300); do
+      if pids=$(ip netns pids "$(mn_ns node1)" 2>/dev/null) && [ -n "$pids" ] &&
+        ps -o args= -p "$(echo "$pids" | tr '\n' ',' | sed 's/,$//')" | grep -q train_mlp; then
+        break
+      fi
+      sleep 0.1
+    done
+    kill -9 "$first"
+    wait "$first" || true
+    echo "killed the first run (pid $first) in training: it left $(ip netns list | grep -c "^${MN_PREFIX}-")" \
+      "namespaces and $(ip netns pids "$(mn_ns node1)" | wc -l) processes on node1"
+    "$here/run.sh" collectives "$build"
+    echo "killed: a run right after a kill -9 passed"
+    ;;
+  *)
+    echo "unknown case $case" >&2
+    exit 2
+    ;;
+esac
