@@ -14,6 +14,8 @@ packages=(
   zlib1g-dev                            # train_mlp reads the gzipped IDX files
   dataset-fashion-mnist                 # train_mlp's default data set
   python3-numpy                         # tests check that numpy.load reads Shard's .npy files
+  shellcheck                            # the scripts.lint test
+  iproute2                              # ip: the multinode tests look up network interfaces
   "$@"
 )
 

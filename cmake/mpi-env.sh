@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the scripts: the Open MPI settings this project runs with on one machine.
 # Each is explained in mpirun_examples/README.md.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # containers and CI run as root

@@ -5,7 +5,7 @@
 #   ./mpirun_examples/train_data_model.sh [train_mlp flags...]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# shellcheck source=../cmake/mpi-env.sh
+# shellcheck source-path=SCRIPTDIR source=../cmake/mpi-env.sh
 source cmake/mpi-env.sh
 set -x
 mpirun -n 4 build/release/apps/train_mlp --devices-per-rank 2 --mesh data=4,model=2 "$@"

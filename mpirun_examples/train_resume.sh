@@ -4,7 +4,7 @@
 #   ./mpirun_examples/train_resume.sh [checkpoint dir]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# shellcheck source=../cmake/mpi-env.sh
+# shellcheck source-path=SCRIPTDIR source=../cmake/mpi-env.sh
 source cmake/mpi-env.sh
 dir=${1:-/tmp/shard_train_resume}
 rm -rf "$dir"

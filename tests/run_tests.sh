@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ./cmake/install-deps.sh
-# shellcheck source=../cmake/mpi-env.sh
+# shellcheck source-path=SCRIPTDIR source=../cmake/mpi-env.sh
 source cmake/mpi-env.sh
 
 start=$(date +%s)

@@ -1,0 +1,27 @@
+# The shell scripts (label "scripts"), included from tests/CMakeLists.txt:
+#   scripts.lint              bash -n and shellcheck on every script, found when the test runs
+#                             (tests/lint_scripts.sh); needs shellcheck (cmake/install-deps.sh)
+#   scripts.hostfile_example  mpirun_examples/hostfile_example.sh really launches: a localhost
+#                             hostfile, 2 ranks x 2 devices, mesh data=2,model=2, 5 tiny steps
+
+add_test(NAME scripts.lint COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/lint_scripts.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(scripts.lint PROPERTIES TIMEOUT 60 LABELS scripts)
+
+if(TARGET train_mlp)
+  set(_shard_hostfile ${CMAKE_CURRENT_BINARY_DIR}/hosts.localhost)
+  file(WRITE ${_shard_hostfile} "# written by tests/scripts.cmake for scripts.hostfile_example\nlocalhost slots=2\n")
+  # One core per rank (CPUS_PER_RANK=1); a machine with one core cannot bind two ranks apart.
+  cmake_host_system_information(RESULT _shard_cores QUERY NUMBER_OF_PHYSICAL_CORES)
+  set(_shard_oversubscribe 0)
+  if(_shard_cores LESS 2)
+    set(_shard_oversubscribe 1)
+  endif()
+  add_test(NAME scripts.hostfile_example
+           COMMAND ${PROJECT_SOURCE_DIR}/mpirun_examples/hostfile_example.sh
+                   --dataset synthetic --layers 32,16,8 --samples 128 --batch 32 --log-every 1)
+  set_tests_properties(scripts.hostfile_example PROPERTIES TIMEOUT 120 LABELS scripts
+    ENVIRONMENT "${SHARD_MPI_TEST_ENV};HOSTFILE=${_shard_hostfile};TRAIN_MLP=$<TARGET_FILE:train_mlp>;SHARD_BUILD_DIR=${CMAKE_BINARY_DIR};RANKS_PER_NODE=2;DEVICES_PER_RANK=2;MODEL=2;CPUS_PER_RANK=1;OVERSUBSCRIBE=${_shard_oversubscribe};MAX_STEPS=5"
+    # (a PASS regex alone would ignore the exit code: mpirun's report of a failed rank fails it)
+    PASS_REGULAR_EXPRESSION "mesh data=2,model=2.*Mesh\\('data': 2, 'model': 2\\).*done: 5 steps"
+    FAIL_REGULAR_EXPRESSION "returned a non-zero exit code|exited on signal|error:")
+endif()
