@@ -13,7 +13,7 @@ cd "$root" || exit 1
 
 shopt -s nullglob
 scripts=(mpirun_examples/*.sh mpirun_examples/*.sbatch tests/multinode/*.sh tests/multinode/*.sbatch
-         tests/*.sh tests/train/*.sh cmake/*.sh benchmarks/*.sh)
+         tests/*.sh tests/train/*.sh tests/consumer/*.sh cmake/*.sh benchmarks/*.sh)
 shopt -u nullglob
 if [ ${#scripts[@]} -eq 0 ]; then
   echo "lint_scripts: no scripts found under $PWD" >&2
