@@ -12,5 +12,9 @@ start=$(date +%s)
 cmake --preset ci >/dev/null
 cmake --build --preset ci -j "$(nproc)"
 echo "build: $(( $(date +%s) - start )) s"
-ctest --preset ci -j "${SHARD_TEST_JOBS:-2}" "$@"
+# First the multi-node tests (network-namespace hosts, one at a time) with their output: the
+# ranks on each host, the equality with the single-host run and the bytes that crossed between
+# hosts. Then everything else.
+ctest --preset ci --label-regex multinode --verbose "$@"
+ctest --preset ci -j "${SHARD_TEST_JOBS:-2}" --label-exclude multinode "$@"
 echo "build and tests: $(( $(date +%s) - start )) s"
