@@ -29,7 +29,7 @@ struct Config {
   std::string checkpoint_dir, lr_schedule;
   std::int64_t batch = 0, samples = 8192, max_steps = 0, seed = 0, log_every = 0, checkpoint_every = 0;
   int epochs = 0, keep = 2;
-  bool json = false, resume = false;
+  bool json = false, resume = false, shard_optimizer_state = false;
   train::Hyper hyper;
 };
 
@@ -120,7 +120,7 @@ int run(shard::Runtime& rt, Config& c) {
   if (steps_per_epoch < 1)
     shard::raise<shard::ValueError>("--batch ", c.batch, " is larger than the ", train_set.count, " training rows");
 
-  train::Model m = train::init_model(layers, mesh, keys[0], c.hyper);
+  train::Model m = train::init_model(layers, mesh, keys[0], c.hyper, c.shard_optimizer_state);
   std::int64_t step = 0;
   if (c.resume) step = train::resume(c.checkpoint_dir, m, c.hyper, c.seed, c.layers_text);
   const shard::NamedSharding rows(mesh, shard::P("data", shard::None));
@@ -259,6 +259,8 @@ int main(int argc, char** argv) {
          "steps between checkpoints (0: at every epoch end)")
         ("keep", po::value(&c.keep)->default_value(2), "checkpoints to keep")
         ("resume", "continue from the newest checkpoint in --checkpoint-dir (any mesh, any rank count)")
+        ("shard-optimizer-state", "split the optimizer state over 'data' (ZeRO-1: psum_scatter the gradients, update "
+                                  "this replica's rows, all_gather them); saves memory, slower on one host")
         ("json", "one JSON object per epoch (and per --log-every steps) and a summary, instead of text");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
@@ -267,6 +269,7 @@ int main(int argc, char** argv) {
       return 0;
     c.json = vm.count("json") > 0;
     c.resume = vm.count("resume") > 0;
+    c.shard_optimizer_state = vm.count("shard-optimizer-state") > 0;
     const bool synthetic = c.dataset == "synthetic";
     if (!synthetic && c.dataset != "fashion-mnist")
       shard::raise<shard::ValueError>("--dataset '", c.dataset, "': choose fashion-mnist or synthetic");

@@ -203,7 +203,7 @@ std::vector<shard::PartitionSpec> Model::param_specs() const {
 }
 
 bool Model::state_split(std::size_t p) const {
-  if (data <= 1) return false;
+  if (!shard_state || data <= 1) return false;
   const Layer& l = layers[p / 2];
   const bool weight = p % 2 == 0;
   // Rows of this device's block: a weight's n_in (split over 'model' when row-parallel), a
@@ -238,9 +238,11 @@ std::vector<shard::Shape> Model::param_shapes() const {
   return out;
 }
 
-Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shard::random::Key key, const Hyper& h) {
+Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shard::random::Key key, const Hyper& h,
+                 bool shard_state) {
   Model m;
   m.layers = layers;
+  m.shard_state = shard_state;
   m.data = mesh.axis_size("data");
   m.model = mesh.axis_size("model");
   const auto keys = shard::random::split(key, static_cast<int>(layers.size()));

@@ -7,13 +7,15 @@
 // row-parallel product) and one backward (the input gradient of the column-parallel layer).
 // An unpaired last layer is replicated. The batch is split over 'data'.
 //
-// The optimizer state is also split over 'data' (ZeRO stage 1): each state array adds 'data'
-// to its first dim's axes when the device's block rows divide by the 'data' size, so each
-// 'data' replica updates only its share of every such parameter. A step psum_scatters those
+// With --shard-optimizer-state the optimizer state is also split over 'data' (ZeRO stage 1):
+// each state array adds 'data' to its first dim's axes when the device's block rows divide by
+// the 'data' size, so each 'data' replica updates only its share of every such parameter. A step psum_scatters those
 // gradients over 'data' (one Reduce_scatter per array, right after its layer's backward),
 // updates its rows and all_gathers the new rows; the few arrays that do not divide (e.g. a
 // bias of 10 over data=4), and the loss, are summed with one fused psum and updated on every
-// replica.
+// replica. Without it (the default: faster on one host, where Open MPI's Reduce_scatter_block
+// plus Allgather of the gradients take longer than one Allreduce), every gradient and the loss
+// go through one fused psum over 'data' and every replica updates its whole blocks.
 
 #include <cstdint>
 #include <string>
@@ -48,7 +50,8 @@ struct Hyper {
 /// it divides, over 'data' too (see the top of this file).
 struct Model {
   std::vector<Layer> layers;
-  int data = 1, model = 1;  ///< the mesh's axis sizes
+  int data = 1, model = 1;    ///< the mesh's axis sizes
+  bool shard_state = false;   ///< optimizer state split over 'data' (ZeRO-1)
   std::vector<shard::ShardedArray<float>> params, state;
   std::int64_t step = 0;  ///< optimizer steps taken (Adam's bias correction)
 
@@ -63,7 +66,8 @@ struct Model {
 
 /// Initialises the parameters from `key` (identical values on any mesh): classification uses
 /// He-normal weights and zero biases; regression the tutorial's W ~ N(0,1)/sqrt(n_in), b ~ N(0,1).
-Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shard::random::Key key, const Hyper& h);
+Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shard::random::Key key, const Hyper& h,
+                 bool shard_state = false);
 
 /// One optimizer step on the batch (x: [B, n_0] and y: labels [B, 1] or targets [B, n_L], both
 /// P('data', None)); returns the mean loss over the batch. Collective over all ranks.

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # train_mlp tests, run by ctest: train_tests.sh <train_mlp> <mpiexec> <case>
-#   meshes   50 steps on data=4; data=2,model=2; data=1,model=4 (2 ranks x 2 devices) and 1 device:
-#            per-step losses agree to 1e-4 relative; the same run twice gives identical losses
-#   resume   2 epochs on data=2,model=2 against 1 epoch on 1 rank + --resume on 4 ranks with
-#            data=1,model=4: the final checkpoints' .npy files agree
+#   meshes   50 steps on data=4; data=2,model=2; data=1,model=4 (2 ranks x 2 devices), the first
+#            two also with --shard-optimizer-state, and 1 device: per-step losses agree to 1e-4
+#            relative; the same run twice gives identical losses
+#   resume   2 epochs on data=2,model=2 against 1 epoch on data=4 (2 ranks x 2 devices, optimizer
+#            state split over 'data') + --resume on 4 ranks with data=1,model=4: the final
+#            checkpoints' .npy files agree
 #   resume_other_model   --resume with other --layers fails with a clear message on every rank
 set -euo pipefail
 app=$1 mpiexec=$2 case=$3
@@ -17,7 +19,7 @@ run() {  # run <ranks> <devices per rank> <args...>
   shift 2
   "$mpiexec" -n "$n" --oversubscribe "$app" --devices-per-rank "$k" "$@"
 }
-# The last bias (6) splits over data=2 but not data=4, so both optimizer-state layouts run.
+# With --shard-optimizer-state the last bias (6) splits over data=2 but not data=4: both layouts run.
 # shellcheck disable=SC2054  # the commas are inside one argument (--layers 48,64,...), not separators
 small=(--dataset synthetic --layers 48,64,32,64,6 --samples 640 --batch 64 --optimizer adam --lr 3e-3 --seed 7)
 case $case in
@@ -26,8 +28,12 @@ case $case in
     run 2 2 "${small[@]}" --mesh data=2,model=2 --max-steps 50 --json --log-every 1 > "$work/d2m2.jsonl"
     run 2 2 "${small[@]}" --mesh data=1,model=4 --max-steps 50 --json --log-every 1 > "$work/m4.jsonl"
     run 1 1 "${small[@]}" --max-steps 50 --json --log-every 1 > "$work/one.jsonl"
+    run 2 2 "${small[@]}" --mesh data=4 --shard-optimizer-state --max-steps 50 --json --log-every 1 > "$work/d4z.jsonl"
+    run 2 2 "${small[@]}" --mesh data=2,model=2 --shard-optimizer-state --max-steps 50 --json --log-every 1 \
+      > "$work/d2m2z.jsonl"
     run 1 1 "${small[@]}" --max-steps 50 --json --log-every 1 > "$work/one_again.jsonl"
-    $compare losses 1e-4 "$work/one.jsonl" "$work/d4.jsonl" "$work/d2m2.jsonl" "$work/m4.jsonl"
+    $compare losses 1e-4 "$work/one.jsonl" "$work/d4.jsonl" "$work/d2m2.jsonl" "$work/m4.jsonl" "$work/d4z.jsonl" \
+      "$work/d2m2z.jsonl"
     $compare identical "$work/one.jsonl" "$work/one_again.jsonl"
     # and the losses really fall (the comparison is not between runs that learn nothing)
     $python - "$work/one.jsonl" <<'PY'
@@ -39,7 +45,8 @@ PY
     ;;
   resume)
     run 2 2 "${small[@]}" --mesh data=2,model=2 --epochs 2 --checkpoint-dir "$work/a" --json > "$work/a.jsonl"
-    run 1 1 "${small[@]}" --epochs 2 --max-steps 10 --checkpoint-dir "$work/b" --json > "$work/b1.jsonl"
+    run 2 2 "${small[@]}" --mesh data=4 --shard-optimizer-state --epochs 2 --max-steps 10 --checkpoint-dir "$work/b" \
+      --json > "$work/b1.jsonl"
     run 4 1 "${small[@]}" --mesh data=1,model=4 --epochs 2 --checkpoint-dir "$work/b" --resume --json > "$work/b2.jsonl"
     # step-<8 digits>: the sorted glob ends with the newest checkpoint
     steps_a=("$work"/a/step-*) steps_b=("$work"/b/step-*)
