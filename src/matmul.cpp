@@ -144,7 +144,11 @@ ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>&
     return out && !(*out == natural) ? reshard(c, *out) : c;
   }
   // psum_scatter when `out` splits exactly one dim of C further over the contracting axes.
-  if (out && out->mesh() == mesh) {
+  // Its blocks are all natural.shard_shape(c_shape): only when every dim of C splits evenly
+  // (a short last block of an uneven dim would come back padded to the full block).
+  bool even = true;
+  for (int d = 0; d < static_cast<int>(c_shape.size()); ++d) even = even && c_shape[d] % natural.num_parts(d) == 0;
+  if (out && out->mesh() == mesh && even) {
     for (int d = 0; d < static_cast<int>(c_shape.size()); ++d) {
       std::vector<std::string> want = p.out[d].axes();
       want.insert(want.end(), p.contract.axes().begin(), p.contract.axes().end());
