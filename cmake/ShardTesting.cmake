@@ -8,7 +8,8 @@
 #     collective took ~8 ms instead of ~5 us here);
 #   - pml ob1 (no UCX probing: start-up 0.33 s -> 0.12 s), no single-copy mechanism in
 #     vader (1.2-2.4x faster 64 KiB-16 MiB transfers here);
-#   - one OpenBLAS thread per process.
+#   - one OpenBLAS thread per process;
+#   - SHARD_CHECK_COLLECTIVES=1: every collective is checked for consistency across ranks.
 
 set(SHARD_TEST_RANKS 1 2 3 4 CACHE STRING "Rank counts every MPI test runs at")
 set(SHARD_TEST_DEVICES 1 2 CACHE STRING "Devices per rank every MPI test runs at")
@@ -26,7 +27,8 @@ set(SHARD_MPI_TEST_ENV
   OMPI_MCA_pml=ob1
   OMPI_MCA_btl_vader_single_copy_mechanism=none
   OMPI_MCA_rmaps_base_oversubscribe=1
-  OPENBLAS_NUM_THREADS=1)
+  OPENBLAS_NUM_THREADS=1
+  SHARD_CHECK_COLLECTIVES=1)
 
 function(shard_add_mpi_test target)
   cmake_parse_arguments(ARG "" "TIMEOUT" "RANKS;DEVICES;ARGS" ${ARGN})

@@ -6,17 +6,265 @@
 // With one device per rank and the natural rank order, buffers go to MPI as they are
 // (MPI_IN_PLACE for reductions; gathers and scatters along dim 0 need no packing).
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <thread>
 
 #include "shard/comm_stats.hpp"
 #include "shard/detail/collective.hpp"
+#include "shard/detail/collective_guard.hpp"
 #include "shard/detail/mesh_comms.hpp"
 #include "shard/error.hpp"
 #include "shard/mpi/communicator.hpp"
 
 namespace shard::detail {
+
+// ================================================================ consistency check, watchdog
+
+int g_collective_guard = 0;
+
+namespace {
+
+double g_timeout = 0;
+mpi::Communicator g_watchdog_comm;  // a duplicate of the world for the arrival messages
+thread_local const std::source_location* t_call_site = nullptr;
+
+using Clock = std::chrono::steady_clock;
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+/// The collective as the messages name it: "psum over 'a' of float64(2,3)".
+std::string collective_text(const CollectiveSpec& s) {
+  std::string t = s.name + " over " + s.axes_text + " of " + s.dtype + to_string(s.in_shape);
+  if (s.kind == CollectiveKind::kAllGather || s.kind == CollectiveKind::kPsumScatter)
+    t += cat(" (dim ", s.dim, s.tiled ? ", tiled" : "", ")");
+  if (s.kind == CollectiveKind::kAllToAll)
+    t += cat(" (split_dim ", s.dim, ", concat_dim ", s.concat_dim, s.tiled ? ", tiled" : "", ")");
+  if (s.kind == CollectiveKind::kPpermute) {
+    t += " (perm";
+    for (const auto& [a, b] : s.perm) t += cat(" ", a, "->", b);
+    t += ")";
+  }
+  return t;
+}
+
+[[noreturn]] void watchdog_abort(const std::string& msg) {
+  std::fprintf(stderr, "%serror: collective watchdog: %s\n", rank_prefix().c_str(), msg.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  std::_Exit(3);
+}
+
+/// Polls `n` requests until all complete or `timeout` seconds pass; done[i] says which did.
+bool poll_requests(int n, MPI_Request* r, std::vector<char>& done, double timeout) {
+  done.assign(static_cast<std::size_t>(n), 0);
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
+  int left = n;
+  for (long spin = 0;; ++spin) {
+    for (int i = 0; i < n; ++i) {
+      if (done[i]) continue;
+      int flag = 0;
+      mpi::check(MPI_Test(&r[i], &flag, MPI_STATUS_IGNORE), "MPI_Test");
+      if (flag) {
+        done[i] = 1;
+        --left;
+      }
+    }
+    if (left == 0) return true;
+    if (Clock::now() >= deadline) return false;
+    if (spin < 2000) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+/// Waits for requests of a collective's MPI call under the watchdog; aborts on timeout.
+void watchdog_wait(int n, MPI_Request* r, const CollectiveSpec& s, const DeviceGroup& g, const char* routine) {
+  std::vector<char> done;
+  if (poll_requests(n, r, done, g_timeout)) return;
+  watchdog_abort(cat(collective_text(s), " (", routine, " on ranks ",
+                     ranks_text(g.ranks), ") did not complete within ", g_timeout,
+                     " s (SHARD_COLLECTIVE_TIMEOUT); every rank of the mesh had arrived at a collective"));
+}
+
+/// Runs a collective's MPI call: the blocking form, or under the watchdog the nonblocking
+/// form polled until the deadline.
+template <typename Blocking, typename Start>
+void mpi_call(const CollectiveSpec& s, const DeviceGroup& g, const char* routine, Blocking&& blocking,
+              Start&& start) {
+  if (!collective_watchdog_on()) [[likely]] {
+    mpi::check(blocking(), routine);
+    return;
+  }
+  MPI_Request r = MPI_REQUEST_NULL;
+  mpi::check(start(&r), routine);
+  watchdog_wait(1, &r, s, g, routine);
+}
+
+constexpr int kArrivalTag = 1;
+
+/// Watchdog: tells every other rank of the mesh that this one arrived (one small message each,
+/// on a duplicate of the world made at start-up, so no communicator has to be created first:
+/// creating one would wait for the missing rank) and waits for theirs until the deadline.
+void await_arrival(const Mesh& mesh, const CollectiveSpec& s, long seq, const std::string& where) {
+  const Topology& topo = mesh.topology();
+  std::vector<int> ranks;  // the mesh's ranks, by first device
+  for (int d : mesh.device_ids()) {
+    const int r = topo.owner(d);
+    if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) ranks.push_back(r);
+  }
+  if (ranks.size() < 2 || g_watchdog_comm.is_null()) return;
+  std::vector<long> token_in(ranks.size(), 0);
+  long token_out = seq;
+  std::vector<MPI_Request> recvs, sends;
+  std::vector<int> peer;
+  for (std::size_t j = 0; j < ranks.size(); ++j) {
+    if (ranks[j] == topo.process_index) continue;
+    peer.push_back(ranks[j]);
+    recvs.emplace_back();
+    mpi::check(MPI_Irecv(&token_in[j], 1, MPI_LONG, ranks[j], kArrivalTag, g_watchdog_comm.get(), &recvs.back()),
+               "MPI_Irecv");
+    sends.emplace_back();
+    mpi::check(MPI_Isend(&token_out, 1, MPI_LONG, ranks[j], kArrivalTag, g_watchdog_comm.get(), &sends.back()),
+               "MPI_Isend");
+  }
+  std::vector<char> done;
+  if (!poll_requests(static_cast<int>(recvs.size()), recvs.data(), done, g_timeout)) {
+    std::vector<int> missing;
+    for (std::size_t i = 0; i < done.size(); ++i)
+      if (!done[i]) missing.push_back(peer[i]);
+    watchdog_abort(cat(collective_text(s), " (collective #", seq,
+                       " on this mesh, at ", where, ") did not complete within ", g_timeout,
+                       " s (SHARD_COLLECTIVE_TIMEOUT): rank", missing.size() > 1 ? "s " : " ", ranks_text(missing),
+                       " had not arrived; ranks ", ranks_text(ranks), " take part"));
+  }
+  std::vector<char> sent;
+  if (!poll_requests(static_cast<int>(sends.size()), sends.data(), sent, g_timeout))
+    watchdog_abort(cat(s.name, " over ", s.axes_text, ": the arrival messages were not delivered within ", g_timeout,
+                       " s"));
+}
+
+std::uint64_t fnv1a(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+/// Consistency check: one MPI_Allreduce (MAX of h and ~h) tells every rank whether all
+/// fingerprints agree; on a mismatch the descriptions are gathered and every rank throws.
+void check_fingerprint(const Mesh& mesh, const DeviceGroup& g, const CollectiveSpec& s, long seq,
+                       const std::string& where) {
+  const std::string desc = cat(collective_text(s), " (collective #", seq, " on this mesh) at ", where);
+  const std::uint64_t h = fnv1a(desc);
+  std::uint64_t v[2] = {h, ~h};
+  mpi_call(s, g, "MPI_Allreduce (SHARD_CHECK_COLLECTIVES)",
+           [&] { return MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_UINT64_T, MPI_MAX, g.comm.get()); },
+           [&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, v, 2, MPI_UINT64_T, MPI_MAX, g.comm.get(), r); });
+  if (v[0] == ~v[1]) return;  // max(h) == min(h): every rank issued this collective
+  const int n = static_cast<int>(g.ranks.size());
+  int len = static_cast<int>(desc.size());
+  std::vector<int> lens(static_cast<std::size_t>(n)), displs(static_cast<std::size_t>(n));
+  mpi::check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, g.comm.get()), "MPI_Allgather");
+  int total = 0;
+  for (int j = 0; j < n; ++j) {
+    displs[j] = total;
+    total += lens[j];
+  }
+  std::string all(static_cast<std::size_t>(total), '\0');
+  mpi::check(MPI_Allgatherv(desc.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
+                            g.comm.get()),
+             "MPI_Allgatherv");
+  auto desc_of = [&](int j) { return all.substr(static_cast<std::size_t>(displs[j]), static_cast<std::size_t>(lens[j])); };
+  int other = 1;
+  while (other < n && desc_of(other) == desc_of(0)) ++other;
+  if (other == n) other = n - 1;  // a hash collision cannot make equal texts differ; be safe anyway
+  raise<CollectiveMismatchError>("collective mismatch on mesh ", mesh.to_string(), ": rank ", g.ranks[0], " called ",
+                                 desc_of(0), ", but rank ", g.ranks[other], " called ", desc_of(other),
+                                 "; every rank of the mesh must issue the same collectives in the same order "
+                                 "(found by SHARD_CHECK_COLLECTIVES)");
+}
+
+/// Before a collective: the watchdog's arrival messages and the consistency check, on the
+/// communicator of all the mesh's ranks (ranks that call collectives over different axes use
+/// different group communicators, so only this one can see that they disagree).
+void guard_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
+                      const std::source_location& where) {
+  if (devices.empty()) return;  // this rank holds no device of the mesh
+  MeshComms& comms = mesh.comms();
+  const long seq = comms.next_sequence();
+  const std::string site = call_site_text(t_call_site ? *t_call_site : where);
+  if (collective_watchdog_on()) await_arrival(mesh, s, seq, site);  // before any communicator creation
+  if (!collective_check_on()) return;
+  const DeviceGroup& g = comms.guard_group();
+  if (g.comm.is_null()) return;  // the mesh lives on this rank alone
+  check_fingerprint(mesh, g, s, seq, site);
+}
+
+}  // namespace
+
+double collective_timeout() { return g_timeout; }
+
+void open_watchdog_comm(const mpi::Communicator& world) {
+  if (g_watchdog_comm.is_null()) g_watchdog_comm = world.dup();
+}
+void close_watchdog_comm() { g_watchdog_comm = mpi::Communicator(); }
+
+void set_collective_guard(bool check, double timeout_seconds) {
+  g_timeout = timeout_seconds > 0 ? timeout_seconds : 0;
+  g_collective_guard = (check ? 1 : 0) | (g_timeout > 0 ? 2 : 0);
+}
+
+void configure_collective_guard_from_env(bool& check, double& timeout_seconds) {
+#ifdef NDEBUG
+  check = false;
+#else
+  check = true;
+#endif
+  if (const char* e = std::getenv("SHARD_CHECK_COLLECTIVES"); e && *e) {
+    const std::string v = e;
+    if (v == "1" || v == "on" || v == "true") check = true;
+    else if (v == "0" || v == "off" || v == "false") check = false;
+    else raise<RuntimeError>("SHARD_CHECK_COLLECTIVES must be 0 or 1, got '", v, "'");
+  }
+  timeout_seconds = 0;
+  if (const char* e = std::getenv("SHARD_COLLECTIVE_TIMEOUT"); e && *e) {
+    char* end = nullptr;
+    const double t = std::strtod(e, &end);
+    if (end == e || *end != '\0' || !(t >= 0) || t > 1e6)
+      raise<RuntimeError>("SHARD_COLLECTIVE_TIMEOUT must be a number of seconds (0 turns the watchdog off), got '",
+                          e, "'");
+    timeout_seconds = t;
+  }
+}
+
+double abort_grace_seconds() {
+  if (const char* e = std::getenv("SHARD_ABORT_GRACE"); e && *e) {
+    char* end = nullptr;
+    const double t = std::strtod(e, &end);
+    if (end != e && *end == '\0' && t >= 0) return t;
+  }
+  return 5.0;
+}
+
+std::string call_site_text(const std::source_location& where) {
+  return cat(where.file_name(), ":", where.line(), " (", where.function_name(), ")");
+}
+
+CallSiteScope::CallSiteScope(const std::source_location& where) : previous_(t_call_site) { t_call_site = &where; }
+CallSiteScope::~CallSiteScope() { t_call_site = previous_; }
+const std::source_location* scoped_call_site() { return t_call_site; }
 
 namespace {
 
@@ -114,9 +362,13 @@ void run_reduce(const CollectiveSpec& s, const DeviceGroup& g, const std::vector
   Tensor<T> acc = std::move(ins[m[0].local]);
   for (std::size_t i = 1; i < m.size(); ++i) combine(acc, ins[m[i].local], s.op);
   if (!g.comm.is_null()) {
-    mpi::check(MPI_Allreduce(MPI_IN_PLACE, acc.data(), count_of(acc.size(), s), mpi::datatype<T>(), mpi_op(s.op),
-                             g.comm.get()),
-               "MPI_Allreduce");
+    const int c = count_of(acc.size(), s);
+    mpi_call(
+        s, g, "MPI_Allreduce",
+        [&] { return MPI_Allreduce(MPI_IN_PLACE, acc.data(), c, mpi::datatype<T>(), mpi_op(s.op), g.comm.get()); },
+        [&](MPI_Request* r) {
+          return MPI_Iallreduce(MPI_IN_PLACE, acc.data(), c, mpi::datatype<T>(), mpi_op(s.op), g.comm.get(), r);
+        });
     comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(acc.bytes()));
   }
   if (s.op == ReduceOp::kMean)
@@ -144,9 +396,13 @@ void run_all_gather(const CollectiveSpec& s, const DeviceGroup& g, const std::ve
     for (const auto& mm : m) place(in(mm.local).data(), mm.pos, result);
   } else if (one_per_rank && s.dim == 0) {
     const int c = count_of(be, s);
-    mpi::check(MPI_Allgather(in(m[0].local).data(), c, mpi::datatype<T>(), result.data(), c, mpi::datatype<T>(),
-                             g.comm.get()),
-               "MPI_Allgather");
+    const T* src = in(m[0].local).data();
+    mpi_call(
+        s, g, "MPI_Allgather",
+        [&] { return MPI_Allgather(src, c, mpi::datatype<T>(), result.data(), c, mpi::datatype<T>(), g.comm.get()); },
+        [&](MPI_Request* r) {
+          return MPI_Iallgather(src, c, mpi::datatype<T>(), result.data(), c, mpi::datatype<T>(), g.comm.get(), r);
+        });
     comm_stats().record(s.name, s.axes_text, be * static_cast<std::int64_t>(sizeof(T)));
   } else {
     const auto pos = positions_by_rank(g, topo);
@@ -159,11 +415,20 @@ void run_all_gather(const CollectiveSpec& s, const DeviceGroup& g, const std::ve
     }
     Tensor<T> send({static_cast<std::int64_t>(m.size()) * be});
     for (std::size_t i = 0; i < m.size(); ++i)
-      std::memcpy(send.data() + i * be, in(m[i].local).data(), static_cast<std::size_t>(be) * sizeof(T));
+      if (be > 0)  // empty blocks have null data: memcpy(null, null, 0) is undefined
+        std::memcpy(send.data() + i * be, in(m[i].local).data(), static_cast<std::size_t>(be) * sizeof(T));
     Tensor<T> recv({total});
-    mpi::check(MPI_Allgatherv(send.data(), count_of(send.size(), s), mpi::datatype<T>(), recv.data(), counts.data(),
-                              displs.data(), mpi::datatype<T>(), g.comm.get()),
-               "MPI_Allgatherv");
+    const int sc = count_of(send.size(), s);
+    mpi_call(
+        s, g, "MPI_Allgatherv",
+        [&] {
+          return MPI_Allgatherv(send.data(), sc, mpi::datatype<T>(), recv.data(), counts.data(), displs.data(),
+                                mpi::datatype<T>(), g.comm.get());
+        },
+        [&](MPI_Request* r) {
+          return MPI_Iallgatherv(send.data(), sc, mpi::datatype<T>(), recv.data(), counts.data(), displs.data(),
+                                 mpi::datatype<T>(), g.comm.get(), r);
+        });
     comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(send.bytes()));
     for (std::size_t r = 0; r < pos.size(); ++r)
       for (std::size_t j = 0; j < pos[r].size(); ++j) place(recv.data() + displs[r] + j * be, pos[r][j], result);
@@ -189,9 +454,14 @@ void run_psum_scatter(const CollectiveSpec& s, const DeviceGroup& g, const std::
   }
   if (one_per_rank && s.dim == 0) {
     outs[m[0].local] = Tensor<T>(s.out_shape);
-    mpi::check(MPI_Reduce_scatter_block(acc.data(), outs[m[0].local].data(), count_of(ce, s), mpi::datatype<T>(),
-                                        MPI_SUM, g.comm.get()),
-               "MPI_Reduce_scatter_block");
+    const int c = count_of(ce, s);
+    T* dst = outs[m[0].local].data();
+    mpi_call(
+        s, g, "MPI_Reduce_scatter_block",
+        [&] { return MPI_Reduce_scatter_block(acc.data(), dst, c, mpi::datatype<T>(), MPI_SUM, g.comm.get()); },
+        [&](MPI_Request* r) {
+          return MPI_Ireduce_scatter_block(acc.data(), dst, c, mpi::datatype<T>(), MPI_SUM, g.comm.get(), r);
+        });
     comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(acc.bytes()));
     return;
   }
@@ -207,12 +477,18 @@ void run_psum_scatter(const CollectiveSpec& s, const DeviceGroup& g, const std::
     }
   }
   Tensor<T> recv({static_cast<std::int64_t>(m.size()) * ce});
-  mpi::check(MPI_Reduce_scatter(send.data(), recv.data(), counts.data(), mpi::datatype<T>(), MPI_SUM, g.comm.get()),
-             "MPI_Reduce_scatter");
+  mpi_call(
+      s, g, "MPI_Reduce_scatter",
+      [&] { return MPI_Reduce_scatter(send.data(), recv.data(), counts.data(), mpi::datatype<T>(), MPI_SUM, g.comm.get()); },
+      [&](MPI_Request* r) {
+        return MPI_Ireduce_scatter(send.data(), recv.data(), counts.data(), mpi::datatype<T>(), MPI_SUM, g.comm.get(),
+                                   r);
+      });
   comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(send.bytes()));
   for (std::size_t j = 0; j < m.size(); ++j) {  // my positions arrive in ascending order
     outs[m[j].local] = Tensor<T>(s.out_shape);
-    std::memcpy(outs[m[j].local].data(), recv.data() + j * ce, static_cast<std::size_t>(ce) * sizeof(T));
+    if (ce > 0)  // empty chunks have null data
+      std::memcpy(outs[m[j].local].data(), recv.data() + j * ce, static_cast<std::size_t>(ce) * sizeof(T));
   }
 }
 
@@ -273,10 +549,18 @@ void run_all_to_all(const CollectiveSpec& s, const DeviceGroup& g, const std::ve
       rd[p] = count_of(s.concat_dim == 0 ? p * ce : packed, s);
       if (!self) packed += ce;
     }
-    mpi::check(MPI_Alltoallv(s.dim == 0 ? x.data() : send.data(), sc.data(), sd.data(), mpi::datatype<T>(),
-                             s.concat_dim == 0 ? out.data() : recv.data(), rc.data(), rd.data(), mpi::datatype<T>(),
-                             g.comm.get()),
-               "MPI_Alltoallv");
+    const T* sbuf = s.dim == 0 ? x.data() : send.data();
+    T* rbuf = s.concat_dim == 0 ? out.data() : recv.data();
+    mpi_call(
+        s, g, "MPI_Alltoallv",
+        [&] {
+          return MPI_Alltoallv(sbuf, sc.data(), sd.data(), mpi::datatype<T>(), rbuf, rc.data(), rd.data(),
+                               mpi::datatype<T>(), g.comm.get());
+        },
+        [&](MPI_Request* r) {
+          return MPI_Ialltoallv(sbuf, sc.data(), sd.data(), mpi::datatype<T>(), rbuf, rc.data(), rd.data(),
+                                mpi::datatype<T>(), g.comm.get(), r);
+        });
     comm_stats().record(s.name, s.axes_text, (n - 1) * ce * static_cast<std::int64_t>(sizeof(T)));
     if (s.concat_dim != 0)
       for (int q = 0; q < n; ++q)
@@ -284,9 +568,15 @@ void run_all_to_all(const CollectiveSpec& s, const DeviceGroup& g, const std::ve
     return;
   }
   if (one_per_rank && s.dim == 0 && s.concat_dim == 0) {
-    mpi::check(MPI_Alltoall(in(m[0].local).data(), count_of(ce, s), mpi::datatype<T>(), outs[m[0].local].data(),
-                            count_of(ce, s), mpi::datatype<T>(), g.comm.get()),
-               "MPI_Alltoall");
+    const int c = count_of(ce, s);
+    const T* sbuf = in(m[0].local).data();
+    T* rbuf = outs[m[0].local].data();
+    mpi_call(
+        s, g, "MPI_Alltoall",
+        [&] { return MPI_Alltoall(sbuf, c, mpi::datatype<T>(), rbuf, c, mpi::datatype<T>(), g.comm.get()); },
+        [&](MPI_Request* r) {
+          return MPI_Ialltoall(sbuf, c, mpi::datatype<T>(), rbuf, c, mpi::datatype<T>(), g.comm.get(), r);
+        });
     comm_stats().record(s.name, s.axes_text, (s.group_size - 1) * ce * static_cast<std::int64_t>(sizeof(T)));
     return;
   }
@@ -314,9 +604,16 @@ void run_all_to_all(const CollectiveSpec& s, const DeviceGroup& g, const std::ve
         off += ce;
       }
   Tensor<T> recv({rtotal});
-  mpi::check(MPI_Alltoallv(send.data(), scounts.data(), sdispls.data(), mpi::datatype<T>(), recv.data(),
-                           rcounts.data(), rdispls.data(), mpi::datatype<T>(), g.comm.get()),
-             "MPI_Alltoallv");
+  mpi_call(
+      s, g, "MPI_Alltoallv",
+      [&] {
+        return MPI_Alltoallv(send.data(), scounts.data(), sdispls.data(), mpi::datatype<T>(), recv.data(),
+                             rcounts.data(), rdispls.data(), mpi::datatype<T>(), g.comm.get());
+      },
+      [&](MPI_Request* r) {
+        return MPI_Ialltoallv(send.data(), scounts.data(), sdispls.data(), mpi::datatype<T>(), recv.data(),
+                              rcounts.data(), rdispls.data(), mpi::datatype<T>(), g.comm.get(), r);
+      });
   comm_stats().record(s.name, s.axes_text, (stotal - scounts[me]) * static_cast<std::int64_t>(sizeof(T)));
   // From rank r: for each of r's positions q, the chunks for my members (by position).
   for (std::size_t r = 0; r < pos.size(); ++r) {
@@ -355,10 +652,19 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
     const int dst = dst_of[mm.pos];
     const int src = src_of[mm.pos];
     outs[mm.local] = Tensor<T>(s.in_shape);
-    mpi::check(MPI_Sendrecv(ins[mm.local].data(), count, mpi::datatype<T>(), comm_rank_of(g, topo.owner(g.devices[dst])),
-                            dst, outs[mm.local].data(), count, mpi::datatype<T>(),
-                            comm_rank_of(g, topo.owner(g.devices[src])), mm.pos, g.comm.get(), MPI_STATUS_IGNORE),
-               "MPI_Sendrecv");
+    const int to = comm_rank_of(g, topo.owner(g.devices[dst]));
+    const int from = comm_rank_of(g, topo.owner(g.devices[src]));
+    if (!collective_watchdog_on()) [[likely]] {
+      mpi::check(MPI_Sendrecv(ins[mm.local].data(), count, mpi::datatype<T>(), to, dst, outs[mm.local].data(), count,
+                              mpi::datatype<T>(), from, mm.pos, g.comm.get(), MPI_STATUS_IGNORE),
+                 "MPI_Sendrecv");
+    } else {
+      MPI_Request r[2];
+      mpi::check(MPI_Irecv(outs[mm.local].data(), count, mpi::datatype<T>(), from, mm.pos, g.comm.get(), &r[0]),
+                 "MPI_Irecv");
+      mpi::check(MPI_Isend(ins[mm.local].data(), count, mpi::datatype<T>(), to, dst, g.comm.get(), &r[1]), "MPI_Isend");
+      watchdog_wait(2, r, s, g, "MPI_Isend/MPI_Irecv");
+    }
     comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(ins[mm.local].bytes()));
     return;
   }
@@ -389,7 +695,10 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
     }
   }
   if (!requests.empty()) {
-    mpi::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    if (!collective_watchdog_on()) [[likely]]
+      mpi::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    else
+      watchdog_wait(static_cast<int>(requests.size()), requests.data(), s, g, "MPI_Isend/MPI_Irecv");
     if (sent > 0) comm_stats().record(s.name, s.axes_text, sent);
   }
 }
@@ -398,7 +707,9 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
 
 template <typename T>
 void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
-                        std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs) {
+                        std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs, const std::source_location& where) {
+  if (collective_guard_on()) [[unlikely]]
+    guard_collective(mesh, s, devices, where);
   outs.resize(ins.size());
   const Topology& topo = mesh.topology();
   const Inputs<T> in = [&](int l) -> const Tensor<T>& { return ins[l]; };
@@ -417,9 +728,12 @@ void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::ve
 
 template <typename T>
 void execute_gather_like(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
-                         const std::vector<const Tensor<T>*>& ins, std::vector<Tensor<T>>& outs) {
+                         const std::vector<const Tensor<T>*>& ins, std::vector<Tensor<T>>& outs,
+                         const std::source_location& where) {
   if (s.kind != CollectiveKind::kAllGather && s.kind != CollectiveKind::kAllToAll)
     raise<ValueError>("execute_gather_like: ", s.name, " consumes its inputs; use execute_collective");
+  if (collective_guard_on()) [[unlikely]]
+    guard_collective(mesh, s, devices, where);
   outs.resize(ins.size());
   const Inputs<T> in = [&](int l) -> const Tensor<T>& { return *ins[l]; };
   for (const auto& g : mesh.comms().groups(s.axes)) {
@@ -431,20 +745,28 @@ void execute_gather_like(const Mesh& mesh, const CollectiveSpec& s, const std::v
 }
 
 template void execute_gather_like<float>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                         const std::vector<const Tensor<float>*>&, std::vector<Tensor<float>>&);
+                                         const std::vector<const Tensor<float>*>&, std::vector<Tensor<float>>&,
+    const std::source_location&);
 template void execute_collective<float>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                        std::vector<Tensor<float>>&, std::vector<Tensor<float>>&);
+                                        std::vector<Tensor<float>>&, std::vector<Tensor<float>>&,
+    const std::source_location&);
 template void execute_gather_like<double>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                         const std::vector<const Tensor<double>*>&, std::vector<Tensor<double>>&);
+                                         const std::vector<const Tensor<double>*>&, std::vector<Tensor<double>>&,
+    const std::source_location&);
 template void execute_collective<double>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                         std::vector<Tensor<double>>&, std::vector<Tensor<double>>&);
+                                         std::vector<Tensor<double>>&, std::vector<Tensor<double>>&,
+    const std::source_location&);
 template void execute_gather_like<std::int32_t>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                         const std::vector<const Tensor<std::int32_t>*>&, std::vector<Tensor<std::int32_t>>&);
+                                         const std::vector<const Tensor<std::int32_t>*>&, std::vector<Tensor<std::int32_t>>&,
+    const std::source_location&);
 template void execute_collective<std::int32_t>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                               std::vector<Tensor<std::int32_t>>&, std::vector<Tensor<std::int32_t>>&);
+                                               std::vector<Tensor<std::int32_t>>&, std::vector<Tensor<std::int32_t>>&,
+    const std::source_location&);
 template void execute_gather_like<std::int64_t>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                         const std::vector<const Tensor<std::int64_t>*>&, std::vector<Tensor<std::int64_t>>&);
+                                         const std::vector<const Tensor<std::int64_t>*>&, std::vector<Tensor<std::int64_t>>&,
+    const std::source_location&);
 template void execute_collective<std::int64_t>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                               std::vector<Tensor<std::int64_t>>&, std::vector<Tensor<std::int64_t>>&);
+                                               std::vector<Tensor<std::int64_t>>&, std::vector<Tensor<std::int64_t>>&,
+    const std::source_location&);
 
 }  // namespace shard::detail

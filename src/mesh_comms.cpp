@@ -35,7 +35,22 @@ int MeshComms::blacs_context(std::pair<int, int> key, const std::function<int()>
 const std::vector<DeviceGroup>& MeshComms::groups(const std::vector<int>& axes) {
   std::lock_guard lock(mutex_);
   if (auto it = cache_.find(axes); it != cache_.end()) return it->second;
+  return cache_.emplace(axes, build_groups(axes, true)).first->second;
+}
 
+const DeviceGroup& MeshComms::guard_group() {
+  std::lock_guard lock(mutex_);
+  if (!guard_built_) {
+    std::vector<int> all(shape_.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+    guard_ = build_groups(all, false);
+    guard_built_ = true;
+  }
+  static const DeviceGroup kNone;  // this rank holds no device of the mesh
+  return guard_.empty() ? kNone : guard_.front();
+}
+
+std::vector<DeviceGroup> MeshComms::build_groups(const std::vector<int>& axes, bool count) {
   const int nd = static_cast<int>(shape_.size());
   std::vector<bool> in_axes(static_cast<std::size_t>(nd), false);
   for (int a : axes) {
@@ -85,7 +100,7 @@ const std::vector<DeviceGroup>& MeshComms::groups(const std::vector<int>& axes) 
         mpi::check(rc, "MPI_Comm_create_group");
         g.comm = mpi::Communicator::adopt(c);
         mpi::check(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-        ++created_;
+        if (count) ++created_;
       }
       out.push_back(std::move(g));
     }
@@ -94,7 +109,7 @@ const std::vector<DeviceGroup>& MeshComms::groups(const std::vector<int>& axes) 
     throw;
   }
   MPI_Group_free(&world_group);
-  return cache_.emplace(axes, std::move(out)).first->second;
+  return out;
 }
 
 }  // namespace detail

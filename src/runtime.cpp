@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 
+#include "shard/detail/collective_guard.hpp"
 #include "shard/detail/device_executor.hpp"
 #include "shard/error.hpp"
 #include "shard/tensor.hpp"
@@ -124,6 +125,23 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
                                           std::to_string(kmin) + " and " + std::to_string(kmax) +
                                           "); pass the same --devices-per-rank or SHARD_DEVICES_PER_RANK to all ranks");
     topology_.devices_per_rank = k;
+
+    // Collective checking and the watchdog change which MPI calls a collective makes, so every
+    // rank must run the same setting: the most checking and the longest timeout any rank asked for.
+    bool check = false;
+    double timeout = 0;
+    std::string guard_error;
+    try {
+      detail::configure_collective_guard_from_env(check, timeout);
+    } catch (const Error& e) {
+      guard_error = e.message();
+    }
+    long long guard[3] = {check ? 1 : 0, static_cast<long long>(timeout * 1000.0 + 0.5), guard_error.empty() ? 0 : 1};
+    mpi::check(MPI_Allreduce(MPI_IN_PLACE, guard, 3, MPI_LONG_LONG, MPI_MAX, world_.get()), "MPI_Allreduce");
+    if (!guard_error.empty()) raise<RuntimeError>(guard_error);
+    if (guard[2]) raise<RuntimeError>("another rank has an invalid SHARD_CHECK_COLLECTIVES or SHARD_COLLECTIVE_TIMEOUT");
+    detail::set_collective_guard(guard[0] != 0, static_cast<double>(guard[1]) / 1000.0);
+    if (guard[1] > 0) detail::open_watchdog_comm(world_);
     // Device threads call OpenBLAS at the same time: one OpenBLAS thread per call (DESIGN.md).
     if (k > 1) set_blas_threads(1);
 
@@ -150,6 +168,7 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
           static_cast<int>(std::lower_bound(unique.begin(), unique.end(), leaders[p]) - unique.begin()));
   } catch (...) {
     g_current = nullptr;
+    detail::close_watchdog_comm();
     world_ = mpi::Communicator();
     throw;
   }
@@ -163,6 +182,8 @@ Runtime::~Runtime() {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   executor_.reset();
+  detail::set_collective_guard(false, 0);
+  detail::close_watchdog_comm();
   world_ = mpi::Communicator();
   detail::remember_world_rank(-1);
   g_current = nullptr;

@@ -1,8 +1,15 @@
 #include "shard/shard_map.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
 
+#include "shard/detail/collective_guard.hpp"
 #include "shard/detail/device_executor.hpp"
 #include "shard/error.hpp"
 #include "shard/mpi/agree.hpp"
@@ -91,65 +98,69 @@ int DeviceContext::axis_size(const Axes& axes) const {
 }
 
 template <typename T>
-Tensor<T> DeviceContext::run(detail::CollectiveSpec spec, Tensor<T> x) {
+Tensor<T> DeviceContext::run(detail::CollectiveSpec spec, Tensor<T> x, const std::source_location& where) {
   spec.dtype = dtype_name<T>();
   const Mesh& m = mesh();
   const auto& devices = state_->devices();
   if (state_->size() == 1) {
     std::vector<Tensor<T>> ins(1), outs;
     ins[0] = std::move(x);
-    detail::execute_collective<T>(m, spec, devices, ins, outs);
+    detail::execute_collective<T>(m, spec, devices, ins, outs, where);
     return std::move(outs[0]);
   }
   Tensor<T> out;
   state_->arrive(local_, spec, &x, &out, [&](std::vector<detail::SpmdState::Slot>& slots) {
     std::vector<Tensor<T>> ins(slots.size()), outs;
     for (std::size_t i = 0; i < slots.size(); ++i) ins[i] = std::move(*static_cast<Tensor<T>*>(slots[i].in));
-    detail::execute_collective<T>(m, spec, devices, ins, outs);
+    detail::execute_collective<T>(m, spec, devices, ins, outs, where);  // device 0's call site
     for (std::size_t i = 0; i < slots.size(); ++i) *static_cast<Tensor<T>*>(slots[i].out) = std::move(outs[i]);
   });
   return out;
 }
 
 template <typename T>
-Tensor<T> DeviceContext::psum(Tensor<T> x, const Axes& axes) {
+Tensor<T> DeviceContext::psum(Tensor<T> x, const Axes& axes, std::source_location where) {
   auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kSum, axes, x.shape());  // before x is moved from
-  return run(std::move(spec), std::move(x));
+  return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
-Tensor<T> DeviceContext::pmean(Tensor<T> x, const Axes& axes) {
+Tensor<T> DeviceContext::pmean(Tensor<T> x, const Axes& axes, std::source_location where) {
   auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kMean, axes, x.shape());  // before x is moved from
-  return run(std::move(spec), std::move(x));
+  return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
-Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes) {
+Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes, std::source_location where) {
   auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kMax, axes, x.shape());  // before x is moved from
-  return run(std::move(spec), std::move(x));
+  return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
-Tensor<T> DeviceContext::pmin(Tensor<T> x, const Axes& axes) {
+Tensor<T> DeviceContext::pmin(Tensor<T> x, const Axes& axes, std::source_location where) {
   auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kMin, axes, x.shape());  // before x is moved from
-  return run(std::move(spec), std::move(x));
+  return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
-Tensor<T> DeviceContext::all_gather(Tensor<T> x, const Axes& axes, int dim, bool tiled) {
+Tensor<T> DeviceContext::all_gather(Tensor<T> x, const Axes& axes, int dim, bool tiled,
+                                    std::source_location where) {
   auto spec = detail::all_gather_spec(mesh(), axes, x.shape(), dim, tiled);  // before x is moved from
-  return run(std::move(spec), std::move(x));
+  return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
-Tensor<T> DeviceContext::psum_scatter(Tensor<T> x, const Axes& axes, int dim, bool tiled) {
+Tensor<T> DeviceContext::psum_scatter(Tensor<T> x, const Axes& axes, int dim, bool tiled,
+                                      std::source_location where) {
   auto spec = detail::psum_scatter_spec(mesh(), axes, x.shape(), dim, tiled);  // before x is moved from
-  return run(std::move(spec), std::move(x));
+  return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
-Tensor<T> DeviceContext::all_to_all(Tensor<T> x, const Axes& axes, int split_dim, int concat_dim, bool tiled) {
+Tensor<T> DeviceContext::all_to_all(Tensor<T> x, const Axes& axes, int split_dim, int concat_dim, bool tiled,
+                                    std::source_location where) {
   auto spec = detail::all_to_all_spec(mesh(), axes, x.shape(), split_dim, concat_dim, tiled);  // before x is moved from
-  return run(std::move(spec), std::move(x));
+  return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
-Tensor<T> DeviceContext::ppermute(Tensor<T> x, const Axes& axes, std::vector<std::pair<int, int>> perm) {
+Tensor<T> DeviceContext::ppermute(Tensor<T> x, const Axes& axes, std::vector<std::pair<int, int>> perm,
+                                  std::source_location where) {
   auto spec = detail::ppermute_spec(mesh(), axes, x.shape(), std::move(perm));  // before x is moved from
-  return run(std::move(spec), std::move(x));
+  return run(std::move(spec), std::move(x), where);
 }
 
 // ---------------------------------------------------------------- shard_map
@@ -184,6 +195,55 @@ void check_argument(const Mesh& mesh, const PartitionSpec& spec, const ShardedAr
     raise<ShardingError>("shard_map: argument ", i, " is sharded as ", x.spec().to_string(), " but in_specs[", i,
                          "] is ", spec.to_string(), "; reshard the argument to ", spec.to_string(), " first");
 }
+
+/// Armed on a rank whose shard_map failed while it waits for the other ranks at the agreement
+/// that turns its error into an error on every rank. The failure may be one the other ranks
+/// cannot see (a body that threw on this rank only): they then wait forever in a collective
+/// this rank will never join. If the agreement has not completed within the grace period
+/// (SHARD_ABORT_GRACE, default 5 s), the helper thread prints "[rank r] error: ..." and ends
+/// the process; mpirun then ends the whole job with a non-zero code. The helper never calls
+/// MPI (the main thread is inside MPI; the thread level is MPI_THREAD_FUNNELED).
+class AbortUnlessAgreed {
+ public:
+  AbortUnlessAgreed(const std::exception_ptr& err, double grace) {
+    std::string msg = "unknown exception";
+    try {
+      std::rethrow_exception(err);
+    } catch (const Error& e) {
+      msg = e.message();
+    } catch (const std::exception& e) {
+      msg = e.what();
+    } catch (...) {
+    }
+    msg = detail::rank_prefix() + "error: " + msg + "\n" + detail::rank_prefix() +
+          "error: the other ranks did not reach the end of shard_map within " + detail::cat(grace) +
+          " s (SHARD_ABORT_GRACE) after this failure; they wait in a collective this rank will not join: "
+          "aborting the job\n";
+    thread_ = std::thread([this, grace, msg = std::move(msg)] {
+      std::unique_lock lock(mutex_);
+      if (cv_.wait_for(lock, std::chrono::duration<double>(grace), [&] { return done_; })) return;
+      std::fputs(msg.c_str(), stderr);
+      std::fflush(stderr);
+      std::_Exit(1);
+    });
+  }
+  ~AbortUnlessAgreed() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  AbortUnlessAgreed(const AbortUnlessAgreed&) = delete;
+  AbortUnlessAgreed& operator=(const AbortUnlessAgreed&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 /// Every rank learns the block shape of every output (ranks without mesh devices included)
 /// and checks that all devices returned the same shapes.
@@ -251,6 +311,10 @@ std::vector<ShardedArray<T>> shard_map(const Mesh& mesh, const std::vector<Parti
   } catch (...) {
     err = std::current_exception();
   }
+  if (err) [[unlikely]] {
+    const AbortUnlessAgreed watch(err, detail::abort_grace_seconds());
+    mpi::raise_if_any(Runtime::current().world(), err);  // throws on every rank
+  }
   mpi::raise_if_any(Runtime::current().world(), err);  // a failure on any rank fails every rank
 
   std::vector<Shape> mine;
@@ -309,14 +373,15 @@ namespace {
 
 template <typename T>
 ShardedArray<T> run_on_shards(const ShardedArray<T>& x, const detail::CollectiveSpec& spec,
-                              const NamedSharding& out_sharding, const Shape& out_shape) {
+                              const NamedSharding& out_sharding, const Shape& out_shape,
+                              const std::source_location& where) {
   std::vector<Tensor<T>> ins, outs;
   std::vector<int> devices;
   for (const auto& s : x.addressable_shards()) {
     ins.push_back(s.data);
     devices.push_back(s.device);
   }
-  detail::execute_collective<T>(x.mesh(), spec, devices, ins, outs);
+  detail::execute_collective<T>(x.mesh(), spec, devices, ins, outs, where);
   std::vector<Shard<T>> shards;
   for (std::size_t i = 0; i < devices.size(); ++i)
     shards.push_back(Shard<T>{devices[i], out_sharding.box(devices[i], out_shape), std::move(outs[i])});
@@ -326,7 +391,7 @@ ShardedArray<T> run_on_shards(const ShardedArray<T>& x, const detail::Collective
 }  // namespace
 
 template <typename T>
-ShardedArray<T> psum(const ShardedArray<T>& x, const Axes& axes) {
+ShardedArray<T> psum(const ShardedArray<T>& x, const Axes& axes, std::source_location where) {
   for (const auto& a : axes.axes())
     for (const auto& used : x.spec().axes())
       if (a == used)
@@ -335,11 +400,11 @@ ShardedArray<T> psum(const ShardedArray<T>& x, const Axes& axes) {
                              "spec does not use");
   detail::CollectiveSpec spec = detail::reduce_spec(x.mesh(), detail::ReduceOp::kSum, axes, x.shape());
   spec.dtype = dtype_name<T>();
-  return run_on_shards(x, spec, x.sharding(), x.shape());
+  return run_on_shards(x, spec, x.sharding(), x.shape(), where);
 }
 
 template <typename T>
-ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis) {
+ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis, std::source_location where) {
   const PartitionSpec& spec = x.spec();
   for (int d = 0; d < spec.size(); ++d) {
     const auto& names = spec[d].axes();
@@ -352,27 +417,29 @@ ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis) {
     entries[d] = SpecEntry(rest);
     // reshard runs this as one all_gather over `axis` when the axis is the minor one of its
     // entry and the dims divide evenly, and as one Alltoallv of the missing pieces otherwise.
+    const detail::CallSiteScope site(where);  // the reshard's collective reports the caller
     return reshard(x, NamedSharding(x.mesh(), PartitionSpec(entries)));
   }
   raise<ShardingError>("all_gather: mesh axis '", axis, "' does not split the array (", spec.to_string(), ")");
 }
 
-#define SHARD_INSTANTIATE_SPMD(T)                                                                             \
-  template Tensor<T> DeviceContext::psum<T>(Tensor<T>, const Axes&);                                          \
-  template Tensor<T> DeviceContext::pmean<T>(Tensor<T>, const Axes&);                                         \
-  template Tensor<T> DeviceContext::pmax<T>(Tensor<T>, const Axes&);                                          \
-  template Tensor<T> DeviceContext::pmin<T>(Tensor<T>, const Axes&);                                          \
-  template Tensor<T> DeviceContext::all_gather<T>(Tensor<T>, const Axes&, int, bool);                         \
-  template Tensor<T> DeviceContext::psum_scatter<T>(Tensor<T>, const Axes&, int, bool);                       \
-  template Tensor<T> DeviceContext::all_to_all<T>(Tensor<T>, const Axes&, int, int, bool);                    \
-  template Tensor<T> DeviceContext::ppermute<T>(Tensor<T>, const Axes&, std::vector<std::pair<int, int>>);    \
-  template std::vector<ShardedArray<T>> shard_map<T>(const Mesh&, const std::vector<PartitionSpec>&,          \
-                                                     const std::vector<PartitionSpec>&, const ShardMapBody<T>&, \
-                                                     const std::vector<const ShardedArray<T>*>&);             \
-  template ShardedArray<T> pmap<T>(const std::function<Tensor<T>(DeviceContext&, const Tensor<T>&)>&,         \
-                                   const std::string&, const Tensor<T>&);                                     \
-  template ShardedArray<T> psum<T>(const ShardedArray<T>&, const Axes&);                                      \
-  template ShardedArray<T> all_gather<T>(const ShardedArray<T>&, const std::string&);
+#define SHARD_INSTANTIATE_SPMD(T)                                                                              \
+  template Tensor<T> DeviceContext::psum<T>(Tensor<T>, const Axes&, std::source_location);                     \
+  template Tensor<T> DeviceContext::pmean<T>(Tensor<T>, const Axes&, std::source_location);                    \
+  template Tensor<T> DeviceContext::pmax<T>(Tensor<T>, const Axes&, std::source_location);                     \
+  template Tensor<T> DeviceContext::pmin<T>(Tensor<T>, const Axes&, std::source_location);                     \
+  template Tensor<T> DeviceContext::all_gather<T>(Tensor<T>, const Axes&, int, bool, std::source_location);    \
+  template Tensor<T> DeviceContext::psum_scatter<T>(Tensor<T>, const Axes&, int, bool, std::source_location);  \
+  template Tensor<T> DeviceContext::all_to_all<T>(Tensor<T>, const Axes&, int, int, bool, std::source_location); \
+  template Tensor<T> DeviceContext::ppermute<T>(Tensor<T>, const Axes&, std::vector<std::pair<int, int>>,       \
+                                                std::source_location);                                         \
+  template std::vector<ShardedArray<T>> shard_map<T>(const Mesh&, const std::vector<PartitionSpec>&,           \
+                                                     const std::vector<PartitionSpec>&, const ShardMapBody<T>&,  \
+                                                     const std::vector<const ShardedArray<T>*>&);              \
+  template ShardedArray<T> pmap<T>(const std::function<Tensor<T>(DeviceContext&, const Tensor<T>&)>&,          \
+                                   const std::string&, const Tensor<T>&);                                      \
+  template ShardedArray<T> psum<T>(const ShardedArray<T>&, const Axes&, std::source_location);                 \
+  template ShardedArray<T> all_gather<T>(const ShardedArray<T>&, const std::string&, std::source_location);
 SHARD_INSTANTIATE_SPMD(float)
 SHARD_INSTANTIATE_SPMD(double)
 SHARD_INSTANTIATE_SPMD(std::int32_t)

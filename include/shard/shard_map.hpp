@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -27,6 +28,8 @@ class SpmdState;
 /// collective is collective over the devices that differ from this one only along the named
 /// axes; every device of the mesh must issue the same collectives in the same order (SPMD).
 /// Inputs are taken by value: pass std::move(x) to let reductions work in place.
+/// `where` (defaulted) is the caller's source location: the consistency check
+/// (SHARD_CHECK_COLLECTIVES, see detail/collective_guard.hpp) names it when ranks disagree.
 class DeviceContext {
  public:
   DeviceContext(std::shared_ptr<detail::SpmdState> state, int local_index);
@@ -39,47 +42,59 @@ class DeviceContext {
   int axis_size(const Axes& axes) const;
 
   template <typename T>
-  Tensor<T> psum(Tensor<T> x, const Axes& axes);
+  Tensor<T> psum(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current());
   template <typename T>
-  Tensor<T> pmean(Tensor<T> x, const Axes& axes);  ///< integer types divide with truncation
+  Tensor<T> pmean(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current());  ///< integer types divide with truncation
   template <typename T>
-  Tensor<T> pmax(Tensor<T> x, const Axes& axes);
+  Tensor<T> pmax(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current());
   template <typename T>
-  Tensor<T> pmin(Tensor<T> x, const Axes& axes);
+  Tensor<T> pmin(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current());
 
   /// Scalar forms: psum(3.0, "a").
   template <typename T>
     requires std::is_arithmetic_v<T>
-  T psum(T x, const Axes& axes) { return psum(Tensor<T>(Shape{}, x), axes)[0]; }
+  T psum(T x, const Axes& axes, std::source_location where = std::source_location::current()) {
+    return psum(Tensor<T>(Shape{}, x), axes, where)[0];
+  }
   template <typename T>
     requires std::is_arithmetic_v<T>
-  T pmean(T x, const Axes& axes) { return pmean(Tensor<T>(Shape{}, x), axes)[0]; }
+  T pmean(T x, const Axes& axes, std::source_location where = std::source_location::current()) {
+    return pmean(Tensor<T>(Shape{}, x), axes, where)[0];
+  }
   template <typename T>
     requires std::is_arithmetic_v<T>
-  T pmax(T x, const Axes& axes) { return pmax(Tensor<T>(Shape{}, x), axes)[0]; }
+  T pmax(T x, const Axes& axes, std::source_location where = std::source_location::current()) {
+    return pmax(Tensor<T>(Shape{}, x), axes, where)[0];
+  }
   template <typename T>
     requires std::is_arithmetic_v<T>
-  T pmin(T x, const Axes& axes) { return pmin(Tensor<T>(Shape{}, x), axes)[0]; }
+  T pmin(T x, const Axes& axes, std::source_location where = std::source_location::current()) {
+    return pmin(Tensor<T>(Shape{}, x), axes, where)[0];
+  }
 
   /// Untiled: stacks the N blocks along a new dim `dim`; tiled: concatenates along `dim`.
   template <typename T>
-  Tensor<T> all_gather(Tensor<T> x, const Axes& axes, int dim = 0, bool tiled = false);
+  Tensor<T> all_gather(Tensor<T> x, const Axes& axes, int dim = 0, bool tiled = false,
+                       std::source_location where = std::source_location::current());
   /// Untiled: x.shape[dim] == N, returns psum(x)[axis_index] along dim (dim removed);
   /// tiled: N divides x.shape[dim], returns this device's chunk of psum(x) (dim kept).
   template <typename T>
-  Tensor<T> psum_scatter(Tensor<T> x, const Axes& axes, int dim = 0, bool tiled = false);
+  Tensor<T> psum_scatter(Tensor<T> x, const Axes& axes, int dim = 0, bool tiled = false,
+                         std::source_location where = std::source_location::current());
   /// Splits split_dim into N chunks, sends chunk j to device j, and concatenates (tiled) or
   /// stacks (untiled, x.shape[split_dim] == N) the received chunks along concat_dim.
   template <typename T>
-  Tensor<T> all_to_all(Tensor<T> x, const Axes& axes, int split_dim, int concat_dim, bool tiled = false);
+  Tensor<T> all_to_all(Tensor<T> x, const Axes& axes, int split_dim, int concat_dim, bool tiled = false,
+                       std::source_location where = std::source_location::current());
   /// Sends x from axis index src to dst for each (src, dst) pair (no repeated src or dst);
   /// a device that is no one's destination gets zeros.
   template <typename T>
-  Tensor<T> ppermute(Tensor<T> x, const Axes& axes, std::vector<std::pair<int, int>> perm);
+  Tensor<T> ppermute(Tensor<T> x, const Axes& axes, std::vector<std::pair<int, int>> perm,
+                     std::source_location where = std::source_location::current());
 
  private:
   template <typename T>
-  Tensor<T> run(detail::CollectiveSpec spec, Tensor<T> x);
+  Tensor<T> run(detail::CollectiveSpec spec, Tensor<T> x, const std::source_location& where);
 
   std::shared_ptr<detail::SpmdState> state_;
   int local_;
@@ -133,11 +148,11 @@ ShardedArray<T> pmap(const std::function<Tensor<T>(DeviceContext&, const Tensor<
 /// Collective over the mesh: sums an array over mesh axes its spec does not use (partial
 /// sums living on the replicas along those axes); the result keeps x's sharding.
 template <typename T>
-ShardedArray<T> psum(const ShardedArray<T>& x, const Axes& axes);
+ShardedArray<T> psum(const ShardedArray<T>& x, const Axes& axes, std::source_location where = std::source_location::current());
 /// Collective over all ranks: replicates x along mesh axis `axis` (the spec loses that axis):
 /// one all_gather over the axis when it is the minor axis of its entry and the dims divide
 /// evenly, otherwise the reshard that moves only the missing pieces.
 template <typename T>
-ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis);
+ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis, std::source_location where = std::source_location::current());
 
 }  // namespace shard

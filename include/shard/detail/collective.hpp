@@ -2,6 +2,7 @@
 /// \file Device-group collectives (comm layer internals): a validated description of one
 /// collective, and its execution for all of this rank's devices at once.
 
+#include <source_location>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,15 +52,18 @@ CollectiveSpec ppermute_spec(const Mesh& mesh, const SpecEntry& axes, const Shap
 /// reductions work in place) into `outs`. For each device group over spec.axes that holds
 /// one of these devices, in group-id order (the same on every rank): contributions of local
 /// devices are combined in memory, one MPI call runs on the group's communicator, and the
-/// results are copied to each local device.
+/// results are copied to each local device. `where` is the call site the consistency check
+/// (SHARD_CHECK_COLLECTIVES) reports; see collective_guard.hpp.
 template <typename T>
 void execute_collective(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices,
-                        std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs);
+                        std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs,
+                        const std::source_location& where = std::source_location::current());
 
 /// The same for all_gather and all_to_all, which only read their inputs: the blocks are
 /// used in place (no copy of the caller's shards).
 template <typename T>
 void execute_gather_like(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices,
-                         const std::vector<const Tensor<T>*>& ins, std::vector<Tensor<T>>& outs);
+                         const std::vector<const Tensor<T>*>& ins, std::vector<Tensor<T>>& outs,
+                         const std::source_location& where = std::source_location::current());
 
 }  // namespace shard::detail

@@ -39,6 +39,14 @@ class MeshComms {
   /// cannot deadlock); later calls return the cached groups.
   const std::vector<DeviceGroup>& groups(const std::vector<int>& axes);
 
+  /// The group of all the mesh's devices, on a communicator of its own over every rank that
+  /// holds one (null when that is only this rank): where the consistency check and the
+  /// watchdog's arrival messages run. Collective over those ranks on first use; not counted
+  /// in communicators_created().
+  const DeviceGroup& guard_group();
+  /// The next number of the per-mesh collective sequence (consistency check and watchdog).
+  long next_sequence() { return ++sequence_; }
+
   /// Number of MPI communicators created so far (for tests of the cache).
   int communicators_created() const { return created_; }
 
@@ -55,7 +63,12 @@ class MeshComms {
   std::vector<int> devices_;
   Topology topology_;
   std::mutex mutex_;
+  std::vector<DeviceGroup> build_groups(const std::vector<int>& axes, bool count);
+
   std::map<std::vector<int>, std::vector<DeviceGroup>> cache_;
+  std::vector<DeviceGroup> guard_;  // empty until first use; then the one group (see guard_group)
+  bool guard_built_ = false;
+  long sequence_ = 0;
   int created_ = 0;
   std::map<std::pair<int, int>, int> blacs_;  // grid key -> BLACS context (-1: not in the grid)
   int blacs_created_ = 0;

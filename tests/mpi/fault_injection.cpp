@@ -1,0 +1,102 @@
+// fault_injection <mode>: a small program that fails on purpose, for the reliability tests
+// (tests/reliability.cmake runs it under mpiexec through expect_failure.sh). Every failure
+// mode must end the whole job with a non-zero exit code and "[rank r] error: ..." on stderr,
+// never hang. Modes (2 ranks; --devices-per-rank 1 or 2):
+//   ok              every collective once inside shard_map, then an array-level psum: exits 0
+//   throw_in_psum   rank 1's body throws before the psum the other ranks wait in
+//   device_throw    the last device thread of rank 0 throws (run with 2 devices per rank)
+//   axes_mismatch   rank 0 calls psum over 'a', rank 1 over 'b' (SHARD_CHECK_COLLECTIVES=1)
+//   op_mismatch     rank 0 calls psum, rank 1 pmax over the same axis (SHARD_CHECK_COLLECTIVES=1)
+//   sleep           rank 1 sleeps 30 s before the psum (SHARD_COLLECTIVE_TIMEOUT=2)
+//   app_throw       rank 1 throws in application code while rank 0 is in an array-level psum
+
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "shard/shard.hpp"
+
+namespace {
+
+using shard::DeviceContext;
+using shard::Tensor;
+
+int run(shard::Runtime& rt, const std::string& mode) {
+  const int rank = rt.process_index();
+  const int k = rt.devices_per_rank();
+  // Rank r holds row r of an (ranks, k) mesh: 'a' crosses ranks, 'b' stays on one.
+  const shard::Mesh mesh2 = shard::make_mesh({rt.process_count(), k}, {"a", "b"});
+  const shard::Mesh mesh1 = shard::make_mesh({rt.device_count()}, {"a"});
+  const auto x = shard::zeros<double>({2 * rt.device_count(), 3}, shard::NamedSharding(mesh1, shard::P("a")));
+  const std::function<Tensor<double>(DeviceContext&, const Tensor<double>&)> body =
+      [&](DeviceContext& ctx, const Tensor<double>& b) -> Tensor<double> {
+    const int local = ctx.device() - rank * k;
+    if (mode == "throw_in_psum" && rank == 1 && local == 0)
+      throw std::runtime_error("injected failure on rank 1 inside shard_map, before its psum");
+    if (mode == "device_throw" && rank == 0 && local == k - 1)
+      throw std::runtime_error("injected failure on device " + std::to_string(ctx.device()) + " (rank 0, thread " +
+                               std::to_string(local) + ") inside shard_map");
+    if (mode == "sleep" && rank == 1) std::this_thread::sleep_for(std::chrono::seconds(30));
+    if (mode == "op_mismatch") {
+      if (rank == 0) return ctx.psum(b, "a");  // FAULT-SITE-PSUM
+      return ctx.pmax(b, "a");                 // FAULT-SITE-PMAX
+    }
+    Tensor<double> y = ctx.psum(b, "a");
+    if (mode == "ok") {
+      y = ctx.pmean(std::move(y), "a");
+      const auto g = ctx.all_gather(b, "a", 0, true);
+      const auto s = ctx.psum_scatter(g, "a", 0, true);
+      const auto t = ctx.all_to_all(g, "a", 0, 0, true);
+      const int n = ctx.axis_size("a");
+      std::vector<std::pair<int, int>> perm;
+      for (int i = 0; i < n; ++i) perm.emplace_back(i, (i + 1) % n);
+      const auto p = ctx.ppermute(b, "a", perm);
+      if (s.shape() != b.shape() || t.shape() != g.shape() || p.shape() != b.shape())
+        throw std::runtime_error("ok: wrong shapes");
+    }
+    return y;
+  };
+  if (mode == "axes_mismatch") {
+    const auto z = shard::zeros<double>({rt.process_count() * 2, k * 2}, shard::NamedSharding(mesh2, shard::P("a", "b")));
+    shard::shard_map<double>(
+        mesh2, shard::P("a", "b"), shard::P("a", "b"),
+        [&](DeviceContext& ctx, const Tensor<double>& b) -> Tensor<double> {
+          if (rank == 0) return ctx.psum(b, "a");  // FAULT-SITE-A
+          return ctx.psum(b, "b");                 // FAULT-SITE-B
+        },
+        z);
+    return 0;
+  }
+  if (mode == "app_throw") {
+    const auto r = shard::zeros<double>({4, 3}, shard::NamedSharding(mesh1, shard::P()));
+    if (rank == 1) throw std::runtime_error("injected failure in application code on rank 1");
+    (void)shard::psum(r, "a");
+    std::this_thread::sleep_for(std::chrono::seconds(60));  // never reached in time: the job is aborted
+    return 0;
+  }
+  const auto y = shard::shard_map<double>(mesh1, shard::P("a"), shard::P("a"), body, x);
+  if (mode == "ok") {
+    (void)shard::psum(shard::zeros<double>({4, 3}, shard::NamedSharding(mesh1, shard::P())), "a");
+    if (rank == 0) std::printf("fault_injection ok: %d ranks x %d devices\n", rt.process_count(), k);
+    return 0;
+  }
+  if (mode == "throw_in_psum" || mode == "device_throw" || mode == "sleep" || mode == "op_mismatch")
+    throw std::runtime_error("mode " + mode + ": the failure did not stop the job");
+  throw std::runtime_error("unknown mode '" + mode + "'");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return shard::guarded_main(argc, argv, [&](shard::Runtime& rt) {
+    std::string mode = "ok";
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--devices-per-rank") ++i;
+      else if (a.rfind("--", 0) != 0) mode = a;
+    }
+    return run(rt, mode);
+  });
+}

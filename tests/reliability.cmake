@@ -1,0 +1,67 @@
+# Reliability: an error on any rank ends the whole job with "[rank r] error: ..." and a
+# non-zero code (never a hang); SHARD_CHECK_COLLECTIVES catches ranks that issue different
+# collectives; SHARD_COLLECTIVE_TIMEOUT aborts a collective some rank never reaches, naming
+# it; a training run killed with -9 resumes from its last checkpoint.
+
+shard_mpi_test_binary(test_reliability mpi/test_reliability.cpp)
+shard_add_mpi_test(test_reliability RANKS 1 2 3 DEVICES 1 2 TIMEOUT 60)
+
+add_executable(fault_injection mpi/fault_injection.cpp)
+target_link_libraries(fault_injection PRIVATE shard::shard shard_warnings)
+
+set(_rel_fail ${CMAKE_CURRENT_SOURCE_DIR}/expect_failure.sh)
+# shard_reliability_test(<name> <devices per rank> <timeout> <extra env> <regex> <mode>)
+function(shard_reliability_test name k timeout env regex mode)
+  add_test(NAME reliability.${name}.np2.dpr${k}
+           COMMAND ${_rel_fail} "${regex}"
+                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${SHARD_MPIEXEC_FLAGS} $<TARGET_FILE:fault_injection> ${mode})
+  set_tests_properties(reliability.${name}.np2.dpr${k} PROPERTIES TIMEOUT ${timeout} LABELS "mpi;reliability"
+    ENVIRONMENT "${SHARD_MPI_TEST_ENV};SHARD_DEVICES_PER_RANK=${k};${env}")
+endfunction()
+
+foreach(k 1 2)
+  # The program itself works (every collective kind, with the check and under the watchdog).
+  add_test(NAME reliability.ok.np2.dpr${k}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${SHARD_MPIEXEC_FLAGS} $<TARGET_FILE:fault_injection> ok)
+  set_tests_properties(reliability.ok.np2.dpr${k} PROPERTIES TIMEOUT 60 LABELS "mpi;reliability"
+    ENVIRONMENT "${SHARD_MPI_TEST_ENV};SHARD_DEVICES_PER_RANK=${k};SHARD_COLLECTIVE_TIMEOUT=30"
+    PASS_REGULAR_EXPRESSION "fault_injection ok: 2 ranks x ${k} devices")
+  # Rank 1's body throws while rank 0 waits in the psum: rank 1 aborts the job after the grace.
+  shard_reliability_test(throw_in_psum ${k} 40 "SHARD_ABORT_GRACE=3"
+    "\\[rank 1\\] error: injected failure on rank 1 inside shard_map, before its psum" throw_in_psum)
+  # Ranks call psum over different axes (different group communicators): the check names both sites.
+  shard_reliability_test(axes_mismatch ${k} 40 "SHARD_CHECK_COLLECTIVES=1"
+    "\\[rank [01]\\] error: collective mismatch on mesh .*rank 0 called psum over 'a' .*fault_injection.cpp:[0-9]+ .*but rank 1 called psum over 'b' .*fault_injection.cpp:[0-9]+"
+    axes_mismatch)
+  # Rank 1 sleeps 30 s before the psum: the watchdog on rank 0 aborts after 2 s, naming rank 1.
+  shard_reliability_test(watchdog ${k} 25 "SHARD_COLLECTIVE_TIMEOUT=2"
+    "\\[rank 0\\] error: collective watchdog: psum over 'a' .*did not complete within 2 s.*rank 1 had not arrived"
+    sleep)
+endforeach()
+# A worker device thread (device 1 of rank 0) throws inside shard_map.
+shard_reliability_test(device_throw 2 40 "SHARD_ABORT_GRACE=3"
+  "\\[rank 0\\] error: injected failure on device 1 \\(rank 0, thread 1\\) inside shard_map" device_throw)
+# psum on one rank, pmax on the other over the same axis: a wrong result without the check.
+shard_reliability_test(op_mismatch 1 40 "SHARD_CHECK_COLLECTIVES=1"
+  "error: collective mismatch .*rank 0 called psum over 'a' .*but rank 1 called pmax over 'a'" op_mismatch)
+# An exception in application code on rank 1 while rank 0 waits in an array-level psum.
+shard_reliability_test(app_throw 1 40 ""
+  "\\[rank 1\\] error: injected failure in application code on rank 1" app_throw)
+
+# The nonblocking (watchdog) forms of every collective give the same results as the blocking ones.
+foreach(t test_collectives test_reliability)
+  foreach(k 1 2)
+    add_test(NAME ${t}.watchdog.np2.dpr${k}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${SHARD_MPIEXEC_FLAGS} $<TARGET_FILE:${t}>)
+    set_tests_properties(${t}.watchdog.np2.dpr${k} PROPERTIES TIMEOUT 300 LABELS "mpi;reliability"
+      ENVIRONMENT "${SHARD_MPI_TEST_ENV};SHARD_DEVICES_PER_RANK=${k};SHARD_COLLECTIVE_TIMEOUT=60")
+  endforeach()
+endforeach()
+
+# kill -9 of one rank of train_mlp: mpirun ends within 10 s, the last checkpoint resumes.
+if(SHARD_BUILD_APPS)
+  add_test(NAME reliability.kill_train
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reliability/kill_train.sh $<TARGET_FILE:train_mlp> ${MPIEXEC_EXECUTABLE})
+  set_tests_properties(reliability.kill_train PROPERTIES TIMEOUT 120 LABELS "mpi;app;reliability"
+    ENVIRONMENT "${SHARD_MPI_TEST_ENV}")
+endif()
