@@ -335,8 +335,7 @@ std::string CheckpointWriter::commit(std::int64_t step) {
       // The same value on every rank (both are allreduced), so every rank raises or none.
       if (const std::uint64_t back = p.reread(file); back != p.entry.checksum)
         raise<IoError>("checkpoint: '", file, "' reads back with checksum ", to_hex(back), " instead of ",
-                       to_hex(p.entry.checksum), " (a write failed without an error?); step ", step,
-                       " not committed");
+                       to_hex(p.entry.checksum), " (a write failed without an error?)");
       m.arrays.push_back(p.entry);
     }
     // Everything below runs on rank 0 after every rank has written and closed its files.
@@ -367,7 +366,13 @@ std::string CheckpointWriter::commit(std::int64_t step) {
       std::error_code ec;
       fs::remove_all(tmp, ec);  // best effort: the next commit sweeps what is left
     }
-    throw;
+    // Every rank holds the same kind of error here (each step above is agreed).
+    try {
+      throw;
+    } catch (const IoError& e) {
+      raise<IoError>("checkpoint: step ", step, " not committed (the checkpoints already in '", directory_,
+                     "' are untouched): ", e.message());
+    }
   }
   pending_.clear();
   metadata_.clear();
@@ -415,6 +420,21 @@ ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const 
   if (!is_plain_name(e.file))
     raise<ValueError>("load_checkpoint_array: manifest names a path outside its directory: '", e.file, "'");
   const std::string file = (fs::path(checkpoint_path) / e.file).string();
+  // Rank 0 looks at the entry itself (not what it points to): a symlink could lead out of
+  // the checkpoint directory, and a missing file deserves a message naming the array.
+  on_root([&] {
+    std::error_code ec;
+    const fs::file_status st = fs::symlink_status(file, ec);
+    if (st.type() == fs::file_type::not_found)
+      raise<IoError>("load_checkpoint_array: ", checkpoint_path, " lacks '", e.file, "', the file of array '", name,
+                     "' that its manifest lists (the checkpoint is incomplete or was modified)");
+    if (ec) fs_error("cannot inspect", file, ec.message());
+    if (st.type() == fs::file_type::symlink)
+      raise<ValueError>("load_checkpoint_array: manifest names a path outside its directory: '", file,
+                        "' (the file of array '", name, "') is a symlink; checkpoint files must be regular files");
+    if (st.type() != fs::file_type::regular)
+      raise<IoError>("load_checkpoint_array: '", file, "' (the file of array '", name, "') is not a regular file");
+  });
   ShardedArray<T> x = io::load_npy<T>(file, sharding);
   if (x.shape() != e.shape)
     raise<ShapeError>("load_checkpoint_array: array '", name, "' in ", file, " has shape ",
@@ -427,11 +447,25 @@ ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const 
   return x;
 }
 
+template <typename T>
+ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const CheckpointManifest& manifest,
+                                      const std::string& name, const NamedSharding& sharding,
+                                      const Shape& expected_shape) {
+  const CheckpointEntry& e = manifest.entry(name);
+  if (e.shape != expected_shape)
+    raise<ShapeError>("load_checkpoint_array: array '", name, "' of ", checkpoint_path, " has shape ",
+                      to_string(e.shape), " but the model expects ", to_string(expected_shape),
+                      "; the checkpoint was saved from a different model");
+  return load_checkpoint_array<T>(checkpoint_path, manifest, name, sharding);
+}
+
 #define SHARD_INSTANTIATE_CHECKPOINT(T)                                                            \
   template void CheckpointWriter::add<T>(const std::string&, const ShardedArray<T>&);              \
   template void CheckpointWriter::add<T>(const std::string&, ShardedArray<T>&&);                   \
   template ShardedArray<T> load_checkpoint_array<T>(const std::string&, const CheckpointManifest&, \
-                                                    const std::string&, const NamedSharding&);
+                                                    const std::string&, const NamedSharding&);    \
+  template ShardedArray<T> load_checkpoint_array<T>(const std::string&, const CheckpointManifest&, \
+                                                    const std::string&, const NamedSharding&, const Shape&);
 SHARD_INSTANTIATE_CHECKPOINT(float)
 SHARD_INSTANTIATE_CHECKPOINT(double)
 SHARD_INSTANTIATE_CHECKPOINT(std::int32_t)

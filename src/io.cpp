@@ -1,6 +1,8 @@
 #include "shard/io.hpp"
 
+#include <fcntl.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -169,6 +171,33 @@ void add_runs(const Shape& shape, const Box& box, std::int64_t data_offset, cons
   });
 }
 
+/// The free space next to `path`, for the errors of a failed write of a `needed`-byte file
+/// (MPI-IO layers report a full disk as a generic error, or not at all).
+std::string space_hint(const std::string& path, std::int64_t needed) {
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::absolute(path, ec).parent_path();
+  const std::filesystem::space_info si = std::filesystem::space(dir, ec);
+  if (ec) return "cannot check the free space of '" + dir.string() + "': " + ec.message();
+  return "the file system of '" + dir.string() + "' has " + std::to_string(si.available) +
+         " bytes free, the file needs " + std::to_string(needed) + " (a full disk, a quota or a file size limit?)";
+}
+
+/// fallocate(2) of the first `bytes` of the existing file `path` (which grows to that size).
+void reserve_blocks(const std::string& path, std::int64_t bytes, const std::string& op) {
+  if (bytes <= 0) return;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) raise<IoError>(op, ": cannot open '", path, "' for writing: ", std::strerror(errno));
+  int rc = 0;
+  do {
+    rc = ::fallocate(fd, 0, 0, static_cast<off_t>(bytes));
+  } while (rc != 0 && errno == EINTR);
+  const int err = rc == 0 ? 0 : errno;
+  ::close(fd);
+  if (rc != 0 && err != EOPNOTSUPP && err != ENOSYS)
+    raise<IoError>(op, ": cannot allocate the ", bytes, " bytes of '", path, "': ", std::strerror(err), "; ",
+                   space_hint(path, bytes));
+}
+
 std::string mpi_error_text(int rc) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
@@ -195,8 +224,9 @@ struct Datatype {
 /// unwinds every rank at the same point and the destructor's collective close is matched.
 class File {
  public:
-  File(const mpi::Communicator& world, std::string path, int amode, std::string op)
-      : world_(world), path_(std::move(path)), op_(std::move(op)) {
+  /// `write_bytes`: the size the file will have (writes), for the free-space hint of errors.
+  File(const mpi::Communicator& world, std::string path, int amode, std::string op, std::int64_t write_bytes = -1)
+      : world_(world), path_(std::move(path)), op_(std::move(op)), write_bytes_(write_bytes) {
     const int rc = MPI_File_open(world_.get(), path_.c_str(), amode, MPI_INFO_NULL, &fh_);
     // If only some ranks opened the file, closing it (collective) on those could hang:
     // they forget the handle instead, a leak only in that rare case.
@@ -215,9 +245,11 @@ class File {
   void agree(int rc, const char* routine, const char* doing) const {
     mpi::agreed(world_, [&] {
       if (rc != MPI_SUCCESS)
-        raise<IoError>(op_, ": ", doing, " '", path_, "': ", routine, ": ", mpi_error_text(rc));
+        raise<IoError>(op_, ": ", doing, " '", path_, "': ", routine, ": ", mpi_error_text(rc), hint());
     });
   }
+  /// "; <space_hint>" for a file being written, else "".
+  std::string hint() const { return write_bytes_ < 0 ? "" : "; " + space_hint(path_, write_bytes_); }
   void close() {
     const int rc = MPI_File_close(&fh_);
     fh_ = MPI_FILE_NULL;
@@ -269,14 +301,16 @@ class File {
     const int rc2 = any ? MPI_Get_elements_x(&status, mt, &moved) : MPI_SUCCESS;
     mpi::agreed(world_, [&] {
       if (rc2 == MPI_SUCCESS && moved != total)
-        raise<IoError>(op_, ": '", path_, "': ", write ? "wrote " : "read ", moved, " of ", total, " bytes (",
-                       write ? "disk full?" : "the file is shorter than its header says", ")");
+        raise<IoError>(op_, ": '", path_, "': ", write ? "wrote " : "read ", moved, " of ", total, " bytes",
+                       write ? "; " + space_hint(path_, write_bytes_)
+                             : std::string(" (the file is shorter than its header says)"));
     });
   }
 
  private:
   const mpi::Communicator& world_;
   std::string path_, op_;
+  std::int64_t write_bytes_ = -1;
   MPI_File fh_ = MPI_FILE_NULL;
 };
 
@@ -394,19 +428,27 @@ void save_npy(const ShardedArray<T>& x, const std::string& path) {
       if (x.sharding().replica_index(s.device) == 0)
         add_runs(x.shape(), s.box, static_cast<std::int64_t>(header.size()), s.data.data(), runs);
   });
-  File f(world, path, MPI_MODE_CREATE | MPI_MODE_WRONLY, op);
+  const std::int64_t expected = static_cast<std::int64_t>(header.size() + x.size() * sizeof(T));
+  File f(world, path, MPI_MODE_CREATE | MPI_MODE_WRONLY, op, expected);
   f.agree(MPI_File_set_size(f.get(), 0), "MPI_File_set_size", "cannot truncate");
+  // Rank 0 reserves the file's blocks with POSIX calls first, so a full disk, a quota or a
+  // file size limit fails here, cleanly and the same on every rank, and not inside the
+  // collective write: Open MPI 4.1's OMPIO can drop that error, and with 3 or more ranks its
+  // collective writer hung after an aggregator hit ENOSPC. File systems without fallocate
+  // (EOPNOTSUPP) skip this; the checks after the write still catch a failure there.
+  mpi::agreed(world, [&] {
+    if (world.rank() == 0) reserve_blocks(path, expected, op);
+  });
   f.transfer(std::move(runs), true);
   f.agree(MPI_File_sync(f.get()), "MPI_File_sync", "cannot flush");
   // Open MPI 4.1's OMPIO collective writers (fcoll vulcan, dynamic, two_phase) drop the error
   // of a failed pwritev and report success: a full disk shows up only as a short file.
-  const std::int64_t expected = static_cast<std::int64_t>(header.size() + x.size() * sizeof(T));
   MPI_Offset size = 0;
   f.agree(MPI_File_get_size(f.get(), &size), "MPI_File_get_size", "cannot check");
   mpi::agreed(world, [&] {
     if (size != expected)
       raise<IoError>(op, ": '", path, "' has ", size, " bytes after writing but needs ", expected,
-                     " (disk full? the MPI-IO layer did not report the failed write)");
+                     " (the MPI-IO layer did not report the failed write); ", f.hint().substr(2));
   });
   f.close();
 }

@@ -101,17 +101,30 @@ std::string latest_checkpoint(const std::string& directory);
 CheckpointManifest read_manifest(const std::string& checkpoint_path);
 
 /// Collective: loads array `name` of the checkpoint onto `sharding`. Checks T against the
-/// recorded dtype (ValueError), the file's shape against the manifest (ShapeError) and the
-/// checksum of what was read against the manifest (IoError: the file is corrupt).
+/// recorded dtype (ValueError), that the file is a regular file inside the checkpoint
+/// directory (ValueError for a path or symlink leading out of it, IoError if it is missing),
+/// the file's shape against the manifest (ShapeError), and the checksum of what was read
+/// against the manifest (IoError: the file is truncated, corrupt or was modified). Every
+/// failure is raised on every rank.
 template <typename T>
 ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const CheckpointManifest& manifest,
                                       const std::string& name, const NamedSharding& sharding);
+
+/// The same, for a model that needs a given shape: ShapeError naming the array, both shapes
+/// and the checkpoint, before any file is read, if the manifest records another shape.
+template <typename T>
+ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const CheckpointManifest& manifest,
+                                      const std::string& name, const NamedSharding& sharding,
+                                      const Shape& expected_shape);
 
 #define SHARD_DECLARE_CHECKPOINT(T)                                                                       \
   extern template void CheckpointWriter::add<T>(const std::string&, const ShardedArray<T>&);              \
   extern template void CheckpointWriter::add<T>(const std::string&, ShardedArray<T>&&);                   \
   extern template ShardedArray<T> load_checkpoint_array<T>(const std::string&, const CheckpointManifest&, \
-                                                           const std::string&, const NamedSharding&);
+                                                           const std::string&, const NamedSharding&);    \
+  extern template ShardedArray<T> load_checkpoint_array<T>(const std::string&, const CheckpointManifest&, \
+                                                           const std::string&, const NamedSharding&,     \
+                                                           const Shape&);
 SHARD_DECLARE_CHECKPOINT(float)
 SHARD_DECLARE_CHECKPOINT(double)
 SHARD_DECLARE_CHECKPOINT(std::int32_t)

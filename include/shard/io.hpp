@@ -47,9 +47,11 @@ NpyHeader parse_npy_header(const std::string& bytes, const std::string& path);
 /// Collective: writes `x` to `path` (created or truncated) as a .npy file. Rank 0 adds the
 /// header; every rank writes the boxes of its devices that hold the primary copy (replicas
 /// are written once) in one collective MPI_File_write_at_all through a file view of its row
-/// runs. The data is flushed to storage (MPI_File_sync) and the file size checked before
-/// the file is closed (Open MPI 4.1's OMPIO collective writers can drop a write error, so a
-/// full disk would otherwise go unnoticed).
+/// runs. Rank 0 first reserves the file's blocks (fallocate, where the file system has it),
+/// so a full disk, a quota or a file size limit raises IoError ("No space left on device",
+/// with the free space) on every rank before the collective write: Open MPI 4.1's OMPIO can
+/// drop such a write error, or hang after it with 3 or more ranks. The data is flushed to
+/// storage (MPI_File_sync) and the file size checked before the file is closed.
 template <typename T>
 void save_npy(const ShardedArray<T>& x, const std::string& path);
 

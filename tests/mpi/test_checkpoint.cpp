@@ -1,13 +1,22 @@
 // Checkpoints: atomic commits with retention, manifests that round-trip, loads onto other
 // meshes, and corrupt or hostile checkpoints rejected on every rank.
 
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include "mpi_test.hpp"
 #include "test_util.hpp"
@@ -16,7 +25,6 @@ namespace shard::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -241,6 +249,359 @@ SHARD_MPI_TEST(Checkpoint, FailedCommitKeepsThePreviousCheckpoint) {
   const auto m = read_manifest(p1);
   EXPECT_TRUE(equals_host(load_checkpoint_array<float>(p1, m, "w", NamedSharding(mesh_ab(), P("a"))),
                           model.w_for(1)));
+}
+
+
+/// Collective: rank 0's string on every rank.
+std::string bcast_string(std::string s) {
+  int n = static_cast<int>(s.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, runtime().world().get());
+  s.resize(static_cast<std::size_t>(n));
+  MPI_Bcast(s.data(), n, MPI_CHAR, 0, runtime().world().get());
+  return s;
+}
+
+/// Collective: true on every rank if `b` is true on every rank.
+bool all_ranks(bool b) {
+  int v = b ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, runtime().world().get());
+  return v == 1;
+}
+
+/// The error every rank raised from `fn` (checked to be the same kind on every rank, with
+/// this rank's prefix), or "" if every rank returned normally.
+template <typename F>
+std::string error_on_every_rank(F&& fn) {
+  std::string what;
+  try {
+    fn();
+  } catch (const Error& e) {
+    what = e.what();
+    EXPECT_NE(what.find("[rank " + std::to_string(runtime().process_index()) + "]"), std::string::npos) << what;
+  }
+  EXPECT_EQ(all_ranks(what.empty()), !all_ranks(!what.empty()))
+      << "some ranks raised and others did not: '" << what << "'";
+  return what;
+}
+
+/// Each way a checkpoint's .npy files can be damaged is caught when loading, with an error
+/// on every rank that names the file; the undamaged arrays of the checkpoint still load.
+SHARD_MPI_TEST(Checkpoint, TruncatedMissingAndFlippedFilesAreRejected) {
+  TempDir dir("shard-test-ckpt-", false);
+  const Model model;
+  const std::string p = model.commit(dir.str(), 4, 1);
+  const CheckpointManifest m = read_manifest(p);
+  const NamedSharding s(mesh_ab(), P("b", "a"));
+  const fs::path w = fs::path(p) / "w.npy";
+  // 128-byte header + 13 x 10 float32; read by rank 0 before any rank changes the file.
+  const std::string original = bcast_string(runtime().process_index() == 0 ? read_file(w) : "");
+  auto restore = [&] { on_root([&] { write_file(w, original); }); };
+  auto with_bytes = [&](const std::string& bytes) { on_root([&] { write_file(w, bytes); }); };
+
+  // Truncated in the data, in the header, to nothing.
+  with_bytes(original.substr(0, original.size() - 1));
+  expect_error<IoError>([&] { load_checkpoint_array<float>(p, m, "w", s); },
+                        {"w.npy", "is truncated", "(13, 10) float32 (520 bytes after a 128-byte header)",
+                         "the file has 647 bytes"});
+  with_bytes(original.substr(0, 60));
+  expect_error<IoError>([&] { load_checkpoint_array<float>(p, m, "w", s); },
+                        {"w.npy", "not a valid .npy file", "runs past the end of the file"});
+  with_bytes("");
+  expect_error<IoError>([&] { load_checkpoint_array<float>(p, m, "w", s); },
+                        {"w.npy", "not a valid .npy file", "magic"});
+
+  // One flipped byte in the data: first, middle and last element.
+  for (std::size_t at : {std::size_t{128}, std::size_t{128 + 4 * 65 + 2}, original.size() - 1}) {
+    std::string bytes = original;
+    bytes[at] = static_cast<char>(bytes[at] ^ 0xff);
+    with_bytes(bytes);
+    expect_error<IoError>([&] { load_checkpoint_array<float>(p, m, "w", s); },
+                          {"checksum mismatch for array 'w'", "w.npy", "the file is corrupt or was modified"});
+  }
+  // A byte appended: the data is intact, so it loads (as numpy does).
+  with_bytes(original + "x");
+  EXPECT_TRUE(equals_host(load_checkpoint_array<float>(p, m, "w", s), model.w_for(4)));
+
+  // One flipped byte in the header, some by hand with the message each gives...
+  auto flipped = [&](std::size_t at, char to) {
+    std::string bytes = original;
+    bytes[at] = to;
+    return bytes;
+  };
+  const std::size_t descr = original.find("<f4") + 2, dim = original.find("(13, 10)") + 1;
+  with_bytes(flipped(0, 'X'));
+  expect_error<IoError>([&] { load_checkpoint_array<float>(p, m, "w", s); }, {"w.npy", "magic \\x93NUMPY"});
+  with_bytes(flipped(6, '\x07'));
+  expect_error<IoError>([&] { load_checkpoint_array<float>(p, m, "w", s); },
+                        {"w.npy", "unsupported format version 7.0"});
+  with_bytes(flipped(descr, '8'));
+  expect_error<IoError>([&] { load_checkpoint_array<float>(p, m, "w", s); },
+                        {"w.npy", "holds '<f8' (float64) data, not '<f4' (float32)"});
+  with_bytes(flipped(dim, '2'));  // (23, 10): more than the file holds
+  expect_error<IoError>([&] { load_checkpoint_array<float>(p, m, "w", s); }, {"w.npy", "is truncated"});
+  with_bytes(flipped(dim + 1, '2'));  // (12, 10): fits the file, not the manifest
+  expect_error<ShapeError>([&] { load_checkpoint_array<float>(p, m, "w", s); },
+                           {"'w'", "w.npy", "has shape (12, 10)", "records (13, 10)"});
+  with_bytes(flipped(original.size() - 520 - 2, 'x'));  // the padding before the final '\n'
+  expect_error<IoError>([&] { load_checkpoint_array<float>(p, m, "w", s); },
+                        {"w.npy", "text after the closing '}'"});
+  // ...then every byte of the header, each flipped two ways: the load fails on every rank
+  // with the file's name, or (a change numpy's parser ignores too) gives the saved data.
+  int rejected = 0;
+  for (std::size_t at = 0; at < 128; ++at)
+    for (unsigned char mask : {0x01, 0xff}) {
+      with_bytes(flipped(at, static_cast<char>(original[at] ^ mask)));
+      std::optional<ShardedArray<float>> x;
+      const std::string what = error_on_every_rank([&] { x = load_checkpoint_array<float>(p, m, "w", s); });
+      if (!what.empty()) {
+        ++rejected;
+        EXPECT_NE(what.find("w.npy"), std::string::npos) << "byte " << at << ": " << what;
+      } else {
+        EXPECT_TRUE(x && equals_host(*x, model.w_for(4))) << "byte " << at << " ^ " << int(mask);
+      }
+    }
+  EXPECT_GE(rejected, 200);
+  restore();
+
+  // A missing file.
+  on_root([&] { fs::remove(fs::path(p) / "b.npy"); });
+  expect_error<IoError>([&] { load_checkpoint_array<float>(p, m, "b", NamedSharding(mesh_a(), P("a"))); },
+                        {p, "lacks 'b.npy', the file of array 'b'", "incomplete or was modified"});
+  // The undamaged arrays still load.
+  EXPECT_TRUE(equals_host(load_checkpoint_array<float>(p, m, "w", s), model.w_for(4)));
+  EXPECT_TRUE(equals_host(load_checkpoint_array<std::int64_t>(p, m, "count", NamedSharding(mesh_ab(), P())),
+                          model.count));
+}
+
+/// Manifests that lead out of the checkpoint directory, or whose arrays do not match the
+/// files or the model loading them: the same error on every rank, before anything is read.
+SHARD_MPI_TEST(Checkpoint, HostileManifestsAndModelMismatches) {
+  TempDir dir("shard-test-ckpt-", false);
+  const Model model;
+  const std::string p = model.commit(dir.str(), 4, 1);
+  const std::string original =
+      bcast_string(runtime().process_index() == 0 ? read_file(fs::path(p) / "manifest.json") : "");
+  const CheckpointManifest m = read_manifest(p);
+  const NamedSharding s(mesh_ab(), P("a", "b"));
+
+  // Paths out of the directory in the manifest's "file" and "name" fields...
+  for (const char* path : {"../step-00000004/w.npy", "/etc/passwd", "./w.npy", "w.npy/..", "..\\u002fw.npy"}) {
+    edit_manifest(p, "\"file\": \"w.npy\"", std::string("\"file\": \"") + path + "\"");
+    expect_error<ValueError>([&] { read_manifest(p); }, {"manifest names a path outside its directory"});
+    on_root([&] { write_file(fs::path(p) / "manifest.json", original); });
+  }
+  edit_manifest(p, "\"name\": \"w\"", "\"name\": \"../w\"");
+  expect_error<ValueError>([&] { read_manifest(p); }, {"array name '../w' is not a plain name"});
+  on_root([&] { write_file(fs::path(p) / "manifest.json", original); });
+  // ...and in a manifest built in memory, which read_manifest did not check.
+  for (const char* path : {"../w.npy", "/etc/passwd", "sub/w.npy"}) {
+    CheckpointManifest hostile = m;
+    for (auto& e : hostile.arrays)
+      if (e.name == "w") e.file = path;
+    expect_error<ValueError>([&] { load_checkpoint_array<float>(p, hostile, "w", s); },
+                             {"manifest names a path outside its directory", path});
+  }
+  // A file of the checkpoint that is a symlink to a file outside it.
+  on_root([&] {
+    fs::rename(fs::path(p) / "w.npy", dir.path() / "outside.npy");
+    fs::create_symlink(dir.path() / "outside.npy", fs::path(p) / "w.npy");
+  });
+  expect_error<ValueError>([&] { load_checkpoint_array<float>(p, m, "w", s); },
+                           {"manifest names a path outside its directory", "w.npy", "is a symlink"});
+  on_root([&] {
+    fs::remove(fs::path(p) / "w.npy");
+    fs::rename(dir.path() / "outside.npy", fs::path(p) / "w.npy");
+  });
+
+  // A checksum in the manifest that the file does not match.
+  edit_manifest(p, "\"checksum\": \"0x", "\"checksum\": \"0x1");
+  expect_error<ValueError>([&] { read_manifest(p); }, {"must be a hexadecimal checksum"});  // 17 digits
+  on_root([&] { write_file(fs::path(p) / "manifest.json", original); });
+  {
+    CheckpointManifest other = m;
+    for (auto& e : other.arrays)
+      if (e.name == "w") e.checksum ^= 1;
+    expect_error<IoError>([&] { load_checkpoint_array<float>(p, other, "w", s); },
+                          {"checksum mismatch for array 'w'", "the manifest records"});
+  }
+
+  // The dtype: the model asks for another dtype than the manifest records; the manifest
+  // records another dtype than the file holds.
+  expect_error<ValueError>([&] { load_checkpoint_array<double>(p, m, "w", s); },
+                           {"array 'w'", "is float32, not float64", "load it as float32"});
+  expect_error<ValueError>([&] { load_checkpoint_array<std::int32_t>(p, m, "count", s); },
+                           {"array 'count'", "is int64, not int32"});
+  edit_manifest(p, "\"dtype\": \"float32\"", "\"dtype\": \"float64\"");
+  expect_error<IoError>([&] { load_checkpoint_array<double>(p, read_manifest(p), "w", s); },
+                        {"w.npy", "holds '<f4' (float32) data, not '<f8' (float64)"});
+  on_root([&] { write_file(fs::path(p) / "manifest.json", original); });
+
+  // The shape: the model expects another shape than the checkpoint has (checked before any
+  // file is read); the manifest records another shape than the file holds.
+  expect_error<ShapeError>([&] { load_checkpoint_array<float>(p, m, "w", s, Shape{10, 13}); },
+                           {"array 'w'", p, "has shape (13, 10) but the model expects (10, 13)"});
+  expect_error<ShapeError>([&] { load_checkpoint_array<float>(p, m, "b", s, Shape{10, 1}); },
+                           {"array 'b'", "has shape (10,) but the model expects (10, 1)"});
+  EXPECT_TRUE(equals_host(load_checkpoint_array<float>(p, m, "w", s, Shape{13, 10}), model.w_for(4)));
+  edit_manifest(p, "\"shape\": [10]", "\"shape\": [10, 1]");
+  expect_error<ShapeError>(
+      [&] { load_checkpoint_array<float>(p, read_manifest(p), "b", NamedSharding(mesh_a(), P()), Shape{10, 1}); },
+      {"'b'", "b.npy", "has shape (10,)", "records (10, 1)"});
+  on_root([&] { write_file(fs::path(p) / "manifest.json", original); });
+  // An array the model needs that the checkpoint lacks.
+  expect_error<ValueError>([&] { load_checkpoint_array<float>(p, m, "w2", s); },
+                           {"no array 'w2'", "'w', 'b', 'count'"});
+}
+
+/// A tmpfs of `size` mounted over a fresh temp directory by rank 0 for the object's life
+/// (the ranks of these tests share one host) and unmounted on every exit path: by the
+/// destructor, and if rank 0 dies first (a crash, a ctest TIMEOUT kill) by a forked watchdog
+/// that waits for rank 0's end of a pipe to close. usable() is the same on every rank: false,
+/// with why(), unless this process may mount (root) and every rank sees the mount.
+class TinyTmpfs {
+ public:
+  explicit TinyTmpfs(const std::string& size) : dir_("shard-test-tmpfs-", true) {
+    std::string why;
+    if (runtime().process_index() == 0) {
+      if (::geteuid() != 0)
+        why = "not running as root";
+      else if (::mount("tmpfs", dir_.str().c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                       ("size=" + size).c_str()) != 0)
+        why = std::string("mount -t tmpfs failed: ") + std::strerror(errno);
+      else
+        mounted_ = true;
+      if (mounted_) start_watchdog();
+    }
+    why_ = bcast_string(why);
+    struct statfs st {};
+    const bool sees = ::statfs(dir_.str().c_str(), &st) == 0 && st.f_type == TMPFS_MAGIC;
+    if (why_.empty() && !all_ranks(sees)) why_ = "not every rank sees the tmpfs rank 0 mounted";
+  }
+  ~TinyTmpfs() {
+    MPI_Barrier(runtime().world().get());
+    if (mounted_ && ::umount2(dir_.str().c_str(), MNT_DETACH) != 0)
+      std::fprintf(stderr, "TinyTmpfs: umount %s: %s\n", dir_.str().c_str(), std::strerror(errno));
+    if (guard_fd_ >= 0) ::close(guard_fd_);  // the watchdog wakes, finds nothing to do, exits
+    if (watchdog_ > 0) ::waitpid(watchdog_, nullptr, 0);
+  }  // then dir_ removes the (now empty) mount point
+  TinyTmpfs(const TinyTmpfs&) = delete;
+  TinyTmpfs& operator=(const TinyTmpfs&) = delete;
+
+  bool usable() const { return why_.empty(); }
+  const std::string& why() const { return why_; }
+  std::string file(const std::string& name) const { return dir_.file(name); }
+  /// Bytes still free (rank 0's view, on every rank).
+  std::int64_t free_bytes() const {
+    struct statvfs st {};
+    ::statvfs(dir_.str().c_str(), &st);
+    std::int64_t n = static_cast<std::int64_t>(st.f_bavail) * static_cast<std::int64_t>(st.f_frsize);
+    MPI_Bcast(&n, 1, MPI_INT64_T, 0, runtime().world().get());
+    return n;
+  }
+
+ private:
+  /// A child that blocks reading a pipe whose only writer is this process; when this process
+  /// ends, however it ends, the read returns and the child unmounts. It calls only
+  /// async-signal-safe functions (the parent has MPI's threads).
+  void start_watchdog() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return;
+    const std::string path = dir_.str();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[1]);
+      char c;
+      while (::read(fds[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      ::umount2(path.c_str(), MNT_DETACH);
+      ::rmdir(path.c_str());
+      ::_exit(0);
+    }
+    ::close(fds[0]);
+    if (pid < 0) {
+      ::close(fds[1]);
+      return;
+    }
+    watchdog_ = pid;
+    guard_fd_ = fds[1];
+  }
+
+  TempDir dir_;  // constructed before the mount, destroyed after the unmount
+  bool mounted_ = false;
+  std::string why_;
+  pid_t watchdog_ = -1;
+  int guard_fd_ = -1;
+};
+
+/// A real full disk: commits into a 256 KiB tmpfs that do not fit (the data, only the
+/// manifest, not a byte) fail with an IoError on every rank, leave no temp directory and
+/// keep the previous checkpoint loadable and the newest; once space is free again, commits
+/// work.
+SHARD_MPI_TEST(Checkpoint, FullDiskKeepsThePreviousCheckpoint) {
+  TinyTmpfs disk("256k");
+  if (!disk.usable()) GTEST_SKIP() << "needs to mount a tmpfs (root, one host): " << disk.why();
+  const std::string dir = disk.file("ckpt");
+  const std::string filler = disk.file("filler");
+  const NamedSharding s(mesh_ab(), P("a", "b"));
+  const Tensor<float> first = random_tensor<float>({64, 100}, 7);  // 25 KiB
+  std::string p1;
+  {
+    CheckpointWriter w(dir, 2);
+    w.add("w", device_put(first, s));
+    w.set("epoch", "1");
+    p1 = w.commit(1);
+  }
+  auto first_still_loads = [&](const char* after) {
+    SCOPED_TRACE(after);
+    EXPECT_EQ(listing(dir), std::vector<std::string>{"step-00000001"});
+    EXPECT_EQ(latest_checkpoint(dir), p1);
+    const CheckpointManifest m = read_manifest(p1);
+    EXPECT_EQ(m.metadata.at("epoch"), "1");
+    EXPECT_TRUE(equals_host(load_checkpoint_array<float>(p1, m, "w", NamedSharding(mesh_a(), P(None, "a"))), first));
+  };
+
+  // The data does not fit: two 156 KiB arrays.
+  {
+    CheckpointWriter w(dir, 2);
+    w.add("w", device_put(random_tensor<float>({400, 100}, 8), s));
+    w.add("v", device_put(random_tensor<float>({400, 100}, 9), s));
+    w.set("epoch", "2");
+    expect_error<IoError>([&] { w.commit(2); }, {".npy", "step 2", "No space left on device"});
+  }
+  first_still_loads("after data that does not fit");
+
+  // The data fits exactly, the manifest does not: fill all but two pages, write 8 KiB.
+  const std::int64_t page = 4096;
+  const std::int64_t free = disk.free_bytes();  // collective: not inside on_root
+  on_root([&] { write_file(filler, std::string(static_cast<std::size_t>(free - 2 * page), 'f')); });
+  ASSERT_EQ(disk.free_bytes(), 2 * page);
+  {
+    const std::int64_t n = (2 * page - static_cast<std::int64_t>(io::npy_header("<f4", {2000}).size())) / 4;
+    CheckpointWriter w(dir, 2);
+    w.add("w", device_put(random_tensor<float>({n}, 10), NamedSharding(mesh_a(), P("a"))));
+    expect_error<IoError>([&] { w.commit(2); }, {"manifest.json", "No space left on device", "step 2"});
+  }
+  EXPECT_EQ(disk.free_bytes(), 2 * page);  // the temp directory is gone
+  first_still_loads("after a manifest that does not fit");
+
+  // Not one byte free.
+  on_root([&] { std::ofstream(filler, std::ios::binary | std::ios::app) << std::string(2 * page, 'f'); });
+  ASSERT_EQ(disk.free_bytes(), 0);
+  {
+    CheckpointWriter w(dir, 2);
+    w.add("w", device_put(first, s));
+    expect_error<IoError>([&] { w.commit(2); }, {"w.npy", "step 2", "No space left on device"});
+  }
+  first_still_loads("on a full disk");
+
+  // Space again: the next commit works and becomes the newest.
+  on_root([&] { fs::remove(filler); });
+  CheckpointWriter w(dir, 2);
+  w.add("w", device_put(first, s));
+  const std::string p2 = w.commit(2);
+  EXPECT_EQ(listing(dir), (std::vector<std::string>{"step-00000001", "step-00000002"}));
+  EXPECT_EQ(latest_checkpoint(dir), p2);
+  EXPECT_TRUE(equals_host(load_checkpoint_array<float>(p2, read_manifest(p2), "w", s), first));
 }
 
 }  // namespace
