@@ -36,7 +36,9 @@ std::int64_t parse_size(const std::string& t) {
                       : unit == "K" || unit == "KiB" ? 1024.0
                       : unit == "M" || unit == "MiB" ? 1048576.0
                                                      : -1.0;
-  if (mult < 0 || v <= 0) shard::raise<shard::ValueError>("bad size '", t, "' (use e.g. 8, 64K, 16M)");
+  // At least one byte, and at most 2^40 (also rejects inf and nan).
+  if (mult < 0 || !(v * mult >= 1 && v * mult <= 1099511627776.0))
+    shard::raise<shard::ValueError>("bad size '", t, "' (use e.g. 8, 64K, 16M: at least 1 byte)");
   return static_cast<std::int64_t>(v * mult);
 }
 
@@ -257,7 +259,7 @@ int main(int argc, char** argv) {
   runtime_options.keep_freed_memory = false;
   const char* keep_env = std::getenv("SHARD_KEEP_FREED_MEMORY");
   const bool keep_policy = !(keep_env && std::string(keep_env) == "0");
-  return shard::guarded_main(argc, argv, [&](shard::Runtime& rt) {
+  return shard::apps::run_app(argc, argv, [&](shard::Runtime& rt) {
     namespace po = shard::apps::po;
     std::string mesh_text, axes_text, dtype, sizes_text, colls_text;
     int repeats = 0;
@@ -285,9 +287,14 @@ int main(int argc, char** argv) {
     const shard::Mesh mesh = shard::make_mesh(shape, names);
     const auto axis_list = split(axes_text, ',');
     const shard::Axes axes = axis_list.empty() ? shard::Axes(names[0]) : shard::Axes(axis_list);
+    if (repeats < 0) shard::raise<shard::ValueError>("--repeats must be >= 0 (0: by size), got ", repeats);
     std::vector<std::int64_t> sizes;
     for (const auto& s : split(sizes_text, ',')) sizes.push_back(parse_size(s));
+    if (sizes.empty()) shard::raise<shard::ValueError>("--sizes '", sizes_text, "' names no size; write e.g. 8,64K,16M");
     const auto colls = split(colls_text, ',');
+    if (colls.empty())
+      shard::raise<shard::ValueError>("--collectives '", colls_text,
+                                      "' names no collective; choose from psum,all_gather,psum_scatter,all_to_all,ppermute");
     for (const auto& c : colls)
       if (c != "psum" && c != "all_gather" && c != "psum_scatter" && c != "all_to_all" && c != "ppermute")
         shard::raise<shard::ValueError>("unknown collective '", c, "'");

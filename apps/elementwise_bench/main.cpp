@@ -47,7 +47,7 @@ ShardedArray<double> filled(const shard::NamedSharding& sharding, std::int64_t n
   });
 }
 
-/// Throws (guarded_main then aborts the job) unless r = kAlpha * x + y at a few elements of
+/// Throws (run_app then ends the job with a non-zero exit) unless r = kAlpha * x + y at a few elements of
 /// every local shard, computed from the input shards on this rank.
 void verify(const ShardedArray<double>& r, const ShardedArray<double>& x, const ShardedArray<double>& y,
             const char* what) {
@@ -82,7 +82,7 @@ struct Kernel {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return shard::guarded_main(argc, argv, [&](shard::Runtime& rt) {
+  return shard::apps::run_app(argc, argv, [&](shard::Runtime& rt) {
     namespace po = shard::apps::po;
     std::int64_t n = std::int64_t{1} << 27;
     int repeats = 20;

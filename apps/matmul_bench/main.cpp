@@ -269,7 +269,7 @@ int run(shard::Runtime& rt, const shard::Mesh& mesh, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return shard::guarded_main(argc, argv, [&](shard::Runtime& rt) {
+  return shard::apps::run_app(argc, argv, [&](shard::Runtime& rt) {
     namespace po = shard::apps::po;
     std::string sizes = "1024", algorithms, dtype = "float64", mesh_text;
     Options o;
@@ -296,6 +296,11 @@ int main(int argc, char** argv) {
     o.sizes = shard::apps::parse_int_list(sizes, "n", "1024,4096", 1);
     if (o.sizes.empty()) shard::raise<shard::ValueError>("--n needs at least one size");
     if (o.repeats < 1) shard::raise<shard::ValueError>("--repeats must be >= 1, got ", o.repeats);
+    if (o.cannon_panels < 0)
+      shard::raise<shard::ValueError>("--cannon-panels must be >= 0 (0: from the block size), got ", o.cannon_panels);
+    if (o.summa_panel < 0)
+      shard::raise<shard::ValueError>("--summa-panel must be >= 0 (0: 256), got ", o.summa_panel);
+    if (o.host_limit < 0) shard::raise<shard::ValueError>("--host-check-limit must be >= 0, got ", o.host_limit);
     std::vector<int> shape;
     if (mesh_text.empty()) {
       const int d = rt.device_count();

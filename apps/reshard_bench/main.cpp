@@ -115,7 +115,7 @@ Row run_case(const shard::Runtime& rt, const shard::Mesh& mesh, const Case& c, i
 }  // namespace
 
 int main(int argc, char** argv) {
-  return shard::guarded_main(argc, argv, [&](shard::Runtime& rt) {
+  return shard::apps::run_app(argc, argv, [&](shard::Runtime& rt) {
     namespace po = shard::apps::po;
     std::int64_t size = 4096;
     int repeats = 20;
@@ -131,8 +131,12 @@ int main(int argc, char** argv) {
                                          "Usage: mpirun -n N reshard_bench [--size S] [--mesh AxB]\n"
                                          "Times reshards against raw MPI collectives moving the same bytes."))
       return 0;
-    if (size < 2 || repeats < 1) shard::raise<shard::ValueError>("--size must be >= 2 and --repeats >= 1");
+    if (size < 2) shard::raise<shard::ValueError>("--size must be >= 2, got ", size);
+    if (repeats < 1) shard::raise<shard::ValueError>("--repeats must be >= 1, got ", repeats);
     const std::vector<int> shape = shard::apps::mesh_shape_from(mesh_text, rt.device_count());
+    if (shape.size() > 3)
+      shard::raise<shard::ValueError>("--mesh ", mesh_text, ": reshard_bench takes a mesh of 1 to 3 axes, got ",
+                                      shape.size());
     const std::vector<std::string> names = shape.size() == 1 ? std::vector<std::string>{"a"}
                                                              : std::vector<std::string>{"a", "b", "c"};
     const shard::Mesh mesh = shard::make_mesh(shape, {names.begin(), names.begin() + static_cast<long>(shape.size())});

@@ -9,7 +9,7 @@
 #include "shard/shard.hpp"
 
 int main(int argc, char** argv) {
-  return shard::guarded_main(argc, argv, [&](shard::Runtime& rt) {
+  return shard::apps::run_app(argc, argv, [&](shard::Runtime& rt) {
     namespace po = shard::apps::po;
     po::options_description options("shard_info options");
     shard::apps::add_common_options(options);

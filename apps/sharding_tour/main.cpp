@@ -36,7 +36,7 @@ shard::Tensor<float> input(std::int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return shard::guarded_main(argc, argv, [&](shard::Runtime& rt) {
+  return shard::apps::run_app(argc, argv, [&](shard::Runtime& rt) {
     namespace po = shard::apps::po;
     std::int64_t size = 8192;
     std::vector<std::string> extra;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/cli.hpp"
@@ -229,7 +230,7 @@ int run(shard::Runtime& rt, Config& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return shard::guarded_main(argc, argv, [&](shard::Runtime& rt) {
+  return shard::apps::run_app(argc, argv, [&](shard::Runtime& rt) {
     namespace po = shard::apps::po;
     Config c;
     std::string optimizer, lr;
@@ -291,10 +292,20 @@ int main(int argc, char** argv) {
       }
       if (used != lr.size()) shard::raise<shard::ValueError>("bad --lr '", lr, "': write a number like 1e-3");
     }
-    if (c.batch < 1 || c.epochs < 1 || c.samples < 1 || c.max_steps < 0 || c.keep < 1 || c.checkpoint_every < 0)
-      shard::raise<shard::ValueError>("--batch, --epochs, --samples and --keep must be >= 1; --max-steps and "
-                                      "--checkpoint-every >= 0");
-    if (!(c.hyper.lr > 0)) shard::raise<shard::ValueError>("--lr must be > 0, got ", lr);
+    for (const auto& [flag, value, min] : {std::tuple<const char*, std::int64_t, std::int64_t>{"batch", c.batch, 1},
+                                           {"epochs", c.epochs, 1},
+                                           {"samples", c.samples, 1},
+                                           {"keep", c.keep, 1},
+                                           {"max-steps", c.max_steps, 0},
+                                           {"checkpoint-every", c.checkpoint_every, 0},
+                                           {"log-every", c.log_every, 0}})
+      if (value < min) shard::raise<shard::ValueError>("--", flag, " must be >= ", min, ", got ", value);
+    if (!(c.hyper.momentum >= 0 && c.hyper.momentum <= 1))
+      shard::raise<shard::ValueError>("--momentum must be in [0, 1], got ", c.hyper.momentum);
+    if (!(c.hyper.weight_decay >= 0))
+      shard::raise<shard::ValueError>("--weight-decay must be >= 0, got ", c.hyper.weight_decay);
+    if (!(c.hyper.lr > 0) || !std::isfinite(c.hyper.lr))
+      shard::raise<shard::ValueError>("--lr must be a finite number > 0, got ", lr);
     if (c.lr_schedule.empty()) c.lr_schedule = synthetic ? "constant" : "cosine";
     if (c.lr_schedule != "constant" && c.lr_schedule != "cosine")
       shard::raise<shard::ValueError>("--lr-schedule '", c.lr_schedule, "': choose constant or cosine");
