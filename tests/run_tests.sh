@@ -8,6 +8,18 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source-path=SCRIPTDIR source=../cmake/mpi-env.sh
 source cmake/mpi-env.sh
 
+# The sanitizer stage first (CI reads the closing line of the last ctest run): the library and
+# the MPI tests built with ASan + UBSan (preset asan, no apps), the 2-rank MPI tests under them
+# (tests/sanitizers.cmake, tests/sanitizers/lsan.supp). SHARD_SKIP_SANITIZERS=1 skips it.
+if [[ "${SHARD_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  asan_start=$(date +%s)
+  cmake --preset asan >/dev/null
+  cmake --build --preset asan -j "$(nproc)"
+  echo "asan build: $(( $(date +%s) - asan_start )) s"
+  ctest --preset asan -j "${SHARD_TEST_JOBS:-2}"
+  echo "asan build and tests: $(( $(date +%s) - asan_start )) s"
+fi
+
 start=$(date +%s)
 cmake --preset ci >/dev/null
 cmake --build --preset ci -j "$(nproc)"
