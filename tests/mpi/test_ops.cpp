@@ -51,13 +51,6 @@ std::int64_t broadcast_offset(const Shape& s, const Shape& idx) {
   return off;
 }
 
-void next_index(Shape& idx, const Shape& shape) {
-  for (int d = static_cast<int>(idx.size()) - 1; d >= 0; --d) {
-    if (++idx[d] < shape[d]) return;
-    idx[d] = 0;
-  }
-}
-
 template <typename R, typename T, typename F>
 Tensor<R> host_zip(const Tensor<T>& a, const Tensor<T>& b, F f) {
   const Shape out = host_broadcast(a.shape(), b.shape());
@@ -112,27 +105,6 @@ Tensor<T> host_reduce(const Tensor<T>& x, const std::vector<int>& dims_in, Reduc
       default:
         if constexpr (std::is_integral_v<T>) r[o] = static_cast<T>(static_cast<T>(sum[o]) / static_cast<T>(count));
         else r[o] = static_cast<T>(sum[o] / count);
-    }
-  }
-  return r;
-}
-
-template <typename T>
-Tensor<std::int64_t> host_argmax(const Tensor<T>& x, int dim) {
-  dim = dim < 0 ? dim + x.rank() : dim;
-  Shape out;
-  for (int d = 0; d < x.rank(); ++d)
-    if (d != dim) out.push_back(x.shape()[d]);
-  Tensor<std::int64_t> r(out, -1);
-  std::vector<T> best(static_cast<std::size_t>(r.size()));
-  Shape idx(x.shape().size(), 0);
-  for (std::int64_t i = 0; i < x.size(); ++i, next_index(idx, x.shape())) {
-    std::int64_t o = 0;
-    for (int d = 0, k = 0; d < x.rank(); ++d)
-      if (d != dim) o = o * out[k++] + idx[d];
-    if (r[o] < 0 || x[i] > best[o]) {  // strictly greater: the first index wins ties
-      r[o] = idx[dim];
-      best[o] = x[i];
     }
   }
   return r;

@@ -280,13 +280,6 @@ Case generate_case(std::uint64_t seed, int index, int devices) {
 
 // ---------------------------------------------------------------- host references
 
-void next_index(Shape& idx, const Shape& shape) {
-  for (int d = static_cast<int>(idx.size()) - 1; d >= 0; --d) {
-    if (++idx[d] < shape[d]) return;
-    idx[d] = 0;
-  }
-}
-
 Shape host_broadcast(const Shape& a, const Shape& b) {
   const std::size_t n = std::max(a.size(), b.size());
   Shape out(n, 1);
@@ -344,27 +337,6 @@ Tensor<T> host_reduce(const Tensor<T>& x, const std::vector<int>& dims_in, bool 
   }
   Tensor<T> r(out);
   for (std::int64_t o = 0; o < r.size(); ++o) r[o] = is_max ? mx[o] : static_cast<T>(sum[o]);
-  return r;
-}
-
-template <typename T>
-Tensor<std::int64_t> host_argmax(const Tensor<T>& x, int dim) {
-  dim = dim < 0 ? dim + x.rank() : dim;
-  Shape out;
-  for (int d = 0; d < x.rank(); ++d)
-    if (d != dim) out.push_back(x.shape()[d]);
-  Tensor<std::int64_t> r(out, -1);
-  std::vector<T> best(static_cast<std::size_t>(r.size()));
-  Shape idx(x.shape().size(), 0);
-  for (std::int64_t i = 0; i < x.size(); ++i, next_index(idx, x.shape())) {
-    std::int64_t o = 0;
-    for (int d = 0, k = 0; d < x.rank(); ++d)
-      if (d != dim) o = o * out[k++] + idx[d];
-    if (r[o] < 0 || x[i] > best[o]) {  // strictly greater: the first index wins ties
-      r[o] = idx[dim];
-      best[o] = x[i];
-    }
-  }
   return r;
 }
 

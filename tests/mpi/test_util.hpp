@@ -17,6 +17,36 @@ namespace shard::testing {
 
 Runtime& runtime();  // the test harness's Runtime (mpi_main.cpp)
 
+/// Advances a row-major multi-index over `shape` (the loops of the host references).
+inline void next_index(Shape& idx, const Shape& shape) {
+  for (int d = static_cast<int>(idx.size()) - 1; d >= 0; --d) {
+    if (++idx[d] < shape[d]) return;
+    idx[d] = 0;
+  }
+}
+
+/// Host reference of shard::argmax: the index along `dim` of the largest value (the first on ties).
+template <typename T>
+Tensor<std::int64_t> host_argmax(const Tensor<T>& x, int dim) {
+  dim = dim < 0 ? dim + x.rank() : dim;
+  Shape out;
+  for (int d = 0; d < x.rank(); ++d)
+    if (d != dim) out.push_back(x.shape()[d]);
+  Tensor<std::int64_t> r(out, -1);
+  std::vector<T> best(static_cast<std::size_t>(r.size()));
+  Shape idx(x.shape().size(), 0);
+  for (std::int64_t i = 0; i < x.size(); ++i, next_index(idx, x.shape())) {
+    std::int64_t o = 0;
+    for (int d = 0, k = 0; d < x.rank(); ++d)
+      if (d != dim) o = o * out[k++] + idx[d];
+    if (r[o] < 0 || x[i] > best[o]) {  // strictly greater: the first index wins ties
+      r[o] = idx[dim];
+      best[o] = x[i];
+    }
+  }
+  return r;
+}
+
 /// Random values (never all zeros or ones), identical on every rank for the same seed.
 template <typename T>
 Tensor<T> random_tensor(const Shape& shape, std::uint64_t seed) {
