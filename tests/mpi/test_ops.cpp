@@ -32,25 +32,6 @@ std::vector<Mesh> test_meshes() {
 
 // ---------------------------------------------------------------- host references
 
-Shape host_broadcast(const Shape& a, const Shape& b) {
-  const std::size_t n = std::max(a.size(), b.size());
-  Shape out(n, 1);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::int64_t da = i + a.size() >= n ? a[i + a.size() - n] : 1;
-    const std::int64_t db = i + b.size() >= n ? b[i + b.size() - n] : 1;
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
-
-/// Flat offset in an array of shape `s` of the broadcast multi-index `idx` (numpy rules).
-std::int64_t broadcast_offset(const Shape& s, const Shape& idx) {
-  const std::size_t lead = idx.size() - s.size();
-  std::int64_t off = 0;
-  for (std::size_t k = 0; k < s.size(); ++k) off = off * s[k] + (s[k] == 1 ? 0 : idx[k + lead]);
-  return off;
-}
-
 template <typename R, typename T, typename F>
 Tensor<R> host_zip(const Tensor<T>& a, const Tensor<T>& b, F f) {
   const Shape out = host_broadcast(a.shape(), b.shape());

@@ -17,6 +17,26 @@ namespace shard::testing {
 
 Runtime& runtime();  // the test harness's Runtime (mpi_main.cpp)
 
+/// The numpy broadcast of two shapes (the host references of binary ops).
+inline Shape host_broadcast(const Shape& a, const Shape& b) {
+  const std::size_t n = std::max(a.size(), b.size());
+  Shape out(n, 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t da = i + a.size() >= n ? a[i + a.size() - n] : 1;
+    const std::int64_t db = i + b.size() >= n ? b[i + b.size() - n] : 1;
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+/// Flat offset in an array of shape `s` of the broadcast multi-index `idx` (numpy rules).
+inline std::int64_t broadcast_offset(const Shape& s, const Shape& idx) {
+  const std::size_t lead = idx.size() - s.size();
+  std::int64_t off = 0;
+  for (std::size_t k = 0; k < s.size(); ++k) off = off * s[k] + (s[k] == 1 ? 0 : idx[k + lead]);
+  return off;
+}
+
 /// Advances a row-major multi-index over `shape` (the loops of the host references).
 inline void next_index(Shape& idx, const Shape& shape) {
   for (int d = static_cast<int>(idx.size()) - 1; d >= 0; --d) {
