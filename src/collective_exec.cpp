@@ -20,6 +20,7 @@
 #include "shard/detail/collective.hpp"
 #include "shard/detail/collective_guard.hpp"
 #include "shard/detail/mesh_comms.hpp"
+#include "shard/group_shared.hpp"
 #include "shard/error.hpp"
 #include "shard/mpi/communicator.hpp"
 
@@ -247,6 +248,31 @@ void configure_collective_guard_from_env(bool& check, double& timeout_seconds) {
                           e, "'");
     timeout_seconds = t;
   }
+}
+
+void shared_window_barrier(const Mesh& mesh, const SharedWindow& w, const std::string& name,
+                           const std::source_location& where) {
+  const DeviceGroup& g = mesh.comms().groups(w.axes).front();
+  if (collective_guard_on()) [[unlikely]] {
+    CollectiveSpec s;
+    s.name = "group_shared barrier '" + name + "'";
+    s.axes = w.axes;
+    s.axes_text = w.axes_text;
+    s.group_size = static_cast<int>(w.slots.size());
+    s.in_shape = s.out_shape = Shape{static_cast<std::int64_t>(w.bytes)};
+    s.dtype = "bytes";
+    std::vector<int> devices{g.devices[static_cast<std::size_t>(w.index)]};
+    guard_collective(mesh, s, devices, where);
+    mesh.comms().sync_windows(w.axes);
+    mpi_call(
+        s, g, "MPI_Barrier", [&] { return MPI_Barrier(g.comm.get()); },
+        [&](MPI_Request* r) { return MPI_Ibarrier(g.comm.get(), r); });
+    mesh.comms().sync_windows(w.axes);
+    return;
+  }
+  mesh.comms().sync_windows(w.axes);
+  mpi::check(MPI_Barrier(g.comm.get()), "MPI_Barrier");
+  mesh.comms().sync_windows(w.axes);
 }
 
 double abort_grace_seconds() {

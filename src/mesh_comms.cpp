@@ -20,6 +20,10 @@ namespace detail {
 
 MeshComms::~MeshComms() {
   if (!mpi::is_active()) return;
+  for (auto& [key, w] : windows_) {  // collective over each window's group (see group_shared.hpp)
+    MPI_Win_unlock_all(w->win);
+    MPI_Win_free(&w->win);
+  }
   for (const auto& [key, context] : blacs_)
     if (context >= 0) scalapack_api::Cblacs_gridexit(context);
 }
@@ -48,6 +52,72 @@ const DeviceGroup& MeshComms::guard_group() {
   }
   static const DeviceGroup kNone;  // this rank holds no device of the mesh
   return guard_.empty() ? kNone : guard_.front();
+}
+
+bool MeshComms::groups_share_node(const std::vector<int>& axes) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = share_node_.find(axes); it != share_node_.end()) return it->second;
+  }
+  const int me = topology_.process_index;
+  const auto mine = std::count_if(devices_.begin(), devices_.end(), [&](int d) { return topology_.owner(d) == me; });
+  bool ok = mine == 1;
+  if (mine > 0)  // the groups' properties are the same on all their ranks, so the splits match
+    for (const auto& g : groups(axes)) {
+      if (g.comm.is_null() || g.ranks.size() != g.devices.size()) {
+        ok = false;
+        continue;
+      }
+      if (g.comm.split_shared().size() != g.comm.size()) ok = false;
+    }
+  const DeviceGroup& all = guard_group();  // every rank of the mesh agrees
+  if (mine > 0 && !all.comm.is_null()) ok = all.comm.allreduce<int>(ok ? 1 : 0, MPI_MIN) != 0;
+  std::lock_guard lock(mutex_);
+  share_node_[axes] = ok;
+  return ok;
+}
+
+SharedWindow& MeshComms::shared_window(const std::vector<int>& axes, const std::string& name, std::size_t bytes) {
+  const auto key = std::make_tuple(axes, name, bytes);
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = windows_.find(key); it != windows_.end()) return *it->second;
+  }
+  if (!groups_share_node(axes))
+    raise<ShardingError>("group-shared memory '", name, "' is not available on this mesh (it needs one device per rank ",
+                         "and every rank of the group on one node; check shard::group_shared_available)");
+  const DeviceGroup& g = groups(axes).front();
+  const MPI_Comm comm = g.comm.get();
+  // Every slot the same size: a mismatch is a clear error on every rank of the group, not a
+  // silent overrun.
+  const auto lo = g.comm.allreduce<std::uint64_t>(bytes, MPI_MIN), hi = g.comm.allreduce<std::uint64_t>(bytes, MPI_MAX);
+  if (lo != hi)
+    raise<ValueError>("group-shared memory '", name, "': the devices of a group asked for different sizes (", lo,
+                      " to ", hi, " bytes per slot)");
+  auto w = std::make_unique<SharedWindow>();
+  w->bytes = bytes;
+  w->axes = axes;
+  w->index = g.comm.rank();
+  // One segment on the group's first rank holds every slot, back to back, so the slots form
+  // one array (GroupShared::stacked) whatever layout the MPI library would pick per rank.
+  const int n = g.comm.size();
+  const MPI_Aint size = w->index == 0 ? static_cast<MPI_Aint>(bytes) * n : 0;
+  void* base = nullptr;
+  mpi::check(MPI_Win_allocate_shared(size, 1, MPI_INFO_NULL, comm, &base, &w->win), "MPI_Win_allocate_shared");
+  mpi::check(MPI_Win_lock_all(MPI_MODE_NOCHECK, w->win), "MPI_Win_lock_all");
+  MPI_Aint sz = 0;
+  int disp = 0;
+  char* first = nullptr;
+  mpi::check(MPI_Win_shared_query(w->win, 0, &sz, &disp, &first), "MPI_Win_shared_query");
+  for (int r = 0; r < n; ++r) w->slots.push_back(first + static_cast<std::size_t>(r) * bytes);
+  std::lock_guard lock(mutex_);
+  return *windows_.emplace(key, std::move(w)).first->second;
+}
+
+void MeshComms::sync_windows(const std::vector<int>& axes) {
+  std::lock_guard lock(mutex_);
+  for (const auto& [key, w] : windows_)
+    if (w->axes == axes) mpi::check(MPI_Win_sync(w->win), "MPI_Win_sync");
 }
 
 std::vector<DeviceGroup> MeshComms::build_groups(const std::vector<int>& axes, bool count) {

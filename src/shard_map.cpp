@@ -11,6 +11,7 @@
 
 #include "shard/detail/collective_guard.hpp"
 #include "shard/detail/device_executor.hpp"
+#include "shard/detail/mesh_comms.hpp"
 #include "shard/error.hpp"
 #include "shard/mpi/agree.hpp"
 #include "shard/reshard.hpp"
@@ -95,6 +96,25 @@ int DeviceContext::axis_size(const Axes& axes) const {
   s.name = "axis_size";
   detail::resolve_axes(mesh(), axes, s);
   return s.group_size;
+}
+
+detail::SharedWindow& DeviceContext::shared_window(const Axes& axes, std::size_t bytes, const std::string& name) {
+  detail::CollectiveSpec s;
+  s.name = "group_shared";
+  detail::resolve_axes(mesh(), axes, s);
+  if (state_->size() != 1)
+    raise<ShardingError>("group_shared '", name, "' over ", s.axes_text, ": this rank runs ", state_->size(),
+                         " devices of the mesh; group-shared memory needs one device per rank");
+  detail::SharedWindow& w = mesh().comms().shared_window(s.axes, name, bytes);
+  w.axes_text = s.axes_text;
+  return w;
+}
+
+bool group_shared_available(const Mesh& mesh, const SpecEntry& axes) {
+  detail::CollectiveSpec s;
+  s.name = "group_shared_available";
+  detail::resolve_axes(mesh, axes, s);
+  return mesh.comms().groups_share_node(s.axes);
 }
 
 template <typename T>

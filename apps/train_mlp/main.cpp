@@ -31,6 +31,7 @@ struct Config {
   std::int64_t batch = 0, samples = 8192, max_steps = 0, seed = 0, log_every = 0, checkpoint_every = 0;
   int epochs = 0, keep = 2;
   bool json = false, resume = false, shard_optimizer_state = false;
+  std::string grad_sync = "auto";  ///< auto, shared-memory or mpi
   train::Hyper hyper;
 };
 
@@ -121,7 +122,17 @@ int run(shard::Runtime& rt, Config& c) {
   if (steps_per_epoch < 1)
     shard::raise<shard::ValueError>("--batch ", c.batch, " is larger than the ", train_set.count, " training rows");
 
-  train::Model m = train::init_model(layers, mesh, keys[0], c.hyper, c.shard_optimizer_state);
+  // The gradients over 'data': through group-shared memory when every 'data' group has its
+  // devices on separate ranks of one node (the replicas share activations and one copy of the
+  // parameters; each computes and updates its share of the rows), otherwise one psum (or
+  // psum_scatter + all_gather, ZeRO-1) over MPI.
+  const bool shared_ok = data > 1 && shard::group_shared_available(mesh, "data");
+  if (c.grad_sync == "shared-memory" && !shared_ok)
+    shard::raise<shard::ValueError>("--grad-sync shared-memory needs data > 1, one device per rank and every 'data' "
+                                    "group on one node (this mesh: data=", data, ", ", rt.devices_per_rank(),
+                                    " devices per rank)");
+  const bool shared = c.grad_sync != "mpi" && shared_ok;
+  train::Model m = train::init_model(layers, mesh, keys[0], c.hyper, c.shard_optimizer_state, shared);
   std::int64_t step = 0;
   if (c.resume) step = train::resume(c.checkpoint_dir, m, c.hyper, c.seed, c.layers_text);
   const shard::NamedSharding rows(mesh, shard::P("data", shard::None));
@@ -136,13 +147,19 @@ int run(shard::Runtime& rt, Config& c) {
     }
     placement += (d ? "|" : "") + hosts;
   }
+  const std::string grad_sync_text =
+      data == 1  ? "none (data=1)"
+      : shared   ? "group-shared memory (each replica computes and updates 1/" + std::to_string(data) + " of the rows)"
+      : m.shard_state ? "psum_scatter + all_gather (optimizer state split)"
+                      : "psum";
   if (!c.json)
     shard::apps::print0(rt, "train_mlp: " + std::to_string(rt.process_count()) + " ranks x " +
                                 std::to_string(rt.devices_per_rank()) + " devices, " + mesh.to_string() + ", layers " +
                                 c.layers_text + ", " + c.dataset + ", batch " + std::to_string(c.batch) + ", " +
                                 c.hyper.optimizer + " lr " + std::to_string(c.hyper.lr) + " " + c.lr_schedule + "; " + shard::blas_summary() +
                                 (step > 0 ? "; resumed at step " + std::to_string(step) : "") + "\n" +
-                                "mesh devices " + mesh.devices_string() + ", hosts by 'data' index: " + placement + "\n");
+                                "mesh devices " + mesh.devices_string() + ", hosts by 'data' index: " + placement +
+                                "; gradients over 'data': " + grad_sync_text + "\n");
   const std::int64_t last_step = c.max_steps > 0 ? std::min<std::int64_t>(c.max_steps, c.epochs * steps_per_epoch)
                                                  : c.epochs * steps_per_epoch;
   double total_train_s = 0;
@@ -218,7 +235,7 @@ int run(shard::Runtime& rt, Config& c) {
                   "\"samples_per_second\": %.1f, \"mesh\": \"data=%d,model=%d\", \"ranks\": %d, \"devices_per_rank\": %d, ",
                   static_cast<long long>(step), static_cast<long long>(total_samples), total_train_s, sps, data, model,
                   rt.process_count(), rt.devices_per_rank());
-    shard::apps::print0(rt, line + ("\"hosts_by_data\": \"" + placement + "\"}\n"));
+    shard::apps::print0(rt, line + ("\"hosts_by_data\": \"" + placement + "\", \"grad_sync\": \"" + (data == 1 ? "none" : shared ? "shared-memory" : "mpi") + "\"}\n"));
   } else {
     std::snprintf(line, sizeof line, "done: %lld steps, %.0f samples/s over %.2f s of training\n",
                   static_cast<long long>(step), sps, total_train_s);
@@ -262,6 +279,9 @@ int main(int argc, char** argv) {
         ("resume", "continue from the newest checkpoint in --checkpoint-dir (any mesh, any rank count)")
         ("shard-optimizer-state", "split the optimizer state over 'data' (ZeRO-1: psum_scatter the gradients, update "
                                   "this replica's rows, all_gather them); saves memory, slower on one host")
+        ("grad-sync", po::value(&c.grad_sync)->default_value("auto"),
+         "auto, shared-memory or mpi: how the gradients are reduced over 'data' (auto: shared memory when every "
+         "'data' group is on one node with one device per rank; it also splits the optimizer state over 'data')")
         ("json", "one JSON object per epoch (and per --log-every steps) and a summary, instead of text");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
@@ -271,6 +291,8 @@ int main(int argc, char** argv) {
     c.json = vm.count("json") > 0;
     c.resume = vm.count("resume") > 0;
     c.shard_optimizer_state = vm.count("shard-optimizer-state") > 0;
+    if (c.grad_sync != "auto" && c.grad_sync != "shared-memory" && c.grad_sync != "mpi")
+      shard::raise<shard::ValueError>("--grad-sync '", c.grad_sync, "': choose auto, shared-memory or mpi");
     const bool synthetic = c.dataset == "synthetic";
     if (!synthetic && c.dataset != "fashion-mnist")
       shard::raise<shard::ValueError>("--dataset '", c.dataset, "': choose fashion-mnist or synthetic");

@@ -13,12 +13,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace train {
 
 namespace {
 
 using shard::Tensor;
+
+// The elementwise passes (optimizer, gradient sums) are built for AVX-512, AVX2+FMA and the
+// baseline, picked at load time for the CPU that runs them (the build keeps no -march).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TRAIN_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TRAIN_SIMD_CLONES
+#endif
 
 /// c[m, n] = op(A) @ op(B) with row-major operands; ta/tb transpose A [k, m] / B [n, k].
 void gemm_into(const Tensor<float>& a, bool ta, const Tensor<float>& b, bool tb, float* c) {
@@ -115,30 +124,46 @@ LossStats loss_and_grad(const Tensor<float>& out, const Tensor<float>& y, bool c
   return s;
 }
 
-/// Adam (AdamW weight decay) on n elements: new w, m, v from old ones and the gradient g;
-/// ic1, ic2 = 1 / (1 - beta^t). Plain loops over restrict pointers, so they vectorize.
-void adam_update(std::int64_t n, const float* __restrict w, const float* __restrict g, const float* __restrict m0,
-                 const float* __restrict v0, float* __restrict wn, float* __restrict m1, float* __restrict v1,
-                 const Hyper& h, float ic1, float ic2) {
+/// Adam (AdamW weight decay) in place on n elements: w, m, v from themselves and the gradient
+/// g; ic1, ic2 = 1 / (1 - beta^t). Plain loops over restrict pointers, so they vectorize.
+TRAIN_SIMD_CLONES void adam_update(std::int64_t n, float* __restrict w, const float* __restrict g, float* __restrict m,
+                                   float* __restrict v, const Hyper& h, float ic1, float ic2) {
   const float b1 = h.beta1, b2 = h.beta2, lr = h.lr, eps = h.eps, wd = h.weight_decay;
   for (std::int64_t k = 0; k < n; ++k) {
-    const float mk = b1 * m0[k] + (1.0f - b1) * g[k];
-    const float vk = b2 * v0[k] + (1.0f - b2) * g[k] * g[k];
-    m1[k] = mk;
-    v1[k] = vk;
-    wn[k] = w[k] - lr * ((mk * ic1) / (std::sqrt(vk * ic2) + eps) + wd * w[k]);
+    const float mk = b1 * m[k] + (1.0f - b1) * g[k];
+    const float vk = b2 * v[k] + (1.0f - b2) * g[k] * g[k];
+    m[k] = mk;
+    v[k] = vk;
+    w[k] = w[k] - lr * ((mk * ic1) / (std::sqrt(vk * ic2) + eps) + wd * w[k]);
   }
 }
 
-/// SGD with momentum (L2 weight decay added to the gradient).
-void sgd_update(std::int64_t n, const float* __restrict w, const float* __restrict g, const float* __restrict v0,
-                float* __restrict wn, float* __restrict v1, const Hyper& h) {
+/// SGD with momentum (L2 weight decay added to the gradient), in place.
+TRAIN_SIMD_CLONES void sgd_update(std::int64_t n, float* __restrict w, const float* __restrict g, float* __restrict v,
+                                  const Hyper& h) {
   const float mu = h.momentum, lr = h.lr, wd = h.weight_decay;
   for (std::int64_t k = 0; k < n; ++k) {
-    const float vk = mu * v0[k] + g[k] + wd * w[k];
-    v1[k] = vk;
-    wn[k] = w[k] - lr * vk;
+    const float vk = mu * v[k] + g[k] + wd * w[k];
+    v[k] = vk;
+    w[k] = w[k] - lr * vk;
   }
+}
+
+/// The configured optimizer, in place on n elements with gradient g; s0, s1 its state (Adam's
+/// m and v, or SGD's momentum and nullptr).
+void optimizer_update(const Hyper& h, std::int64_t n, float* w, const float* g, float* s0, float* s1, float ic1,
+                      float ic2) {
+  if (h.optimizer == "adam")
+    adam_update(n, w, g, s0, s1, h, ic1, ic2);
+  else
+    sgd_update(n, w, g, s0, h);
+}
+
+/// This device's block of `a` (the model's arrays are updated in place).
+Tensor<float>& block_of(shard::ShardedArray<float>& a, int device) {
+  for (auto& s : a.addressable_shards())
+    if (s.device == device) return s.data;
+  shard::raise<shard::ValueError>("train_mlp: device ", device, " holds no block of a model array");
 }
 
 std::vector<const Tensor<float>*> slice(const shard::Blocks<float>& b, std::size_t from, std::size_t count) {
@@ -239,10 +264,11 @@ std::vector<shard::Shape> Model::param_shapes() const {
 }
 
 Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shard::random::Key key, const Hyper& h,
-                 bool shard_state) {
+                 bool shard_state, bool shared) {
   Model m;
   m.layers = layers;
-  m.shard_state = shard_state;
+  m.shard_state = shard_state || shared;
+  m.shared = shared;
   m.data = mesh.axis_size("data");
   m.model = mesh.axis_size("model");
   const auto keys = shard::random::split(key, static_cast<int>(layers.size()));
@@ -265,42 +291,148 @@ Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shar
   return m;
 }
 
+/// The rest of a data-parallel step through group-shared memory over 'data' (Model::shared),
+/// after the forward pass and the loss. Instead of summing weight gradients, the replicas share
+/// what the gradients are made of: each writes its rows of every layer's input X_i and output
+/// gradient dZ_i into its slot (the slots are stacked, so the group's buffer is X_i of the
+/// whole batch). After one barrier each replica computes its own rows of the summed gradient,
+/// X_i^T dZ_i over the whole batch in one gemm (the psum_scatter of the gradient without
+/// forming per-replica gradients), and updates those rows in place in the one copy of the
+/// parameters that the group shares; arrays whose rows do not split over 'data' are computed
+/// and updated whole by every replica in its own memory (the same bits everywhere). A second
+/// barrier ends the step. On one node this moves B x (n_in + n_out) activations per layer
+/// instead of n_in x n_out gradients, copies no parameters, and the weight-gradient gemms run
+/// on the whole batch. Returns the summed loss.
+float step_shared(shard::DeviceContext& ctx, Model& m, const Hyper& h, const Forward& f, Tensor<float> dz,
+                  float loss, const std::vector<const Tensor<float>*>& params, float ic1, float ic2) {
+  const auto& layers = m.layers;
+  const std::size_t nl = layers.size(), np = 2 * nl;
+  // Per layer, this replica's rows of X_i and dZ_i in its slot; the slots are stacked, so the
+  // group's buffer is X_i (dZ_i) of the whole batch, replica after replica.
+  std::vector<shard::GroupShared<float>> xs, zs;
+  for (std::size_t i = 0; i < nl; ++i) {
+    xs.push_back(ctx.group_shared<float>("data", f.inputs[i].size(), "train_mlp.x" + std::to_string(i)));
+    zs.push_back(ctx.group_shared<float>("data", f.pre[i].size(), "train_mlp.dz" + std::to_string(i)));
+  }
+  const auto losses = ctx.group_shared<float>("data", 1, "train_mlp.loss");
+  const int n = losses.size(), di = losses.index(), dev = ctx.device();
+  // This replica's share of each parameter: the rows it updates (all of an array whose rows do
+  // not split over 'data', which every replica then updates alike in its own memory).
+  std::vector<std::int64_t> share(np), first(np), poff(np + 1, 0);
+  for (std::size_t p = 0; p < np; ++p) {
+    share[p] = block_of(m.state[p], dev).size();
+    first[p] = m.state_split(p) ? di * share[p] : 0;
+    poff[p + 1] = poff[p] + params[p]->size();
+  }
+  // The split parameters live once per group, in group-shared memory that every replica reads
+  // and updates its rows of in place. After init_model or a resume they are private arrays:
+  // each replica writes its rows into the shared copy and then borrows it.
+  const auto wshared = ctx.group_shared<float>("data", (poff[np] + n - 1) / n, "train_mlp.parameters");
+  float* const wall = wshared.stacked();
+  bool bound = true;
+  for (std::size_t p = 0; p < np; ++p)
+    if (m.state_split(p) && block_of(m.params[p], dev).data() != wall + poff[p]) bound = false;
+  if (!bound) {
+    for (std::size_t p = 0; p < np; ++p)
+      if (m.state_split(p))
+        std::memcpy(wall + poff[p] + first[p], block_of(m.params[p], dev).data() + first[p],
+                    static_cast<std::size_t>(share[p]) * sizeof(float));
+    wshared.barrier();
+    for (std::size_t p = 0; p < np; ++p)
+      if (m.state_split(p)) {
+        Tensor<float>& w = block_of(m.params[p], dev);
+        w = Tensor<float>::borrow(wall + poff[p], w.shape());
+      }
+  }
+  for (std::size_t i = 0; i < nl; ++i) std::memcpy(xs[i].mine(), f.inputs[i].data(), f.inputs[i].bytes());
+  for (std::size_t i = nl; i-- > 0;) {  // backward over this replica's rows: dZ_i only
+    std::memcpy(zs[i].mine(), dz.data(), dz.bytes());
+    if (i == 0) break;
+    Tensor<float> din = gemm(dz, false, *params[2 * i], true);
+    if (layers[i].kind == Kind::kColumn) din = ctx.psum(std::move(din), "model");
+    const float* __restrict z = f.pre[i - 1].data();
+    float* __restrict g = din.data();
+    for (std::int64_t k = 0; k < din.size(); ++k) g[k] = z[k] > 0.0f ? g[k] : 0.0f;
+    dz = std::move(din);
+  }
+  *losses.mine() = loss;
+  losses.barrier();
+
+  float sum = 0;
+  for (int s = 0; s < n; ++s) sum += losses.slot(s)[0];
+  for (std::size_t i = 0; i < nl; ++i) {
+    const std::int64_t rows = n * f.inputs[i].shape()[0], n_in = f.inputs[i].shape()[1], n_out = f.pre[i].shape()[1];
+    const float* x = xs[i].stacked();
+    const float* dzs = zs[i].stacked();
+    for (std::size_t p : {2 * i, 2 * i + 1}) {
+      Tensor<float> g({share[p]});
+      if (p % 2 == 0) {  // rows [r0, r0 + nr) of X^T dZ over the whole batch
+        const std::int64_t nr = n_out > 0 ? share[p] / n_out : 0, r0 = n_out > 0 ? first[p] / n_out : 0;
+        if (nr > 0 && n_out > 0)
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(nr), static_cast<int>(n_out),
+                      static_cast<int>(rows), 1.0f, x + r0, static_cast<int>(n_in), dzs, static_cast<int>(n_out), 0.0f,
+                      g.data(), static_cast<int>(n_out));
+      } else {  // columns [first, first + share) of the column sums of dZ over the whole batch
+        float* __restrict db = g.data();
+        std::fill(db, db + share[p], 0.0f);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const float* __restrict d = dzs + r * n_out + first[p];
+          for (std::int64_t j = 0; j < share[p]; ++j) db[j] += d[j];
+        }
+      }
+      float* s1 = h.optimizer == "adam" ? block_of(m.state[np + p], dev).data() : nullptr;
+      optimizer_update(h, share[p], block_of(m.params[p], dev).data() + first[p], g.data(),
+                       block_of(m.state[p], dev).data(), s1, ic1, ic2);
+    }
+  }
+  wshared.barrier();  // every replica's rows are written before anyone reads them
+  return sum;
+}
+
 double train_step(Model& m, const Hyper& h, const shard::ShardedArray<float>& x, const shard::ShardedArray<float>& y) {
-  const std::size_t np = m.params.size(), ns = m.state.size();
+  const std::size_t np = m.params.size();
   const double total = static_cast<double>(x.shape()[0]);
   const std::int64_t t = m.step + 1;
   const float c1 = 1.0f - std::pow(h.beta1, static_cast<float>(t)), c2 = 1.0f - std::pow(h.beta2, static_cast<float>(t));
   const auto& layers = m.layers;
+  const bool adam = h.optimizer == "adam";
 
   shard::ShardMapBody<float> body = [&](shard::DeviceContext& ctx, const shard::Blocks<float>& b) {
     const auto params = slice(b, 2, np);
     const Forward f = forward(ctx, layers, b[0], params);
     Tensor<float> dz;
     const LossStats ls = loss_and_grad(f.pre.back(), b[1], h.classify, total, &dz);
-    // Backward. Gradients of arrays whose state is split over 'data' are psum_scattered right
-    // after their layer (rows of this replica's share); the others, and the loss, go into one
-    // flat buffer summed with a single psum over 'data' at the end.
-    std::vector<Tensor<float>> grad(np);
+    if (m.shared) {
+      std::vector<Tensor<float>> out;
+      out.push_back(Tensor<float>({1}, step_shared(ctx, m, h, f, std::move(dz), static_cast<float>(ls.loss), params,
+                                                  1.0f / c1, 1.0f / c2)));
+      return out;
+    }
+
+    // Where each gradient goes: arrays whose state is split over 'data' are psum_scattered
+    // right after their layer (rows of this replica's share); the others, and the loss, are
+    // written into one flat buffer summed with a single psum over 'data' at the end.
+    std::vector<Tensor<float>> scattered(np);
     std::vector<std::int64_t> offset(np + 1, 0);
     for (std::size_t p = 0; p < np; ++p) offset[p + 1] = offset[p] + (m.state_split(p) ? 0 : params[p]->size());
-    Tensor<float> flat({offset[np] + 1});
-    auto reduce = [&](std::size_t p, Tensor<float> g) {
-      if (m.state_split(p))
-        grad[p] = ctx.psum_scatter(std::move(g), "data", 0, true);
-      else
-        std::copy(g.data(), g.data() + g.size(), flat.data() + offset[p]);
-    };
+    const std::int64_t nflat = offset[np];
+    Tensor<float> flat({nflat + 1});
     for (std::size_t i = layers.size(); i-- > 0;) {
-      reduce(2 * i, gemm(f.inputs[i], true, dz, false));
+      const std::size_t pw = 2 * i, pb = 2 * i + 1;
+      if (m.state_split(pw))
+        scattered[pw] = ctx.psum_scatter(gemm(f.inputs[i], true, dz, false), "data", 0, true);
+      else
+        gemm_into(f.inputs[i], true, dz, false, flat.data() + offset[pw]);
       const std::int64_t rows = dz.shape()[0], n = dz.shape()[1];
-      Tensor<float> dbias({n});
-      float* __restrict db = dbias.data();
+      Tensor<float> dbias;
+      if (m.state_split(pb)) dbias = Tensor<float>({n});
+      float* __restrict db = m.state_split(pb) ? dbias.data() : flat.data() + offset[pb];
       std::fill(db, db + n, 0.0f);
       for (std::int64_t r = 0; r < rows; ++r) {
         const float* __restrict d = dz.data() + r * n;
         for (std::int64_t j = 0; j < n; ++j) db[j] += d[j];
       }
-      reduce(2 * i + 1, std::move(dbias));
+      if (m.state_split(pb)) scattered[pb] = ctx.psum_scatter(std::move(dbias), "data", 0, true);
       if (i == 0) break;
       Tensor<float> din = gemm(dz, false, *params[2 * i], true);
       if (layers[i].kind == Kind::kColumn) din = ctx.psum(std::move(din), "model");
@@ -309,55 +441,39 @@ double train_step(Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
       for (std::int64_t k = 0; k < din.size(); ++k) g[k] = z[k] > 0.0f ? g[k] : 0.0f;
       dz = std::move(din);
     }
-    flat[offset[np]] = static_cast<float>(ls.loss);
+    flat[nflat] = static_cast<float>(ls.loss);
     flat = ctx.psum(std::move(flat), "data");
 
-    // The optimizer, elementwise: one pass reading the old parameter rows, gradient and state
-    // and writing the new ones; split arrays then all_gather their new rows over 'data'.
-    const int di = ctx.axis_index("data");
-    std::vector<Tensor<float>> out;
-    for (std::size_t p = 0; p < np; ++p) out.emplace_back(params[p]->shape());
-    for (std::size_t s = 0; s < ns; ++s) out.emplace_back(b[2 + np + s].shape());
+    // The optimizer, in place on this device's blocks of the model's parameters and state.
+    // Split arrays update this replica's rows only and all_gather them over 'data'.
+    const int dev = ctx.device(), di = ctx.axis_index("data");
     for (std::size_t p = 0; p < np; ++p) {
       const bool split = m.state_split(p);
-      const std::int64_t size = b[2 + np + p].size();  // this device's share of the parameter
-      const float* __restrict w = params[p]->data() + (split ? di * size : 0);
-      const float* __restrict g = split ? grad[p].data() : flat.data() + offset[p];
-      Tensor<float> rows;
-      if (split) rows = Tensor<float>(grad[p].shape());
-      float* __restrict wn = split ? rows.data() : out[p].data();
-      if (h.optimizer == "adam") {
-        const float* __restrict m0 = b[2 + np + p].data();
-        const float* __restrict v0 = b[2 + 2 * np + p].data();
-        float* __restrict m1 = out[np + p].data();
-        float* __restrict v1 = out[2 * np + p].data();
-        adam_update(size, w, g, m0, v0, wn, m1, v1, h, 1.0f / c1, 1.0f / c2);
-      } else {
-        const float* __restrict v0 = b[2 + np + p].data();
-        float* __restrict v1 = out[np + p].data();
-        sgd_update(size, w, g, v0, wn, v1, h);
+      Tensor<float>& w = block_of(m.params[p], dev);
+      const std::int64_t share = block_of(m.state[p], dev).size();  // this replica's share of the parameter
+      const std::int64_t first = split ? di * share : 0;
+      float* s1 = adam ? block_of(m.state[np + p], dev).data() : nullptr;
+      optimizer_update(h, share, w.data() + first, split ? scattered[p].data() : flat.data() + offset[p],
+                       block_of(m.state[p], dev).data(), s1, 1.0f / c1, 1.0f / c2);
+      if (split) {
+        Tensor<float> rows(scattered[p].shape());
+        std::memcpy(rows.data(), w.data() + first, rows.bytes());
+        w = ctx.all_gather(std::move(rows), "data", 0, true);
       }
-      if (split) out[p] = ctx.all_gather(std::move(rows), "data", 0, true);
     }
-    const std::int64_t off = offset[np];
-    out.push_back(Tensor<float>({1}, flat[off]));
+    std::vector<Tensor<float>> out;
+    out.push_back(Tensor<float>({1}, flat[nflat]));
     return out;
   };
 
   std::vector<shard::PartitionSpec> in_specs{shard::P("data", shard::None), shard::P("data", shard::None)};
   std::vector<const shard::ShardedArray<float>*> args{&x, &y};
   for (const auto& p : m.params) args.push_back(&p);
-  for (const auto& s : m.state) args.push_back(&s);
-  const auto ps = m.param_specs(), ss = m.state_specs(h);
+  const auto ps = m.param_specs();
   in_specs.insert(in_specs.end(), ps.begin(), ps.end());
-  in_specs.insert(in_specs.end(), ss.begin(), ss.end());
-  std::vector<shard::PartitionSpec> out_specs(in_specs.begin() + 2, in_specs.end());
-  out_specs.push_back(shard::P());
-  auto results = shard::shard_map<float>(x.mesh(), in_specs, out_specs, body, args);
-  for (std::size_t p = 0; p < np; ++p) m.params[p] = std::move(results[p]);
-  for (std::size_t s = 0; s < ns; ++s) m.state[s] = std::move(results[np + s]);
+  const auto results = shard::shard_map<float>(x.mesh(), in_specs, {shard::P()}, body, args);
   m.step = t;
-  return static_cast<double>(results.back().addressable_shards()[0].data[0]) / total;
+  return static_cast<double>(results[0].addressable_shards()[0].data[0]) / total;
 }
 
 EvalResult evaluate(const Model& m, const Hyper& h, const shard::ShardedArray<float>& x,

@@ -52,6 +52,7 @@ struct Model {
   std::vector<Layer> layers;
   int data = 1, model = 1;    ///< the mesh's axis sizes
   bool shard_state = false;   ///< optimizer state split over 'data' (ZeRO-1)
+  bool shared = false;        ///< gradients and new rows through group-shared memory (implies shard_state)
   std::vector<shard::ShardedArray<float>> params, state;
   std::int64_t step = 0;  ///< optimizer steps taken (Adam's bias correction)
 
@@ -66,8 +67,10 @@ struct Model {
 
 /// Initialises the parameters from `key` (identical values on any mesh): classification uses
 /// He-normal weights and zero biases; regression the tutorial's W ~ N(0,1)/sqrt(n_in), b ~ N(0,1).
+/// `shared`: reduce the gradients over 'data' through group-shared memory (needs
+/// shard::group_shared_available(mesh, "data"); splits the optimizer state like shard_state).
 Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shard::random::Key key, const Hyper& h,
-                 bool shard_state = false);
+                 bool shard_state = false, bool shared = false);
 
 /// One optimizer step on the batch (x: [B, n_0] and y: labels [B, 1] or targets [B, n_L], both
 /// P('data', None)); returns the mean loss over the batch. Collective over all ranks.

@@ -7,6 +7,7 @@
 #include "shard/comm_stats.hpp"
 #include "shard/device.hpp"
 #include "shard/error.hpp"
+#include "shard/group_shared.hpp"
 #include "shard/io.hpp"
 #include "shard/linalg.hpp"
 #include "shard/matmul.hpp"

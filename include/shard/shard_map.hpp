@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "shard/detail/collective.hpp"
+#include "shard/group_shared.hpp"
 #include "shard/partition_spec.hpp"
 #include "shard/sharded_array.hpp"
 
@@ -92,7 +93,18 @@ class DeviceContext {
   Tensor<T> ppermute(Tensor<T> x, const Axes& axes, std::vector<std::pair<int, int>> perm,
                      std::source_location where = std::source_location::current());
 
+  /// Group-shared memory over `axes` (group_shared.hpp): the buffer `name` with `count`
+  /// elements per device of the group. Collective over the group on first use (then cached);
+  /// ShardingError when group_shared_available(mesh, axes) is false or the body runs on more
+  /// than one device of this rank.
+  template <typename T>
+  GroupShared<T> group_shared(const Axes& axes, std::int64_t count, const std::string& name) {
+    return GroupShared<T>(mesh(), &shared_window(axes, static_cast<std::size_t>(count) * sizeof(T), name), name);
+  }
+
  private:
+  detail::SharedWindow& shared_window(const Axes& axes, std::size_t bytes, const std::string& name);
+
   template <typename T>
   Tensor<T> run(detail::CollectiveSpec spec, Tensor<T> x, const std::source_location& where);
 

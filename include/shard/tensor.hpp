@@ -1,5 +1,6 @@
 #pragma once
-/// \file Tensor<T>: a dense, row-major, owning N-D block in this process's memory.
+/// \file Tensor<T>: a dense, row-major, owning N-D block in this process's memory (or, made
+/// with Tensor::borrow, a view of memory owned elsewhere).
 /// Value semantics (copies are deep, moves are cheap). Storage comes from operator new
 /// (16-byte aligned) and is left uninitialised unless a fill value is given. Local only:
 /// nothing here communicates.
@@ -53,12 +54,30 @@ class Tensor {
     std::copy(values.begin(), values.end(), begin());
   }
 
+  /// A tensor over memory it does not own, e.g. a group-shared buffer (group_shared.hpp) that
+  /// several processes update in place: nothing is copied, the destructor frees nothing, a
+  /// move keeps the borrow, and a copy is an ordinary owning deep copy. The memory must hold
+  /// num_elements(shape) elements and outlive the tensor and whatever it is moved into.
+  static Tensor borrow(T* data, Shape shape) {
+    Tensor t;
+    t.shape_ = std::move(shape);
+    t.size_ = num_elements(t.shape_);
+    t.data_ = t.size_ ? data : nullptr;
+    t.owned_ = false;
+    return t;
+  }
+  /// False for a borrow().
+  bool owns_memory() const { return owned_; }
+
   Tensor(const Tensor& other) : shape_(other.shape_) {
     allocate();
     if (size_) std::memcpy(data_, other.data_, bytes());
   }
   Tensor(Tensor&& other) noexcept
-      : shape_(std::move(other.shape_)), size_(std::exchange(other.size_, 0)), data_(std::exchange(other.data_, nullptr)) {
+      : shape_(std::move(other.shape_)),
+        size_(std::exchange(other.size_, 0)),
+        data_(std::exchange(other.data_, nullptr)),
+        owned_(std::exchange(other.owned_, true)) {
     other.shape_ = Shape{0};
   }
   Tensor& operator=(const Tensor& other) {
@@ -71,6 +90,7 @@ class Tensor {
       shape_ = std::exchange(other.shape_, Shape{0});
       size_ = std::exchange(other.size_, 0);
       data_ = std::exchange(other.data_, nullptr);
+      owned_ = std::exchange(other.owned_, true);
     }
     return *this;
   }
@@ -136,14 +156,16 @@ class Tensor {
     data_ = size_ ? static_cast<T*>(detail::tensor_alloc(bytes())) : nullptr;
   }
   void release() noexcept {
-    if (data_) detail::tensor_free(data_, bytes());
+    if (data_ && owned_) detail::tensor_free(data_, bytes());
     data_ = nullptr;
     size_ = 0;
+    owned_ = true;
   }
 
   Shape shape_;
   std::int64_t size_ = 0;
   T* data_ = nullptr;
+  bool owned_ = true;
 };
 
 }  // namespace shard

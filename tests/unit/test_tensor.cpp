@@ -191,5 +191,44 @@ TEST(Tensor, MemoryPeak) {
   EXPECT_EQ(tensor_memory_stats().live_bytes, base);
 }
 
+TEST(Tensor, BorrowViewsMemoryItDoesNotOwn) {
+  std::vector<int> memory = iota_values(12, 5);
+  const std::int64_t base = tensor_memory_stats().live_bytes;
+  {
+    Tensor<int> v = Tensor<int>::borrow(memory.data(), {3, 4});
+    EXPECT_FALSE(v.owns_memory());
+    EXPECT_EQ(v.data(), memory.data());
+    EXPECT_EQ(v.shape(), (Shape{3, 4}));
+    EXPECT_EQ(v(2, 1), 14);
+    EXPECT_EQ(tensor_memory_stats().live_bytes, base);  // nothing allocated
+    v(0, 0) = -1;  // writes go to the borrowed memory
+    EXPECT_EQ(memory[0], -1);
+
+    Tensor<int> copy = v;  // an owning deep copy
+    EXPECT_TRUE(copy.owns_memory());
+    EXPECT_NE(copy.data(), memory.data());
+    EXPECT_EQ(copy, v);
+    EXPECT_EQ(tensor_memory_stats().live_bytes, base + 48);
+    copy(0, 1) = 99;
+    EXPECT_EQ(memory[1], 6);
+
+    Tensor<int> moved = std::move(v);  // the borrow moves; the source is an empty owning tensor
+    EXPECT_FALSE(moved.owns_memory());
+    EXPECT_EQ(moved.data(), memory.data());
+    EXPECT_TRUE(v.owns_memory());  // NOLINT(bugprone-use-after-move): documented moved-from state
+    EXPECT_EQ(v.size(), 0);
+
+    Tensor<int> target({2});
+    target = std::move(moved);  // move-assign releases target's own buffer, keeps the borrow
+    EXPECT_FALSE(target.owns_memory());
+    EXPECT_EQ(tensor_memory_stats().live_bytes, base + 48);
+    target = Tensor<int>({1});  // replacing a borrow frees nothing it did not own
+    EXPECT_TRUE(target.owns_memory());
+  }
+  EXPECT_EQ(tensor_memory_stats().live_bytes, base);
+  EXPECT_EQ(memory[0], -1);  // the memory outlives its views, untouched by their destructors
+  EXPECT_EQ(memory[11], 16);
+}
+
 }  // namespace
 }  // namespace shard

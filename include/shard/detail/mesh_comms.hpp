@@ -5,9 +5,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "shard/group_shared.hpp"
 #include "shard/mesh.hpp"
 #include "shard/mpi/communicator.hpp"
 
@@ -47,6 +50,19 @@ class MeshComms {
   /// The next number of the per-mesh collective sequence (consistency check and watchdog).
   long next_sequence() { return ++sequence_; }
 
+  /// Whether group-shared memory over `axes` is available (group_shared.hpp): collective over
+  /// the mesh's ranks on first call (one MPI_Allreduce on guard_group's communicator), cached.
+  bool groups_share_node(const std::vector<int>& axes);
+  /// The window `name` with `bytes` per slot over the group (over `axes`) of this rank's one
+  /// device, created on first use (collective over that group; the slot sizes must agree)
+  /// and cached. Requires groups_share_node(axes).
+  SharedWindow& shared_window(const std::vector<int>& axes, const std::string& name, std::size_t bytes);
+  /// MPI_Win_sync on every window over `axes` (no communication): before and after the
+  /// barrier of a group-shared buffer, so one barrier orders the writes to all of them.
+  void sync_windows(const std::vector<int>& axes);
+  /// Number of shared-memory windows created so far (for tests of the cache).
+  int windows_created() const { return static_cast<int>(windows_.size()); }
+
   /// Number of MPI communicators created so far (for tests of the cache).
   int communicators_created() const { return created_; }
 
@@ -70,6 +86,8 @@ class MeshComms {
   bool guard_built_ = false;
   long sequence_ = 0;
   int created_ = 0;
+  std::map<std::vector<int>, bool> share_node_;
+  std::map<std::tuple<std::vector<int>, std::string, std::size_t>, std::unique_ptr<SharedWindow>> windows_;
   std::map<std::pair<int, int>, int> blacs_;  // grid key -> BLACS context (-1: not in the grid)
   int blacs_created_ = 0;
 };
