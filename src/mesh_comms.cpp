@@ -64,6 +64,7 @@ bool MeshComms::groups_share_node(const std::vector<int>& axes) {
   bool ok = mine == 1;
   if (mine > 0)  // the groups' properties are the same on all their ranks, so the splits match
     for (const auto& g : groups(axes)) {
+      if (g.devices.size() == 1) continue;  // a group of one: memory of its own (MPI_COMM_SELF)
       if (g.comm.is_null() || g.ranks.size() != g.devices.size()) {
         ok = false;
         continue;
@@ -87,20 +88,24 @@ SharedWindow& MeshComms::shared_window(const std::vector<int>& axes, const std::
     raise<ShardingError>("group-shared memory '", name, "' is not available on this mesh (it needs one device per rank ",
                          "and every rank of the group on one node; check shard::group_shared_available)");
   const DeviceGroup& g = groups(axes).front();
-  const MPI_Comm comm = g.comm.get();
+  const bool alone = g.devices.size() == 1;
+  const MPI_Comm comm = alone ? MPI_COMM_SELF : g.comm.get();
   // Every slot the same size: a mismatch is a clear error on every rank of the group, not a
   // silent overrun.
-  const auto lo = g.comm.allreduce<std::uint64_t>(bytes, MPI_MIN), hi = g.comm.allreduce<std::uint64_t>(bytes, MPI_MAX);
-  if (lo != hi)
-    raise<ValueError>("group-shared memory '", name, "': the devices of a group asked for different sizes (", lo,
-                      " to ", hi, " bytes per slot)");
+  if (!alone) {
+    const auto lo = g.comm.allreduce<std::uint64_t>(bytes, MPI_MIN);
+    const auto hi = g.comm.allreduce<std::uint64_t>(bytes, MPI_MAX);
+    if (lo != hi)
+      raise<ValueError>("group-shared memory '", name, "': the devices of a group asked for different sizes (", lo,
+                        " to ", hi, " bytes per slot)");
+  }
   auto w = std::make_unique<SharedWindow>();
   w->bytes = bytes;
   w->axes = axes;
-  w->index = g.comm.rank();
+  w->index = alone ? 0 : g.comm.rank();
   // One segment on the group's first rank holds every slot, back to back, so the slots form
   // one array (GroupShared::stacked) whatever layout the MPI library would pick per rank.
-  const int n = g.comm.size();
+  const int n = alone ? 1 : g.comm.size();
   const MPI_Aint size = w->index == 0 ? static_cast<MPI_Aint>(bytes) * n : 0;
   void* base = nullptr;
   mpi::check(MPI_Win_allocate_shared(size, 1, MPI_INFO_NULL, comm, &base, &w->win), "MPI_Win_allocate_shared");
