@@ -86,6 +86,19 @@ Forward forward(shard::DeviceContext& ctx, const std::vector<Layer>& layers, con
   return f;
 }
 
+/// dZ of layer i - 1 from dZ of layer i (i > 0): through W_i (one psum over 'model' for a
+/// column-parallel layer, whose input gradient is a partial sum) and the ReLU.
+Tensor<float> input_gradient(shard::DeviceContext& ctx, const std::vector<Layer>& layers, std::size_t i,
+                             const Forward& f, const std::vector<const Tensor<float>*>& params,
+                             const Tensor<float>& dz) {
+  Tensor<float> din = gemm(dz, false, *params[2 * i], true);
+  if (layers[i].kind == Kind::kColumn) din = ctx.psum(std::move(din), "model");
+  const float* __restrict z = f.pre[i - 1].data();
+  float* __restrict g = din.data();
+  for (std::int64_t k = 0; k < din.size(); ++k) g[k] = z[k] > 0.0f ? g[k] : 0.0f;
+  return din;
+}
+
 /// Loss of each valid row summed, correct predictions, valid rows; `dz` (when given) gets
 /// d(sum loss / total)/d(output).
 struct LossStats {
@@ -348,12 +361,7 @@ float step_shared(shard::DeviceContext& ctx, Model& m, const Hyper& h, const For
   for (std::size_t i = nl; i-- > 0;) {  // backward over this replica's rows: dZ_i only
     std::memcpy(zs[i].mine(), dz.data(), dz.bytes());
     if (i == 0) break;
-    Tensor<float> din = gemm(dz, false, *params[2 * i], true);
-    if (layers[i].kind == Kind::kColumn) din = ctx.psum(std::move(din), "model");
-    const float* __restrict z = f.pre[i - 1].data();
-    float* __restrict g = din.data();
-    for (std::int64_t k = 0; k < din.size(); ++k) g[k] = z[k] > 0.0f ? g[k] : 0.0f;
-    dz = std::move(din);
+    dz = input_gradient(ctx, layers, i, f, params, dz);
   }
   *losses.mine() = loss;
   losses.barrier();
@@ -434,12 +442,7 @@ double train_step(Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
       }
       if (m.state_split(pb)) scattered[pb] = ctx.psum_scatter(std::move(dbias), "data", 0, true);
       if (i == 0) break;
-      Tensor<float> din = gemm(dz, false, *params[2 * i], true);
-      if (layers[i].kind == Kind::kColumn) din = ctx.psum(std::move(din), "model");
-      const float* __restrict z = f.pre[i - 1].data();
-      float* __restrict g = din.data();
-      for (std::int64_t k = 0; k < din.size(); ++k) g[k] = z[k] > 0.0f ? g[k] : 0.0f;
-      dz = std::move(din);
+      dz = input_gradient(ctx, layers, i, f, params, dz);
     }
     flat[nflat] = static_cast<float>(ls.loss);
     flat = ctx.psum(std::move(flat), "data");
