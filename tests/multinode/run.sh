@@ -86,7 +86,9 @@ case $case in
     ;;
   train)
     show_placement
-    mpirun -n 4 "$build/apps/train_mlp" "${small[@]}" > "$work/one_host.jsonl"
+    # On one host the 'data' groups would go through group-shared memory; --grad-sync mpi runs
+    # the same algorithm as across the hosts, so the losses must be bit-identical.
+    mpirun -n 4 "$build/apps/train_mlp" "${small[@]}" --grad-sync mpi > "$work/one_host.jsonl"
     crossed "$work/two_hosts.jsonl" across tcp,vader,self -n 4 --map-by node "$build/apps/train_mlp" "${small[@]}"
     grep -o '"hosts_by_data": "[^"]*"' "$work/two_hosts.jsonl"
     grep -q '"hosts_by_data": "node0|node1"' "$work/two_hosts.jsonl" ||
