@@ -304,31 +304,53 @@ Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shar
   return m;
 }
 
-/// The rest of a data-parallel step through group-shared memory over 'data' (Model::shared),
-/// after the forward pass and the loss. Instead of summing weight gradients, the replicas share
-/// what the gradients are made of: each writes its rows of every layer's input X_i and output
-/// gradient dZ_i into its slot (the slots are stacked, so the group's buffer is X_i of the
-/// whole batch). After one barrier each replica computes its own rows of the summed gradient,
-/// X_i^T dZ_i over the whole batch in one gemm (the psum_scatter of the gradient without
-/// forming per-replica gradients), and updates those rows in place in the one copy of the
-/// parameters that the group shares; arrays whose rows do not split over 'data' are computed
-/// and updated whole by every replica in its own memory (the same bits everywhere). A second
-/// barrier ends the step. On one node this moves B x (n_in + n_out) activations per layer
-/// instead of n_in x n_out gradients, copies no parameters, and the weight-gradient gemms run
-/// on the whole batch. Returns the summed loss.
-float step_shared(shard::DeviceContext& ctx, Model& m, const Hyper& h, const Forward& f, Tensor<float> dz,
-                  float loss, const std::vector<const Tensor<float>*>& params, float ic1, float ic2) {
+/// C [m, n] (row stride ldc) = op(A) @ op(B) for raw row-major operands.
+void sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
+           const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (std::int64_t r = 0; r < m; ++r) std::fill(c + r * ldc, c + r * ldc + n, 0.0f);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), 0.0f,
+              c, static_cast<int>(ldc));
+}
+
+/// A data-parallel step through group-shared memory over 'data' (Model::shared), for one
+/// replica of a group of N on one node. Every layer's input A_i and output gradient dZ_i of the
+/// whole batch (B = N x this replica's rows) live once in group-shared memory, and the replicas
+/// split the work of each product between them instead of each doing its own batch:
+///   - forward, hidden layers: replica r computes columns r of A_i @ W_i for the whole batch
+///     (half of W_i packed per replica, whole-batch rows); the last layer, its own rows;
+///   - backward through the activations, hidden layers: columns r of dZ_i @ W_i^T, masked by
+///     A_i > 0 (the ReLU's derivative read from its output);
+///   - weight gradients: replica r's rows of A_i^T dZ_i over the whole batch in one gemm (the
+///     psum_scatter of the gradient, with no per-replica gradient formed), then the optimizer
+///     on those rows, in place in the one copy of the parameters the group shares (arrays whose
+///     rows do not split over 'data' are computed and updated whole by every replica in its
+///     own memory, the same bits everywhere).
+/// A width that N does not divide falls back to the replica's own rows. One barrier follows each
+/// exchange (six for three layers); psums over 'model' stay where the Megatron layout puts them.
+/// Returns the summed loss of the batch.
+float step_shared(shard::DeviceContext& ctx, Model& m, const Hyper& h, const Tensor<float>& x, const Tensor<float>& y,
+                  const std::vector<const Tensor<float>*>& params, double total, float ic1, float ic2) {
   const auto& layers = m.layers;
   const std::size_t nl = layers.size(), np = 2 * nl;
-  // Per layer, this replica's rows of X_i and dZ_i in its slot; the slots are stacked, so the
-  // group's buffer is X_i (dZ_i) of the whole batch, replica after replica.
-  std::vector<shard::GroupShared<float>> xs, zs;
+  const int dev = ctx.device();
+  const std::int64_t b = x.shape()[0];  // this replica's rows of the batch
+  std::vector<std::int64_t> n_in(nl), n_out(nl);
+  std::vector<shard::GroupShared<float>> acts, grads;  // A_i [B, n_in], dZ_i [B, n_out], stacked by replica
   for (std::size_t i = 0; i < nl; ++i) {
-    xs.push_back(ctx.group_shared<float>("data", f.inputs[i].size(), "train_mlp.x" + std::to_string(i)));
-    zs.push_back(ctx.group_shared<float>("data", f.pre[i].size(), "train_mlp.dz" + std::to_string(i)));
+    n_in[i] = params[2 * i]->shape()[0];
+    n_out[i] = params[2 * i]->shape()[1];
+    acts.push_back(ctx.group_shared<float>("data", b * n_in[i], "train_mlp.a" + std::to_string(i)));
+    grads.push_back(ctx.group_shared<float>("data", b * n_out[i], "train_mlp.dz" + std::to_string(i)));
   }
   const auto losses = ctx.group_shared<float>("data", 1, "train_mlp.loss");
-  const int n = losses.size(), di = losses.index(), dev = ctx.device();
+  const int n = losses.size(), di = losses.index();
+  const std::int64_t rows = n * b, r0 = di * b;  // the whole batch; this replica's first row
+
   // This replica's share of each parameter: the rows it updates (all of an array whose rows do
   // not split over 'data', which every replica then updates alike in its own memory).
   std::vector<std::int64_t> share(np), first(np), poff(np + 1, 0);
@@ -357,34 +379,83 @@ float step_shared(shard::DeviceContext& ctx, Model& m, const Hyper& h, const For
         w = Tensor<float>::borrow(wall + poff[p], w.shape());
       }
   }
-  for (std::size_t i = 0; i < nl; ++i) std::memcpy(xs[i].mine(), f.inputs[i].data(), f.inputs[i].bytes());
-  for (std::size_t i = nl; i-- > 0;) {  // backward over this replica's rows: dZ_i only
-    std::memcpy(zs[i].mine(), dz.data(), dz.bytes());
-    if (i == 0) break;
-    dz = input_gradient(ctx, layers, i, f, params, dz);
+
+  // Forward. `mine`: the rows of the current input that this replica reads were all written by
+  // it (otherwise a barrier comes first).
+  std::memcpy(acts[0].mine(), x.data(), x.bytes());
+  bool mine = true;
+  Tensor<float> logits;
+  for (std::size_t i = 0; i < nl; ++i) {
+    const bool last = i + 1 == nl, split = !last && n_out[i] % n == 0;
+    if (split || !mine) acts[i].barrier();
+    const float* a = acts[i].stacked();
+    const float* w = params[2 * i]->data();
+    const float* bias = params[2 * i + 1]->data();
+    const std::int64_t nc = split ? n_out[i] / n : n_out[i], c0 = split ? di * nc : 0, nr = split ? rows : b;
+    Tensor<float> z({nr, nc});
+    sgemm(false, false, nr, nc, n_in[i], a + (split ? 0 : r0 * n_in[i]), n_in[i], w + c0, n_out[i], z.data(), nc);
+    if (layers[i].kind == Kind::kRow) z = ctx.psum(std::move(z), "model");
+    if (last) {
+      add_bias(z, *params[2 * i + 1]);
+      logits = std::move(z);
+      break;
+    }
+    float* out = acts[i + 1].stacked() + (split ? c0 : r0 * n_out[i]);
+    for (std::int64_t r = 0; r < nr; ++r) {
+      const float* __restrict zr = z.data() + r * nc;
+      const float* __restrict br = bias + c0;
+      float* __restrict o = out + r * n_out[i];
+      for (std::int64_t j = 0; j < nc; ++j) {
+        const float v = zr[j] + br[j];
+        o[j] = v > 0.0f ? v : 0.0f;
+      }
+    }
+    mine = !split;
   }
-  *losses.mine() = loss;
-  losses.barrier();
+  Tensor<float> dz;
+  const LossStats ls = loss_and_grad(logits, y, h.classify, total, &dz);
+  *losses.mine() = static_cast<float>(ls.loss);
+  std::memcpy(grads[nl - 1].mine(), dz.data(), dz.bytes());
+
+  // Backward through the activations: dZ_{i-1} = (dZ_i @ W_i^T) * (A_i > 0).
+  mine = true;
+  for (std::size_t i = nl - 1; i > 0; --i) {
+    const bool split = i + 1 < nl && n_in[i] % n == 0;
+    if (split || !mine) grads[i].barrier();
+    const float* g = grads[i].stacked();
+    const float* w = params[2 * i]->data();
+    const std::int64_t nc = split ? n_in[i] / n : n_in[i], c0 = split ? di * nc : 0, nr = split ? rows : b;
+    const std::int64_t row0 = split ? 0 : r0;
+    Tensor<float> d({nr, nc});
+    sgemm(false, true, nr, nc, n_out[i], g + row0 * n_out[i], n_out[i], w + c0 * n_out[i], n_out[i], d.data(), nc);
+    if (layers[i].kind == Kind::kColumn) d = ctx.psum(std::move(d), "model");
+    const float* act = acts[i].stacked() + row0 * n_in[i] + c0;
+    float* out = grads[i - 1].stacked() + row0 * n_in[i] + c0;
+    for (std::int64_t r = 0; r < nr; ++r) {
+      const float* __restrict dr = d.data() + r * nc;
+      const float* __restrict ar = act + r * n_in[i];
+      float* __restrict o = out + r * n_in[i];
+      for (std::int64_t j = 0; j < nc; ++j) o[j] = ar[j] > 0.0f ? dr[j] : 0.0f;
+    }
+    mine = !split;
+  }
+  losses.barrier();  // every dZ_i and A_i of the whole batch is written
 
   float sum = 0;
   for (int s = 0; s < n; ++s) sum += losses.slot(s)[0];
   for (std::size_t i = 0; i < nl; ++i) {
-    const std::int64_t rows = n * f.inputs[i].shape()[0], n_in = f.inputs[i].shape()[1], n_out = f.pre[i].shape()[1];
-    const float* x = xs[i].stacked();
-    const float* dzs = zs[i].stacked();
+    const float* a = acts[i].stacked();
+    const float* dzs = grads[i].stacked();
     for (std::size_t p : {2 * i, 2 * i + 1}) {
       Tensor<float> g({share[p]});
-      if (p % 2 == 0) {  // rows [r0, r0 + nr) of X^T dZ over the whole batch
-        const std::int64_t nr = n_out > 0 ? share[p] / n_out : 0, r0 = n_out > 0 ? first[p] / n_out : 0;
-        if (nr > 0 && n_out > 0)
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(nr), static_cast<int>(n_out),
-                      static_cast<int>(rows), 1.0f, x + r0, static_cast<int>(n_in), dzs, static_cast<int>(n_out), 0.0f,
-                      g.data(), static_cast<int>(n_out));
+      if (p % 2 == 0) {  // rows [f0, f0 + nr) of A^T dZ over the whole batch
+        const std::int64_t nr = n_out[i] > 0 ? share[p] / n_out[i] : 0, f0 = n_out[i] > 0 ? first[p] / n_out[i] : 0;
+        sgemm(true, false, nr, n_out[i], rows, a + f0, n_in[i], dzs, n_out[i], g.data(), n_out[i]);
       } else {  // columns [first, first + share) of the column sums of dZ over the whole batch
         float* __restrict db = g.data();
         std::fill(db, db + share[p], 0.0f);
         for (std::int64_t r = 0; r < rows; ++r) {
-          const float* __restrict d = dzs + r * n_out + first[p];
+          const float* __restrict d = dzs + r * n_out[i] + first[p];
           for (std::int64_t j = 0; j < share[p]; ++j) db[j] += d[j];
         }
       }
@@ -407,15 +478,14 @@ double train_step(Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
 
   shard::ShardMapBody<float> body = [&](shard::DeviceContext& ctx, const shard::Blocks<float>& b) {
     const auto params = slice(b, 2, np);
+    if (m.shared) {
+      std::vector<Tensor<float>> out;
+      out.push_back(Tensor<float>({1}, step_shared(ctx, m, h, b[0], b[1], params, total, 1.0f / c1, 1.0f / c2)));
+      return out;
+    }
     const Forward f = forward(ctx, layers, b[0], params);
     Tensor<float> dz;
     const LossStats ls = loss_and_grad(f.pre.back(), b[1], h.classify, total, &dz);
-    if (m.shared) {
-      std::vector<Tensor<float>> out;
-      out.push_back(Tensor<float>({1}, step_shared(ctx, m, h, f, std::move(dz), static_cast<float>(ls.loss), params,
-                                                  1.0f / c1, 1.0f / c2)));
-      return out;
-    }
 
     // Where each gradient goes: arrays whose state is split over 'data' are psum_scattered
     // right after their layer (rows of this replica's share); the others, and the loss, are

@@ -4,7 +4,8 @@
 #            over MPI), the first two also with --shard-optimizer-state; data=4 and data=2,model=2
 #            on 4 ranks x 1 device (gradients through group-shared memory) and data=4 there with
 #            --grad-sync mpi; and 1 device: per-step losses agree to 1e-4 relative; the same run
-#            twice gives identical losses (1 device, and 4 ranks through shared memory)
+#            twice gives identical losses (1 device, and 4 ranks through shared memory); layer
+#            widths that 4 replicas do not divide, through shared memory, against 1 device
 #   resume   2 epochs on data=2,model=2 against 1 epoch on data=4 (2 ranks x 2 devices, optimizer
 #            state split over 'data') + --resume on 4 ranks with data=1,model=4, and against 10
 #            steps on data=4 through group-shared memory (4 ranks) + --resume on data=2,model=2
@@ -48,6 +49,12 @@ case $case in
       "$work/d2m2z.jsonl" "$work/d4s.jsonl" "$work/d2m2s.jsonl" "$work/d4mpi.jsonl"
     $compare identical "$work/one.jsonl" "$work/one_again.jsonl"
     $compare identical "$work/d4s.jsonl" "$work/d4s_again.jsonl"
+    # widths that 4 replicas do not divide (66, 30): those products fall back to own rows
+    odd=(--dataset synthetic --layers 48,66,30,6 --samples 640 --batch 64 --optimizer sgd --lr 3e-3 --seed 3)
+    run 1 1 "${odd[@]}" --max-steps 30 --json --log-every 1 > "$work/odd_one.jsonl"
+    run 4 1 "${odd[@]}" --mesh data=4 --max-steps 30 --json --log-every 1 > "$work/odd_d4s.jsonl"
+    grep -q '"grad_sync": "shared-memory"' "$work/odd_d4s.jsonl" || { echo "odd_d4s: not through shared memory"; exit 1; }
+    $compare losses 1e-4 "$work/odd_one.jsonl" "$work/odd_d4s.jsonl"
     # and the losses really fall (the comparison is not between runs that learn nothing)
     $python - "$work/one.jsonl" <<'PY'
 import json, sys
