@@ -3,16 +3,16 @@
 /// which every device of the group can read in place (an MPI-3 shared-memory window,
 /// MPI_Win_allocate_shared, on the group's communicator).
 ///
-/// What it is for: a reduction fused with the code that consumes it. A data-parallel
-/// optimizer step writes each replica's gradient into its own slot, calls barrier(), and then
-/// every replica sums the slots for the rows it owns while it updates them (no psum, no
-/// copy through MPI), writes the new rows into another group-shared buffer, and after a second
-/// barrier() reads the other replicas' rows straight from their slots. On one node this moves
-/// half the bytes of a psum_scatter + all_gather and none of them through MPI's copies.
+/// What it is for: work that the devices of a group split between them on data they all read,
+/// with no collective in between. train_mlp's data-parallel step on one node is the example:
+/// the replicas write their rows of each layer's activations into their slots (stacked, the
+/// slots are the whole batch), and after one barrier each computes its own rows of the summed
+/// weight gradient from all of them, and updates them in place in one copy of the parameters
+/// that the group shares (Tensor::borrow): no gradient is ever summed or copied through MPI.
 ///
-/// Availability (group_shared_available): every device of the mesh on its own rank and, for
-/// the groups over `axes`, more than one device and all of the group's ranks on one node
-/// (MPI_Comm_split_type SHARED). Otherwise use the collectives; DeviceContext::group_shared
+/// Availability (group_shared_available): every device of the mesh on its own rank, and all
+/// of each group's ranks on one node (MPI_Comm_split_type SHARED); a group of one device always
+/// qualifies (its memory is its own). Otherwise use the collectives; DeviceContext::group_shared
 /// raises ShardingError when it is not available.
 ///
 /// Layout: the slots are back to back in one segment (slot(i) == stacked() + i * count()), so
