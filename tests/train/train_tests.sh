@@ -50,6 +50,7 @@ case $case in
     $compare identical "$work/one.jsonl" "$work/one_again.jsonl"
     $compare identical "$work/d4s.jsonl" "$work/d4s_again.jsonl"
     # widths that 4 replicas do not divide (66, 30): those products fall back to own rows
+    # shellcheck disable=SC2054  # the commas are inside one argument (--layers 48,66,30,6)
     odd=(--dataset synthetic --layers 48,66,30,6 --samples 640 --batch 64 --optimizer sgd --lr 3e-3 --seed 3)
     run 1 1 "${odd[@]}" --max-steps 30 --json --log-every 1 > "$work/odd_one.jsonl"
     run 4 1 "${odd[@]}" --mesh data=4 --max-steps 30 --json --log-every 1 > "$work/odd_d4s.jsonl"
