@@ -52,7 +52,7 @@ struct Model {
   std::vector<Layer> layers;
   int data = 1, model = 1;    ///< the mesh's axis sizes
   bool shard_state = false;   ///< optimizer state split over 'data' (ZeRO-1)
-  bool shared = false;        ///< gradients and new rows through group-shared memory (implies shard_state)
+  bool shared = false;        ///< the step through group-shared memory over 'data' (implies shard_state)
   std::vector<shard::ShardedArray<float>> params, state;
   std::int64_t step = 0;  ///< optimizer steps taken (Adam's bias correction)
 

@@ -37,7 +37,6 @@
 namespace shard {
 
 namespace detail {
-struct CollectiveSpec;
 /// One cached window: a slot of `bytes` per device of this rank's group, by axis index, back
 /// to back in the segment of the group's first rank.
 struct SharedWindow {
