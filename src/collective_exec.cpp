@@ -442,7 +442,8 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
     if (dst < 0) continue;
     const int l = local_of(dst);
     if (l >= 0) {
-      outs[l] = std::move(ins[mm.local]);
+      if (ins[mm.local].owns_memory()) outs[l] = std::move(ins[mm.local]);
+      else outs[l] = Tensor<T>(ins[mm.local]);  // an lvalue input (a borrow) stays the caller's
     } else {
       requests.emplace_back();
       mpi::check(MPI_Isend(ins[mm.local].data(), count, mpi::datatype<T>(),

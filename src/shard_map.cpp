@@ -158,11 +158,25 @@ Tensor<T> DeviceContext::pmin(Tensor<T> x, const Axes& axes, std::source_locatio
   auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kMin, axes, x.shape());  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
+namespace {
+/// A non-owning view of a collective's lvalue input: the executors only read it (ppermute
+/// copies a borrowed input it would otherwise move to a local destination).
 template <typename T>
-Tensor<T> DeviceContext::all_gather(Tensor<T> x, const Axes& axes, int dim, bool tiled,
+Tensor<T> view_of(const Tensor<T>& x) {
+  return Tensor<T>::borrow(const_cast<T*>(x.data()), x.shape());
+}
+}  // namespace
+
+template <typename T>
+Tensor<T> DeviceContext::all_gather(Tensor<T>&& x, const Axes& axes, int dim, bool tiled,
                                     std::source_location where) {
   auto spec = detail::all_gather_spec(mesh(), axes, x.shape(), dim, tiled);  // before x is moved from
   return run(std::move(spec), std::move(x), where);
+}
+template <typename T>
+Tensor<T> DeviceContext::all_gather(const Tensor<T>& x, const Axes& axes, int dim, bool tiled,
+                                    std::source_location where) {
+  return run(detail::all_gather_spec(mesh(), axes, x.shape(), dim, tiled), view_of(x), where);
 }
 template <typename T>
 Tensor<T> DeviceContext::psum_scatter(Tensor<T> x, const Axes& axes, int dim, bool tiled,
@@ -171,16 +185,26 @@ Tensor<T> DeviceContext::psum_scatter(Tensor<T> x, const Axes& axes, int dim, bo
   return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
-Tensor<T> DeviceContext::all_to_all(Tensor<T> x, const Axes& axes, int split_dim, int concat_dim, bool tiled,
+Tensor<T> DeviceContext::all_to_all(Tensor<T>&& x, const Axes& axes, int split_dim, int concat_dim, bool tiled,
                                     std::source_location where) {
   auto spec = detail::all_to_all_spec(mesh(), axes, x.shape(), split_dim, concat_dim, tiled);  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
-Tensor<T> DeviceContext::ppermute(Tensor<T> x, const Axes& axes, std::vector<std::pair<int, int>> perm,
+Tensor<T> DeviceContext::all_to_all(const Tensor<T>& x, const Axes& axes, int split_dim, int concat_dim, bool tiled,
+                                    std::source_location where) {
+  return run(detail::all_to_all_spec(mesh(), axes, x.shape(), split_dim, concat_dim, tiled), view_of(x), where);
+}
+template <typename T>
+Tensor<T> DeviceContext::ppermute(Tensor<T>&& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
                                   std::source_location where) {
   auto spec = detail::ppermute_spec(mesh(), axes, x.shape(), std::move(perm));  // before x is moved from
   return run(std::move(spec), std::move(x), where);
+}
+template <typename T>
+Tensor<T> DeviceContext::ppermute(const Tensor<T>& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
+                                  std::source_location where) {
+  return run(detail::ppermute_spec(mesh(), axes, x.shape(), std::move(perm)), view_of(x), where);
 }
 
 // ---------------------------------------------------------------- shard_map
@@ -448,10 +472,17 @@ ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis, st
   template Tensor<T> DeviceContext::pmean<T>(Tensor<T>, const Axes&, std::source_location);                    \
   template Tensor<T> DeviceContext::pmax<T>(Tensor<T>, const Axes&, std::source_location);                     \
   template Tensor<T> DeviceContext::pmin<T>(Tensor<T>, const Axes&, std::source_location);                     \
-  template Tensor<T> DeviceContext::all_gather<T>(Tensor<T>, const Axes&, int, bool, std::source_location);    \
+  template Tensor<T> DeviceContext::all_gather<T>(Tensor<T>&&, const Axes&, int, bool, std::source_location);  \
+  template Tensor<T> DeviceContext::all_gather<T>(const Tensor<T>&, const Axes&, int, bool,                     \
+                                                  std::source_location);                                       \
   template Tensor<T> DeviceContext::psum_scatter<T>(Tensor<T>, const Axes&, int, bool, std::source_location);  \
-  template Tensor<T> DeviceContext::all_to_all<T>(Tensor<T>, const Axes&, int, int, bool, std::source_location); \
-  template Tensor<T> DeviceContext::ppermute<T>(Tensor<T>, const Axes&, std::vector<std::pair<int, int>>,       \
+  template Tensor<T> DeviceContext::all_to_all<T>(Tensor<T>&&, const Axes&, int, int, bool,                    \
+                                                  std::source_location);                                       \
+  template Tensor<T> DeviceContext::all_to_all<T>(const Tensor<T>&, const Axes&, int, int, bool,               \
+                                                  std::source_location);                                       \
+  template Tensor<T> DeviceContext::ppermute<T>(Tensor<T>&&, const Axes&, std::vector<std::pair<int, int>>,     \
+                                                std::source_location);                                         \
+  template Tensor<T> DeviceContext::ppermute<T>(const Tensor<T>&, const Axes&, std::vector<std::pair<int, int>>, \
                                                 std::source_location);                                         \
   template std::vector<ShardedArray<T>> shard_map<T>(const Mesh&, const std::vector<PartitionSpec>&,           \
                                                      const std::vector<PartitionSpec>&, const ShardMapBody<T>&,  \

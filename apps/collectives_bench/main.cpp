@@ -88,7 +88,7 @@ struct Row {
 double bus_factor(const std::string& c, int n) {
   if (n == 1) return 0;
   if (c == "psum") return 2.0 * (n - 1) / n;
-  if (c == "ppermute") return 1.0;
+  if (c.starts_with("ppermute")) return 1.0;
   return static_cast<double>(n - 1) / n;
 }
 
@@ -101,12 +101,19 @@ struct Bench {
   /// One Shard call on `in` (refilled from x first, like the raw side's buffer). psum works
   /// in place and hands the same buffer back, so it is reused call after call as raw's is;
   /// the other collectives allocate their result (from memory the Runtime keeps).
+  /// ppermute mirrors raw's Sendrecv from one buffer into another: `result = ppermute(in)`
+  /// reads the lvalue `in` where it lies, and the previous result is dropped first (as raw's
+  /// receive buffer is overwritten), so its buffer comes back. ppermute_chain is a ring of
+  /// shifts, x = ppermute(x): what was received is sent next, so the two buffers swap roles
+  /// call after call (as with `in = ppermute(std::move(in))`, whose result takes the buffer
+  /// the previous input left), and its raw side swaps the same two buffers.
   long faults = 0;  // minor page faults inside timed Shard calls
 
   template <typename T>
-  double shard_once(const std::string& c, const Tensor<T>& x, Tensor<T>& in) {
+  double shard_once(const std::string& c, const Tensor<T>& x, Tensor<T>& in, Tensor<T>& result) {
     if (in.size() != x.size()) in = Tensor<T>(x.shape());
     std::copy(x.begin(), x.end(), in.begin());
+    if (c.starts_with("ppermute")) result = Tensor<T>();
     if (comm != MPI_COMM_NULL) MPI_Barrier(comm);
     const long f0 = shard::apps::minor_faults();
     struct Count {
@@ -119,8 +126,10 @@ struct Bench {
     else if (c == "all_gather") in = ctx.all_gather(std::move(in), axes, 0, true);
     else if (c == "psum_scatter") in = ctx.psum_scatter(std::move(in), axes, 0, true);
     else if (c == "all_to_all") in = ctx.all_to_all(std::move(in), axes, 0, 0, true);
-    else in = ctx.ppermute(std::move(in), axes, cyclic(n));
-    return MPI_Wtime() - t0;
+    else result = ctx.ppermute(in, axes, cyclic(n));
+    const double t = MPI_Wtime() - t0;
+    if (c == "ppermute_chain") std::swap(in, result);
+    return t;
   }
 
   template <typename T>
@@ -138,7 +147,9 @@ struct Bench {
     else
       MPI_Sendrecv(buf.data(), count, dt, (me + 1) % n, 0, out.data(), count, dt, (me + n - 1) % n, 0, comm,
                    MPI_STATUS_IGNORE);
-    return MPI_Wtime() - t0;
+    const double t = MPI_Wtime() - t0;
+    if (c == "ppermute_chain") std::swap(buf, out);  // what was received is sent next
+    return t;
   }
 
   template <typename T>
@@ -153,7 +164,7 @@ struct Bench {
   double run_default(const std::string& c, std::int64_t bytes, int repeats) {
     const std::int64_t elems = elements<T>(bytes);
     const Tensor<T> x = random_block<T>(elems, 17 + static_cast<std::uint64_t>(ctx.device()));
-    Tensor<T> buf = x, out({elems * n});
+    Tensor<T> buf = x, out({elems * (c == "all_gather" ? n : 1)});
     std::vector<double> td;
     for (int r = -1; r < repeats; ++r) {
       const double d = raw_once(c, x, buf, out);
@@ -168,8 +179,14 @@ struct Bench {
   Row run(const std::string& c, std::int64_t bytes, int repeats) {
     const std::int64_t elems = elements<T>(bytes);
     const Tensor<T> x = random_block<T>(elems, 17 + static_cast<std::uint64_t>(ctx.device()));
-    Tensor<T> buf = x, out({elems * n}), in = x;
+    Tensor<T> buf = x, out({elems * (c == "all_gather" ? n : 1)}), in = x, result(x.shape());
     const bool raw = comm != MPI_COMM_NULL;
+    // ppermute: raw sends from and receives into the very buffers Shard's calls use (`in`,
+    // and the buffer `result` gets back each call). Two raw Sendrecvs on two different pairs
+    // of 4-16 MiB buffers measured up to 14% apart here, so separate buffers would compare
+    // where the pages lie rather than the code paths.
+    Tensor<T>& raw_in = c.starts_with("ppermute") ? in : buf;
+    Tensor<T>& raw_out = c.starts_with("ppermute") ? result : out;
     // ABBA rounds (Shard, raw, raw, Shard; then the mirror image) cancel drift in the
     // machine's speed; a repetition pairs one Shard call with the raw call next to it.
     std::vector<double> ts, tr;
@@ -178,18 +195,18 @@ struct Bench {
       if (r == 0) faults_before = faults;
       double s1 = 0, s2 = 0, w1 = 0, w2 = 0;
       if (!raw) {
-        s1 = shard_once(c, x, in);
-        s2 = shard_once(c, x, in);
+        s1 = shard_once(c, x, in, result);
+        s2 = shard_once(c, x, in, result);
       } else if ((r / 2) % 2 == 0) {
-        s1 = shard_once(c, x, in);
-        w1 = raw_once(c, x, buf, out);
-        w2 = raw_once(c, x, buf, out);
-        s2 = shard_once(c, x, in);
+        s1 = shard_once(c, x, in, result);
+        w1 = raw_once(c, x, raw_in, raw_out);
+        w2 = raw_once(c, x, raw_in, raw_out);
+        s2 = shard_once(c, x, in, result);
       } else {
-        w1 = raw_once(c, x, buf, out);
-        s1 = shard_once(c, x, in);
-        s2 = shard_once(c, x, in);
-        w2 = raw_once(c, x, buf, out);
+        w1 = raw_once(c, x, raw_in, raw_out);
+        s1 = shard_once(c, x, in, result);
+        s2 = shard_once(c, x, in, result);
+        w2 = raw_once(c, x, raw_in, raw_out);
       }
       if (r < 0) continue;
       ts.insert(ts.end(), {s1, s2});
@@ -271,8 +288,8 @@ int main(int argc, char** argv) {
         "dtype", po::value(&dtype)->default_value("float64"), "float32, float64, int32 or int64")(
         "sizes", po::value(&sizes_text)->default_value("8,64,1K,16K,64K,256K,1M,4M,16M,64M"),
         "bytes per device, comma separated (K, M suffixes)")(
-        "collectives", po::value(&colls_text)->default_value("psum,all_gather,psum_scatter,all_to_all,ppermute"),
-        "which collectives")("repeats", po::value(&repeats)->default_value(0),
+        "collectives", po::value(&colls_text)->default_value("psum,all_gather,psum_scatter,all_to_all,ppermute,ppermute_chain"),
+        "which collectives (ppermute: result = ppermute(x); ppermute_chain: x = ppermute(move(x)))")("repeats", po::value(&repeats)->default_value(0),
                              "timed repetitions per row (0: 400 up to 64K, 100 up to 4M, 41 above)")(
         "json", "one JSON object per row instead of the table")("comm-stats", "print Shard's CommStats at the end");
     po::variables_map vm;
@@ -294,9 +311,10 @@ int main(int argc, char** argv) {
     const auto colls = split(colls_text, ',');
     if (colls.empty())
       shard::raise<shard::ValueError>("--collectives '", colls_text,
-                                      "' names no collective; choose from psum,all_gather,psum_scatter,all_to_all,ppermute");
+                                      "' names no collective; choose from psum,all_gather,psum_scatter,all_to_all,ppermute,ppermute_chain");
     for (const auto& c : colls)
-      if (c != "psum" && c != "all_gather" && c != "psum_scatter" && c != "all_to_all" && c != "ppermute")
+      if (c != "psum" && c != "all_gather" && c != "psum_scatter" && c != "all_to_all" && c != "ppermute" &&
+          c != "ppermute_chain")
         shard::raise<shard::ValueError>("unknown collective '", c, "'");
 
     std::vector<Row> rows;
@@ -316,7 +334,7 @@ int main(int argc, char** argv) {
             "same communicator;\npaired = median of shard/raw over back-to-back pairs (robust to drift); faults = minor page faults per Shard call;\nraw-dflt = raw "
             "under glibc's default malloc policy, measured first, before any memory was kept (rows >= 64K); busbw from "
             "Shard's time\n";
-      std::snprintf(line, sizeof line, "%-13s %8s %6s %11s %11s %9s %9s %11s %10s %9s %7s\n", "collective", "bytes", "reps",
+      std::snprintf(line, sizeof line, "%-15s %8s %6s %11s %11s %9s %9s %11s %10s %9s %7s\n", "collective", "bytes", "reps",
                     "shard_us", "raw_us", "shard/raw", "paired", "raw-dflt_us", "dflt/shard", "busbw_GB/s", "faults");
       os << line;
     }
@@ -334,7 +352,7 @@ int main(int argc, char** argv) {
         const std::string dr = r.raw_default_us > 0 ? std::to_string(r.raw_default_us / r.shard_us).substr(0, 5) : "-";
         const std::string raw = r.raw_us > 0 ? std::to_string(r.raw_us).substr(0, 9) : "-";
         const std::string paired = r.paired_ratio > 0 ? std::to_string(r.paired_ratio).substr(0, 5) : "-";
-        std::snprintf(line, sizeof line, "%-13s %8s %6d %11.2f %11s %9s %9s %11s %10s %9.2f %7.1f\n",
+        std::snprintf(line, sizeof line, "%-15s %8s %6d %11.2f %11s %9s %9s %11s %10s %9.2f %7.1f\n",
                       r.collective.c_str(), human(r.bytes).c_str(), r.repeats, r.shard_us, raw.c_str(), ratio.c_str(),
                       paired.c_str(), dflt.c_str(), dr.c_str(), r.busbw, r.shard_faults);
       }

@@ -74,8 +74,13 @@ class DeviceContext {
   }
 
   /// Untiled: stacks the N blocks along a new dim `dim`; tiled: concatenates along `dim`.
+  /// all_gather, all_to_all and ppermute only read their input: an lvalue is read where it
+  /// lies (not copied first) and stays unchanged; an rvalue's buffer is released afterwards.
   template <typename T>
-  Tensor<T> all_gather(Tensor<T> x, const Axes& axes, int dim = 0, bool tiled = false,
+  Tensor<T> all_gather(Tensor<T>&& x, const Axes& axes, int dim = 0, bool tiled = false,
+                       std::source_location where = std::source_location::current());
+  template <typename T>
+  Tensor<T> all_gather(const Tensor<T>& x, const Axes& axes, int dim = 0, bool tiled = false,
                        std::source_location where = std::source_location::current());
   /// Untiled: x.shape[dim] == N, returns psum(x)[axis_index] along dim (dim removed);
   /// tiled: N divides x.shape[dim], returns this device's chunk of psum(x) (dim kept).
@@ -85,12 +90,18 @@ class DeviceContext {
   /// Splits split_dim into N chunks, sends chunk j to device j, and concatenates (tiled) or
   /// stacks (untiled, x.shape[split_dim] == N) the received chunks along concat_dim.
   template <typename T>
-  Tensor<T> all_to_all(Tensor<T> x, const Axes& axes, int split_dim, int concat_dim, bool tiled = false,
+  Tensor<T> all_to_all(Tensor<T>&& x, const Axes& axes, int split_dim, int concat_dim, bool tiled = false,
+                       std::source_location where = std::source_location::current());
+  template <typename T>
+  Tensor<T> all_to_all(const Tensor<T>& x, const Axes& axes, int split_dim, int concat_dim, bool tiled = false,
                        std::source_location where = std::source_location::current());
   /// Sends x from axis index src to dst for each (src, dst) pair (no repeated src or dst);
   /// a device that is no one's destination gets zeros.
   template <typename T>
-  Tensor<T> ppermute(Tensor<T> x, const Axes& axes, std::vector<std::pair<int, int>> perm,
+  Tensor<T> ppermute(Tensor<T>&& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
+                     std::source_location where = std::source_location::current());
+  template <typename T>
+  Tensor<T> ppermute(const Tensor<T>& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
                      std::source_location where = std::source_location::current());
 
   /// Group-shared memory over `axes` (group_shared.hpp): the buffer `name` with `count`

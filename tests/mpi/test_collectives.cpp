@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "mpi_test.hpp"
@@ -311,6 +312,21 @@ std::vector<std::pair<int, int>> make_perm(int which, int n) {
   return p;
 }
 
+/// The op of an lvalue case: `call` gets the block as a const lvalue (all_gather, all_to_all
+/// and ppermute read it where it lies); the block must come back unchanged, and the result
+/// must not share its memory (the block is overwritten before the result is checked).
+template <typename T, typename F>
+std::function<Tensor<T>(DeviceContext&, Tensor<T>)> on_lvalue(F call, std::string what) {
+  return [=](DeviceContext& ctx, Tensor<T> x) {
+    const Tensor<T> before = x;
+    Tensor<T> y = call(ctx, std::as_const(x));
+    EXPECT_TRUE(x.shape() == before.shape() && std::equal(x.begin(), x.end(), before.begin()))
+        << what << ": the lvalue input changed";
+    std::fill(x.begin(), x.end(), T(7));
+    return y;
+  };
+}
+
 /// numpy's canonicalize_axis.
 int canon(int dim, int rank) { return dim < 0 ? dim + rank : dim; }
 
@@ -329,6 +345,7 @@ void add_cases(std::vector<Case<T>>& cs, std::initializer_list<Kind> kinds, cons
     const std::string dims =
         "(" + std::to_string(d1) + ", " + std::to_string(d2) + (tiled ? ", tiled)" : ")");
     Case<T> c{"", ax, shape, nullptr, nullptr, false};
+    std::function<Tensor<T>(DeviceContext&, Tensor<T>)> lvalue_op;
     if (r.kind <= kPmin) {
       static const char* kNames[] = {"psum", "pmean", "pmax", "pmin"};
       const Op op = static_cast<Op>(static_cast<int>(r.kind));
@@ -355,6 +372,8 @@ void add_cases(std::vector<Case<T>>& cs, std::initializer_list<Kind> kinds, cons
       c.what = "all_gather" + dims;
       c.op = [=](DeviceContext& ctx, Tensor<T> x) { return ctx.all_gather(std::move(x), ax, d1, tiled); };
       c.ref = [=](const In& in, int) { return tiled ? concat(in, d) : stack(in, d); };
+      lvalue_op = on_lvalue<T>([=](DeviceContext& ctx, const Tensor<T>& x) { return ctx.all_gather(x, ax, d1, tiled); },
+                               c.what);
     } else if (r.kind == kPsumScatter) {
       const int d = canon(d1, rank);
       c.what = "psum_scatter" + dims;
@@ -368,6 +387,8 @@ void add_cases(std::vector<Case<T>>& cs, std::initializer_list<Kind> kinds, cons
       const int sd = canon(d1, rank), cd = canon(d2, rank);
       c.what = "all_to_all" + dims;
       c.op = [=](DeviceContext& ctx, Tensor<T> x) { return ctx.all_to_all(std::move(x), ax, d1, d2, tiled); };
+      lvalue_op = on_lvalue<T>(
+          [=](DeviceContext& ctx, const Tensor<T>& x) { return ctx.all_to_all(x, ax, d1, d2, tiled); }, c.what);
       c.ref = [=](const In& in, int j) {
         In pieces;  // chunk j of every source, in source order
         for (const auto& x : in) pieces.push_back(piece(x, sd, n, j, tiled));
@@ -377,11 +398,19 @@ void add_cases(std::vector<Case<T>>& cs, std::initializer_list<Kind> kinds, cons
       const auto perm = make_perm(r.perm, n);
       c.what = "ppermute #" + std::to_string(r.perm);
       c.op = [=](DeviceContext& ctx, Tensor<T> x) { return ctx.ppermute(std::move(x), ax, perm); };
+      lvalue_op = on_lvalue<T>([=](DeviceContext& ctx, const Tensor<T>& x) { return ctx.ppermute(x, ax, perm); },
+                               c.what);
       c.ref = [=](const In& in, int j) {
         for (const auto& [src, dst] : perm)
           if (dst == j) return in[static_cast<std::size_t>(src)];
         return Tensor<T>(in[0].shape(), T(0));  // no one sends to j
       };
+    }
+    if (lvalue_op) {  // the same case once more with the input passed as an lvalue
+      Case<T> lc = c;
+      lc.what += " of an lvalue";
+      lc.op = std::move(lvalue_op);
+      cs.push_back(std::move(lc));
     }
     cs.push_back(std::move(c));
   }
