@@ -98,22 +98,21 @@ struct Bench {
   MPI_Comm comm;  // the group's communicator, or MPI_COMM_NULL when raw calls are not comparable
   int n;
 
-  /// One Shard call on `in` (refilled from x first, like the raw side's buffer). psum works
-  /// in place and hands the same buffer back, so it is reused call after call as raw's is;
-  /// the other collectives allocate their result (from memory the Runtime keeps).
-  /// ppermute mirrors raw's Sendrecv from one buffer into another: `result = ppermute(in)`
-  /// reads the lvalue `in` where it lies, and the previous result is dropped first (as raw's
-  /// receive buffer is overwritten), so its buffer comes back. ppermute_chain is a ring of
-  /// shifts, x = ppermute(x): what was received is sent next, so the two buffers swap roles
-  /// call after call (as with `in = ppermute(std::move(in))`, whose result takes the buffer
-  /// the previous input left), and its raw side swaps the same two buffers.
+  /// One Shard call on `in` (refilled from x first, as raw refills its send buffer). psum
+  /// works in place and hands `in`'s buffer back. The others write a new result: the
+  /// previous one is dropped first (as raw's receive buffer is overwritten), so the Runtime
+  /// hands its buffer back; all_gather, all_to_all and ppermute read the lvalue `in` where it
+  /// lies, psum_scatter consumes it and the next refill gets its buffer back. ppermute_chain
+  /// is a ring of shifts, x = ppermute(x): what was received is sent next, so the two buffers
+  /// swap roles call after call (as with `in = ppermute(std::move(in))`, whose result takes
+  /// the buffer the previous input left).
   long faults = 0;  // minor page faults inside timed Shard calls
 
   template <typename T>
   double shard_once(const std::string& c, const Tensor<T>& x, Tensor<T>& in, Tensor<T>& result) {
     if (in.size() != x.size()) in = Tensor<T>(x.shape());
     std::copy(x.begin(), x.end(), in.begin());
-    if (c.starts_with("ppermute")) result = Tensor<T>();
+    if (c != "psum") result = Tensor<T>();
     if (comm != MPI_COMM_NULL) MPI_Barrier(comm);
     const long f0 = shard::apps::minor_faults();
     struct Count {
@@ -123,9 +122,9 @@ struct Bench {
     } count{faults, f0};
     const double t0 = MPI_Wtime();
     if (c == "psum") in = ctx.psum(std::move(in), axes);
-    else if (c == "all_gather") in = ctx.all_gather(std::move(in), axes, 0, true);
-    else if (c == "psum_scatter") in = ctx.psum_scatter(std::move(in), axes, 0, true);
-    else if (c == "all_to_all") in = ctx.all_to_all(std::move(in), axes, 0, 0, true);
+    else if (c == "all_gather") result = ctx.all_gather(in, axes, 0, true);
+    else if (c == "psum_scatter") result = ctx.psum_scatter(std::move(in), axes, 0, true);
+    else if (c == "all_to_all") result = ctx.all_to_all(in, axes, 0, 0, true);
     else result = ctx.ppermute(in, axes, cyclic(n));
     const double t = MPI_Wtime() - t0;
     if (c == "ppermute_chain") std::swap(in, result);
@@ -134,6 +133,7 @@ struct Bench {
 
   template <typename T>
   double raw_once(const std::string& c, const Tensor<T>& x, Tensor<T>& buf, Tensor<T>& out) {
+    if (buf.size() != x.size()) buf = Tensor<T>(x.shape());  // after psum_scatter consumed it
     std::copy(x.begin(), x.end(), buf.begin());
     const MPI_Datatype dt = shard::mpi::datatype<T>();
     const int count = static_cast<int>(x.size());
@@ -179,14 +179,14 @@ struct Bench {
   Row run(const std::string& c, std::int64_t bytes, int repeats) {
     const std::int64_t elems = elements<T>(bytes);
     const Tensor<T> x = random_block<T>(elems, 17 + static_cast<std::uint64_t>(ctx.device()));
-    Tensor<T> buf = x, out({elems * (c == "all_gather" ? n : 1)}), in = x, result(x.shape());
+    Tensor<T> in = x, result(shard::Shape{c == "all_gather" ? elems * n : c == "psum_scatter" ? elems / n : elems});
     const bool raw = comm != MPI_COMM_NULL;
-    // ppermute: raw sends from and receives into the very buffers Shard's calls use (`in`,
-    // and the buffer `result` gets back each call). Two raw Sendrecvs on two different pairs
-    // of 4-16 MiB buffers measured up to 14% apart here, so separate buffers would compare
-    // where the pages lie rather than the code paths.
-    Tensor<T>& raw_in = c.starts_with("ppermute") ? in : buf;
-    Tensor<T>& raw_out = c.starts_with("ppermute") ? result : out;
+    // The raw call sends from and receives into the very buffers Shard's calls use (`in`, and
+    // the buffer `result` gets back each call): two raw Sendrecvs on two different pairs of
+    // 4-16 MiB buffers measured up to 14% apart here, so separate buffers would compare where
+    // the pages lie rather than the code paths.
+    Tensor<T>& raw_in = in;
+    Tensor<T>& raw_out = result;
     // ABBA rounds (Shard, raw, raw, Shard; then the mirror image) cancel drift in the
     // machine's speed; a repetition pairs one Shard call with the raw call next to it.
     std::vector<double> ts, tr;
@@ -211,6 +211,16 @@ struct Bench {
       if (r < 0) continue;
       ts.insert(ts.end(), {s1, s2});
       tr.insert(tr.end(), {w1, w2});
+    }
+    if (raw) {  // the Shard call must leave exactly what the raw call leaves, on every rank
+      shard_once(c, x, in, result);
+      const Tensor<T> got = c == "psum" || c == "ppermute_chain" ? in : result;
+      raw_once(c, x, raw_in, raw_out);
+      int same = got == (c == "psum" || c == "ppermute_chain" ? in : result) ? 1 : 0;
+      MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_MIN, comm);
+      if (!same)
+        shard::raise<shard::ValueError>("collectives_bench: Shard's ", c, " of ", bytes,
+                                        " bytes per device differs from the raw MPI call on the same input");
     }
     Row row{c, elems * static_cast<std::int64_t>(sizeof(T)), repeats, 0};
     if (raw) {  // each repetition counts as long as its slowest rank
@@ -331,7 +341,8 @@ int main(int argc, char** argv) {
          << mesh.to_string() << ", axes " << axes.to_string() << ", " << dtype << "; " << shard::blas_summary()
          << "; keep freed memory: " << (shard::keep_freed_memory() ? "on" : "off") << "\n";
       os << "times are medians of the slowest rank per repetition, in microseconds; raw = the same MPI call on the "
-            "same communicator;\npaired = median of shard/raw over back-to-back pairs (robust to drift); faults = minor page faults per Shard call;\nraw-dflt = raw "
+            "same communicator\nand buffers, and each Shard result was checked equal to the raw call's on the same input;\n"
+            "paired = median of shard/raw over back-to-back pairs (robust to drift); faults = minor page faults per Shard call;\nraw-dflt = raw "
             "under glibc's default malloc policy, measured first, before any memory was kept (rows >= 64K); busbw from "
             "Shard's time\n";
       std::snprintf(line, sizeof line, "%-15s %8s %6s %11s %11s %9s %9s %11s %10s %9s %7s\n", "collective", "bytes", "reps",

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "shard/error.hpp"
+#include "shard/runtime.hpp"
 #include "shard/tensor.hpp"
 
 namespace shard {
@@ -189,6 +190,30 @@ TEST(Tensor, MemoryPeak) {
   }
   EXPECT_EQ(tensor_memory_stats().peak_bytes, base + 4000);  // the peak stays until reset
   EXPECT_EQ(tensor_memory_stats().live_bytes, base);
+}
+
+TEST(Tensor, LargeBuffersStartOnACacheLine) {
+  // From 16 KiB on (sizes the buffer cache keeps), every buffer starts on a 64-byte line,
+  // whether fresh, reused from the cache or allocated with the cache off; contents survive.
+  const bool was = keep_freed_memory();
+  for (bool keep : {true, false}) {
+    set_keep_freed_memory(keep);
+    for (std::int64_t n : {2048, 2049, 4099, 131075, 1 << 20}) {
+      for (int round = 0; round < 3; ++round) {
+        std::vector<Tensor<double>> ts;
+        for (int k = 0; k < 3; ++k) {
+          ts.emplace_back(Shape{n});
+          EXPECT_EQ(reinterpret_cast<std::uintptr_t>(ts.back().data()) % 64, 0u) << n << " doubles";
+          for (std::int64_t i = 0; i < n; ++i) ts.back()[i] = static_cast<double>(i * (k + 3) % 1009) - 500.5;
+        }
+        for (int k = 0; k < 3; ++k)
+          for (std::int64_t i = 0; i < n; i += 97)
+            ASSERT_EQ(ts[static_cast<std::size_t>(k)][i], static_cast<double>(i * (k + 3) % 1009) - 500.5);
+      }
+    }
+    release_cached_tensor_memory();
+  }
+  set_keep_freed_memory(was);
 }
 
 TEST(Tensor, BorrowViewsMemoryItDoesNotOwn) {
