@@ -246,7 +246,7 @@ void shared_window_barrier(const Mesh& mesh, const SharedWindow& w, const std::s
     s.name = "group_shared barrier '" + name + "'";
     s.axes = w.axes;
     s.axes_text = w.axes_text;
-    s.group_size = static_cast<int>(w.slots.size());
+    s.group_size = w.size;
     s.in_shape = s.out_shape = Shape{static_cast<std::int64_t>(w.bytes)};
     s.dtype = "bytes";
     std::vector<int> devices{g.devices[static_cast<std::size_t>(w.index)]};

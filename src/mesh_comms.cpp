@@ -114,7 +114,8 @@ SharedWindow& MeshComms::shared_window(const std::vector<int>& axes, const std::
   int disp = 0;
   char* first = nullptr;
   mpi::check(MPI_Win_shared_query(w->win, 0, &sz, &disp, &first), "MPI_Win_shared_query");
-  for (int r = 0; r < n; ++r) w->slots.push_back(first + static_cast<std::size_t>(r) * bytes);
+  w->base = first;
+  w->size = n;
   std::lock_guard lock(mutex_);
   return *windows_.emplace(key, std::move(w)).first->second;
 }

@@ -185,8 +185,6 @@ struct Bench {
     // the buffer `result` gets back each call): two raw Sendrecvs on two different pairs of
     // 4-16 MiB buffers measured up to 14% apart here, so separate buffers would compare where
     // the pages lie rather than the code paths.
-    Tensor<T>& raw_in = in;
-    Tensor<T>& raw_out = result;
     // ABBA rounds (Shard, raw, raw, Shard; then the mirror image) cancel drift in the
     // machine's speed; a repetition pairs one Shard call with the raw call next to it.
     std::vector<double> ts, tr;
@@ -199,24 +197,25 @@ struct Bench {
         s2 = shard_once(c, x, in, result);
       } else if ((r / 2) % 2 == 0) {
         s1 = shard_once(c, x, in, result);
-        w1 = raw_once(c, x, raw_in, raw_out);
-        w2 = raw_once(c, x, raw_in, raw_out);
+        w1 = raw_once(c, x, in, result);
+        w2 = raw_once(c, x, in, result);
         s2 = shard_once(c, x, in, result);
       } else {
-        w1 = raw_once(c, x, raw_in, raw_out);
+        w1 = raw_once(c, x, in, result);
         s1 = shard_once(c, x, in, result);
         s2 = shard_once(c, x, in, result);
-        w2 = raw_once(c, x, raw_in, raw_out);
+        w2 = raw_once(c, x, in, result);
       }
       if (r < 0) continue;
       ts.insert(ts.end(), {s1, s2});
       tr.insert(tr.end(), {w1, w2});
     }
     if (raw) {  // the Shard call must leave exactly what the raw call leaves, on every rank
+      auto left = [&]() -> const Tensor<T>& { return c == "psum" || c == "ppermute_chain" ? in : result; };
       shard_once(c, x, in, result);
-      const Tensor<T> got = c == "psum" || c == "ppermute_chain" ? in : result;
-      raw_once(c, x, raw_in, raw_out);
-      int same = got == (c == "psum" || c == "ppermute_chain" ? in : result) ? 1 : 0;
+      const Tensor<T> got = left();
+      raw_once(c, x, in, result);
+      int same = got == left() ? 1 : 0;
       MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_MIN, comm);
       if (!same)
         shard::raise<shard::ValueError>("collectives_bench: Shard's ", c, " of ", bytes,

@@ -29,18 +29,24 @@ using shard::Tensor;
 #define TRAIN_SIMD_CLONES
 #endif
 
+/// C [m, n] (row stride ldc) = op(A) @ op(B) for raw row-major operands.
+void sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
+           const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (std::int64_t r = 0; r < m; ++r) std::fill(c + r * ldc, c + r * ldc + n, 0.0f);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), 0.0f,
+              c, static_cast<int>(ldc));
+}
+
 /// c[m, n] = op(A) @ op(B) with row-major operands; ta/tb transpose A [k, m] / B [n, k].
 void gemm_into(const Tensor<float>& a, bool ta, const Tensor<float>& b, bool tb, float* c) {
   const std::int64_t m = ta ? a.shape()[1] : a.shape()[0], k = ta ? a.shape()[0] : a.shape()[1];
   const std::int64_t n = tb ? b.shape()[0] : b.shape()[1];
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    std::fill(c, c + m * n, 0.0f);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-              static_cast<int>(n), static_cast<int>(k), 1.0f, a.data(), static_cast<int>(a.shape()[1]), b.data(),
-              static_cast<int>(b.shape()[1]), 0.0f, c, static_cast<int>(n));
+  sgemm(ta, tb, m, n, k, a.data(), a.shape()[1], b.data(), b.shape()[1], c, n);
 }
 
 Tensor<float> gemm(const Tensor<float>& a, bool ta, const Tensor<float>& b, bool tb) {
@@ -84,6 +90,16 @@ Forward forward(shard::DeviceContext& ctx, const std::vector<Layer>& layers, con
     f.pre.push_back(std::move(z));
   }
   return f;
+}
+
+/// out[j] = sum over r < rows of d[r * ld + j], for j < n (a bias gradient: the column sums
+/// of dZ), summed row after row.
+void column_sums(const float* d, std::int64_t rows, std::int64_t ld, std::int64_t n, float* __restrict out) {
+  std::fill(out, out + n, 0.0f);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* __restrict dr = d + r * ld;
+    for (std::int64_t j = 0; j < n; ++j) out[j] += dr[j];
+  }
 }
 
 /// dZ of layer i - 1 from dZ of layer i (i > 0): through W_i (one psum over 'model' for a
@@ -304,19 +320,6 @@ Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shar
   return m;
 }
 
-/// C [m, n] (row stride ldc) = op(A) @ op(B) for raw row-major operands.
-void sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
-           const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (std::int64_t r = 0; r < m; ++r) std::fill(c + r * ldc, c + r * ldc + n, 0.0f);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-              static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), 0.0f,
-              c, static_cast<int>(ldc));
-}
-
 /// A data-parallel step through group-shared memory over 'data' (Model::shared), for one
 /// replica of a group of N on one node. Every layer's input A_i and output gradient dZ_i of the
 /// whole batch (B = N x this replica's rows) live once in group-shared memory, and the replicas
@@ -452,12 +455,7 @@ float step_shared(shard::DeviceContext& ctx, Model& m, const Hyper& h, const Ten
         const std::int64_t nr = n_out[i] > 0 ? share[p] / n_out[i] : 0, f0 = n_out[i] > 0 ? first[p] / n_out[i] : 0;
         sgemm(true, false, nr, n_out[i], rows, a + f0, n_in[i], dzs, n_out[i], g.data(), n_out[i]);
       } else {  // columns [first, first + share) of the column sums of dZ over the whole batch
-        float* __restrict db = g.data();
-        std::fill(db, db + share[p], 0.0f);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          const float* __restrict d = dzs + r * n_out[i] + first[p];
-          for (std::int64_t j = 0; j < share[p]; ++j) db[j] += d[j];
-        }
+        column_sums(dzs + first[p], rows, n_out[i], share[p], g.data());
       }
       float* s1 = h.optimizer == "adam" ? block_of(m.state[np + p], dev).data() : nullptr;
       optimizer_update(h, share[p], block_of(m.params[p], dev).data() + first[p], g.data(),
@@ -504,12 +502,7 @@ double train_step(Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
       const std::int64_t rows = dz.shape()[0], n = dz.shape()[1];
       Tensor<float> dbias;
       if (m.state_split(pb)) dbias = Tensor<float>({n});
-      float* __restrict db = m.state_split(pb) ? dbias.data() : flat.data() + offset[pb];
-      std::fill(db, db + n, 0.0f);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const float* __restrict d = dz.data() + r * n;
-        for (std::int64_t j = 0; j < n; ++j) db[j] += d[j];
-      }
+      column_sums(dz.data(), rows, n, n, m.state_split(pb) ? dbias.data() : flat.data() + offset[pb]);
       if (m.state_split(pb)) scattered[pb] = ctx.psum_scatter(std::move(dbias), "data", 0, true);
       if (i == 0) break;
       dz = input_gradient(ctx, layers, i, f, params, dz);

@@ -20,7 +20,7 @@
 /// replica's batch as one matrix that a single gemm reads.
 ///
 /// Windows are created on first use (collective over the group) and cached on the mesh by
-/// (axes, name, elements); they are freed with the mesh, so a mesh that used one must be
+/// (axes, name, bytes per slot); they are freed with the mesh, so a mesh that used one must be
 /// destroyed at the same point of the program on every rank (as any SPMD object). A barrier
 /// of any buffer over `axes` orders the writes to all of them (MPI_Win_sync on each).
 
@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <source_location>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,8 @@ namespace detail {
 /// to back in the segment of the group's first rank.
 struct SharedWindow {
   MPI_Win win = MPI_WIN_NULL;
-  std::vector<void*> slots;
+  char* base = nullptr;  ///< slot 0; slot i starts i * bytes after it
+  int size = 0;          ///< devices in the group
   int index = 0;
   std::size_t bytes = 0;
   std::vector<int> axes;
@@ -66,17 +68,20 @@ class GroupShared {
       : mesh_(&mesh), w_(w), name_(std::move(name)) {}
 
   /// Devices in the group (N) and this device's axis index.
-  int size() const { return static_cast<int>(w_->slots.size()); }
+  int size() const { return w_->size; }
   int index() const { return w_->index; }
   /// Elements per slot.
   std::int64_t count() const { return static_cast<std::int64_t>(w_->bytes / sizeof(T)); }
   /// This device's slot (write it between barriers; the others read it after the next one).
-  T* mine() const { return static_cast<T*>(w_->slots[static_cast<std::size_t>(w_->index)]); }
+  T* mine() const { return stacked() + static_cast<std::int64_t>(w_->index) * count(); }
   /// The slot of the device with axis index i.
-  const T* slot(int i) const { return static_cast<const T*>(w_->slots.at(static_cast<std::size_t>(i))); }
+  const T* slot(int i) const {
+    if (i < 0 || i >= size()) throw std::out_of_range("GroupShared::slot: no device " + std::to_string(i) + " in the group");
+    return stacked() + static_cast<std::int64_t>(i) * count();
+  }
 
   /// Every slot as one writable array: size() * count() elements, slot i at i * count().
-  T* stacked() const { return static_cast<T*>(w_->slots.front()); }
+  T* stacked() const { return reinterpret_cast<T*>(w_->base); }
 
   /// Collective over the group: every device's writes before it are visible to every device
   /// after it. Between two barriers, an element that one device writes is neither read nor

@@ -2,7 +2,8 @@
 /// \file Tensor<T>: a dense, row-major, owning N-D block in this process's memory (or, made
 /// with Tensor::borrow, a view of memory owned elsewhere).
 /// Value semantics (copies are deep, moves are cheap). Storage comes from operator new
-/// (16-byte aligned) and is left uninitialised unless a fill value is given. Local only:
+/// (16-byte aligned; buffers of 16 KiB or more start on a 64-byte cache line and are kept for
+/// reuse, see tensor.cpp) and is left uninitialised unless a fill value is given. Local only:
 /// nothing here communicates.
 
 #include <algorithm>
