@@ -3,13 +3,36 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <limits>
 #include <tuple>
+
+#include "shard/error.hpp"
 
 namespace shard {
 
 std::int64_t num_elements(const Shape& shape) {
   std::int64_t n = 1;
   for (auto d : shape) n *= d;
+  return n;
+}
+
+std::int64_t checked_num_elements(const Shape& shape, std::size_t elem_size, const char* what) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  std::int64_t n = 1;
+  bool overflow = false;
+  for (auto d : shape) {
+    if (d < 0)
+      raise<ValueError>(what, ": shape ", to_string(shape), " has a negative dimension; every dim must be >= 0");
+    if (d != 0 && n > kMax / d) overflow = true;
+    else n *= d;
+  }
+  for (auto d : shape)
+    if (d == 0) return 0;  // an empty array is valid however large its other dims
+  const auto es = static_cast<std::int64_t>(elem_size);
+  if (overflow || (es > 0 && n > kMax / es))
+    raise<ValueError>(what, ": shape ", to_string(shape), overflow ? " has more elements than int64 can count" : "",
+                      overflow ? "" : " needs more bytes than int64 can count", " (", es,
+                      " bytes per element); no array of this shape can exist");
   return n;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 
 #include "shard/comm_stats.hpp"
 #include "shard/detail/collective.hpp"
@@ -62,10 +63,13 @@ int count_of(std::int64_t n, const CollectiveSpec& s) {
   return static_cast<int>(n);
 }
 
+template <typename T>
 MPI_Op mpi_op(ReduceOp op) {
+  constexpr bool kBool = std::is_same_v<T, bool>;  // MPI's logical ops: max is or, min is and
   switch (op) {
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kMax: return kBool ? MPI_LOR : MPI_MAX;
+    case ReduceOp::kMin: return kBool ? MPI_LAND : MPI_MIN;
+    case ReduceOp::kProd: return MPI_PROD;
     default: return MPI_SUM;
   }
 }
@@ -82,8 +86,26 @@ void combine(Tensor<T>& acc, const Tensor<T>& x, ReduceOp op) {
     case ReduceOp::kMin:
       for (std::int64_t i = 0; i < n; ++i) a[i] = b[i] < a[i] ? b[i] : a[i];
       break;
+    case ReduceOp::kProd:
+      if constexpr (!std::is_same_v<T, bool>)
+        for (std::int64_t i = 0; i < n; ++i) a[i] = static_cast<T>(a[i] * b[i]);
+      break;
     default:
-      for (std::int64_t i = 0; i < n; ++i) a[i] += b[i];
+      if constexpr (!std::is_same_v<T, bool>)
+        for (std::int64_t i = 0; i < n; ++i) a[i] = static_cast<T>(a[i] + b[i]);
+  }
+}
+
+/// Sums of bool have no MPI operation (and no meaning in JAX): a metadata error, raised the
+/// same on every rank before any communication.
+template <typename T>
+void check_dtype(const CollectiveSpec& s) {
+  if constexpr (std::is_same_v<T, bool>) {
+    const bool sums = s.kind == CollectiveKind::kPsumScatter ||
+                      (s.kind == CollectiveKind::kReduce && s.op != ReduceOp::kMax && s.op != ReduceOp::kMin);
+    if (sums)
+      raise<ValueError>(s.name, " over ", s.axes_text, " of a bool array: sums of bool are not defined; convert "
+                        "with astype<std::int32_t>(x) first (pmax is a logical or, pmin a logical and)");
   }
 }
 
@@ -122,14 +144,15 @@ void run_reduce(const CollectiveSpec& s, const DeviceGroup& g, const std::vector
     const int c = count_of(acc.size(), s);
     mpi_call(
         s, g, "MPI_Allreduce",
-        [&] { return MPI_Allreduce(MPI_IN_PLACE, acc.data(), c, mpi::datatype<T>(), mpi_op(s.op), g.comm.get()); },
+        [&] { return MPI_Allreduce(MPI_IN_PLACE, acc.data(), c, mpi::datatype<T>(), mpi_op<T>(s.op), g.comm.get()); },
         [&](MPI_Request* r) {
-          return MPI_Iallreduce(MPI_IN_PLACE, acc.data(), c, mpi::datatype<T>(), mpi_op(s.op), g.comm.get(), r);
+          return MPI_Iallreduce(MPI_IN_PLACE, acc.data(), c, mpi::datatype<T>(), mpi_op<T>(s.op), g.comm.get(), r);
         });
     comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(acc.bytes()));
   }
   if (s.op == ReduceOp::kMean)
-    for (auto& v : acc) v = static_cast<T>(v / static_cast<T>(s.group_size));
+    if constexpr (!std::is_same_v<T, bool>)
+      for (auto& v : acc) v = static_cast<T>(v / static_cast<T>(s.group_size));
   hand_out(acc, m, outs);
 }
 
@@ -466,6 +489,7 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
 template <typename T>
 void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
                         std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs, const std::source_location& where) {
+  check_dtype<T>(s);
   if (collective_guard_on()) [[unlikely]]
     guard_collective(mesh, s, devices, where);
   outs.resize(ins.size());
@@ -502,29 +526,17 @@ void execute_gather_like(const Mesh& mesh, const CollectiveSpec& s, const std::v
   }
 }
 
-template void execute_gather_like<float>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                         const std::vector<const Tensor<float>*>&, std::vector<Tensor<float>>&,
-    const std::source_location&);
-template void execute_collective<float>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                        std::vector<Tensor<float>>&, std::vector<Tensor<float>>&,
-    const std::source_location&);
-template void execute_gather_like<double>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                         const std::vector<const Tensor<double>*>&, std::vector<Tensor<double>>&,
-    const std::source_location&);
-template void execute_collective<double>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                         std::vector<Tensor<double>>&, std::vector<Tensor<double>>&,
-    const std::source_location&);
-template void execute_gather_like<std::int32_t>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                         const std::vector<const Tensor<std::int32_t>*>&, std::vector<Tensor<std::int32_t>>&,
-    const std::source_location&);
-template void execute_collective<std::int32_t>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                               std::vector<Tensor<std::int32_t>>&, std::vector<Tensor<std::int32_t>>&,
-    const std::source_location&);
-template void execute_gather_like<std::int64_t>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                         const std::vector<const Tensor<std::int64_t>*>&, std::vector<Tensor<std::int64_t>>&,
-    const std::source_location&);
-template void execute_collective<std::int64_t>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                               std::vector<Tensor<std::int64_t>>&, std::vector<Tensor<std::int64_t>>&,
-    const std::source_location&);
+#define SHARD_INSTANTIATE_EXEC(T)                                                                          \
+  template void execute_gather_like<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,                \
+                                       const std::vector<const Tensor<T>*>&, std::vector<Tensor<T>>&,            \
+                                       const std::source_location&);                                             \
+  template void execute_collective<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,                 \
+                                      std::vector<Tensor<T>>&, std::vector<Tensor<T>>&, const std::source_location&);
+SHARD_INSTANTIATE_EXEC(bool)
+SHARD_INSTANTIATE_EXEC(float)
+SHARD_INSTANTIATE_EXEC(double)
+SHARD_INSTANTIATE_EXEC(std::int32_t)
+SHARD_INSTANTIATE_EXEC(std::int64_t)
+#undef SHARD_INSTANTIATE_EXEC
 
 }  // namespace shard::detail

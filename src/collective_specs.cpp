@@ -51,7 +51,7 @@ void resolve_axes(const Mesh& mesh, const SpecEntry& axes, CollectiveSpec& spec)
 }
 
 CollectiveSpec reduce_spec(const Mesh& mesh, ReduceOp op, const SpecEntry& axes, const Shape& shape) {
-  static const char* kNames[] = {"psum", "pmean", "pmax", "pmin"};
+  static const char* kNames[] = {"psum", "pmean", "pmax", "pmin", "pprod"};
   CollectiveSpec s = base(mesh, kNames[static_cast<int>(op)], CollectiveKind::kReduce, axes, shape);
   s.op = op;
   return s;

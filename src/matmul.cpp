@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "shard/detail/collective.hpp"
-#include "shard/detail/local_gemm.hpp"
+#include "shard/ops.hpp"
 #include "shard/error.hpp"
 
 namespace shard {
@@ -59,25 +59,6 @@ void check_shapes(const Shape& a, const Shape& b) {
                       " do not multiply; need A[.., M, K] and B[K, N] or B[.., K, N] with the same leading dims");
 }
 
-/// Local block product: out[.., m, n] = a[.., m, k] @ b[(..,) k, n].
-template <typename T>
-Tensor<T> block_product(const Tensor<T>& a, const Tensor<T>& b) {
-  const int ra = a.rank();
-  const std::int64_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[b.rank() - 1];
-  Shape out_shape(a.shape().begin(), a.shape().end() - 1);
-  out_shape.push_back(n);
-  Tensor<T> out(out_shape, T(0));
-  const std::int64_t batches = num_elements(Shape(a.shape().begin(), a.shape().end() - 2));
-  const bool batched_b = b.rank() > 2;
-  for (std::int64_t i = 0; i < batches; ++i) {
-    const T* pa = a.data() + i * m * k;
-    const T* pb = b.data() + (batched_b ? i * k * n : 0);
-    T* pc = out.data() + i * m * n;
-    detail::gemm_acc(m, n, k, pa, k, pb, n, pc, n);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string MatmulPlan::to_string() const {
@@ -90,14 +71,17 @@ std::string MatmulPlan::to_string() const {
 
 MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape, const NamedSharding& b,
                        std::size_t elem_size) {
-  detail::check_same_mesh(a.mesh(), b.mesh(), "matmul");
+  detail::check_same_devices(a.mesh(), b.mesh(), "matmul");
   check_shapes(a_shape, b_shape);
   const int ra = static_cast<int>(a_shape.size()), rb = static_cast<int>(b_shape.size());
-  const SpecEntry ka = a.spec()[ra - 1], kb = b.spec()[rb - 2];
+  // B's layout spelled on A's mesh (the candidates below name A's mesh axes); a B on another
+  // mesh without such a spelling counts as unsplit there, and its reshard costs what it costs.
+  const PartitionSpec b_spec = equivalent_sharding(b, b_shape, a.mesh()).value_or(NamedSharding(a.mesh(), P())).spec();
+  const SpecEntry ka = a.spec()[ra - 1], kb = b_spec[rb - 2];
   MatmulPlan best;
   std::int64_t best_cost = -1;
   for (const SpecEntry& k : {ka, kb, SpecEntry()}) {
-    const Layout l = layout_for(a.spec(), ra, b.spec(), rb, k);
+    const Layout l = layout_for(a.spec(), ra, b_spec, rb, k);
     const NamedSharding na(a.mesh(), l.a), nb(a.mesh(), l.b), no(a.mesh(), l.out);
     std::int64_t cost = plan_reshard(a_shape, a, na, elem_size).total_bytes() +
                         plan_reshard(b_shape, b, nb, elem_size).total_bytes();
@@ -107,7 +91,7 @@ MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape
       c_shape.push_back(b_shape.back());
       cost += 2 * num_elements(no.shard_shape(c_shape)) * static_cast<std::int64_t>(elem_size) * a.mesh().size();
     }
-    if (reshards == 0 && l.a == a.spec() && l.b == b.spec())  // already a supported layout: keep it
+    if (reshards == 0 && l.a == a.spec() && l.b == b_spec)  // already a supported layout: keep it
       return MatmulPlan{l.a, l.b, l.out, l.k, 0};
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
@@ -121,8 +105,9 @@ template <typename T>
 ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out) {
   const MatmulPlan p = plan_matmul(a.shape(), a.sharding(), b.shape(), b.sharding(), sizeof(T));
   const Mesh& mesh = a.mesh();
-  const ShardedArray<T> la = a.spec() == p.a ? a : reshard(a, NamedSharding(mesh, p.a));
-  const ShardedArray<T> lb = b.spec() == p.b ? b : reshard(b, NamedSharding(mesh, p.b));
+  const NamedSharding want_a(mesh, p.a), want_b(mesh, p.b);
+  const ShardedArray<T> la = a.sharding() == want_a ? a : reshard(a, want_a);
+  const ShardedArray<T> lb = b.sharding() == want_b ? b : reshard(b, want_b);
   Shape c_shape(a.shape().begin(), a.shape().end() - 1);
   c_shape.push_back(b.shape().back());
   const NamedSharding natural(mesh, p.out);
@@ -130,7 +115,7 @@ ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>&
   std::vector<Tensor<T>> blocks;
   std::vector<int> devices;
   for (std::size_t i = 0; i < la.addressable_shards().size(); ++i) {
-    blocks.push_back(block_product(la.addressable_shards()[i].data, lb.addressable_shards()[i].data));
+    blocks.push_back(matmul(la.addressable_shards()[i].data, lb.addressable_shards()[i].data));
     devices.push_back(la.addressable_shards()[i].device);
   }
   auto assemble = [&](std::vector<Tensor<T>>& data, const NamedSharding& s) {
@@ -173,6 +158,7 @@ ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>&
 
 #define SHARD_INSTANTIATE(T) \
   template ShardedArray<T> matmul_by_rules<T>(const ShardedArray<T>&, const ShardedArray<T>&, const NamedSharding*);
+SHARD_INSTANTIATE(bool)
 SHARD_INSTANTIATE(float)
 SHARD_INSTANTIATE(double)
 SHARD_INSTANTIATE(std::int32_t)

@@ -6,6 +6,7 @@
 #include "shard/error.hpp"
 #include "shard/linalg.hpp"
 #include "shard/matmul.hpp"
+#include "shard/ops.hpp"
 #include "shard/reshard.hpp"
 #include "shard/scalapack.hpp"
 
@@ -53,6 +54,23 @@ Algorithm choose_algorithm(const Shape& a_shape, const NamedSharding& a, const S
 template <typename T>
 ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out,
                        Algorithm algorithm) {
+  if (a.ndim() == 0 || b.ndim() == 0)
+    raise<ShapeError>("matmul: operands must have at least one dim, got shapes ", to_string(a.shape()), " and ",
+                      to_string(b.shape()), " (use * or dot for scalars)");
+  if (a.ndim() == 1 || b.ndim() == 1) {  // numpy: vectors become matrices, the added dims go again
+    if (a.ndim() == 1 && b.ndim() == 1) {
+      ShardedArray<T> c = vdot(a, b);
+      return out && !(*out == c.sharding()) ? reshard(c, *out) : c;
+    }
+    const ShardedArray<T> c = matmul(a.ndim() == 1 ? expand_dims(a, 0) : a, b.ndim() == 1 ? expand_dims(b, -1) : b,
+                                     nullptr, algorithm);
+    ShardedArray<T> r = squeeze(c, Dims{a.ndim() == 1 ? c.ndim() - 2 : c.ndim() - 1});
+    return out && !(*out == r.sharding()) ? reshard(r, *out) : r;
+  }
+  if (!(a.mesh() == b.mesh())) {  // B on another mesh over the same devices: spelled on A's if it can be
+    detail::check_same_devices(a.mesh(), b.mesh(), "matmul");
+    if (auto eq = equivalent_sharding(b.sharding(), b.shape(), a.mesh())) return matmul(a, reshard(b, *eq), out, algorithm);
+  }
   if (algorithm == Algorithm::kAuto) {
     algorithm = choose_algorithm(a.shape(), a.sharding(), b.shape(), b.sharding());
     if constexpr (!std::is_floating_point_v<T>) algorithm = Algorithm::kRules;
@@ -72,6 +90,7 @@ ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const
 #define SHARD_INSTANTIATE(T)                                                                            \
   template ShardedArray<T> matmul<T>(const ShardedArray<T>&, const ShardedArray<T>&, const NamedSharding*, \
                                      Algorithm);
+SHARD_INSTANTIATE(bool)
 SHARD_INSTANTIATE(float)
 SHARD_INSTANTIATE(double)
 SHARD_INSTANTIATE(std::int32_t)

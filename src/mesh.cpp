@@ -70,6 +70,27 @@ Mesh::Mesh(std::vector<int> shape, std::vector<std::string> axis_names, std::vec
   state_->names = std::move(axis_names);
   state_->devices = std::move(device_ids);
   state_->topology = std::move(topology);
+  state_ = intern(std::move(state_));
+}
+
+std::shared_ptr<Mesh::State> Mesh::intern(std::shared_ptr<State> s) {
+  // Meshes alive in this process: PositionalSharding's conversions and pmap build the same
+  // mesh again and again, and each state would otherwise create its own communicators.
+  static auto* mutex = new std::mutex;  // never destroyed: meshes may die during exit
+  static auto* states = new std::vector<std::weak_ptr<State>>;
+  std::lock_guard lock(*mutex);
+  std::shared_ptr<State> found;
+  std::erase_if(*states, [&](const std::weak_ptr<State>& w) {
+    auto p = w.lock();
+    if (!p) return true;
+    if (!found && p->shape == s->shape && p->names == s->names && p->devices == s->devices &&
+        p->topology == s->topology)
+      found = std::move(p);
+    return false;
+  });
+  if (found) return found;
+  states->push_back(s);
+  return s;
 }
 
 int Mesh::ndim() const { return static_cast<int>(state_->shape.size()); }

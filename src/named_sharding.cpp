@@ -1,5 +1,7 @@
 #include "shard/named_sharding.hpp"
 
+#include <algorithm>
+
 #include "shard/error.hpp"
 
 namespace shard {
@@ -117,6 +119,66 @@ std::string NamedSharding::to_string() const {
 
 bool NamedSharding::operator==(const NamedSharding& other) const {
   return mesh_ == other.mesh_ && spec_ == other.spec_;
+}
+
+std::optional<NamedSharding> equivalent_sharding(const NamedSharding& s, const Shape& shape, const Mesh& mesh) {
+  const Mesh& from = s.mesh();
+  if (from == mesh) return s;
+  std::vector<int> a = from.device_ids(), b = mesh.device_ids();
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  if (a != b) return std::nullopt;
+  s.check_shape(shape);
+  const auto& ids = mesh.device_ids();
+  std::vector<std::vector<int>> coords;
+  for (int d : ids) coords.push_back(mesh.coords(d));
+  std::vector<SpecEntry> entries;
+  std::vector<bool> used(static_cast<std::size_t>(mesh.ndim()), false);
+  for (int dim = 0; dim < static_cast<int>(shape.size()); ++dim) {
+    const int parts = s.num_parts(dim);
+    if (parts == 1) {
+      entries.emplace_back();
+      continue;
+    }
+    std::vector<int> part(ids.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) part[i] = s.part_index(ids[i], dim);
+    // The mesh axes along which the part index changes: the candidates for this dim.
+    std::vector<int> axes;
+    int size = 1;
+    for (int ax = 0; ax < mesh.ndim(); ++ax) {
+      if (mesh.shape()[ax] == 1) continue;
+      bool varies = false;
+      for (std::size_t i = 0; i < ids.size() && !varies; ++i) {
+        auto c = coords[i];
+        c[ax] = (c[ax] + 1) % mesh.shape()[ax];
+        varies = part[i] != part[static_cast<std::size_t>(mesh.flat_index(mesh.device_at(c)))];
+      }
+      if (varies) {
+        if (used[ax]) return std::nullopt;
+        axes.push_back(ax);
+        size *= mesh.shape()[ax];
+      }
+    }
+    if (size != parts) return std::nullopt;
+    bool found = false;
+    do {  // the order of the axes (major to minor) that reproduces the part index
+      bool ok = true;
+      for (std::size_t i = 0; i < ids.size() && ok; ++i) {
+        int idx = 0;
+        for (int ax : axes) idx = idx * mesh.shape()[ax] + coords[i][ax];
+        ok = idx == part[i];
+      }
+      found = ok;
+    } while (!found && std::next_permutation(axes.begin(), axes.end()));
+    if (!found) return std::nullopt;
+    std::vector<std::string> names;
+    for (int ax : axes) {
+      used[ax] = true;
+      names.push_back(mesh.axis_names()[ax]);
+    }
+    entries.emplace_back(names);
+  }
+  return NamedSharding(mesh, PartitionSpec(std::move(entries)));
 }
 
 }  // namespace shard

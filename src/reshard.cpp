@@ -2,9 +2,13 @@
 //   kNone / kLocal   x[from] -> x[to] by local copies or slices, no communication
 //   kAllGather       x[.., (A, a), ..] -> x[.., A, ..]     all_gather(a, tiled) of the blocks
 //   kAllToAll        x[(A, a), (B)] -> x[A, (B, a)]        all_to_all(a, split=j, concat=i)
-//   kGeneral         one MPI_Alltoallv: each device receives exactly the intersections of its
-//                    new box with the old boxes it does not hold, each from one holder (a
-//                    holder on its own rank when there is one: then it is a local copy)
+//   kGeneral         one MPI_Alltoallv (redistribute.hpp): each device receives exactly the
+//                    intersections of its new box with the old boxes it does not hold, each
+//                    from one holder (a holder on its own rank when there is one: then it is
+//                    a local copy)
+// Across meshes over the same devices, the old layout is first spelled on the new mesh when
+// it can be (equivalent_sharding: no data moves), and the rules above apply; otherwise the
+// local or general rule runs between the two meshes.
 
 #include "shard/reshard.hpp"
 
@@ -18,6 +22,7 @@
 #include "shard/detail/mesh_comms.hpp"
 #include "shard/error.hpp"
 #include "shard/runtime.hpp"
+#include "redistribute.hpp"
 
 namespace shard {
 
@@ -30,18 +35,27 @@ void check_same_mesh(const Mesh& a, const Mesh& b, const std::string& what) {
                            "); put both on the same mesh (same devices in the same order) first");
 }
 
+void check_same_devices(const Mesh& a, const Mesh& b, const std::string& what) {
+  if (a == b) return;
+  std::vector<int> da = a.device_ids(), db = b.device_ids();
+  std::sort(da.begin(), da.end());
+  std::sort(db.begin(), db.end());
+  if (da == db) return;
+  auto list = [](const std::vector<int>& v) {
+    std::string t = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) t += (i ? ", " : "") + std::to_string(v[i]);
+    return t + "]";
+  };
+  raise<MeshMismatchError>(what, ": devices of all arrays should be the same: one array is on device ids ", list(da),
+                           " (", a.to_string(), ") and another on device ids ", list(db), " (", b.to_string(),
+                           "); put both on one set of devices first");
+}
+
 }  // namespace detail
 
 namespace {
 
 using Kind = ReshardPlan::Kind;
-
-/// A piece of the general plan: the part `box` of the array moves from device src to dst.
-struct Piece {
-  int src;
-  int dst;
-  Box box;
-};
 
 /// The kAllGather / kAllToAll shape of a spec change, if it has one: exactly one axis leaves
 /// the minor end of entry i, and (all_to_all) joins the minor end of entry j.
@@ -93,40 +107,11 @@ std::vector<std::int64_t> group_bytes(const Mesh& mesh, const std::string& axis,
   return out;
 }
 
-/// The general plan's pieces, identical on every rank. Target devices whose box another
-/// device of the same rank already receives get nothing: they copy it locally afterwards.
-std::vector<Piece> general_pieces(const Shape& shape, const NamedSharding& from, const NamedSharding& to) {
-  const Mesh& mesh = from.mesh();
-  const Topology& topo = mesh.topology();
-  std::map<Box, std::vector<int>> holders;  // old box -> devices holding it, mesh order
-  for (int d : mesh.device_ids()) {
-    Box b = from.box(d, shape);
-    if (!b.empty()) holders[b].push_back(d);
-  }
-  std::vector<Piece> pieces;
-  std::map<std::pair<int, Box>, bool> received;  // (rank, new box) already covered
-  int k = 0;
-  for (int d : mesh.device_ids()) {
-    const Box target = to.box(d, shape);
-    if (target.empty() || !received.emplace(std::make_pair(topo.owner(d), target), true).second) continue;
-    for (const auto& [box, hs] : holders) {
-      const Box part = intersect(target, box);
-      if (part.empty()) continue;
-      int src = -1;
-      if (std::find(hs.begin(), hs.end(), d) != hs.end()) src = d;
-      for (int h : hs)
-        if (src < 0 && topo.owner(h) == topo.owner(d)) src = h;
-      if (src < 0) src = hs[static_cast<std::size_t>(k) % hs.size()];  // spread the load over replicas
-      pieces.push_back({src, d, part});
-    }
-    ++k;
-  }
+/// The general plan's sources: every box of the old layout with the devices holding it.
+std::vector<detail::SourcePiece> old_boxes(const Shape& shape, const NamedSharding& from) {
+  std::vector<detail::SourcePiece> pieces;
+  for (int d : from.mesh().device_ids()) pieces.push_back({d, 0, from.box(d, shape)});
   return pieces;
-}
-
-int mpi_int(std::int64_t n) {
-  if (n > INT_MAX) raise<ValueError>("reshard: ", n, " elements between two ranks exceed MPI's int count limit");
-  return static_cast<int>(n);
 }
 
 }  // namespace
@@ -145,6 +130,7 @@ std::string ReshardPlan::to_string() const {
   if (kind == Kind::kAllGather) os << " over '" << axis << "' along dim " << dim;
   if (kind == Kind::kAllToAll) os << " over '" << axis << "' (split dim " << dim2 << ", concat dim " << dim << ")";
   if (kind == Kind::kGeneral) os << " (" << pieces << " pieces between ranks)";
+  if (!translated.empty()) os << " [the source layout is " << translated << " on the target mesh]";
   const auto mx = bytes_sent.empty() ? 0 : *std::max_element(bytes_sent.begin(), bytes_sent.end());
   os << "; " << total_bytes() << " bytes sent in all, at most " << mx << " by one rank";
   return os.str();
@@ -152,19 +138,27 @@ std::string ReshardPlan::to_string() const {
 
 ReshardPlan plan_reshard(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
                          std::size_t elem_size, const std::string& dtype) {
-  detail::check_same_mesh(from.mesh(), to.mesh(), "reshard");
+  detail::check_same_devices(from.mesh(), to.mesh(), "reshard");
   from.check_shape(shape);
   to.check_shape(shape);
-  const Mesh& mesh = from.mesh();
+  const bool across = !(from.mesh() == to.mesh());
+  if (across)
+    if (auto eq = equivalent_sharding(from, shape, to.mesh())) {
+      ReshardPlan p = plan_reshard(shape, *eq, to, elem_size, dtype);
+      p.from = from.spec().to_string() + " on " + from.mesh().to_string();
+      p.translated = eq->spec().to_string();
+      return p;
+    }
+  const Mesh& mesh = to.mesh();
   const Topology& topo = mesh.topology();
   ReshardPlan p;
   p.shape = shape;
   p.dtype = dtype;
-  p.from = from.spec().to_string();
+  p.from = from.spec().to_string() + (across ? " on " + from.mesh().to_string() : "");
   p.to = to.spec().to_string();
   p.bytes_sent.assign(static_cast<std::size_t>(topo.process_count), 0);
   const int rank = static_cast<int>(shape.size());
-  if (from.spec() == to.spec()) return p;
+  if (!across && from.spec() == to.spec()) return p;
 
   bool local = true;
   for (int d : mesh.device_ids()) {
@@ -182,7 +176,7 @@ ReshardPlan plan_reshard(const Shape& shape, const NamedSharding& from, const Na
   bool even = true;
   for (int d = 0; d < rank; ++d)
     even = even && shape[d] % from.num_parts(d) == 0 && shape[d] % to.num_parts(d) == 0;
-  if (even && single_axis_move(from.spec(), to.spec(), rank, axis, i, j)) {
+  if (!across && even && single_axis_move(from.spec(), to.spec(), rank, axis, i, j)) {
     const std::int64_t block = num_elements(from.shard_shape(shape)) * static_cast<std::int64_t>(elem_size);
     p.kind = j < 0 ? Kind::kAllGather : Kind::kAllToAll;
     p.axis = axis;
@@ -192,12 +186,9 @@ ReshardPlan plan_reshard(const Shape& shape, const NamedSharding& from, const Na
     return p;
   }
   p.kind = Kind::kGeneral;
-  for (const auto& pc : general_pieces(shape, from, to)) {
-    const int rs = topo.owner(pc.src);
-    if (rs == topo.owner(pc.dst)) continue;
-    p.bytes_sent[rs] += pc.box.size() * static_cast<std::int64_t>(elem_size);
-    ++p.pieces;
-  }
+  const auto plan = detail::plan_transfers(shape, to, old_boxes(shape, from));
+  p.bytes_sent = detail::transfer_bytes(plan, topo, elem_size);
+  for (const auto& t : plan) p.pieces += topo.owner(t.src) != topo.owner(t.dst);
   return p;
 }
 
@@ -228,97 +219,41 @@ ShardedArray<T> run_collective_rule(const ShardedArray<T>& x, const NamedShardin
 
 template <typename T>
 ShardedArray<T> run_general(const ShardedArray<T>& x, const NamedSharding& to) {
-  const Mesh& mesh = x.mesh();
-  const Topology& topo = mesh.topology();
-  const Shape& shape = x.shape();
-  const int me = topo.process_index;
-  const int ranks = topo.process_count;
-  const auto pieces = general_pieces(shape, x.sharding(), to);
-
-  std::vector<Shard<T>> shards;
-  for (int d : mesh.local_device_ids()) {
-    Box b = to.box(d, shape);
-    shards.push_back(Shard<T>{d, b, Tensor<T>(b.extent)});
-  }
-  auto shard_of = [&](int d) -> Shard<T>& {
-    for (auto& s : shards)
-      if (s.device == d) return s;
-    raise<Error>("reshard: device ", d, " is not local");
+  const detail::FetchPiece<T> fetch = [&](int device, int, const Box& box, T* out) {
+    const auto& src = x.shard_of(device);
+    copy_box(src.data.data(), src.box.extent, src.box.offset, out, box.extent, box.offset, box, sizeof(T));
   };
+  return detail::redistribute<T>(x.shape(), to, old_boxes(x.shape(), x.sharding()), fetch, "reshard");
+}
 
-  // Counts per rank pair, in piece order (the same order on every rank).
-  std::vector<std::int64_t> scount(ranks, 0), rcount(ranks, 0);
-  for (const auto& pc : pieces) {
-    const int rs = topo.owner(pc.src), rd = topo.owner(pc.dst);
-    if (rs == rd) continue;
-    if (rs == me) scount[rd] += pc.box.size();
-    if (rd == me) rcount[rs] += pc.box.size();
-  }
-  std::vector<int> sc(ranks), sd(ranks), rc(ranks), rd(ranks);
-  std::int64_t st = 0, rt = 0;
-  for (int r = 0; r < ranks; ++r) {
-    sc[r] = mpi_int(scount[r]);
-    sd[r] = mpi_int(st);
-    rc[r] = mpi_int(rcount[r]);
-    rd[r] = mpi_int(rt);
-    st += scount[r];
-    rt += rcount[r];
-  }
-  Tensor<T> send({st});
-  std::vector<std::int64_t> soff(sd.begin(), sd.end());
-  for (const auto& pc : pieces) {  // pack what goes to other ranks; copy what stays here
-    const int rs = topo.owner(pc.src), rdst = topo.owner(pc.dst);
-    if (rs != me) continue;
-    const auto& src = x.shard_of(pc.src);
-    if (rdst == me) {
-      auto& dst = shard_of(pc.dst);
-      copy_box(src.data.data(), src.box.extent, src.box.offset, dst.data.data(), dst.box.extent, dst.box.offset,
-               pc.box, sizeof(T));
-    } else {
-      copy_box(src.data.data(), src.box.extent, src.box.offset, send.data() + soff[rdst], pc.box.extent,
-               pc.box.offset, pc.box, sizeof(T));
-      soff[rdst] += pc.box.size();
-    }
-  }
-  Tensor<T> recv({rt});
-  const auto& world = Runtime::current().world();
-  mpi::check(MPI_Alltoallv(send.data(), sc.data(), sd.data(), mpi::datatype<T>(), recv.data(), rc.data(), rd.data(),
-                           mpi::datatype<T>(), world.get()),
-             "MPI_Alltoallv");
-  if (st > 0) comm_stats().record("reshard", "", st * static_cast<std::int64_t>(sizeof(T)));
-  std::vector<std::int64_t> roff(rd.begin(), rd.end());
-  for (const auto& pc : pieces) {
-    const int rs = topo.owner(pc.src), rdst = topo.owner(pc.dst);
-    if (rdst != me || rs == me) continue;
-    auto& dst = shard_of(pc.dst);
-    copy_box(recv.data() + roff[rs], pc.box.extent, pc.box.offset, dst.data.data(), dst.box.extent, dst.box.offset,
-             pc.box, sizeof(T));
-    roff[rs] += pc.box.size();
-  }
-  // Devices of this rank that share a new box with an earlier one copy it.
-  for (std::size_t a = 0; a < shards.size(); ++a)
-    for (std::size_t b = 0; b < a; ++b)
-      if (shards[b].box == shards[a].box) {
-        shards[a].data = shards[b].data;
-        break;
-      }
-  return ShardedArray<T>(shape, to, std::move(shards));
+/// x's shards in the local order of `to`'s mesh, relabelled with `to` (which gives every
+/// device the box x's sharding gives it).
+template <typename T>
+ShardedArray<T> relabel(const ShardedArray<T>& x, const NamedSharding& to) {
+  std::vector<Shard<T>> shards;
+  for (int d : to.mesh().local_device_ids()) shards.push_back(x.shard_of(d));
+  return ShardedArray<T>(x.shape(), to, std::move(shards));
 }
 
 }  // namespace
 
 template <typename T>
 ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to) {
+  if (!(x.mesh() == to.mesh())) {
+    detail::check_same_devices(x.mesh(), to.mesh(), "reshard");
+    if (auto eq = equivalent_sharding(x.sharding(), x.shape(), to.mesh())) return reshard(relabel(x, *eq), to);
+  }
   const ReshardPlan p = reshard_plan(x, to);
   switch (p.kind) {
     case Kind::kNone:
       return ShardedArray<T>(x.shape(), to, x.addressable_shards());
     case Kind::kLocal: {
       std::vector<Shard<T>> shards;
-      for (const auto& s : x.addressable_shards()) {
+      for (int d : to.mesh().local_device_ids()) {
+        const Shard<T>& s = x.shard_of(d);
         Box b = to.box(s.device, x.shape());
         Box rel{Shape(b.offset.size()), b.extent};
-        for (std::size_t d = 0; d < b.offset.size(); ++d) rel.offset[d] = b.offset[d] - s.box.offset[d];
+        for (std::size_t k = 0; k < b.offset.size(); ++k) rel.offset[k] = b.offset[k] - s.box.offset[k];
         shards.push_back(Shard<T>{s.device, b, b.empty() ? Tensor<T>(b.extent) : s.data.slice(rel)});
       }
       return ShardedArray<T>(x.shape(), to, std::move(shards));
@@ -332,6 +267,7 @@ ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to) {
   return run_general(x, to);
 }
 
+template ShardedArray<bool> reshard<bool>(const ShardedArray<bool>&, const NamedSharding&);
 template ShardedArray<float> reshard<float>(const ShardedArray<float>&, const NamedSharding&);
 template ShardedArray<double> reshard<double>(const ShardedArray<double>&, const NamedSharding&);
 template ShardedArray<std::int32_t> reshard<std::int32_t>(const ShardedArray<std::int32_t>&, const NamedSharding&);

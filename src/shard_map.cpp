@@ -144,9 +144,17 @@ Tensor<T> DeviceContext::psum(Tensor<T> x, const Axes& axes, std::source_locatio
   return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
-Tensor<T> DeviceContext::pmean(Tensor<T> x, const Axes& axes, std::source_location where) {
-  auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kMean, axes, x.shape());  // before x is moved from
-  return run(std::move(spec), std::move(x), where);
+Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, std::source_location where) {
+  if constexpr (std::is_floating_point_v<T>) {
+    auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kMean, axes, x.shape());  // before x is moved from
+    return run(std::move(spec), std::move(x), where);
+  } else {  // JAX: the exact integer sum, then a true division
+    using F = float_of_t<T>;
+    const int n = axis_size(axes);
+    Tensor<F> sum = astype<F>(psum(astype<sum_t<T>>(x), axes, where));
+    for (auto& v : sum) v = static_cast<F>(v / static_cast<F>(n));
+    return sum;
+  }
 }
 template <typename T>
 Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes, std::source_location where) {
@@ -211,33 +219,13 @@ Tensor<T> DeviceContext::ppermute(const Tensor<T>& x, const Axes& axes, std::vec
 
 namespace {
 
+thread_local DeviceContext* t_context = nullptr;
+
 /// JAX's spelling of a tuple of mesh axes: ('a',) or ('a', 'b').
 std::string axes_tuple(const SpecEntry& e) {
   std::string s = "(";
   for (std::size_t i = 0; i < e.axes().size(); ++i) s += (i ? ", '" : "'") + e.axes()[i] + "'";
   return s + (e.axes().size() == 1 ? ",)" : ")");
-}
-
-/// Checks an argument against its in_spec: same mesh, same sharding, even division.
-template <typename T>
-void check_argument(const Mesh& mesh, const PartitionSpec& spec, const ShardedArray<T>& x, std::size_t i) {
-  if (!(x.mesh() == mesh))
-    raise<MeshMismatchError>("shard_map: argument ", i, " lives on a mesh with devices ", x.mesh().devices_string(),
-                             " (", x.mesh().to_string(), ") but shard_map runs on devices ", mesh.devices_string(),
-                             " (", mesh.to_string(), "); put the argument on the shard_map mesh first");
-  const NamedSharding want(mesh, spec);
-  want.check_shape(x.shape());
-  for (int d = 0; d < x.ndim(); ++d) {
-    const int parts = want.num_parts(d);
-    if (x.shape()[d] % parts != 0)
-      raise<ShapeError>("shard_map: in_specs[", i, "] = ", spec.to_string(), " maps array axis ", d, " (of size ",
-                        x.shape()[d], ") of argument ", i, " with shape ", to_string(x.shape()), " to mesh axes ",
-                        axes_tuple(spec[d]), " (of total size ", parts, "), but ", parts,
-                        " does not evenly divide ", x.shape()[d]);
-  }
-  if (!(x.spec() == spec))
-    raise<ShardingError>("shard_map: argument ", i, " is sharded as ", x.spec().to_string(), " but in_specs[", i,
-                         "] is ", spec.to_string(), "; reshard the argument to ", spec.to_string(), " first");
 }
 
 /// Armed on a rank whose shard_map failed while it waits for the other ranks at the agreement
@@ -289,127 +277,154 @@ class AbortUnlessAgreed {
   std::thread thread_;
 };
 
-/// Every rank learns the block shape of every output (ranks without mesh devices included)
-/// and checks that all devices returned the same shapes.
-std::vector<Shape> agree_block_shapes(const std::vector<Shape>& mine, std::size_t outputs, bool have) {
-  constexpr int kMaxRank = 16;
-  const std::size_t w = outputs * (kMaxRank + 1);
-  std::vector<std::int64_t> v(2 * w);
-  for (std::size_t j = 0; j < outputs; ++j)
-    for (int d = -1; d < kMaxRank; ++d) {
-      std::int64_t x = -1;
-      if (have && j < mine.size()) {
-        if (mine[j].size() > kMaxRank) raise<ShapeError>("shard_map: output blocks of rank > ", kMaxRank);
-        x = d < 0 ? static_cast<std::int64_t>(mine[j].size()) : (d < static_cast<int>(mine[j].size()) ? mine[j][d] : 0);
-      }
-      const std::size_t k = j * (kMaxRank + 1) + static_cast<std::size_t>(d + 1);
-      v[k] = have ? x : LLONG_MIN;      // max over ranks with devices
-      v[w + k] = have ? -x : LLONG_MIN;  // -min
-    }
-  std::vector<std::int64_t> r(v.size());
-  mpi::check(MPI_Allreduce(v.data(), r.data(), static_cast<int>(r.size()), MPI_INT64_T, MPI_MAX,
-                           Runtime::current().world().get()),
-             "MPI_Allreduce");
-  std::vector<Shape> out(outputs);
-  for (std::size_t j = 0; j < outputs; ++j) {
-    const std::size_t k = j * (kMaxRank + 1);
-    for (int d = 0; d <= kMaxRank; ++d)
-      if (r[k + d] != -r[w + k + d])
-        raise<ShapeError>("shard_map: devices returned blocks of different shapes for output ", j,
-                          "; every device must return blocks of one shape");
-    out[j].assign(r.begin() + static_cast<long>(k) + 1, r.begin() + static_cast<long>(k) + 1 + r[k]);
-  }
-  return out;
-}
-
 }  // namespace
 
-template <typename T>
-std::vector<ShardedArray<T>> shard_map(const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
-                                       const std::vector<PartitionSpec>& out_specs, const ShardMapBody<T>& body,
-                                       const std::vector<const ShardedArray<T>*>& args) {
-  // Usage errors from metadata every rank holds: raised before any communication.
-  if (in_specs.size() != args.size())
-    raise<ValueError>("shard_map: ", args.size(), " arguments but ", in_specs.size(), " in_specs");
-  for (std::size_t i = 0; i < args.size(); ++i) check_argument(mesh, in_specs[i], *args[i], i);
-  for (const auto& s : out_specs) NamedSharding(mesh, s);
+const PartitionSpec& SpecTree::single(const char* what, std::size_t i) const {
+  if (!single_)
+    raise<ValueError>("shard_map: ", what, "[", i, "] is a list of ", specs_.size(),
+                      " specs but its value is one array; give one PartitionSpec");
+  return specs_[0];
+}
 
+const PartitionSpec& SpecTree::at(std::size_t k, std::size_t n, const char* what, std::size_t i) const {
+  if (single_) return specs_[0];
+  if (specs_.size() != n)
+    raise<ValueError>("shard_map: ", what, "[", i, "] lists ", specs_.size(), " specs for a list of ", n,
+                      " arrays; give one spec per array, or one PartitionSpec for all");
+  return specs_[k];
+}
+
+DeviceContext& device_context() {
+  if (!t_context)
+    raise<RuntimeError>("a collective was called outside a shard_map or pmap body: named mesh axes are bound only "
+                        "inside one (JAX: unbound axis name)");
+  return *t_context;
+}
+
+namespace detail {
+
+void check_in_spec_divides(const Mesh& mesh, const PartitionSpec& spec, const Shape& shape, std::size_t i) {
+  const NamedSharding want(mesh, spec);
+  want.check_shape(shape);
+  for (int d = 0; d < static_cast<int>(shape.size()); ++d) {
+    const int parts = want.num_parts(d);
+    if (shape[d] % parts != 0)
+      raise<ShapeError>("shard_map: in_specs[", i, "] = ", spec.to_string(), " maps array axis ", d, " (of size ",
+                        shape[d], ") of argument ", i, " with shape ", to_string(shape), " to mesh axes ",
+                        axes_tuple(spec[d]), " (of total size ", parts, "), but ", parts, " does not evenly divide ",
+                        shape[d]);
+  }
+}
+
+template <Dtype T>
+ShardedArray<T> prepare_argument(const Mesh& mesh, const PartitionSpec& spec, const ShardedArray<T>& x, std::size_t i) {
+  check_same_devices(mesh, x.mesh(), "shard_map argument " + std::to_string(i));
+  check_in_spec_divides(mesh, spec, x.shape(), i);
+  const NamedSharding want(mesh, spec);
+  return x.sharding() == want ? x : reshard(x, want);
+}
+
+void run_on_devices(const Mesh& mesh, const std::function<void(DeviceContext&)>& body) {
   const std::vector<int> local = mesh.local_device_ids();
   const int n = static_cast<int>(local.size());
-  auto state = std::make_shared<detail::SpmdState>(mesh, local);
-  std::vector<std::vector<Tensor<T>>> results(static_cast<std::size_t>(n));
+  auto state = std::make_shared<SpmdState>(mesh, local);
   std::exception_ptr err;
   try {
     Runtime::current().executor().run(
         n,
         [&](int li) {
           DeviceContext ctx(state, li);
-          std::vector<const Tensor<T>*> blocks;
-          for (const auto* a : args) blocks.push_back(&a->addressable_shards()[li].data);
-          results[li] = body(ctx, Blocks<T>(std::move(blocks)));
-          if (results[li].size() != out_specs.size())
-            raise<ValueError>("shard_map: the body returned ", results[li].size(), " blocks but there are ",
-                              out_specs.size(), " out_specs");
+          DeviceContext* const outer = t_context;  // a shard_map inside a body is not supported, but restore anyway
+          t_context = &ctx;
+          try {
+            body(ctx);
+          } catch (...) {
+            t_context = outer;
+            throw;
+          }
+          t_context = outer;
         },
         [&](int li) { state->fail(li); });
   } catch (...) {
     err = std::current_exception();
   }
   if (err) [[unlikely]] {
-    const AbortUnlessAgreed watch(err, detail::abort_grace_seconds());
+    const AbortUnlessAgreed watch(err, abort_grace_seconds());
     mpi::raise_if_any(Runtime::current().world(), err);  // throws on every rank
   }
   mpi::raise_if_any(Runtime::current().world(), err);  // a failure on any rank fails every rank
+}
 
-  std::vector<Shape> mine;
-  for (std::size_t j = 0; n > 0 && j < out_specs.size(); ++j) mine.push_back(results[0][j].shape());
+std::vector<Shape> agree_block_shapes(const std::vector<std::vector<Shape>>& per_device, bool have) {
+  const auto& world = Runtime::current().world();
   bool same = true;
-  for (int li = 1; li < n; ++li)
-    for (std::size_t j = 0; j < out_specs.size(); ++j) same = same && results[li][j].shape() == mine[j];
-  if (Runtime::current().world().any(!same))
-    raise<ShapeError>("shard_map: devices returned blocks of different shapes; every device must return one shape");
-  const std::vector<Shape> blocks = agree_block_shapes(mine, out_specs.size(), n > 0);
-
-  std::vector<ShardedArray<T>> out;
-  for (std::size_t j = 0; j < out_specs.size(); ++j) {
-    const NamedSharding sharding(mesh, out_specs[j]);
-    if (out_specs[j].size() > static_cast<int>(blocks[j].size()))
-      raise<ShardingError>("shard_map: out_specs[", j, "] = ", out_specs[j].to_string(), " has more entries than the ",
-                           blocks[j].size(), "-D blocks the body returned");
-    Shape global = blocks[j];
-    for (std::size_t d = 0; d < global.size(); ++d) global[d] *= sharding.num_parts(static_cast<int>(d));
-    std::vector<Shard<T>> shards;
-    for (int li = 0; li < n; ++li)
-      shards.push_back(Shard<T>{local[li], sharding.box(local[li], global), std::move(results[li][j])});
-    out.emplace_back(global, sharding, std::move(shards));
+  for (std::size_t li = 1; li < per_device.size(); ++li) same = same && per_device[li] == per_device[0];
+  // The layout of the flattened shapes: a count, then (rank, dims...) per block.
+  std::vector<std::int64_t> code;
+  if (have) {
+    code.push_back(static_cast<std::int64_t>(per_device[0].size()));
+    for (const auto& s : per_device[0]) {
+      code.push_back(static_cast<std::int64_t>(s.size()));
+      code.insert(code.end(), s.begin(), s.end());
+    }
+  }
+  const std::int64_t len = have ? static_cast<std::int64_t>(code.size()) : -1;
+  const std::int64_t max_len = world.allreduce<std::int64_t>(len, MPI_MAX);
+  const std::int64_t min_len = world.allreduce<std::int64_t>(have ? len : max_len, MPI_MIN);
+  if (world.any(!same) || min_len != max_len)
+    raise<ShapeError>("shard_map: devices returned blocks of different shapes (or lists of different lengths); every "
+                      "device must return the same shapes");
+  std::vector<std::int64_t> v(2 * static_cast<std::size_t>(max_len));
+  for (std::int64_t k = 0; k < max_len; ++k) {
+    v[k] = have ? code[k] : LLONG_MIN;           // max over ranks with devices
+    v[max_len + k] = have ? -code[k] : LLONG_MIN;  // -min
+  }
+  std::vector<std::int64_t> r(v.size());
+  mpi::check(MPI_Allreduce(v.data(), r.data(), static_cast<int>(r.size()), MPI_INT64_T, MPI_MAX, world.get()),
+             "MPI_Allreduce");
+  for (std::int64_t k = 0; k < max_len; ++k)
+    if (r[k] != -r[max_len + k])
+      raise<ShapeError>("shard_map: devices returned blocks of different shapes; every device must return one shape");
+  std::vector<Shape> out;
+  std::int64_t k = 1;
+  for (std::int64_t b = 0; b < r[0]; ++b) {
+    const std::int64_t rank = r[k++];
+    out.emplace_back(r.begin() + k, r.begin() + k + rank);
+    k += rank;
   }
   return out;
 }
 
-template <typename T>
-ShardedArray<T> pmap(const std::function<Tensor<T>(DeviceContext&, const Tensor<T>&)>& body,
-                     const std::string& axis_name, const Tensor<T>& x) {
+Mesh pmap_mesh(int n, const std::string& name) {
   const Runtime& rt = Runtime::current();
-  if (x.rank() == 0) raise<ShapeError>("pmap: the argument must have a leading dim to map, got a 0-d array");
-  const std::int64_t n = x.shape()[0];
-  if (n < 1 || n > rt.device_count())
-    raise<ShapeError>("pmap: the leading dim of the argument (", n, ") must be between 1 and the device count (",
-                      rt.device_count(), ")");
-  const Mesh all = make_mesh({rt.device_count()}, {axis_name});
-  const Mesh mesh({static_cast<int>(n)}, {axis_name},
-                  std::vector<int>(all.device_ids().begin(), all.device_ids().begin() + n));
-  const ShardedArray<T> arr = device_put(x, NamedSharding(mesh, P(axis_name)));
-  const Shape inner(x.shape().begin() + 1, x.shape().end());
-  ShardMapBody<T> wrapped = [&](DeviceContext& ctx, const Blocks<T>& b) {
-    Tensor<T> r = body(ctx, Tensor<T>(b[0]).reshaped(inner));
-    Shape stacked = r.shape();
-    stacked.insert(stacked.begin(), 1);
-    std::vector<Tensor<T>> out;
-    out.push_back(std::move(r).reshaped(stacked));
-    return out;
-  };
-  return std::move(shard_map<T>(mesh, {P(axis_name)}, {P(axis_name)}, wrapped, {&arr})[0]);
+  const Mesh all = make_mesh({rt.device_count()}, {name});
+  if (n == rt.device_count()) return all;
+  return Mesh({n}, {name}, std::vector<int>(all.device_ids().begin(), all.device_ids().begin() + n));
 }
+
+int pmap_size(const std::vector<std::pair<Shape, InAxis>>& args) {
+  const int devices = Runtime::current().device_count();
+  std::int64_t n = -1;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const auto& [shape, axis] = args[i];
+    if (!axis.mapped()) continue;
+    const int rank = static_cast<int>(shape.size());
+    if (axis.axis() < -rank || axis.axis() >= rank)
+      raise<ShapeError>("pmap: in_axes[", i, "] = ", axis.axis(), " is out of range for argument ", i, " of shape ",
+                        to_string(shape));
+    const std::int64_t size = shape[axis.axis() < 0 ? axis.axis() + rank : axis.axis()];
+    if (n >= 0 && size != n)
+      raise<ShapeError>("pmap: mapped dims of different sizes (", n, " and ", size, " for argument ", i,
+                        "); every mapped argument needs the same size");
+    n = size;
+  }
+  if (n < 0) raise<ValueError>("pmap: no argument is mapped (every in_axes entry is None)");
+  if (n < 1 || n > devices)
+    raise<ShapeError>("pmap: the mapped dim has size ", n, "; it must be between 1 and the device count (", devices, ")");
+  return static_cast<int>(n);
+}
+
+}  // namespace detail
 
 // ---------------------------------------------------------------- array-level collectives
 
@@ -469,7 +484,7 @@ ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis, st
 
 #define SHARD_INSTANTIATE_SPMD(T)                                                                              \
   template Tensor<T> DeviceContext::psum<T>(Tensor<T>, const Axes&, std::source_location);                     \
-  template Tensor<T> DeviceContext::pmean<T>(Tensor<T>, const Axes&, std::source_location);                    \
+  template Tensor<float_of_t<T>> DeviceContext::pmean<T>(Tensor<T>, const Axes&, std::source_location);        \
   template Tensor<T> DeviceContext::pmax<T>(Tensor<T>, const Axes&, std::source_location);                     \
   template Tensor<T> DeviceContext::pmin<T>(Tensor<T>, const Axes&, std::source_location);                     \
   template Tensor<T> DeviceContext::all_gather<T>(Tensor<T>&&, const Axes&, int, bool, std::source_location);  \
@@ -484,13 +499,11 @@ ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis, st
                                                 std::source_location);                                         \
   template Tensor<T> DeviceContext::ppermute<T>(const Tensor<T>&, const Axes&, std::vector<std::pair<int, int>>, \
                                                 std::source_location);                                         \
-  template std::vector<ShardedArray<T>> shard_map<T>(const Mesh&, const std::vector<PartitionSpec>&,           \
-                                                     const std::vector<PartitionSpec>&, const ShardMapBody<T>&,  \
-                                                     const std::vector<const ShardedArray<T>*>&);              \
-  template ShardedArray<T> pmap<T>(const std::function<Tensor<T>(DeviceContext&, const Tensor<T>&)>&,          \
-                                   const std::string&, const Tensor<T>&);                                      \
+  template ShardedArray<T> detail::prepare_argument<T>(const Mesh&, const PartitionSpec&, const ShardedArray<T>&, \
+                                                       std::size_t);                                           \
   template ShardedArray<T> psum<T>(const ShardedArray<T>&, const Axes&, std::source_location);                 \
   template ShardedArray<T> all_gather<T>(const ShardedArray<T>&, const std::string&, std::source_location);
+SHARD_INSTANTIATE_SPMD(bool)
 SHARD_INSTANTIATE_SPMD(float)
 SHARD_INSTANTIATE_SPMD(double)
 SHARD_INSTANTIATE_SPMD(std::int32_t)

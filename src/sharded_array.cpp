@@ -1,5 +1,7 @@
 #include "shard/sharded_array.hpp"
+#include "shard/ops.hpp"  // operator[] (slice), instantiated below
 
+#include <algorithm>
 #include <climits>
 #include <map>
 
@@ -10,16 +12,12 @@
 
 namespace shard {
 
-template <> const char* dtype_name<float>() { return "float32"; }
-template <> const char* dtype_name<double>() { return "float64"; }
-template <> const char* dtype_name<std::int32_t>() { return "int32"; }
-template <> const char* dtype_name<std::int64_t>() { return "int64"; }
-
 namespace {
 
 /// Builds one shard per local mesh device: `make(box)` is called once per distinct box.
 template <typename T, typename Make>
 std::vector<Shard<T>> make_local_shards(const Shape& shape, const NamedSharding& sharding, Make&& make) {
+  checked_num_elements(shape, sizeof(T), "array creation");
   sharding.check_shape(shape);
   std::vector<Shard<T>> shards;
   std::map<Box, std::size_t> first_with_box;
@@ -51,8 +49,9 @@ int mpi_count(std::int64_t n, const char* what) {
 }  // namespace
 
 template <typename T>
-ShardedArray<T>::ShardedArray(Shape shape, NamedSharding sharding, std::vector<Shard<T>> local_shards)
-    : shape_(std::move(shape)), sharding_(std::move(sharding)), shards_(std::move(local_shards)) {
+ShardedArray<T>::ShardedArray(Shape shape, NamedSharding sharding, std::vector<Shard<T>> local_shards, bool committed)
+    : shape_(std::move(shape)), sharding_(std::move(sharding)), shards_(std::move(local_shards)), committed_(committed) {
+  checked_num_elements(shape_, sizeof(T), "ShardedArray");
   sharding_.check_shape(shape_);
   const auto local = sharding_.mesh().local_device_ids();
   if (local.size() != shards_.size())
@@ -110,12 +109,12 @@ HostPlan host_plan(const NamedSharding& sharding, const Shape& shape, int ranks)
 }
 
 template <typename T>
-std::vector<T> pack_primaries(const ShardedArray<T>& a, const std::vector<int>& mine) {
-  std::vector<T> send;
-  for (int d : mine) {
-    const auto& s = a.shard_of(d);
-    send.insert(send.end(), s.data.begin(), s.data.end());
-  }
+Tensor<T> pack_primaries(const ShardedArray<T>& a, const std::vector<int>& mine) {
+  std::int64_t n = 0;
+  for (int d : mine) n += a.shard_of(d).data.size();
+  Tensor<T> send({n});
+  T* o = send.data();
+  for (int d : mine) o = std::copy(a.shard_of(d).data.begin(), a.shard_of(d).data.end(), o);
   return send;
 }
 
@@ -138,12 +137,12 @@ template <typename T>
 Tensor<T> ShardedArray<T>::to_host() const {
   const auto& comm = world();
   const HostPlan p = host_plan(sharding_, shape_, comm.size());
-  const std::vector<T> send = pack_primaries(*this, p.devices_of_rank[comm.rank()]);
-  std::vector<T> recv(static_cast<std::size_t>(p.total));
+  const Tensor<T> send = pack_primaries(*this, p.devices_of_rank[comm.rank()]);
+  Tensor<T> recv({p.total});
   mpi::check(MPI_Allgatherv(send.data(), static_cast<int>(send.size()), mpi::datatype<T>(), recv.data(),
                             p.counts.data(), p.displs.data(), mpi::datatype<T>(), comm.get()),
              "MPI_Allgatherv");
-  comm_stats().record("to_host", "", static_cast<std::int64_t>(send.size() * sizeof(T)));
+  comm_stats().record("to_host", "", static_cast<std::int64_t>(send.bytes()));
   Tensor<T> out(shape_);
   unpack_boxes(p, sharding_, shape_, recv.data(), out);
   return out;
@@ -155,13 +154,13 @@ Tensor<T> ShardedArray<T>::gather(int root) const {
   if (root < 0 || root >= comm.size())
     raise<ValueError>("gather: root ", root, " is not a rank (there are ", comm.size(), " ranks)");
   const HostPlan p = host_plan(sharding_, shape_, comm.size());
-  const std::vector<T> send = pack_primaries(*this, p.devices_of_rank[comm.rank()]);
+  const Tensor<T> send = pack_primaries(*this, p.devices_of_rank[comm.rank()]);
   const bool is_root = comm.rank() == root;
-  std::vector<T> recv(is_root ? static_cast<std::size_t>(p.total) : 0);
+  Tensor<T> recv({is_root ? p.total : 0});
   mpi::check(MPI_Gatherv(send.data(), static_cast<int>(send.size()), mpi::datatype<T>(), recv.data(),
                          p.counts.data(), p.displs.data(), mpi::datatype<T>(), root, comm.get()),
              "MPI_Gatherv");
-  comm_stats().record("gather", "", static_cast<std::int64_t>(send.size() * sizeof(T)));
+  comm_stats().record("gather", "", static_cast<std::int64_t>(send.bytes()));
   if (!is_root) return Tensor<T>();
   Tensor<T> out(shape_);
   unpack_boxes(p, sharding_, shape_, recv.data(), out);
@@ -246,6 +245,7 @@ ShardedArray<T> arange(const Shape& shape, const NamedSharding& sharding) {
   template ShardedArray<T> zeros<T>(const Shape&, const NamedSharding&);                                     \
   template ShardedArray<T> full<T>(const Shape&, T, const NamedSharding&);                                   \
   template ShardedArray<T> arange<T>(const Shape&, const NamedSharding&);
+SHARD_INSTANTIATE_ARRAY(bool)
 SHARD_INSTANTIATE_ARRAY(float)
 SHARD_INSTANTIATE_ARRAY(double)
 SHARD_INSTANTIATE_ARRAY(std::int32_t)

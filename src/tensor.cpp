@@ -1,4 +1,5 @@
 #include "shard/tensor.hpp"
+#include "shard/tensor_ops.hpp"  // Tensor::operator[](index list), instantiated below
 
 #include <atomic>
 #include <cstdint>
@@ -109,11 +110,23 @@ void release_cached_tensor_memory() { cache().clear(); }
 
 namespace detail {
 
-void* tensor_alloc(std::size_t bytes) {
+void* tensor_alloc(std::size_t bytes, const Shape& shape, const char* dtype) {
   // Buffers of at least BufferCache::kMinBytes start on a cache line; smaller ones come from
   // plain operator new.
   void* p = cache().take(bytes);
-  if (!p) p = bytes >= BufferCache::kMinBytes ? line_aligned_new(bytes) : ::operator new(bytes);
+  if (!p) {
+    try {
+      p = bytes >= BufferCache::kMinBytes ? line_aligned_new(bytes) : ::operator new(bytes);
+    } catch (const std::bad_alloc&) {
+      cache().clear();  // hand the kept buffers back and try once more
+      try {
+        p = bytes >= BufferCache::kMinBytes ? line_aligned_new(bytes) : ::operator new(bytes);
+      } catch (const std::bad_alloc&) {
+        raise<AllocationError>("cannot allocate ", bytes, " bytes for a ", dtype, to_string(shape),
+                               " array on this rank (", g_live.load(), " bytes of arrays are live here)");
+      }
+    }
+  }
   const std::int64_t live = g_live.fetch_add(static_cast<std::int64_t>(bytes)) + static_cast<std::int64_t>(bytes);
   std::int64_t peak = g_peak.load();
   while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
@@ -142,6 +155,7 @@ void tensor_index_error(const Shape& shape, std::size_t rank) {
 
 }  // namespace detail
 
+template class Tensor<bool>;
 template class Tensor<float>;
 template class Tensor<double>;
 template class Tensor<std::int32_t>;

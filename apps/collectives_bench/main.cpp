@@ -247,7 +247,7 @@ std::vector<Row> run_all(const shard::Mesh& mesh, const shard::Axes& axes, const
   const bool comparable = groups.size() == 1 && groups[0].ranks.size() == groups[0].devices.size() &&
                           !groups[0].comm.is_null();
   std::vector<Row> rows;
-  shard::ShardMapBody<T> body = [&](shard::DeviceContext& ctx, const shard::Blocks<T>&) {
+  auto body = [&](shard::DeviceContext& ctx, const Tensor<T>&) {
     Bench b{ctx, axes, comparable ? groups[0].comm.get() : MPI_COMM_NULL, ctx.axis_size(axes)};
     std::vector<Row> mine;
     auto reps_for = [&](std::int64_t bytes) {
@@ -268,11 +268,10 @@ std::vector<Row> run_all(const shard::Mesh& mesh, const shard::Axes& axes, const
       }
     if (ctx.device() == mesh.local_device_ids().front() && ctx.mesh().topology().process_index == 0)
       rows = mine;
-    std::vector<Tensor<T>> out;
-    out.emplace_back(shard::Shape{1}, T(0));
-    return out;
+    return Tensor<T>(shard::Shape{1}, T(0));
   };
-  shard::shard_map<T>(mesh, {}, {shard::P()}, body, {});
+  const auto unused = shard::zeros<T>({1}, shard::NamedSharding(mesh, shard::P()));
+  shard::shard_map(mesh, shard::P(), shard::P(), body)(unused);
   return rows;
 }
 

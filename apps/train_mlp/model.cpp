@@ -195,9 +195,9 @@ Tensor<float>& block_of(shard::ShardedArray<float>& a, int device) {
   shard::raise<shard::ValueError>("train_mlp: device ", device, " holds no block of a model array");
 }
 
-std::vector<const Tensor<float>*> slice(const shard::Blocks<float>& b, std::size_t from, std::size_t count) {
+std::vector<const Tensor<float>*> pointers(const std::vector<Tensor<float>>& blocks) {
   std::vector<const Tensor<float>*> out;
-  for (std::size_t i = 0; i < count; ++i) out.push_back(&b[from + i]);
+  for (const auto& b : blocks) out.push_back(&b);
   return out;
 }
 
@@ -474,16 +474,13 @@ double train_step(Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
   const auto& layers = m.layers;
   const bool adam = h.optimizer == "adam";
 
-  shard::ShardMapBody<float> body = [&](shard::DeviceContext& ctx, const shard::Blocks<float>& b) {
-    const auto params = slice(b, 2, np);
-    if (m.shared) {
-      std::vector<Tensor<float>> out;
-      out.push_back(Tensor<float>({1}, step_shared(ctx, m, h, b[0], b[1], params, total, 1.0f / c1, 1.0f / c2)));
-      return out;
-    }
-    const Forward f = forward(ctx, layers, b[0], params);
+  auto body = [&](shard::DeviceContext& ctx, const Tensor<float>& xb, const Tensor<float>& yb,
+                  const std::vector<Tensor<float>>& param_blocks) {
+    const auto params = pointers(param_blocks);
+    if (m.shared) return Tensor<float>({1}, step_shared(ctx, m, h, xb, yb, params, total, 1.0f / c1, 1.0f / c2));
+    const Forward f = forward(ctx, layers, xb, params);
     Tensor<float> dz;
-    const LossStats ls = loss_and_grad(f.pre.back(), b[1], h.classify, total, &dz);
+    const LossStats ls = loss_and_grad(f.pre.back(), yb, h.classify, total, &dz);
 
     // Where each gradient goes: arrays whose state is split over 'data' are psum_scattered
     // right after their layer (rows of this replica's share); the others, and the loss, are
@@ -527,40 +524,27 @@ double train_step(Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
         w = ctx.all_gather(std::move(rows), "data", 0, true);
       }
     }
-    std::vector<Tensor<float>> out;
-    out.push_back(Tensor<float>({1}, flat[nflat]));
-    return out;
+    return Tensor<float>({1}, flat[nflat]);
   };
-
-  std::vector<shard::PartitionSpec> in_specs{shard::P("data", shard::None), shard::P("data", shard::None)};
-  std::vector<const shard::ShardedArray<float>*> args{&x, &y};
-  for (const auto& p : m.params) args.push_back(&p);
-  const auto ps = m.param_specs();
-  in_specs.insert(in_specs.end(), ps.begin(), ps.end());
-  const auto results = shard::shard_map<float>(x.mesh(), in_specs, {shard::P()}, body, args);
+  const auto data = shard::P("data", shard::None);
+  const auto loss = shard::shard_map(x.mesh(), {data, data, m.param_specs()}, shard::P(), body)(x, y, m.params);
   m.step = t;
-  return static_cast<double>(results[0].addressable_shards()[0].data[0]) / total;
+  return static_cast<double>(loss.addressable_shards()[0].data[0]) / total;
 }
 
 EvalResult evaluate(const Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
                     const shard::ShardedArray<float>& y) {
-  const std::size_t np = m.params.size();
-  shard::ShardMapBody<float> body = [&](shard::DeviceContext& ctx, const shard::Blocks<float>& b) {
-    const Forward f = forward(ctx, m.layers, b[0], slice(b, 2, np));
-    const LossStats ls = loss_and_grad(f.pre.back(), b[1], h.classify, 1.0, nullptr);
+  auto body = [&](shard::DeviceContext& ctx, const Tensor<float>& xb, const Tensor<float>& yb,
+                  const std::vector<Tensor<float>>& params) {
+    const Forward f = forward(ctx, m.layers, xb, pointers(params));
+    const LossStats ls = loss_and_grad(f.pre.back(), yb, h.classify, 1.0, nullptr);
     Tensor<float> s({3}, std::vector<float>{static_cast<float>(ls.loss), static_cast<float>(ls.correct),
                                             static_cast<float>(ls.count)});
-    std::vector<Tensor<float>> out;
-    out.push_back(ctx.psum(std::move(s), "data"));
-    return out;
+    return ctx.psum(std::move(s), "data");
   };
-  std::vector<shard::PartitionSpec> in_specs{shard::P("data", shard::None), shard::P("data", shard::None)};
-  std::vector<const shard::ShardedArray<float>*> args{&x, &y};
-  for (const auto& p : m.params) args.push_back(&p);
-  const auto ps = m.param_specs();
-  in_specs.insert(in_specs.end(), ps.begin(), ps.end());
-  const auto r = shard::shard_map<float>(x.mesh(), in_specs, {shard::P()}, body, args);
-  const auto& v = r[0].addressable_shards()[0].data;
+  const auto data = shard::P("data", shard::None);
+  const auto r = shard::shard_map(x.mesh(), {data, data, m.param_specs()}, shard::P(), body)(x, y, m.params);
+  const auto& v = r.addressable_shards()[0].data;
   return EvalResult{v[0], v[1], v[2]};
 }
 

@@ -12,6 +12,10 @@ using Shape = std::vector<std::int64_t>;
 
 /// Number of elements of a shape (1 for a 0-d shape).
 std::int64_t num_elements(const Shape& shape);
+/// The same, validated where a shape enters: ValueError naming `what` and the shape if a dim
+/// is negative or the element count, or its bytes at `elem_size` bytes per element, does not
+/// fit in int64.
+std::int64_t checked_num_elements(const Shape& shape, std::size_t elem_size, const char* what);
 /// "(19, 10)" — Python tuple notation, "()" for 0-d, "(7,)" for 1-d.
 std::string to_string(const Shape& shape);
 

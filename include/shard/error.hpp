@@ -51,6 +51,10 @@ class MpiError : public Error {
 class RuntimeError : public Error {
   using Error::Error;
 };
+/// Memory for an array could not be allocated (names the shape and the bytes asked for).
+class AllocationError : public Error {
+  using Error::Error;
+};
 /// File input/output problems (agreed across ranks before being thrown).
 class IoError : public Error {
   using Error::Error;

@@ -20,7 +20,7 @@
 /// layout uses the rules above (`matmul_by_rules`). `Algorithm` forces one (linalg.hpp,
 /// scalapack.hpp); a forced algorithm raises a clear error where its layout cannot run.
 
-#include "shard/ops.hpp"
+#include "shard/reshard.hpp"
 #include "shard/sharded_array.hpp"
 
 namespace shard {

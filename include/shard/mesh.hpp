@@ -65,6 +65,9 @@ class Mesh {
 
  private:
   struct State;
+  /// The live state equal to `s` (same shape, names, devices, topology) if there is one, else
+  /// `s`, remembered: equal meshes share one state and one communicator cache.
+  static std::shared_ptr<State> intern(std::shared_ptr<State> s);
   std::shared_ptr<State> state_;
 };
 

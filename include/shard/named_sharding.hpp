@@ -2,6 +2,7 @@
 /// \file NamedSharding(mesh, spec): which box of a global array each mesh device holds.
 /// Pure index math, no communication.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,5 +53,11 @@ class NamedSharding {
   std::vector<std::vector<int>> dim_axes_;  // mesh axis positions per spec entry
   AxisMask used_ = 0;
 };
+
+/// Metadata only: a sharding on `mesh` that gives every device the same box of an array of
+/// `shape` as `s` does (the same layout spelled on another mesh over the same devices), if
+/// one exists. How arrays on, e.g., PositionalSharding(...).reshape(4, 2).replicate(1) and
+/// .replicate(0) meet without moving anything.
+std::optional<NamedSharding> equivalent_sharding(const NamedSharding& s, const Shape& shape, const Mesh& mesh);
 
 }  // namespace shard

@@ -1,56 +1,80 @@
 #pragma once
-/// \file Whole-array operations that run where the shards are ("computation follows data"):
-/// elementwise arithmetic with numpy broadcasting, unary maps, comparisons and where,
-/// reductions, transpose and astype. Each op inserts only the communication the layouts need.
+/// \file The op set on ShardedArray: the same numpy / jax.numpy operations as on Tensor
+/// (array_ops.hpp is the shared front end: operators, promotion, softmax, ...), run where the
+/// shards are ("computation follows data"). Each kernel below runs the Tensor kernel of the
+/// same name on every local block and adds only the communication its sharding rule needs.
 ///
-/// Sharding rule for two operands (document of record): the result takes the sharding of the
-/// first operand whose shape is the result's shape (the second's if only it has it). The other
-/// operand is resharded, if needed, to the matching layout: the result's spec on its
-/// non-broadcast dims, None on its broadcast (size-1 or missing) dims. So `batch + bias` with
-/// batch P('data', 'model') slices a replicated bias to P('model') locally, and two arrays of
-/// one shape with different shardings move the second to the first's. Both must live on the
-/// same mesh (same devices in the same order): otherwise MeshMismatchError names both lists.
+/// Sharding rules (documents of record):
+///   - Elementwise ops over several operands: the result takes the sharding of the first
+///     committed operand whose shape is the result's shape (else of the first operand with
+///     that shape; else the first operand's entries on its non-broadcast dims). The other
+///     operands are resharded, if needed, to the matching layout: the result's spec on their
+///     non-broadcast dims, None on broadcast (size-1 or missing) dims. So `batch + bias` with
+///     batch P('data', 'model') slices a replicated bias to P('model') locally.
+///   - Operands on different meshes over the same *set* of devices combine: the others are
+///     moved onto the result's mesh, without communication when their layout has an
+///     equivalent there (reshard_plan shows the plan), by the minimal-bytes plan otherwise.
+///     Different device sets raise MeshMismatchError naming both sets.
+///   - A Tensor operand is JAX's uncommitted array: replicated, every rank holds it, it never
+///     moves and never decides the result's sharding.
+///   - Reductions: local reduction of each block, then one collective (psum, pmax, pmin, or a
+///     product) over the mesh axes that split the reduced dims; the result's spec drops the
+///     reduced dims (None with keepdims). float32 sums cross devices in float64.
 
 #include <cstdint>
 #include <vector>
 
+#include "shard/array_ops.hpp"
 #include "shard/reshard.hpp"
 #include "shard/sharded_array.hpp"
+#include "shard/tensor_ops.hpp"
 
 namespace shard {
 
-enum class BinaryOp { kAdd, kSub, kMul, kDiv, kMax, kMin };
-enum class CompareOp { kLess, kLessEqual, kGreater, kGreaterEqual, kEqual, kNotEqual };
-enum class UnaryOp { kExp, kLog, kSin, kCos, kTanh, kRelu, kSqrt, kAbs, kNeg, kSquare };
+namespace detail {
+/// A Tensor every rank holds, as a replicated uncommitted array on `mesh` whose shards view
+/// the tensor's memory (no copy, no communication): valid while the tensor lives.
+template <Dtype T>
+ShardedArray<T> uncommitted(const Tensor<T>& x, const Mesh& mesh);
+/// The same owning the tensor (one copy per rank, shared by its devices' shards).
+template <Dtype T>
+ShardedArray<T> uncommitted(Tensor<T>&& x, const Mesh& mesh);
+/// A 0-d replicated array holding v on `mesh` (uncommitted).
+template <Dtype T>
+ShardedArray<T> scalar_on(T v, const Mesh& mesh);
+}  // namespace detail
 
-/// numpy's broadcast of two shapes; throws ShapeError naming both when they do not broadcast.
-Shape broadcast_shapes(const Shape& a, const Shape& b);
+// ---------------------------------------------------------------- elementwise kernels
 
-/// Collective over all ranks when a reshard is needed, local otherwise.
-template <typename T>
+/// Collective over all ranks when an operand must move, local otherwise.
+template <Dtype T>
 ShardedArray<T> binary(const ShardedArray<T>& a, const ShardedArray<T>& b, BinaryOp op);
-/// Local: `a op scalar` (scalar_first: `scalar op a`).
-template <typename T>
-ShardedArray<T> binary(const ShardedArray<T>& a, T scalar, BinaryOp op, bool scalar_first = false);
-/// alpha*x + y in one pass over memory, broadcast and sharded like binary(); local unless it must reshard.
-template <typename T>
-ShardedArray<T> axpy(T alpha, const ShardedArray<T>& x, const ShardedArray<T>& y);
-/// Local: an elementwise function.
-template <typename T>
+/// Local: `a op s` (`s op a` when scalar_first).
+template <Dtype T>
+ShardedArray<T> binary(const ShardedArray<T>& a, T s, BinaryOp op, bool scalar_first = false);
+template <Dtype T>
+ShardedArray<bool> compare(const ShardedArray<T>& a, const ShardedArray<T>& b, CompareOp op);
+template <Dtype T>
+ShardedArray<bool> compare(const ShardedArray<T>& a, T s, CompareOp op, bool scalar_first = false);
+/// Local.
+template <Dtype T>
 ShardedArray<T> unary(const ShardedArray<T>& a, UnaryOp op);
-/// Like binary(): 1 where the comparison holds, else 0.
-template <typename T>
-ShardedArray<std::int32_t> compare(const ShardedArray<T>& a, const ShardedArray<T>& b, CompareOp op);
-template <typename T>
-ShardedArray<std::int32_t> compare(const ShardedArray<T>& a, T scalar, CompareOp op);
-/// cond ? a : b elementwise (cond non-zero), broadcasting all three; the result takes the
-/// sharding of the first of a, b, cond whose shape is the result's (else a's entries on its
-/// non-broadcast dims).
-template <typename T>
-ShardedArray<T> where(const ShardedArray<std::int32_t>& cond, const ShardedArray<T>& a, const ShardedArray<T>& b);
+template <Dtype T>
+ShardedArray<T> where(const ShardedArray<bool>& cond, const ShardedArray<T>& a, const ShardedArray<T>& b);
+/// alpha*x + y in one pass over memory, broadcast and sharded like binary(); local unless it must reshard.
+template <Dtype T>
+ShardedArray<T> axpy(T alpha, const ShardedArray<T>& x, const ShardedArray<T>& y);
+
+/// Local: converts every element.
+template <Dtype U, Dtype T>
+ShardedArray<U> astype(const ShardedArray<T>& a) {
+  std::vector<Shard<U>> shards;
+  for (const auto& s : a.addressable_shards()) shards.push_back(Shard<U>{s.device, s.box, astype<U>(s.data)});
+  return ShardedArray<U>(a.shape(), a.sharding(), std::move(shards));
+}
 
 /// Local: fn applied to every element (any callable T -> T).
-template <typename T, typename F>
+template <Dtype T, typename F>
 ShardedArray<T> map(const ShardedArray<T>& a, F&& fn) {
   std::vector<Shard<T>> shards;
   for (const auto& s : a.addressable_shards()) {
@@ -63,63 +87,114 @@ ShardedArray<T> map(const ShardedArray<T>& a, F&& fn) {
   return ShardedArray<T>(a.shape(), a.sharding(), std::move(shards));
 }
 
-template <typename T> ShardedArray<T> operator+(const ShardedArray<T>& a, const ShardedArray<T>& b) { return binary(a, b, BinaryOp::kAdd); }
-template <typename T> ShardedArray<T> operator-(const ShardedArray<T>& a, const ShardedArray<T>& b) { return binary(a, b, BinaryOp::kSub); }
-template <typename T> ShardedArray<T> operator*(const ShardedArray<T>& a, const ShardedArray<T>& b) { return binary(a, b, BinaryOp::kMul); }
-template <typename T> ShardedArray<T> operator/(const ShardedArray<T>& a, const ShardedArray<T>& b) { return binary(a, b, BinaryOp::kDiv); }
-template <typename T> ShardedArray<T> operator+(const ShardedArray<T>& a, T s) { return binary(a, s, BinaryOp::kAdd); }
-template <typename T> ShardedArray<T> operator-(const ShardedArray<T>& a, T s) { return binary(a, s, BinaryOp::kSub); }
-template <typename T> ShardedArray<T> operator*(const ShardedArray<T>& a, T s) { return binary(a, s, BinaryOp::kMul); }
-template <typename T> ShardedArray<T> operator/(const ShardedArray<T>& a, T s) { return binary(a, s, BinaryOp::kDiv); }
-template <typename T> ShardedArray<T> operator+(T s, const ShardedArray<T>& a) { return binary(a, s, BinaryOp::kAdd, true); }
-template <typename T> ShardedArray<T> operator-(T s, const ShardedArray<T>& a) { return binary(a, s, BinaryOp::kSub, true); }
-template <typename T> ShardedArray<T> operator*(T s, const ShardedArray<T>& a) { return binary(a, s, BinaryOp::kMul, true); }
-template <typename T> ShardedArray<T> operator/(T s, const ShardedArray<T>& a) { return binary(a, s, BinaryOp::kDiv, true); }
-template <typename T> ShardedArray<T> operator-(const ShardedArray<T>& a) { return unary(a, UnaryOp::kNeg); }
+// ---------------------------------------------------------------- reductions
 
-template <typename T> ShardedArray<T> exp(const ShardedArray<T>& a) { return unary(a, UnaryOp::kExp); }
-template <typename T> ShardedArray<T> log(const ShardedArray<T>& a) { return unary(a, UnaryOp::kLog); }
-template <typename T> ShardedArray<T> sin(const ShardedArray<T>& a) { return unary(a, UnaryOp::kSin); }
-template <typename T> ShardedArray<T> cos(const ShardedArray<T>& a) { return unary(a, UnaryOp::kCos); }
-template <typename T> ShardedArray<T> tanh(const ShardedArray<T>& a) { return unary(a, UnaryOp::kTanh); }
-template <typename T> ShardedArray<T> relu(const ShardedArray<T>& a) { return unary(a, UnaryOp::kRelu); }
-template <typename T> ShardedArray<T> sqrt(const ShardedArray<T>& a) { return unary(a, UnaryOp::kSqrt); }
-template <typename T> ShardedArray<T> abs(const ShardedArray<T>& a) { return unary(a, UnaryOp::kAbs); }
-template <typename T> ShardedArray<T> neg(const ShardedArray<T>& a) { return unary(a, UnaryOp::kNeg); }
-template <typename T> ShardedArray<T> square(const ShardedArray<T>& a) { return unary(a, UnaryOp::kSquare); }
-template <typename T> ShardedArray<T> maximum(const ShardedArray<T>& a, const ShardedArray<T>& b) { return binary(a, b, BinaryOp::kMax); }
-template <typename T> ShardedArray<T> minimum(const ShardedArray<T>& a, const ShardedArray<T>& b) { return binary(a, b, BinaryOp::kMin); }
+/// Collective over the mesh axes that split the reduced dims (none: local).
+template <Dtype T>
+ShardedArray<T> reduce(const ShardedArray<T>& a, ReduceKind kind, const Dims& dims = {}, bool keepdims = false);
+/// The global index of the first maximum (minimum) along `axis` (numpy's argmax): two
+/// collectives (the extreme value, then the smallest index reaching it) over the axes that
+/// split `axis`.
+template <Dtype T>
+ShardedArray<std::int64_t> argmax(const ShardedArray<T>& a, int axis, bool keepdims = false);
+template <Dtype T>
+ShardedArray<std::int64_t> argmin(const ShardedArray<T>& a, int axis, bool keepdims = false);
 
-enum class ReduceKind { kSum, kMean, kMax, kMin };
+// ---------------------------------------------------------------- shape and indexing
 
-/// Collective over the mesh axes that split the reduced dims (none: local). Reduces `dims`
-/// (all dims when empty; negative dims count from the end); the result's spec drops them.
-/// Integer means divide with truncation.
-template <typename T>
-ShardedArray<T> reduce(const ShardedArray<T>& a, ReduceKind kind, std::vector<int> dims = {});
-template <typename T> ShardedArray<T> sum(const ShardedArray<T>& a, std::vector<int> dims = {}) { return reduce(a, ReduceKind::kSum, std::move(dims)); }
-template <typename T> ShardedArray<T> mean(const ShardedArray<T>& a, std::vector<int> dims = {}) { return reduce(a, ReduceKind::kMean, std::move(dims)); }
-template <typename T> ShardedArray<T> max(const ShardedArray<T>& a, std::vector<int> dims = {}) { return reduce(a, ReduceKind::kMax, std::move(dims)); }
-template <typename T> ShardedArray<T> min(const ShardedArray<T>& a, std::vector<int> dims = {}) { return reduce(a, ReduceKind::kMin, std::move(dims)); }
-/// The global index of the first maximum along `dim` (numpy's argmax). Two collectives
-/// (pmax of the values, pmin of the indices) over the axes that split `dim`.
-template <typename T>
-ShardedArray<std::int64_t> argmax(const ShardedArray<T>& a, int dim);
-
-/// Local: permutes the dims (reverses them when perm is empty); the spec entries move with
-/// their dims, so no data moves between devices.
-template <typename T>
+/// Local: permutes the dims (reverses them when perm is empty); spec entries move with their
+/// dims, so no data moves between devices.
+template <Dtype T>
 ShardedArray<T> transpose(const ShardedArray<T>& a, std::vector<int> perm = {});
-/// Local: converts every element.
-template <typename U, typename T>
-ShardedArray<U> astype(const ShardedArray<T>& a) {
-  std::vector<Shard<U>> shards;
-  for (const auto& s : a.addressable_shards()) {
-    Tensor<U> out(s.data.shape());
-    for (std::int64_t i = 0; i < out.size(); ++i) out[i] = static_cast<U>(s.data[i]);
-    shards.push_back(Shard<U>{s.device, s.box, std::move(out)});
-  }
-  return ShardedArray<U>(a.shape(), a.sharding(), std::move(shards));
+template <Dtype T>
+ShardedArray<T> swapaxes(const ShardedArray<T>& a, int d1, int d2);
+template <Dtype T>
+ShardedArray<T> moveaxis(const ShardedArray<T>& a, int source, int destination);
+/// The same elements in another shape (one dim may be -1). Local when each group of merged
+/// or split dims is sharded only on its major dim and the shards stay whole rows of the
+/// result (the major result dim of the group takes the axes); otherwise that group's dims are
+/// first gathered over their axes (only those dims: never the whole array unless the whole
+/// array is one group) and the group comes out replicated.
+template <Dtype T>
+ShardedArray<T> reshape(const ShardedArray<T>& a, Shape shape);
+/// Local: a new dim of size 1 (spec None there).
+template <Dtype T>
+ShardedArray<T> expand_dims(const ShardedArray<T>& a, int axis);
+/// Drops size-1 dims (all of them for Dims()); a sharded size-1 dim is gathered first.
+template <Dtype T>
+ShardedArray<T> squeeze(const ShardedArray<T>& a, const Dims& dims = {});
+/// numpy's basic indexing: x[i] drops a dim, slices keep it. The result keeps the spec of the
+/// kept dims (an indexed dim's axes become replication); the devices that need elements they
+/// do not hold receive exactly those (one exchange of box intersections, none when the
+/// sliced dims are not sharded). Collective over all ranks when anything moves.
+template <Dtype T>
+ShardedArray<T> slice(const ShardedArray<T>& a, const std::vector<Index>& index);
+/// Joins along an existing `axis`; the result takes the first array's sharding, and each
+/// device receives the parts of its box it does not hold.
+template <Dtype T>
+ShardedArray<T> concatenate(const std::vector<ShardedArray<T>>& xs, int axis = 0);
+/// Joins along a new `axis` (spec None there).
+template <Dtype T>
+ShardedArray<T> stack(const std::vector<ShardedArray<T>>& xs, int axis = 0);
+/// numpy's take along `axis` (embedding lookup, label gather): the result is sharded as
+/// x.spec[:axis] + indices' spec + x.spec[axis+1:] (indices lose axes x's other dims use).
+/// When x's `axis` dim is sharded (a vocabulary-parallel table), each device takes the rows
+/// it holds (zeros elsewhere) and one psum over those axes completes the rows.
+template <Dtype T, Dtype I>
+ShardedArray<T> take(const ShardedArray<T>& x, const ShardedArray<I>& indices, int axis = 0);
+/// numpy's take_along_axis (indices of x's rank, lined up with x on the other dims). A sharded
+/// `axis` dim is handled like take's: masked local picks, one psum over its axes.
+template <Dtype T, Dtype I>
+ShardedArray<T> take_along_axis(const ShardedArray<T>& x, const ShardedArray<I>& indices, int axis);
+/// jax.nn.one_hot: labels.shape + (n,), sharded like labels (None on the new dim).
+template <Dtype U = float, Dtype I>
+ShardedArray<U> one_hot(const ShardedArray<I>& labels, std::int64_t n) {
+  return astype<U>(equal(expand_dims(labels, -1), arange<I>(static_cast<I>(n))));
+}
+
+// ---------------------------------------------------------------- products
+
+/// numpy's dot on sharded arrays: a 0-d operand multiplies; otherwise matmul (b 1-D or 2-D).
+template <Dtype T>
+ShardedArray<T> dot(const ShardedArray<T>& a, const ShardedArray<T>& b);
+/// sum(a * b) over the flattened arrays (equal sizes), accumulated pairwise in float64.
+template <Dtype T>
+ShardedArray<T> vdot(const ShardedArray<T>& a, const ShardedArray<T>& b);
+
+// ---------------------------------------------------------------- creation (keep shardings)
+
+/// Local (no communication): an array of ones.
+template <Dtype T>
+ShardedArray<T> ones(const Shape& shape, const NamedSharding& sharding) {
+  return full<T>(shape, T(1), sharding);
+}
+template <Dtype T>
+ShardedArray<T> zeros_like(const ShardedArray<T>& x) {
+  return zeros<T>(x.shape(), x.sharding());
+}
+template <Dtype T>
+ShardedArray<T> ones_like(const ShardedArray<T>& x) {
+  return full<T>(x.shape(), T(1), x.sharding());
+}
+template <Dtype T>
+ShardedArray<T> full_like(const ShardedArray<T>& x, T value) {
+  return full<T>(x.shape(), value, x.sharding());
+}
+/// Local: numpy's arange(n) sharded as given (1-D).
+template <Dtype T>
+ShardedArray<T> arange(std::int64_t n, const NamedSharding& sharding) {
+  return arange<T>(Shape{n}, sharding);
+}
+
+template <typename T>
+ShardedArray<T> ShardedArray<T>::operator[](std::int64_t i) const {
+  return slice(*this, std::vector<Index>{i});
+}
+template <typename T>
+ShardedArray<T> ShardedArray<T>::operator[](std::initializer_list<Index> index) const {
+  return slice(*this, std::vector<Index>(index));
 }
 
 }  // namespace shard
+
+#include "shard/matmul.hpp"  // the sharded matmul kernel the front end's matmul() calls

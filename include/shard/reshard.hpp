@@ -1,6 +1,7 @@
 #pragma once
-/// \file reshard: any NamedSharding to any other on the same mesh, moving the fewest bytes
-/// (JAX's with_sharding_constraint / device_put of a committed array).
+/// \file reshard: any NamedSharding to any other over the same set of devices (the same mesh,
+/// or another mesh over those devices in any shape or order), moving the fewest bytes (JAX's
+/// with_sharding_constraint / device_put of a committed array).
 
 #include <cstdint>
 #include <string>
@@ -28,6 +29,9 @@ struct ReshardPlan {
   int dim2 = -1;                   ///< all_to_all's split dim (the axis joins it)
   std::vector<std::int64_t> bytes_sent;  ///< per rank, what it hands to MPI for other ranks
   std::int64_t pieces = 0;         ///< kGeneral: box intersections moved between ranks
+  /// Across meshes: the source layout spelled on the target mesh (equivalent_sharding), when
+  /// it has such a spelling: the plan above then starts from it, and no data moved to get there.
+  std::string translated;
 
   std::int64_t total_bytes() const;
   /// A short explanation, e.g. "P('a', None) -> P(None, 'a'): all_to_all over 'a' (split
@@ -36,7 +40,8 @@ struct ReshardPlan {
 };
 
 /// Metadata only: the plan reshard(x, to) would follow for an array of `shape` and element
-/// size `elem_size` sharded as `from`. Throws MeshMismatchError if the meshes differ.
+/// size `elem_size` sharded as `from`. Throws MeshMismatchError if the meshes hold different
+/// sets of devices.
 ReshardPlan plan_reshard(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
                          std::size_t elem_size, const std::string& dtype = "");
 
@@ -46,7 +51,7 @@ ReshardPlan reshard_plan(const ShardedArray<T>& x, const NamedSharding& to) {
   return plan_reshard(x.shape(), x.sharding(), to, sizeof(T), dtype_name<T>());
 }
 
-/// Collective over all ranks: x with sharding `to` (same mesh), following reshard_plan.
+/// Collective over all ranks: x with sharding `to` (any mesh over x's devices), following reshard_plan.
 /// Peak extra memory per rank: its new shards plus one send and one receive buffer.
 template <typename T>
 ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to);
@@ -61,10 +66,14 @@ namespace detail {
 /// Throws MeshMismatchError naming both device lists unless the meshes are equal (same
 /// devices in the same order, same axis names), as JAX does for incompatible devices.
 void check_same_mesh(const Mesh& a, const Mesh& b, const std::string& what);
+/// Throws MeshMismatchError naming both device sets unless the meshes hold the same devices
+/// (in any shape or order): what every op needs to combine arrays.
+void check_same_devices(const Mesh& a, const Mesh& b, const std::string& what);
 }  // namespace detail
 
 #define SHARD_DECLARE_RESHARD(T) \
   extern template ShardedArray<T> reshard<T>(const ShardedArray<T>&, const NamedSharding&);
+SHARD_DECLARE_RESHARD(bool)
 SHARD_DECLARE_RESHARD(float)
 SHARD_DECLARE_RESHARD(double)
 SHARD_DECLARE_RESHARD(std::int32_t)

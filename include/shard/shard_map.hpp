@@ -3,8 +3,11 @@
 /// device's blocks; inside it, named-axis collectives with JAX's semantics (jax.lax.psum,
 /// all_gather, psum_scatter, all_to_all, ppermute, axis_index, axis_size).
 
+#include <array>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <tuple>
 #include <source_location>
 #include <string>
 #include <type_traits>
@@ -12,9 +15,13 @@
 #include <vector>
 
 #include "shard/detail/collective.hpp"
+#include "shard/error.hpp"
 #include "shard/group_shared.hpp"
 #include "shard/partition_spec.hpp"
 #include "shard/sharded_array.hpp"
+#include "shard/tensor_ops.hpp"
+#include "shard/reshard.hpp"
+#include "shard/ops.hpp"
 
 namespace shard {
 
@@ -42,35 +49,38 @@ class DeviceContext {
   /// Product of the sizes of `axes` (jax.lax.axis_size).
   int axis_size(const Axes& axes) const;
 
+  /// Position of this device among the rank's devices of the mesh (0..k-1).
+  int local_index() const { return local_; }
+
   template <typename T>
   Tensor<T> psum(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current());
+  /// The mean over the devices; integer and bool inputs give a floating result (float_of_t),
+  /// as in JAX: the sum is exact, then divided.
   template <typename T>
-  Tensor<T> pmean(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current());  ///< integer types divide with truncation
+  Tensor<float_of_t<T>> pmean(Tensor<T> x, const Axes& axes,
+                              std::source_location where = std::source_location::current());
+  /// pmax / pmin of bool arrays are a logical or / and.
   template <typename T>
   Tensor<T> pmax(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current());
   template <typename T>
   Tensor<T> pmin(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current());
 
   /// Scalar forms: psum(3.0, "a").
-  template <typename T>
-    requires std::is_arithmetic_v<T>
-  T psum(T x, const Axes& axes, std::source_location where = std::source_location::current()) {
-    return psum(Tensor<T>(Shape{}, x), axes, where)[0];
+  template <Scalar S>
+  S psum(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+    return static_cast<S>(psum(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where)[0]);
   }
-  template <typename T>
-    requires std::is_arithmetic_v<T>
-  T pmean(T x, const Axes& axes, std::source_location where = std::source_location::current()) {
-    return pmean(Tensor<T>(Shape{}, x), axes, where)[0];
+  template <Scalar S>
+  float_of_t<scalar_dtype_t<S>> pmean(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+    return pmean(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where)[0];
   }
-  template <typename T>
-    requires std::is_arithmetic_v<T>
-  T pmax(T x, const Axes& axes, std::source_location where = std::source_location::current()) {
-    return pmax(Tensor<T>(Shape{}, x), axes, where)[0];
+  template <Scalar S>
+  S pmax(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+    return static_cast<S>(pmax(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where)[0]);
   }
-  template <typename T>
-    requires std::is_arithmetic_v<T>
-  T pmin(T x, const Axes& axes, std::source_location where = std::source_location::current()) {
-    return pmin(Tensor<T>(Shape{}, x), axes, where)[0];
+  template <Scalar S>
+  S pmin(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+    return static_cast<S>(pmin(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where)[0]);
   }
 
   /// Untiled: stacks the N blocks along a new dim `dim`; tiled: concatenates along `dim`.
@@ -123,50 +133,448 @@ class DeviceContext {
   int local_;
 };
 
-/// The blocks a shard_map body receives, one per argument (const views of the shards).
-template <typename T>
-class Blocks {
+// ---------------------------------------------------------------- collectives as functions
+
+/// The DeviceContext of the shard_map / pmap body running on the calling thread (what the
+/// free collectives below use). RuntimeError outside a body: named axes are bound only there,
+/// as in JAX.
+DeviceContext& device_context();
+
+/// jax.lax's collectives as free functions of the enclosing body's context, so a body reads
+/// like JAX: `return x / psum(x, "p");`. Same semantics as the DeviceContext methods.
+template <Dtype T>
+Tensor<T> psum(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  return device_context().psum(std::move(x), axes, where);
+}
+template <Dtype T>
+Tensor<float_of_t<T>> pmean(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  return device_context().pmean(std::move(x), axes, where);
+}
+template <Dtype T>
+Tensor<T> pmax(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  return device_context().pmax(std::move(x), axes, where);
+}
+template <Dtype T>
+Tensor<T> pmin(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  return device_context().pmin(std::move(x), axes, where);
+}
+template <Scalar S>
+S psum(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  return device_context().psum(x, axes, where);
+}
+template <Scalar S>
+float_of_t<scalar_dtype_t<S>> pmean(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  return device_context().pmean(x, axes, where);
+}
+template <Dtype T>
+Tensor<T> all_gather(const Tensor<T>& x, const Axes& axes, int dim = 0, bool tiled = false,
+                     std::source_location where = std::source_location::current()) {
+  return device_context().all_gather(x, axes, dim, tiled, where);
+}
+template <Dtype T>
+Tensor<T> psum_scatter(Tensor<T> x, const Axes& axes, int dim = 0, bool tiled = false,
+                       std::source_location where = std::source_location::current()) {
+  return device_context().psum_scatter(std::move(x), axes, dim, tiled, where);
+}
+template <Dtype T>
+Tensor<T> all_to_all(const Tensor<T>& x, const Axes& axes, int split_dim, int concat_dim, bool tiled = false,
+                     std::source_location where = std::source_location::current()) {
+  return device_context().all_to_all(x, axes, split_dim, concat_dim, tiled, where);
+}
+template <Dtype T>
+Tensor<T> ppermute(const Tensor<T>& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
+                   std::source_location where = std::source_location::current()) {
+  return device_context().ppermute(x, axes, std::move(perm), where);
+}
+/// jax.lax.axis_index / axis_size of the enclosing body.
+inline int axis_index(const Axes& axes) { return device_context().axis_index(axes); }
+inline int axis_size(const Axes& axes) { return device_context().axis_size(axes); }
+
+// ---------------------------------------------------------------- typed shard_map
+
+/// The spec of one shard_map argument or result: one PartitionSpec, or (for a std::vector of
+/// arrays) a list with one spec per element; a single spec applies to every element of a
+/// list, as a PartitionSpec prefix does in JAX's pytrees. `{P("data"), param_specs}`.
+class SpecTree {
  public:
-  explicit Blocks(std::vector<const Tensor<T>*> blocks) : blocks_(std::move(blocks)) {}
-  const Tensor<T>& operator[](std::size_t i) const { return *blocks_.at(i); }
-  std::size_t size() const { return blocks_.size(); }
+  SpecTree(PartitionSpec spec) : specs_{std::move(spec)}, single_(true) {}  // NOLINT: P(...) converts
+  SpecTree(std::vector<PartitionSpec> specs) : specs_(std::move(specs)) {}  // NOLINT: {P(...), ...} converts
+  bool is_single() const { return single_; }
+  /// The spec of an array argument or result (`what` i): ValueError for a list.
+  const PartitionSpec& single(const char* what, std::size_t i) const;
+  /// The spec of element k of a list of n arrays: ValueError when a list has another length.
+  const PartitionSpec& at(std::size_t k, std::size_t n, const char* what, std::size_t i) const;
+  const std::vector<PartitionSpec>& specs() const { return specs_; }
 
  private:
-  std::vector<const Tensor<T>*> blocks_;
+  std::vector<PartitionSpec> specs_;
+  bool single_ = false;
 };
 
-template <typename T>
-using ShardMapBody = std::function<std::vector<Tensor<T>>(DeviceContext&, const Blocks<T>&)>;
+namespace detail {
 
-/// Collective over all ranks: runs `body` once per device of `mesh` with that device's block
-/// of every argument (the shard of in_specs[i]; the argument must already have that sharding
-/// and its dims must divide evenly), and assembles the returned blocks into arrays with
-/// out_specs (the global shape is the block shape times the parts of each dim). With k
-/// devices per rank the body runs on k threads (device 0 on the calling thread).
-template <typename T>
-std::vector<ShardedArray<T>> shard_map(const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
-                                       const std::vector<PartitionSpec>& out_specs, const ShardMapBody<T>& body,
-                                       const std::vector<const ShardedArray<T>*>& args);
+/// Runs body(ctx) once per local device of `mesh` (k threads for k devices, device 0 on the
+/// calling thread), with the thread's device_context() set. A failure on any device of any
+/// rank raises an error on every rank (a rank whose body failed aborts the job if the others
+/// cannot join the agreement within SHARD_ABORT_GRACE seconds).
+void run_on_devices(const Mesh& mesh, const std::function<void(DeviceContext&)>& body);
 
-/// One argument, one result.
-template <typename T>
-ShardedArray<T> shard_map(const Mesh& mesh, const PartitionSpec& in_spec, const PartitionSpec& out_spec,
-                          const std::function<Tensor<T>(DeviceContext&, const Tensor<T>&)>& body,
-                          const ShardedArray<T>& x) {
-  ShardMapBody<T> wrapped = [&](DeviceContext& ctx, const Blocks<T>& b) {
-    std::vector<Tensor<T>> out;
-    out.push_back(body(ctx, b[0]));
+/// Collective over all ranks: the block shapes (flattened over all outputs) that the devices
+/// returned, checked equal on every device. `mine`: this rank's (absent without devices).
+std::vector<Shape> agree_block_shapes(const std::vector<std::vector<Shape>>& per_device, bool have_devices);
+
+/// An argument checked against its in_spec on `mesh` (same device set, dims divisible) and
+/// resharded to it if needed.
+template <Dtype T>
+ShardedArray<T> prepare_argument(const Mesh& mesh, const PartitionSpec& spec, const ShardedArray<T>& x, std::size_t i);
+void check_in_spec_divides(const Mesh& mesh, const PartitionSpec& spec, const Shape& shape, std::size_t i);
+
+template <typename A>
+struct ArgTraits;
+template <Dtype T>
+struct ArgTraits<ShardedArray<T>> {
+  using Prepared = ShardedArray<T>;
+  using Block = Tensor<T>;
+  static Prepared prepare(const Mesh& m, const SpecTree& s, const ShardedArray<T>& x, std::size_t i) {
+    return prepare_argument(m, s.single("in_specs", i), x, i);
+  }
+  static const Tensor<T>& block(const Prepared& p, int li) { return p.addressable_shards()[li].data; }
+};
+/// A list of arrays with one spec for all (JAX's pytree prefix): the body gets a list of blocks.
+template <Dtype T>
+struct ArgTraits<std::vector<ShardedArray<T>>> {
+  using Prepared = std::vector<ShardedArray<T>>;
+  using Block = std::vector<Tensor<T>>;
+  static Prepared prepare(const Mesh& m, const SpecTree& s, const std::vector<ShardedArray<T>>& xs, std::size_t i) {
+    Prepared out;
+    for (std::size_t k = 0; k < xs.size(); ++k) out.push_back(prepare_argument(m, s.at(k, xs.size(), "in_specs", i), xs[k], i));
     return out;
-  };
-  return std::move(shard_map<T>(mesh, {in_spec}, {out_spec}, wrapped, {&x})[0]);
+  }
+  static Block block(const Prepared& p, int li) {  // read-only views of the blocks
+    Block b;
+    for (const auto& x : p) {
+      const Tensor<T>& t = x.addressable_shards()[li].data;
+      b.push_back(Tensor<T>::borrow(const_cast<T*>(t.data()), t.shape()));
+    }
+    return b;
+  }
+};
+
+/// What a body may return for one output: a Tensor, a list of Tensors (one spec for all),
+/// or a scalar (a 0-d block).
+template <typename R>
+struct OutTraits {
+  static_assert(Scalar<R>, "a shard_map body returns Tensors, std::vector<Tensor>s, scalars or a std::tuple of them");
+  using D = scalar_dtype_t<R>;
+  using Result = ShardedArray<D>;
+  static void shapes(const R&, std::vector<Shape>& out) { out.push_back(Shape{}); }
+  static std::size_t count(const R&) { return 1; }
+  static Tensor<D> take(R& r, std::size_t) { return Tensor<D>(Shape{}, static_cast<D>(r)); }
+  static Result assemble(std::vector<ShardedArray<D>>& parts) { return std::move(parts.front()); }
+};
+template <Dtype T>
+struct OutTraits<Tensor<T>> {
+  using D = T;
+  using Result = ShardedArray<T>;
+  static void shapes(const Tensor<T>& r, std::vector<Shape>& out) { out.push_back(r.shape()); }
+  static std::size_t count(const Tensor<T>&) { return 1; }
+  static Tensor<T> take(Tensor<T>& r, std::size_t) { return std::move(r); }
+  static Result assemble(std::vector<ShardedArray<T>>& parts) { return std::move(parts.front()); }
+};
+template <Dtype T>
+struct OutTraits<std::vector<Tensor<T>>> {
+  using D = T;
+  using Result = std::vector<ShardedArray<T>>;
+  static void shapes(const std::vector<Tensor<T>>& r, std::vector<Shape>& out) {
+    out.push_back(Shape{static_cast<std::int64_t>(r.size())});  // the count first, then each shape
+    for (const auto& t : r) out.push_back(t.shape());
+  }
+  static std::size_t count(const std::vector<Tensor<T>>& r) { return r.size(); }
+  static Tensor<T> take(std::vector<Tensor<T>>& r, std::size_t k) { return std::move(r[k]); }
+  static Result assemble(std::vector<ShardedArray<T>>& parts) { return std::move(parts); }
+};
+
+template <typename R>
+struct as_tuple {
+  using type = std::tuple<R>;
+};
+template <typename... R>
+struct as_tuple<std::tuple<R...>> {
+  using type = std::tuple<R...>;
+};
+
+/// The array of one output from each local device's block (the global shape is the block
+/// shape times the parts of each dim of `spec`).
+template <Dtype T>
+ShardedArray<T> assemble_output(const Mesh& mesh, const PartitionSpec& spec, const Shape& block,
+                                std::vector<Tensor<T>> blocks, std::size_t j) {
+  if (!mesh.local_device_ids().empty() && blocks.empty())
+    raise<ValueError>("shard_map: no blocks for output ", j);
+  const NamedSharding sharding(mesh, spec);
+  if (spec.size() > static_cast<int>(block.size()))
+    raise<ShardingError>("shard_map: out_specs[", j, "] = ", spec.to_string(), " has more entries than the ",
+                         block.size(), "-D blocks the body returned");
+  Shape global = block;
+  for (std::size_t d = 0; d < global.size(); ++d) global[d] *= sharding.num_parts(static_cast<int>(d));
+  const auto local = mesh.local_device_ids();
+  std::vector<Shard<T>> shards;
+  for (std::size_t li = 0; li < local.size(); ++li)
+    shards.push_back(Shard<T>{local[li], sharding.box(local[li], global), std::move(blocks[li])});
+  return ShardedArray<T>(global, sharding, std::move(shards));
 }
 
-/// jax.pmap: maps the leading dim of `x` (size n <= device count) over a 1-D mesh of the
-/// first n devices (make_mesh order) named `axis_name`; the body sees x[i] and its results
-/// are stacked along a new leading dim. Collective over all ranks.
-template <typename T>
-ShardedArray<T> pmap(const std::function<Tensor<T>(DeviceContext&, const Tensor<T>&)>& body,
-                     const std::string& axis_name, const Tensor<T>& x);
+}  // namespace detail
+
+/// A function mapped over the devices of a mesh: call it with the arguments (see shard_map).
+template <std::size_t N, std::size_t M, typename F>
+class ShardMapped {
+ public:
+  ShardMapped(Mesh mesh, std::array<SpecTree, N> in, std::array<SpecTree, M> out, F f)
+      : mesh_(std::move(mesh)), in_(std::move(in)), out_(std::move(out)), f_(std::move(f)) {}
+
+  /// Collective over all ranks. Arguments are ShardedArrays (or std::vector<ShardedArray>s,
+  /// one spec for the list), resharded to their in_spec when they are laid out otherwise.
+  template <typename... Args>
+  auto operator()(const Args&... args) const {
+    static_assert(sizeof...(Args) == N, "shard_map: pass exactly one argument per in_spec");
+    return call(std::index_sequence_for<Args...>{}, args...);
+  }
+
+ private:
+  template <std::size_t... I, typename... Args>
+  auto call(std::index_sequence<I...>, const Args&... args) const {
+    for (const auto& t : out_)
+      for (const auto& s : t.specs()) NamedSharding(mesh_, s);  // usage errors before any communication
+    auto prepared = std::make_tuple(detail::ArgTraits<Args>::prepare(mesh_, in_[I], args, I)...);
+    using Ret = decltype(invoke_body(std::declval<DeviceContext&>(),
+                                     detail::ArgTraits<Args>::block(std::get<I>(prepared), 0)...));
+    using Outs = typename detail::as_tuple<Ret>::type;
+    static_assert(std::tuple_size_v<Outs> == M, "shard_map: the body must return one value per out_spec");
+    const int n = static_cast<int>(mesh_.local_device_ids().size());
+    std::vector<std::optional<Outs>> results(static_cast<std::size_t>(n));
+    detail::run_on_devices(mesh_, [&](DeviceContext& ctx) {
+      const int li = ctx.local_index();
+      if constexpr (std::tuple_size_v<Outs> == 1 && !std::is_same_v<Ret, Outs>)
+        results[li].emplace(invoke_body(ctx, detail::ArgTraits<Args>::block(std::get<I>(prepared), li)...));
+      else
+        results[li] = invoke_body(ctx, detail::ArgTraits<Args>::block(std::get<I>(prepared), li)...);
+    });
+    // Every device's block shapes, flattened over the outputs; agreed over all ranks.
+    std::vector<std::vector<Shape>> shapes(static_cast<std::size_t>(n));
+    for (int li = 0; li < n; ++li)
+      std::apply([&](const auto&... r) { (detail::OutTraits<std::decay_t<decltype(r)>>::shapes(r, shapes[li]), ...); },
+                 *results[li]);
+    const std::vector<Shape> agreed = detail::agree_block_shapes(shapes, n > 0);
+    std::size_t at = 0;
+    auto outputs = build(std::make_index_sequence<M>{}, results, agreed, at);
+    if constexpr (M == 1) return std::move(std::get<0>(outputs));
+    else return outputs;
+  }
+
+  template <typename... B>
+  auto invoke_body(DeviceContext& ctx, B&&... blocks) const {
+    if constexpr (std::is_invocable_v<const F&, DeviceContext&, B...>) return f_(ctx, std::forward<B>(blocks)...);
+    else return f_(std::forward<B>(blocks)...);
+  }
+
+  template <std::size_t... J, typename Outs>
+  auto build(std::index_sequence<J...>, std::vector<std::optional<Outs>>& results, const std::vector<Shape>& agreed,
+             std::size_t& at) const {
+    return std::tuple{build_one<J>(results, agreed, at)...};
+  }
+
+  /// Output j: its blocks from every local device, assembled into arrays.
+  template <std::size_t J, typename Outs>
+  auto build_one(std::vector<std::optional<Outs>>& results, const std::vector<Shape>& agreed, std::size_t& at) const {
+    using R = std::tuple_element_t<J, Outs>;
+    using Tr = detail::OutTraits<R>;
+    using D = typename Tr::D;
+    constexpr bool kList = !std::is_same_v<typename Tr::Result, ShardedArray<D>>;
+    std::size_t count = 1;
+    if constexpr (kList) count = static_cast<std::size_t>(agreed[at++][0]);
+    std::vector<ShardedArray<D>> parts;
+    for (std::size_t k = 0; k < count; ++k) {
+      std::vector<Tensor<D>> blocks;
+      for (auto& r : results) blocks.push_back(Tr::take(std::get<J>(*r), k));
+      const PartitionSpec& spec = kList ? out_[J].at(k, count, "out_specs", J) : out_[J].single("out_specs", J);
+      parts.push_back(detail::assemble_output(mesh_, spec, agreed[at++], std::move(blocks), J));
+    }
+    return Tr::assemble(parts);
+  }
+
+  Mesh mesh_;
+  std::array<SpecTree, N> in_;
+  std::array<SpecTree, M> out_;
+  F f_;
+};
+
+/// jax.experimental.shard_map: `shard_map(mesh, {P("data"), P()}, {P()}, f)(x, w)` runs
+/// f(ctx, x_block, w_block) (or f(x_block, w_block): the context is optional, device_context()
+/// and the free collectives reach it) once per device of `mesh`, each argument's block being
+/// the shard its in_spec gives the device; the returned blocks (a Tensor, a std::vector of
+/// Tensors, a scalar, or a std::tuple of those, one per out_spec) are assembled into arrays
+/// with the out_specs (global shape = block shape times the parts of each dim). Arity and
+/// types are checked at compile time; in_specs must divide the argument dims evenly.
+/// Collective over all ranks; with k devices per rank the body runs on k threads.
+template <std::size_t N, std::size_t M, typename F>
+auto shard_map(const Mesh& mesh, const SpecTree (&in_specs)[N], const SpecTree (&out_specs)[M], F f) {
+  return ShardMapped<N, M, F>(mesh, std::to_array(in_specs), std::to_array(out_specs), std::move(f));
+}
+/// One in_spec (or one out_spec) may be given without braces.
+template <std::size_t M, typename F, std::same_as<PartitionSpec> S>
+auto shard_map(const Mesh& mesh, const S& in_spec, const SpecTree (&out_specs)[M], F f) {
+  return ShardMapped<1, M, F>(mesh, {SpecTree(in_spec)}, std::to_array(out_specs), std::move(f));
+}
+template <std::size_t N, typename F, std::same_as<PartitionSpec> S>
+auto shard_map(const Mesh& mesh, const SpecTree (&in_specs)[N], const S& out_spec, F f) {
+  return ShardMapped<N, 1, F>(mesh, std::to_array(in_specs), {SpecTree(out_spec)}, std::move(f));
+}
+template <typename F, std::same_as<PartitionSpec> S1, std::same_as<PartitionSpec> S2>
+auto shard_map(const Mesh& mesh, const S1& in_spec, const S2& out_spec, F f) {
+  return ShardMapped<1, 1, F>(mesh, {SpecTree(in_spec)}, {SpecTree(out_spec)}, std::move(f));
+}
+
+// ---------------------------------------------------------------- pmap
+
+/// One entry of pmap's in_axes: the dim to map (an int), or None (the argument is broadcast).
+class InAxis {
+ public:
+  InAxis(int axis) : mapped_(true), axis_(axis) {}  // NOLINT: in_axes = {0, None}
+  InAxis(NoneType) {}                              // NOLINT
+  bool mapped() const { return mapped_; }
+  int axis() const { return axis_; }
+
+ private:
+  bool mapped_ = false;
+  int axis_ = 0;
+};
+
+namespace detail {
+/// The 1-D mesh of pmap: the first n devices of make_mesh's order, axis `name`.
+Mesh pmap_mesh(int n, const std::string& name);
+/// pmap's leading size from the arguments' mapped dims (equal, 1..device count), else ShapeError.
+int pmap_size(const std::vector<std::pair<Shape, InAxis>>& args);
+
+template <typename A>
+struct PmapArg;
+template <Dtype T>
+struct PmapArg<Tensor<T>> {
+  static Shape shape(const Tensor<T>& x) { return x.shape(); }
+  static ShardedArray<T> put(const Tensor<T>& x, const Mesh& mesh, const InAxis& a) {
+    if (!a.mapped()) return device_put(x, NamedSharding(mesh, P()));
+    return device_put(a.axis() == 0 ? x : moveaxis(x, a.axis(), 0), NamedSharding(mesh, P(mesh.axis_names()[0])));
+  }
+};
+template <Dtype T>
+struct PmapArg<ShardedArray<T>> {
+  static Shape shape(const ShardedArray<T>& x) { return x.shape(); }
+  static ShardedArray<T> put(const ShardedArray<T>& x, const Mesh& mesh, const InAxis& a) {
+    if (!a.mapped()) return reshard(x, NamedSharding(mesh, P()));
+    return reshard(a.axis() == 0 ? x : moveaxis(x, a.axis(), 0), NamedSharding(mesh, P(mesh.axis_names()[0])));
+  }
+};
+
+/// A mapped block without its leading dim of size 1 (a view, no copy).
+template <Dtype T>
+Tensor<T> drop_leading(const Tensor<T>& b) {
+  return Tensor<T>::borrow(const_cast<T*>(b.data()), Shape(b.shape().begin() + 1, b.shape().end()));
+}
+/// A body output with a leading dim of size 1 (pmap stacks the devices' outputs along it).
+template <typename R>
+auto add_leading(R&& r) {
+  using D = std::decay_t<R>;
+  if constexpr (Scalar<D>) {
+    return Tensor<scalar_dtype_t<D>>(Shape{1}, static_cast<scalar_dtype_t<D>>(r));
+  } else if constexpr (detail::is_tensor_v<D>) {
+    Shape s = r.shape();
+    s.insert(s.begin(), 1);
+    return std::move(r).reshaped(std::move(s));
+  } else {
+    return std::apply([](auto&&... x) { return std::make_tuple(add_leading(std::move(x))...); }, std::move(r));
+  }
+}
+}  // namespace detail
+
+/// A function mapped with pmap: call it with the arguments.
+template <typename F>
+class Pmapped {
+ public:
+  Pmapped(F f, std::string axis_name, std::vector<InAxis> in_axes)
+      : f_(std::move(f)), axis_(std::move(axis_name)), in_axes_(std::move(in_axes)) {}
+
+  /// Collective over all ranks. Arguments are host Tensors (every rank passes the same) or
+  /// ShardedArrays; each mapped one must have the same size n (<= the device count) along its
+  /// in_axes dim. Returns the outputs stacked along a new leading dim, sharded over the mesh.
+  template <typename... Args>
+  auto operator()(const Args&... args) const {
+    constexpr std::size_t N = sizeof...(Args);
+    static_assert(N > 0, "pmap: call the mapped function with at least one argument");
+    const std::vector<InAxis> axes = in_axes_.empty() ? std::vector<InAxis>(N, InAxis(0)) : in_axes_;
+    if (axes.size() != N)
+      raise<ValueError>("pmap: in_axes has ", axes.size(), " entries but the function was called with ", N,
+                        " arguments");
+    std::vector<std::pair<Shape, InAxis>> shapes;
+    std::size_t i = 0;
+    ((shapes.emplace_back(detail::PmapArg<Args>::shape(args), axes[i++])), ...);
+    const Mesh mesh = detail::pmap_mesh(detail::pmap_size(shapes), axis_);
+    return call(mesh, axes, std::index_sequence_for<Args...>{}, args...);
+  }
+
+ private:
+  template <std::size_t... I, typename... Args>
+  auto call(const Mesh& mesh, const std::vector<InAxis>& axes, std::index_sequence<I...>, const Args&... args) const {
+    const std::array<SpecTree, sizeof...(Args)> in_specs{
+        SpecTree(axes[I].mapped() ? PartitionSpec(SpecEntry(axis_)) : PartitionSpec())...};
+    const std::array<bool, sizeof...(Args)> mapped{axes[I].mapped()...};
+    const auto body = [this, mapped](DeviceContext& ctx, const auto&... blocks) {
+      return invoke(ctx, mapped, std::index_sequence_for<decltype(blocks)...>{}, blocks...);
+    };
+    return run(mesh, in_specs, body, detail::PmapArg<Args>::put(args, mesh, axes[I])...);
+  }
+
+  template <Dtype T>
+  static Tensor<T> view(const Tensor<T>& b, bool mapped) {
+    return mapped ? detail::drop_leading(b) : Tensor<T>::borrow(const_cast<T*>(b.data()), b.shape());
+  }
+
+  template <std::size_t N, std::size_t... I, typename... B>
+  auto invoke(DeviceContext& ctx, const std::array<bool, N>& mapped, std::index_sequence<I...>, const B&... blocks) const {
+    auto views = std::make_tuple(view(blocks, mapped[I])...);
+    return std::apply(
+        [&](auto&... v) {
+          if constexpr (std::is_invocable_v<const F&, DeviceContext&, decltype(v)...>)
+            return detail::add_leading(f_(ctx, v...));
+          else
+            return detail::add_leading(f_(v...));
+        },
+        views);
+  }
+
+  template <std::size_t N, typename B, typename... A>
+  auto run(const Mesh& mesh, const std::array<SpecTree, N>& in_specs, B body, const A&... prepared) const {
+    using Outs = decltype(body(std::declval<DeviceContext&>(), prepared.addressable_shards()[0].data...));
+    constexpr std::size_t M = std::tuple_size_v<typename detail::as_tuple<Outs>::type>;
+    const SpecTree stacked{PartitionSpec(SpecEntry(axis_))};
+    auto outs = [&]<std::size_t... J>(std::index_sequence<J...>) {
+      return std::array<SpecTree, M>{((void)J, stacked)...};
+    }(std::make_index_sequence<M>{});
+    return ShardMapped<N, M, B>(mesh, in_specs, outs, std::move(body))(prepared...);
+  }
+
+  F f_;
+  std::string axis_;
+  std::vector<InAxis> in_axes_;
+};
+
+/// jax.pmap: `pmap(f, "p")(x, y)` maps the leading dim (or the in_axes dim; None broadcasts
+/// the argument) of each argument over a 1-D mesh named `axis_name` of the first n devices
+/// (make_mesh order), n being that dim's size; f gets the slices x[i] (and the whole broadcast
+/// arguments), optionally after a DeviceContext&, and its outputs are stacked along a new
+/// leading dim. Collective over all ranks.
+template <typename F>
+Pmapped<F> pmap(F f, std::string axis_name = "pmap", std::vector<InAxis> in_axes = {}) {
+  return Pmapped<F>(std::move(f), std::move(axis_name), std::move(in_axes));
+}
 
 /// Collective over the mesh: sums an array over mesh axes its spec does not use (partial
 /// sums living on the replicas along those axes); the result keeps x's sharding.

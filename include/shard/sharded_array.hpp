@@ -1,14 +1,17 @@
 #pragma once
 /// \file ShardedArray<T>: a global array (any rank, 0-d included) stored as the shards of a
 /// NamedSharding. Each process holds only the shards of its own mesh devices. Instantiated
-/// for float, double, int32_t and int64_t.
+/// for the five Dtypes (bool, int32_t, int64_t, float, double).
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "shard/box.hpp"
+#include "shard/dtype.hpp"
+#include "shard/index.hpp"
 #include "shard/named_sharding.hpp"
 #include "shard/tensor.hpp"
 
@@ -22,16 +25,16 @@ struct Shard {
   Tensor<T> data;
 };
 
-/// "float32", "float64", "int32", "int64".
-template <typename T>
-const char* dtype_name();
-
 template <typename T>
 class ShardedArray {
  public:
+  using value_type = T;
+
   /// Assembles an array from this process's shards: one per local mesh device, in mesh
   /// order, each with the box the sharding gives it. Throws ShapeError otherwise.
-  ShardedArray(Shape shape, NamedSharding sharding, std::vector<Shard<T>> local_shards);
+  /// `committed` false makes it JAX's uncommitted array (ops.hpp: it never decides where a
+  /// result lives).
+  ShardedArray(Shape shape, NamedSharding sharding, std::vector<Shard<T>> local_shards, bool committed = true);
 
   const Shape& shape() const { return shape_; }
   int ndim() const { return static_cast<int>(shape_.size()); }
@@ -40,6 +43,13 @@ class ShardedArray {
   const Mesh& mesh() const { return sharding_.mesh(); }
   const PartitionSpec& spec() const { return sharding_.spec(); }
   const char* dtype() const { return dtype_name<T>(); }
+  /// False for an uncommitted array (a Tensor lifted into an op with ShardedArrays).
+  bool committed() const { return committed_; }
+
+  /// numpy's x[i] (the first dim dropped) and x[{i, Slice(a, b), ...}]: sharded results,
+  /// collective over all ranks when elements move (ops.hpp's slice()).
+  ShardedArray operator[](std::int64_t i) const;
+  ShardedArray operator[](std::initializer_list<Index> index) const;
 
   /// The shards of this process's devices (JAX's addressable_shards), in mesh order; a
   /// device whose box is empty has a zero-size shard.
@@ -60,6 +70,7 @@ class ShardedArray {
   Shape shape_;
   NamedSharding sharding_;
   std::vector<Shard<T>> shards_;
+  bool committed_ = true;
 };
 
 /// Collective over all ranks (a metadata check only): every local device copies its box of
@@ -101,6 +112,7 @@ ShardedArray<T> arange(const Shape& shape, const NamedSharding& sharding);
   extern template ShardedArray<T> zeros<T>(const Shape&, const NamedSharding&);                        \
   extern template ShardedArray<T> full<T>(const Shape&, T, const NamedSharding&);                      \
   extern template ShardedArray<T> arange<T>(const Shape&, const NamedSharding&);
+SHARD_DECLARE_ARRAY(bool)
 SHARD_DECLARE_ARRAY(float)
 SHARD_DECLARE_ARRAY(double)
 SHARD_DECLARE_ARRAY(std::int32_t)

@@ -1,6 +1,7 @@
 #pragma once
 /// \file Tensor<T>: a dense, row-major, owning N-D block in this process's memory (or, made
-/// with Tensor::borrow, a view of memory owned elsewhere).
+/// with Tensor::borrow, a view of memory owned elsewhere), of one of the Dtypes (bool, int32,
+/// int64, float32, float64). The numpy-style operations on it are in tensor_ops.hpp.
 /// Value semantics (copies are deep, moves are cheap). Storage comes from operator new
 /// (16-byte aligned; buffers of 16 KiB or more start on a 64-byte cache line and are kept for
 /// reuse, see tensor.cpp) and is left uninitialised unless a fill value is given. Local only:
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include "shard/box.hpp"
+#include "shard/dtype.hpp"
+#include "shard/index.hpp"
 
 namespace shard {
 
@@ -31,7 +34,8 @@ void reset_tensor_memory_peak();
 void release_cached_tensor_memory();
 
 namespace detail {
-void* tensor_alloc(std::size_t bytes);
+/// Storage for a tensor: AllocationError naming `shape`, `dtype` and the bytes when it fails.
+void* tensor_alloc(std::size_t bytes, const Shape& shape, const char* dtype);
 void tensor_free(void* p, std::size_t bytes) noexcept;
 [[noreturn]] void tensor_shape_error(const Shape& expected, const Shape& got, const char* what);
 [[noreturn]] void tensor_index_error(const Shape& shape, std::size_t rank);
@@ -39,12 +43,15 @@ void tensor_free(void* p, std::size_t bytes) noexcept;
 
 template <typename T>
 class Tensor {
+  static_assert(Dtype<T>, "Tensor<T>: T must be bool, int32_t, int64_t, float or double");
+
  public:
   using value_type = T;
 
   /// An empty 1-D tensor of shape (0,).
   Tensor() : shape_{0} {}
-  /// Uninitialised storage of the given shape (a 0-d shape holds one element).
+  /// Uninitialised storage of the given shape (a 0-d shape holds one element). ValueError for
+  /// a negative dim or a size past int64; AllocationError when the memory is not there.
   explicit Tensor(Shape shape) : shape_(std::move(shape)) { allocate(); }
   /// Every element set to `value`.
   Tensor(Shape shape, T value) : Tensor(std::move(shape)) { std::fill(begin(), end(), value); }
@@ -62,7 +69,7 @@ class Tensor {
   static Tensor borrow(T* data, Shape shape) {
     Tensor t;
     t.shape_ = std::move(shape);
-    t.size_ = num_elements(t.shape_);
+    t.size_ = checked_num_elements(t.shape_, sizeof(T), "Tensor::borrow");
     t.data_ = t.size_ ? data : nullptr;
     t.owned_ = false;
     return t;
@@ -99,6 +106,9 @@ class Tensor {
 
   const Shape& shape() const { return shape_; }
   int rank() const { return static_cast<int>(shape_.size()); }
+  int ndim() const { return rank(); }
+  /// "float32", ... (numpy's name of T).
+  static constexpr const char* dtype() { return dtype_name<T>(); }
   std::int64_t size() const { return size_; }
   std::size_t bytes() const { return static_cast<std::size_t>(size_) * sizeof(T); }
   bool empty() const { return size_ == 0; }
@@ -109,8 +119,18 @@ class Tensor {
   T* end() { return data_ + size_; }
   const T* begin() const { return data_; }
   const T* end() const { return data_ + size_; }
+  /// The element at a flat row-major position (a block's raw access; numpy-style indexing
+  /// that returns sub-arrays is slice() / `x[{...}]` in tensor_ops.hpp).
   T& operator[](std::int64_t flat) { return data_[flat]; }
   const T& operator[](std::int64_t flat) const { return data_[flat]; }
+  /// numpy's basic indexing, x[{1, Slice(2, 5)}]: a new tensor (tensor_ops.hpp's slice()).
+  /// A lone integer in braces, x[{3}], is the flat element above, not row 3: use slice(x, {3}).
+  Tensor operator[](std::initializer_list<Index> index) const;
+  /// The one element of a size-1 tensor (numpy's item()); ShapeError otherwise.
+  T item() const {
+    if (size_ != 1) detail::tensor_shape_error(Shape{}, shape_, "Tensor::item (needs exactly one element)");
+    return data_[0];
+  }
 
   /// Element at a multi-index (one index per dim; none for 0-d).
   template <typename... I>
@@ -153,8 +173,8 @@ class Tensor {
     return off;
   }
   void allocate() {
-    size_ = num_elements(shape_);
-    data_ = size_ ? static_cast<T*>(detail::tensor_alloc(bytes())) : nullptr;
+    size_ = checked_num_elements(shape_, sizeof(T), "Tensor");
+    data_ = size_ ? static_cast<T*>(detail::tensor_alloc(bytes(), shape_, dtype())) : nullptr;
   }
   void release() noexcept {
     if (data_ && owned_) detail::tensor_free(data_, bytes());

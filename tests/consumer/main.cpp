@@ -85,9 +85,7 @@ int run(shard::Runtime& rt, bool corrupt_reference) {
   for (std::int64_t i = 0; i < shape[0]; ++i)
     for (std::int64_t j = 0; j < shape[1]; ++j) ref_sum[i * cols + j % cols] += host_x[i * shape[1] + j];
   if (corrupt_reference) ref_sum[0] += 1.0;
-  const auto summed = shard::shard_map<double>(
-      mesh, P("a", "b"), P("a", None),
-      [](shard::DeviceContext& ctx, const Tensor<double>& block) { return ctx.psum(block, "b"); }, x);
+  const auto summed = shard::shard_map(mesh, P("a", "b"), P("a", None), [](shard::DeviceContext& ctx, const Tensor<double>& block) { return ctx.psum(block, "b"); })(x);
   check(summed, ref_sum, "shard_map psum over 'b'", 1e-14);
 
   // matmul on the 2-D block layout (Cannon or SUMMA, OpenBLAS locally).

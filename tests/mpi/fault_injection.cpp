@@ -60,13 +60,10 @@ int run(shard::Runtime& rt, const std::string& mode) {
   };
   if (mode == "axes_mismatch") {
     const auto z = shard::zeros<double>({rt.process_count() * 2, k * 2}, shard::NamedSharding(mesh2, shard::P("a", "b")));
-    shard::shard_map<double>(
-        mesh2, shard::P("a", "b"), shard::P("a", "b"),
-        [&](DeviceContext& ctx, const Tensor<double>& b) -> Tensor<double> {
+    shard::shard_map(mesh2, shard::P("a", "b"), shard::P("a", "b"), [&](DeviceContext& ctx, const Tensor<double>& b) -> Tensor<double> {
           if (rank == 0) return ctx.psum(b, "a");  // FAULT-SITE-A
           return ctx.psum(b, "b");                 // FAULT-SITE-B
-        },
-        z);
+        })(z);
     return 0;
   }
   if (mode == "app_throw") {
@@ -76,7 +73,7 @@ int run(shard::Runtime& rt, const std::string& mode) {
     std::this_thread::sleep_for(std::chrono::seconds(60));  // never reached in time: the job is aborted
     return 0;
   }
-  const auto y = shard::shard_map<double>(mesh1, shard::P("a"), shard::P("a"), body, x);
+  const auto y = shard::shard_map(mesh1, shard::P("a"), shard::P("a"), body)(x);
   if (mode == "ok") {
     (void)shard::psum(shard::zeros<double>({4, 3}, shard::NamedSharding(mesh1, shard::P())), "a");
     if (rank == 0) std::printf("fault_injection ok: %d ranks x %d devices\n", rt.process_count(), k);

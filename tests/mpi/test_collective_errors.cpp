@@ -26,13 +26,10 @@ void expect_body_error(const BadCall& bad, std::vector<std::string> needles) {
   const auto x = zeros<double>({2 * n_devices(), 3}, NamedSharding(mesh, P("a")));
   expect_error<E>(
       [&] {
-        shard_map<double>(
-            mesh, P("a"), P("a"),
-            [&](DeviceContext& ctx, const Tensor<double>& b) {
+        shard_map(mesh, P("a"), P("a"), [&](DeviceContext& ctx, const Tensor<double>& b) {
               bad(ctx, b);
               return b;
-            },
-            x);
+            })(x);
       },
       std::move(needles));
 }
@@ -145,9 +142,7 @@ SHARD_MPI_TEST(CollectiveErrors, CaughtInsideTheBody) {
   const auto x = zeros<double>({2 * n_devices(), 3}, NamedSharding(mesh, P("a")));
   std::vector<std::string> messages(local.size());
   std::vector<double> sums(local.size(), -1);
-  shard_map<double>(
-      mesh, P("a"), P("a"),
-      [&](DeviceContext& ctx, const Tensor<double>& b) {
+  shard_map(mesh, P("a"), P("a"), [&](DeviceContext& ctx, const Tensor<double>& b) {
         const auto li =
             static_cast<std::size_t>(std::find(local.begin(), local.end(), ctx.device()) - local.begin());
         try {
@@ -157,8 +152,7 @@ SHARD_MPI_TEST(CollectiveErrors, CaughtInsideTheBody) {
         }
         sums[li] = ctx.psum(1.0, "a");
         return b;
-      },
-      x);
+      })(x);
   for (std::size_t li = 0; li < local.size(); ++li) {
     EXPECT_NE(messages[li].find("unknown mesh axis 'zz'"), std::string::npos) << messages[li];
     EXPECT_EQ(sums[li], n_devices());
@@ -199,7 +193,7 @@ SHARD_MPI_TEST(ShardMapErrors, ArgumentDoesNotDivide) {
   const Mesh mesh = mesh_1d();
   const auto x = zeros<float>({size, 3}, NamedSharding(mesh, P("a")));
   auto id = [](DeviceContext&, const Tensor<float>& b) { return b; };
-  expect_error<ShapeError>([&] { shard_map<float>(mesh, P("a"), P("a"), id, x); },
+  expect_error<ShapeError>([&] { shard_map(mesh, P("a"), P("a"), id)(x); },
                            {"in_specs[0]", "maps array axis 0 (of size " + ss + ")", "to mesh axes ('a',)",
                             "(of total size " + ns + "), but " + ns + " does not evenly divide " + ss});
   // A tuple of axes on dim 1 of a 2-D mesh.
@@ -208,64 +202,84 @@ SHARD_MPI_TEST(ShardMapErrors, ArgumentDoesNotDivide) {
   const auto y = zeros<float>({2, size}, NamedSharding(m2, P(None, {"a", "b"})));
   expect_error<ShapeError>(
       [&] {
-        shard_map<float>(m2, P(None, {"a", "b"}), P(None, {"a", "b"}), id, y);
+        shard_map(m2, P(None, {"a", "b"}), P(None, {"a", "b"}), id)(y);
       },
       {"maps array axis 1 (of size " + ss + ")", "'a'", "'b'", "(of total size " + ns + ")",
        ns + " does not evenly divide " + ss});
 }
 
-SHARD_MPI_TEST(ShardMapErrors, ArgumentShardedDifferently) {
+SHARD_MPI_TEST(ShardMap, ArgumentShardedDifferentlyIsResharded) {
+  // As in JAX, an argument laid out otherwise is moved to its in_spec first.
   const int n = n_devices();
   const Mesh mesh = mesh_1d();
-  const auto x = zeros<double>({2 * n, 2 * n}, NamedSharding(mesh, P("a", None)));
-  expect_error<ShardingError>(
-      [&] {
-        shard_map<double>(
-            mesh, P(None, "a"), P(None, "a"), [](DeviceContext&, const Tensor<double>& b) { return b; }, x);
-      },
-      {"argument 0 is sharded as P('a'", "in_specs[0] is P(None, 'a')"});
+  const Tensor<double> h = random_tensor<double>({2 * n, 2 * n}, 51);
+  const auto x = device_put(h, NamedSharding(mesh, P("a", None)));
+  const auto y = shard_map(mesh, P(None, "a"), P(None, "a"), [](const Tensor<double>& b) { return b * 2.0; })(x);
+  EXPECT_EQ(y.spec(), P(None, "a"));
+  const Tensor<double> got = y.to_host();
+  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(got[i], 2.0 * h[i]);
 }
 
-SHARD_MPI_TEST(ShardMapErrors, ArgumentOnAnotherMesh) {
+SHARD_MPI_TEST(ShardMap, ArgumentOnAnotherMeshOverTheSameDevices) {
+  // Same devices in another order: the argument moves onto the shard_map mesh.
   const int n = n_devices();
   std::vector<int> reversed;
   for (int d = n - 1; d >= 0; --d) reversed.push_back(d);
   const Mesh mesh = mesh_1d();
-  // Same devices in another order; with one device, another axis name.
-  const Mesh other({n}, {n > 1 ? "a" : "z"}, reversed);
-  const auto x = zeros<double>({2 * n}, NamedSharding(other, P()));
-  expect_error<MeshMismatchError>(
-      [&] {
-        shard_map<double>(
-            mesh, P(), P(), [](DeviceContext&, const Tensor<double>& b) { return b; }, x);
-      },
-      {"shard_map", "devices " + other.devices_string(), "devices " + mesh.devices_string()});
+  const Mesh other({n}, {"z"}, reversed);
+  const Tensor<double> h = random_tensor<double>({2 * n}, 52);
+  const auto x = device_put(h, NamedSharding(other, P("z")));
+  const auto y = shard_map(mesh, P("a"), P("a"), [](const Tensor<double>& b) { return b + 1.0; })(x);
+  EXPECT_TRUE(y.mesh() == mesh);
+  const Tensor<double> got = y.to_host();
+  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(got[i], h[i] + 1.0);
 }
 
-SHARD_MPI_TEST(ShardMapErrors, WrongNumberOfSpecsAndBlockShapes) {
+SHARD_MPI_TEST(ShardMapErrors, ArgumentOnOtherDevices) {
+  const int n = n_devices();
+  if (n < 2) GTEST_SKIP() << "needs two devices";
+  const Mesh mesh = mesh_1d();
+  const Mesh first({1}, {"a"}, {mesh.device_ids()[0]});
+  const auto x = zeros<double>({2}, NamedSharding(first, P()));
+  expect_error<MeshMismatchError>(
+      [&] { shard_map(mesh, P(), P(), [](const Tensor<double>& b) { return b; })(x); },
+      {"shard_map argument 0", "device ids [" + std::to_string(mesh.device_ids()[0]) + "]"});
+}
+
+SHARD_MPI_TEST(ShardMapErrors, SpecListsAndBlockShapes) {
   const int n = n_devices();
   const Mesh mesh = mesh_1d();
   const auto x = zeros<double>({2 * n}, NamedSharding(mesh, P("a")));
-  const ShardMapBody<double> id = [](DeviceContext&, const Blocks<double>& b) {
-    return std::vector<Tensor<double>>{b[0]};
-  };
+  // A list argument with a spec list of another length; a list spec for a single array.
+  const std::vector<ShardedArray<double>> xs{x, x, x};
   expect_error<ValueError>(
       [&] {
-        shard_map<double>(mesh, {P("a"), P("a")}, {P("a")}, id, {&x});
+        shard_map(mesh, {std::vector<PartitionSpec>{P("a"), P("a")}}, {P("a")},
+                  [](const std::vector<Tensor<double>>& b) { return b[0]; })(xs);
       },
-      {"1 arguments but 2 in_specs"});
+      {"in_specs[0] lists 2 specs for a list of 3 arrays"});
+  expect_error<ValueError>(
+      [&] {
+        shard_map(mesh, {std::vector<PartitionSpec>{P("a")}}, {P("a")}, [](const Tensor<double>& b) { return b; })(x);
+      },
+      {"in_specs[0] is a list of 1 specs but its value is one array"});
   // Rank-dependent block shapes: the ranks agree that they differ.
   if (runtime().process_count() > 1) {
     expect_error<ShapeError>(
         [&] {
-          shard_map<double>(
-              mesh, P("a"), P("a"),
-              [](DeviceContext&, const Tensor<double>&) {
+          shard_map(mesh, P("a"), P("a"), [](DeviceContext&, const Tensor<double>&) {
                 return Tensor<double>({1 + runtime().process_index()}, 0.0);
-              },
-              x);
+              })(x);
         },
         {"different shapes"});
+    // Lists of rank-dependent length.
+    expect_error<ShapeError>(
+        [&] {
+          shard_map(mesh, P("a"), P("a"), [](const Tensor<double>& b) {
+                return std::vector<Tensor<double>>(static_cast<std::size_t>(1 + runtime().process_index()), b);
+              })(x);
+        },
+        {"different"});
   }
 }
 
@@ -302,15 +316,17 @@ SHARD_MPI_TEST(ShardMapErrors, BadOutSpecsAndPmapArguments) {
   const Mesh mesh = mesh_1d();
   const auto x = zeros<double>({2 * n}, NamedSharding(mesh, P("a")));
   auto id = [](DeviceContext&, const Tensor<double>& b) { return b; };
-  expect_error<ShardingError>([&] { shard_map<double>(mesh, P("a"), P("zz"), id, x); }, {"'zz'"});
-  expect_error<ShardingError>([&] { shard_map<double>(mesh, P("a"), P("a", None, None), id, x); },
+  expect_error<ShardingError>([&] { shard_map(mesh, P("a"), P("zz"), id)(x); }, {"'zz'"});
+  expect_error<ShardingError>([&] { shard_map(mesh, P("a"), P("a", None, None), id)(x); },
                               {"out_specs[0]", "more entries"});
-  expect_error<ShapeError>([&] { pmap<double>(id, "p", Tensor<double>(Shape{}, 1.0)); }, {"pmap", "0-d"});
-  expect_error<ShapeError>(
-      [&] {
-        pmap<double>(id, "p", Tensor<double>({n + 1, 2}, 1.0));
-      },
-      {"pmap", "(" + std::to_string(n + 1) + ")", "device count (" + std::to_string(n) + ")"});
+  expect_error<ShapeError>([&] { pmap(id, "p")(Tensor<double>(Shape{}, 1.0)); }, {"pmap", "in_axes[0] = 0", "()"});
+  expect_error<ShapeError>([&] { pmap(id, "p")(Tensor<double>({n + 1, 2}, 1.0)); },
+                           {"pmap", "size " + std::to_string(n + 1), "device count (" + std::to_string(n) + ")"});
+  expect_error<ShapeError>([&] { pmap([](const Tensor<double>& a, const Tensor<double>&) { return a; }, "p")(
+                                     Tensor<double>({1, 2}, 1.0), Tensor<double>({2, 2}, 1.0)); },
+                           {"pmap", "mapped dims of different sizes"});
+  expect_error<ValueError>([&] { pmap(id, "p", {0, 0})(Tensor<double>({1, 2}, 1.0)); },
+                           {"pmap", "in_axes has 2 entries", "called with 1"});
 }
 
 }  // namespace

@@ -230,11 +230,10 @@ std::vector<std::vector<V>> per_device(const Mesh& mesh, const Tensor<T>& host, 
   const auto x = device_put(host, NamedSharding(mesh, in.spec));
   const std::vector<int> local = mesh.local_device_ids();
   std::vector<std::vector<V>> got(local.size());  // one slot per local device thread
-  const ShardMapBody<T> body = [&](DeviceContext& ctx, const Blocks<T>& b) {
-    fn(ctx, b[0], got[slot_of(local, ctx.device())]);
-    return std::vector<Tensor<T>>{b[0]};
-  };
-  shard_map<T>(mesh, {in.spec}, {in.spec}, body, {&x});
+  shard_map(mesh, in.spec, in.spec, [&](DeviceContext& ctx, const Tensor<T>& b) {
+    fn(ctx, b, got[slot_of(local, ctx.device())]);
+    return b;
+  })(x);
   return got;
 }
 
@@ -353,15 +352,17 @@ void add_cases(std::vector<Case<T>>& cs, std::initializer_list<Kind> kinds, cons
       if (r.scalar) {
         c.op = [=](DeviceContext& ctx, Tensor<T> x) {
           const T v = x();
+          // pmean of integers is floating (checked in IntegerPmeanIsFloating); truncated here
+          // to compare with the integer reference.
           return Tensor<T>(Shape{}, op == Op::kSum    ? ctx.psum(v, ax)
-                                    : op == Op::kMean ? ctx.pmean(v, ax)
+                                    : op == Op::kMean ? static_cast<T>(ctx.pmean(v, ax))
                                     : op == Op::kMax  ? ctx.pmax(v, ax)
                                                       : ctx.pmin(v, ax));
         };
       } else {
         c.op = [=](DeviceContext& ctx, Tensor<T> x) {
           if (op == Op::kSum) return ctx.psum(std::move(x), ax);
-          if (op == Op::kMean) return ctx.pmean(std::move(x), ax);
+          if (op == Op::kMean) return astype<T>(ctx.pmean(std::move(x), ax));
           return op == Op::kMax ? ctx.pmax(std::move(x), ax) : ctx.pmin(std::move(x), ax);
         };
       }
@@ -528,12 +529,10 @@ SHARD_MPI_TEST(Collectives, ResultsThroughOutSpecs) {
     const Shape shape{2 * f[0], 3 * f[1]};
     const Tensor<double> host = random_tensor<double>(shape, 700 + static_cast<std::uint64_t>(f[0]));
     const auto x = device_put(host, NamedSharding(mesh, P("a", "b")));
-    const auto out = shard_map<double>(
-        mesh, {P("a", "b")}, {P("a", None), P("a")},
-        [](DeviceContext& ctx, const Blocks<double>& b) {
-          return std::vector<Tensor<double>>{ctx.psum(b[0], "b"), ctx.all_gather(b[0], "b", 1, true)};
-        },
-        {&x});
+    const auto [out0, out1] = shard_map(mesh, {P("a", "b")}, {P("a", None), P("a")}, [](const Tensor<double>& b) {
+      return std::make_tuple(psum(b, "b"), all_gather(b, "b", 1, true));  // the free collectives of the body
+    })(x);
+    const std::vector<ShardedArray<double>> out{out0, out1};
     const Tensor<double> sum = build<double>({shape[0], 3}, [&](const Shape& i) {
       double s = 0;
       for (std::int64_t j = 0; j < f[1]; ++j) s += host[ravel({i[0], 3 * j + i[1]}, shape)];
@@ -568,10 +567,7 @@ void check_array_psum(const Mesh& mesh, const Axes& axes, std::uint64_t seed) {
   for (const auto& a : mesh.axis_names())
     if (std::find(axes.axes().begin(), axes.axes().end(), a) == axes.axes().end()) rest.push_back(a);
   const PartitionSpec out_spec{SpecEntry(rest)};
-  const ShardMapBody<T> own_block = [](DeviceContext&, const Blocks<T>& b) {
-    return std::vector<Tensor<T>>{b[0]};
-  };
-  const auto partial = shard_map<T>(mesh, {in.spec}, {out_spec}, own_block, {&x})[0];
+  const auto partial = shard_map(mesh, in.spec, out_spec, [](const Tensor<T>& b) { return b; })(x);
   const auto sum = psum(partial, axes);
   EXPECT_EQ(sum.shape(), partial.shape());
   const auto ref = [&](int device) {
@@ -616,6 +612,35 @@ SHARD_MPI_TEST(ArrayCollectives, AllGatherAlongOneAxis) {
   }
 }
 
+SHARD_MPI_TEST(Collectives, IntegerPmeanIsFloating) {
+  // JAX: pmean of int32 is float32 (the exact integer sum, then a true division); bool
+  // pmax / pmin are a logical or / and, and a bool psum is refused on every rank.
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"p"});
+  Tensor<std::int32_t> h({n});
+  for (int i = 0; i < n; ++i) h[i] = 3 * i + 1 - (i % 2) * 7;
+  std::int64_t total = 0;
+  for (int i = 0; i < n; ++i) total += h[i];
+  const auto x = device_put(h, NamedSharding(mesh, P("p")));
+  const auto [m32, m64, any, all] = shard_map(mesh, {P("p")}, {P(), P(), P(), P()}, [](const Tensor<std::int32_t>& b) {
+    const Tensor<std::int64_t> b64 = astype<std::int64_t>(b);
+    return std::make_tuple(pmean(b, "p").reshaped({}), pmean(b64, "p").reshaped({}), pmax(b > 2, "p").reshaped({}),
+                           pmin(b > -100, "p").reshaped({}));
+  })(x);
+  static_assert(std::is_same_v<decltype(m32), const ShardedArray<float>>);
+  static_assert(std::is_same_v<decltype(m64), const ShardedArray<double>>);
+  EXPECT_FLOAT_EQ(m32.to_host()[0], static_cast<float>(static_cast<double>(total) / n));
+  EXPECT_DOUBLE_EQ(m64.to_host()[0], static_cast<double>(total) / n);
+  bool want_any = false;
+  for (int i = 0; i < n; ++i) want_any = want_any || h[i] > 2;
+  EXPECT_EQ(any.to_host()[0], want_any);
+  EXPECT_TRUE(all.to_host()[0]);
+  expect_error<ValueError>([&] { (void)shard_map(mesh, P("p"), P(), [](const Tensor<std::int32_t>& b) {
+                             return psum(b > 0, "p").reshaped({});
+                           })(x); },
+                           {"psum", "bool", "astype"});
+}
+
 SHARD_MPI_TEST(Pmap, NormalizeLikeTheJaxDocs) {
   // jax.pmap(lambda x: x / jax.lax.psum(x, 'p'), axis_name='p')(jnp.arange(n)).
   const int n = runtime().device_count();
@@ -623,12 +648,7 @@ SHARD_MPI_TEST(Pmap, NormalizeLikeTheJaxDocs) {
     if (m < 1) continue;
     Tensor<float> host({m});
     for (int i = 0; i < m; ++i) host[i] = static_cast<float>(i);
-    const auto out = pmap<float>(
-        [&](DeviceContext& ctx, const Tensor<float>& x) {  // x is the 0-d block x[i]
-          const Tensor<float> s = ctx.psum(x, "p");
-          return Tensor<float>(x.shape(), x() / s());
-        },
-        "p", host);
+    const auto out = pmap([](const Tensor<float>& x) { return x / psum(x, "p"); }, "p")(host);  // x: the 0-d x[i]
     EXPECT_EQ(out.shape(), Shape{m});
     const Tensor<float> h = out.to_host();
     ASSERT_EQ(h.size(), m);
@@ -658,11 +678,7 @@ SHARD_MPI_TEST(CommStats, PsumRecordsOneCallPerGroupThatSpansRanks) {
           ++expected_calls;
       }
       comm_stats().reset();
-      shard_map<double>(mesh, {in.spec}, {in.spec},
-                        [&](DeviceContext& ctx, const Blocks<double>& b) {
-                          return std::vector<Tensor<double>>{ctx.psum(b[0], axis)};
-                        },
-                        {&x});
+      shard_map(mesh, in.spec, in.spec, [&](DeviceContext& ctx, const Tensor<double>& b) { return ctx.psum(b, axis); })(x);
       const CommRecord r = comm_stats().get("psum", "'" + axis + "'");
       const std::string what = mesh.to_string() + " psum over '" + axis + "'";
       EXPECT_EQ(r.calls, expected_calls) << what << "\n" << comm_stats().to_string();

@@ -71,9 +71,7 @@ SHARD_MPI_TEST(GroupShared, EveryDeviceReadsItsGroupAfterTheBarrier) {
   for (const auto& c : cases(rt.device_count())) {
     const Mesh mesh = make_mesh(c.shape, c.names);
     const auto x = zeros<double>({static_cast<std::int64_t>(mesh.size())}, NamedSharding(mesh, P(Axes(c.names))));
-    shard_map<double>(
-        mesh, {P(Axes(c.names))}, {P(Axes(c.names))},
-        [&](DeviceContext& ctx, const Blocks<double>& b) {
+    shard_map(mesh, {P(Axes(c.names))}, {P(Axes(c.names))}, [&](DeviceContext& ctx, const Tensor<double>& b) {
           const auto buf = ctx.group_shared<double>(c.axes, count, "test.slots");
           const std::vector<int> group = group_of(mesh, ctx.device(), c.positions);
           EXPECT_EQ(buf.size(), static_cast<int>(group.size()));
@@ -96,9 +94,8 @@ SHARD_MPI_TEST(GroupShared, EveryDeviceReadsItsGroupAfterTheBarrier) {
             EXPECT_TRUE(sum == host_sum);
             buf.barrier();  // nobody rewrites a slot that another device still reads
           }
-          return std::vector<Tensor<double>>{b[0]};
-        },
-        {&x});
+          return b;
+        })(x);
   }
 }
 
@@ -113,18 +110,15 @@ SHARD_MPI_TEST(GroupShared, DevicesWriteTheirRowsOfTheStackedArray) {
   const std::int64_t total = 5 * n + 3;  // rows; device i writes rows i, i + n, i + 2n, ...
   const std::int64_t count = (total + n - 1) / n;
   const Tensor<double> host = random_tensor<double>({total}, 4242);
-  shard_map<double>(
-      mesh, {P("a")}, {P("a")},
-      [&](DeviceContext& ctx, const Blocks<double>& b) {
+  shard_map(mesh, {P("a")}, {P("a")}, [&](DeviceContext& ctx, const Tensor<double>& b) {
         const auto buf = ctx.group_shared<double>("a", count, "test.stacked");
         double* all = buf.stacked();
         for (std::int64_t r = buf.index(); r < total; r += n) all[r] = host[r];
         buf.barrier();
         for (std::int64_t r = 0; r < total; ++r) EXPECT_EQ(all[r], host[r]) << "row " << r;
         buf.barrier();
-        return std::vector<Tensor<double>>{b[0]};
-      },
-      {&x});
+        return b;
+      })(x);
 }
 
 SHARD_MPI_TEST(GroupShared, WindowsAreCachedByNameAndSize) {
@@ -132,18 +126,18 @@ SHARD_MPI_TEST(GroupShared, WindowsAreCachedByNameAndSize) {
   if (rt.devices_per_rank() != 1 || rt.node_count() != 1) GTEST_SKIP() << "needs one device per rank on one node";
   const Mesh mesh = make_mesh({rt.device_count()}, {"a"});
   const auto x = zeros<float>({static_cast<std::int64_t>(mesh.size())}, NamedSharding(mesh, P("a")));
-  auto body = [&](DeviceContext& ctx, const Blocks<float>& b) {
+  auto body = [&](DeviceContext& ctx, const Tensor<float>& b) {
     const auto one = ctx.group_shared<float>("a", 16, "test.cache");
     const auto again = ctx.group_shared<float>("a", 16, "test.cache");
     EXPECT_EQ(one.stacked(), again.stacked());
     const auto other = ctx.group_shared<float>("a", 32, "test.cache");  // another size: another window
     EXPECT_NE(other.stacked(), one.stacked());
-    return std::vector<Tensor<float>>{b[0]};
+    return b;
   };
-  shard_map<float>(mesh, {P("a")}, {P("a")}, body, {&x});
+  shard_map(mesh, {P("a")}, {P("a")}, body)(x);
   const int created = mesh.comms().windows_created();
   EXPECT_EQ(created, 2);
-  shard_map<float>(mesh, {P("a")}, {P("a")}, body, {&x});
+  shard_map(mesh, {P("a")}, {P("a")}, body)(x);
   EXPECT_EQ(mesh.comms().windows_created(), created);
 }
 
@@ -152,13 +146,10 @@ SHARD_MPI_TEST(GroupShared, Errors) {
   const Mesh mesh = make_mesh({rt.device_count()}, {"a"});
   const auto x = zeros<float>({static_cast<std::int64_t>(mesh.size())}, NamedSharding(mesh, P("a")));
   auto run = [&](const std::function<void(DeviceContext&)>& f) {
-    shard_map<float>(
-        mesh, {P("a")}, {P("a")},
-        [&](DeviceContext& ctx, const Blocks<float>& b) {
+    shard_map(mesh, {P("a")}, {P("a")}, [&](DeviceContext& ctx, const Tensor<float>& b) {
           f(ctx);
-          return std::vector<Tensor<float>>{b[0]};
-        },
-        {&x});
+          return b;
+        })(x);
   };
   if (rt.devices_per_rank() > 1) {
     expect_error<ShardingError>([&] { run([](DeviceContext& ctx) { ctx.group_shared<float>("a", 4, "test.err"); }); },

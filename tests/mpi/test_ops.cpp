@@ -158,7 +158,7 @@ void expect_result(const ShardedArray<T>& r, const Tensor<T>& want, const Mesh& 
     EXPECT_EQ(s.box, ref) << what << " device " << local[i];
     EXPECT_EQ(s.data.shape(), ref.extent) << what << " device " << local[i];
     if (s.data.shape() != ref.extent) continue;
-    const auto expected = reference_slice(want, ref);
+    const auto expected = reference_block(want, ref);
     expect_values(s.data.data(), expected.data(), ref.size(), tol,
                   what + " shard of device " + std::to_string(local[i]) + " " + to_string(ref));
   }
@@ -239,14 +239,23 @@ template <typename T>
 void check_binary_cases(std::uint64_t seed) {
   using Op = std::function<ShardedArray<T>(const ShardedArray<T>&, const ShardedArray<T>&)>;
   using Ref = std::function<T(T, T)>;
-  const std::vector<std::tuple<const char*, Op, Ref>> ops = {
+  std::vector<std::tuple<const char*, Op, Ref>> ops = {
       {"+", [](auto& x, auto& y) { return x + y; }, [](T x, T y) { return static_cast<T>(x + y); }},
       {"-", [](auto& x, auto& y) { return x - y; }, [](T x, T y) { return static_cast<T>(x - y); }},
       {"*", [](auto& x, auto& y) { return x * y; }, [](T x, T y) { return static_cast<T>(x * y); }},
-      {"/", [](auto& x, auto& y) { return x / y; }, [](T x, T y) { return static_cast<T>(x / y); }},
       {"maximum", [](auto& x, auto& y) { return maximum(x, y); }, [](T x, T y) { return x > y ? x : y; }},
       {"minimum", [](auto& x, auto& y) { return minimum(x, y); }, [](T x, T y) { return x < y ? x : y; }},
   };
+  if constexpr (std::is_floating_point_v<T>) {
+    ops.emplace_back("/", [](auto& x, auto& y) { return x / y; }, [](T x, T y) { return static_cast<T>(x / y); });
+  } else {  // numpy's // and %: the quotient rounded down, the remainder with the divisor's sign
+    ops.emplace_back("floor_divide", [](auto& x, auto& y) { return floor_divide(x, y); }, [](T x, T y) {
+      return static_cast<T>(std::floor(static_cast<double>(x) / static_cast<double>(y)));
+    });
+    ops.emplace_back("remainder", [](auto& x, auto& y) { return remainder(x, y); }, [](T x, T y) {
+      return static_cast<T>(x - y * static_cast<T>(std::floor(static_cast<double>(x) / static_cast<double>(y))));
+    });
+  }
   for (const auto& mesh : test_meshes())
     for (const auto& c : binary_cases(mesh)) {
       const Tensor<T> hx = random_tensor<T>(c.x.shape, seed++);
@@ -282,18 +291,26 @@ TYPED_TEST(OpsTyped, ScalarOnEitherSide) {
       const T s = static_cast<T>(2.5);  // 2 for integers
       const std::string what = std::string(dtype_name<T>()) + " " + mesh.to_string() + " " + spec.to_string();
       comm_stats().reset();
+      using F = float_of_t<T>;
       const std::vector<std::tuple<const char*, ShardedArray<T>, std::function<T(T)>>> got = {
           {"x + s", x + s, [&](T v) { return static_cast<T>(v + s); }},
           {"x - s", x - s, [&](T v) { return static_cast<T>(v - s); }},
           {"x * s", x * s, [&](T v) { return static_cast<T>(v * s); }},
-          {"x / s", x / s, [&](T v) { return static_cast<T>(v / s); }},
           {"s + x", s + x, [&](T v) { return static_cast<T>(s + v); }},
           {"s - x", s - x, [&](T v) { return static_cast<T>(s - v); }},
           {"s * x", s * x, [&](T v) { return static_cast<T>(s * v); }},
-          {"s / x", s / x, [&](T v) { return static_cast<T>(s / v); }},
           {"-x", -x, [&](T v) { return static_cast<T>(-v); }}};
+      // True division is floating for every type (JAX): int32 / int32 is float32.
+      const ShardedArray<F> q1 = x / s, q2 = s / x;
       EXPECT_EQ(total_calls(), 0) << what << ": scalar ops communicated\n" << comm_stats().to_string();
       for (const auto& [name, r, ref] : got) expect_result(r, host_map(hx, ref), mesh, &spec, what + " " + name);
+      Tensor<F> w1(hx.shape()), w2(hx.shape());
+      for (std::int64_t i = 0; i < hx.size(); ++i) {
+        w1[i] = static_cast<F>(static_cast<F>(hx[i]) / static_cast<F>(s));
+        w2[i] = static_cast<F>(static_cast<F>(s) / static_cast<F>(hx[i]));
+      }
+      expect_result(q1, w1, mesh, &spec, what + " x / s");
+      expect_result(q2, w2, mesh, &spec, what + " s / x");
     }
   }
 }
@@ -400,14 +417,14 @@ TYPED_TEST(OpsTyped, UnaryMaps) {
 
 TYPED_TEST(OpsTyped, CompareAndWhere) {
   using T = TypeParam;
-  using Cmp = std::function<std::int32_t(T, T)>;
+  using Cmp = std::function<bool(T, T)>;
   const std::vector<std::tuple<CompareOp, const char*, Cmp>> cmps = {
-      {CompareOp::kLess, "<", [](T a, T b) { return std::int32_t(a < b); }},
-      {CompareOp::kLessEqual, "<=", [](T a, T b) { return std::int32_t(a <= b); }},
-      {CompareOp::kGreater, ">", [](T a, T b) { return std::int32_t(a > b); }},
-      {CompareOp::kGreaterEqual, ">=", [](T a, T b) { return std::int32_t(a >= b); }},
-      {CompareOp::kEqual, "==", [](T a, T b) { return std::int32_t(a == b); }},
-      {CompareOp::kNotEqual, "!=", [](T a, T b) { return std::int32_t(a != b); }},
+      {CompareOp::kLess, "<", [](T a, T b) { return a < b; }},
+      {CompareOp::kLessEqual, "<=", [](T a, T b) { return a <= b; }},
+      {CompareOp::kGreater, ">", [](T a, T b) { return a > b; }},
+      {CompareOp::kGreaterEqual, ">=", [](T a, T b) { return a >= b; }},
+      {CompareOp::kEqual, "==", [](T a, T b) { return a == b; }},
+      {CompareOp::kNotEqual, "!=", [](T a, T b) { return a != b; }},
   };
   std::uint64_t seed = 800;
   for (const auto& mesh : test_meshes()) {
@@ -425,15 +442,19 @@ TYPED_TEST(OpsTyped, CompareAndWhere) {
     const auto row = device_put(hrow, NamedSharding(mesh, P(X.a)));
     const std::string m = std::string(dtype_name<T>()) + " " + mesh.to_string();
     for (const auto& [op, name, ref] : cmps) {
-      expect_result(compare(a, b, op), host_zip<std::int32_t>(ha, hb, ref), mesh, &sa, m + " a " + name + " b");
-      expect_result(compare(a, row, op), host_zip<std::int32_t>(ha, hrow, ref), mesh, &sa, m + " a " + name + " row");
-      expect_result(compare(a, T(1), op), host_zip<std::int32_t>(ha, Tensor<T>(Shape{}, T(1)), ref), mesh, &sa,
+      expect_result(compare(a, b, op), host_zip<bool>(ha, hb, ref), mesh, &sa, m + " a " + name + " b");
+      expect_result(compare(a, row, op), host_zip<bool>(ha, hrow, ref), mesh, &sa, m + " a " + name + " row");
+      expect_result(compare(a, T(1), op), host_zip<bool>(ha, Tensor<T>(Shape{}, T(1)), ref), mesh, &sa,
                     m + " a " + name + " 1");
     }
+    // The operators are the same comparisons.
+    expect_result(a < b, host_zip<bool>(ha, hb, [](T x, T y) { return x < y; }), mesh, &sa, m + " operator<");
+    expect_result(a >= 1, host_zip<bool>(ha, Tensor<T>(Shape{}, T(1)), [](T x, T y) { return x >= y; }), mesh, &sa,
+                  m + " operator>= scalar");
     // where(a > b, a, b) is the elementwise maximum; the result follows a.
     const auto gt = compare(a, b, CompareOp::kGreater);
-    const Tensor<std::int32_t> hgt = host_zip<std::int32_t>(ha, hb, [](T x, T y) { return std::int32_t(x > y); });
-    const auto pick = [](std::int32_t c, T x, T y) { return c ? x : y; };
+    const Tensor<bool> hgt = host_zip<bool>(ha, hb, [](T x, T y) { return x > y; });
+    const auto pick = [](bool c, T x, T y) { return c ? x : y; };
     Tensor<T> want(ha.shape());
     for (std::int64_t i = 0; i < want.size(); ++i) want[i] = pick(hgt[i], ha[i], hb[i]);
     expect_result(where(gt, a, b), want, mesh, &sa, m + " where(a > b, a, b)");
@@ -470,7 +491,7 @@ SHARD_MPI_TEST(Ops, WhereBroadcastsTheCondition) {
 // ---------------------------------------------------------------- reductions
 
 const char* kind_name(ReduceKind k) {
-  static const char* kNames[] = {"sum", "mean", "max", "min"};
+  static const char* kNames[] = {"sum", "mean", "max", "min", "prod"};
   return kNames[static_cast<int>(k)];
 }
 
@@ -501,6 +522,14 @@ void check_reductions(const Mesh& mesh, const PartitionSpec& spec, const Shape& 
       const double eps = std::is_same_v<T, float> ? 2e-6 : std::is_same_v<T, double> ? 1e-14 : 0;
       if (kind == ReduceKind::kSum) tol.atol = eps * 100 * static_cast<double>(count);
       if (kind == ReduceKind::kMean) tol.atol = eps * 100;
+      if (kind == ReduceKind::kMean && !std::is_floating_point_v<T>) {  // integer means are floating (JAX)
+        const Tensor<T> s = host_reduce(h, dims_in, ReduceKind::kSum);
+        Tensor<float_of_t<T>> wm(s.shape());
+        for (std::int64_t i = 0; i < wm.size(); ++i)
+          wm[i] = static_cast<float_of_t<T>>(static_cast<double>(s[i]) / static_cast<double>(count));
+        expect_result(mean(x, dims_in), wm, mesh, &want, what, Tol{1e-12, 1e-6});
+        continue;
+      }
       expect_result(reduce(x, kind, dims_in), host_reduce(h, dims_in, kind), mesh, &want, what, tol);
     }
   }
@@ -664,23 +693,38 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
   }
 }
 
-SHARD_MPI_TEST(Ops, MeshMismatchThrowsEverywhere) {
+SHARD_MPI_TEST(Ops, SameDevicesInAnotherOrderCombine) {
+  // JAX combines arrays whose meshes hold the same devices: the second moves to the first's mesh.
   const int n = runtime().device_count();
-  if (n < 2) GTEST_SKIP() << "needs two devices to reorder";
   const Mesh m = make_mesh({n}, {"a"});
   std::vector<int> ids = m.device_ids();
   std::reverse(ids.begin(), ids.end());
   const Mesh rev({n}, {"a"}, ids);
-  const Tensor<float> h = random_tensor<float>({6, 4}, 1400);
-  const auto x = device_put(h, NamedSharding(m, P("a")));
-  const auto y = device_put(h, NamedSharding(rev, P("a")));
-  const std::vector<std::string> lists = {m.devices_string(), rev.devices_string()};
-  expect_error<MeshMismatchError>([&] { (void)(x + y); }, lists, "x + y");
-  expect_error<MeshMismatchError>([&] { (void)(y * x); }, lists, "y * x");
-  expect_error<MeshMismatchError>([&] { (void)maximum(x, y); }, lists, "maximum");
-  expect_error<MeshMismatchError>([&] { (void)compare(x, y, CompareOp::kLess); }, lists, "compare");
-  expect_error<MeshMismatchError>([&] { (void)where(compare(x, 0.f, CompareOp::kLess), x, y); }, lists, "where");
-  expect_error<MeshMismatchError>([&] { (void)where(compare(y, 0.f, CompareOp::kLess), x, x); }, lists, "where cond");
+  const Tensor<float> hx = random_tensor<float>({6, 4}, 1400), hy = random_tensor<float>({6, 4}, 1401);
+  const auto x = device_put(hx, NamedSharding(m, P("a")));
+  const auto y = device_put(hy, NamedSharding(rev, P("a")));
+  const PartitionSpec pa = P("a");
+  expect_result(x + y, host_zip<float>(hx, hy, [](float a, float b) { return a + b; }), m, &pa, "x + y(reversed)");
+  expect_result(y * x, host_zip<float>(hy, hx, [](float a, float b) { return a * b; }), rev, &pa, "y(reversed) * x");
+  expect_result(where(x < 0.f, x, y), host_zip<float>(hx, hy, [](float a, float b) { return a < 0 ? a : b; }), m, &pa,
+                "where across meshes");
+}
+
+SHARD_MPI_TEST(Ops, DifferentDeviceSetsThrowEverywhere) {
+  const int n = runtime().device_count();
+  if (n < 2) GTEST_SKIP() << "needs two devices";
+  const Mesh all = make_mesh({n}, {"a"});
+  const Mesh first({1}, {"a"}, {all.device_ids()[0]});
+  const Mesh last({1}, {"a"}, {all.device_ids()[n - 1]});
+  const Tensor<float> h = random_tensor<float>({6, 4}, 1402);
+  const auto x = device_put(h, NamedSharding(first, P()));
+  const auto y = device_put(h, NamedSharding(last, P()));
+  const std::vector<std::string> sets = {"[" + std::to_string(all.device_ids()[0]) + "]",
+                                         "[" + std::to_string(all.device_ids()[n - 1]) + "]", "devices"};
+  expect_error<MeshMismatchError>([&] { (void)(x + y); }, sets, "x + y");
+  expect_error<MeshMismatchError>([&] { (void)maximum(x, y); }, sets, "maximum");
+  expect_error<MeshMismatchError>([&] { (void)where(x < 0.f, x, y); }, sets, "where");
+  expect_error<MeshMismatchError>([&] { (void)reshard(x, y.sharding()); }, sets, "reshard");
 }
 
 SHARD_MPI_TEST(Ops, ShapesThatDoNotBroadcast) {
@@ -693,6 +737,7 @@ SHARD_MPI_TEST(Ops, ShapesThatDoNotBroadcast) {
   expect_error<ShapeError>([&] { (void)(y - x); }, {"(3, 4)", "(5,)"}, "(5,) - (3, 4)");
   expect_error<ShapeError>([&] { (void)(z * w); }, {"(2, 1, 4)", "(1, 3, 5)"}, "(2, 1, 4) * (1, 3, 5)");
   expect_error<ShapeError>([&] { (void)compare(x, y, CompareOp::kEqual); }, {"(3, 4)", "(5,)"}, "compare");
+  expect_error<ShapeError>([&] { (void)(x < y); }, {"(3, 4)", "(5,)"}, "operator<");
   EXPECT_THROW((void)sum(x, {2}), ShapeError);
   EXPECT_THROW((void)transpose(z, {0, 1}), ShapeError);
 }

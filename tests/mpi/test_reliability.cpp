@@ -32,14 +32,11 @@ SHARD_MPI_TEST(Reliability, ConsistentCollectivesPass) {
   const Mesh mesh = make_mesh({runtime().device_count()}, {"a"});
   const auto x = from_callback<double>({2 * runtime().device_count(), 3}, NamedSharding(mesh, P("a")),
                                        [](const Box& b) { return Tensor<double>(b.extent, 1.0); });
-  const auto y = shard_map<double>(
-      mesh, P("a"), P("a"),
-      [](DeviceContext& ctx, const Tensor<double>& b) {
+  const auto y = shard_map(mesh, P("a"), P("a"), [](DeviceContext& ctx, const Tensor<double>& b) {
         auto s = ctx.psum(b, "a");
         auto g = ctx.all_gather(s, "a", 0, true);
         return ctx.psum_scatter(std::move(g), "a", 0, true);
-      },
-      x);
+      })(x);
   const double n = runtime().device_count();
   for (const auto& s : y.addressable_shards())
     for (double v : s.data) EXPECT_EQ(v, n * n);
@@ -52,20 +49,19 @@ SHARD_MPI_TEST(Reliability, DifferentOpsNameBothCallSites) {
   const CheckOn on;
   const Mesh mesh = make_mesh({runtime().device_count()}, {"a"});
   const auto x = zeros<double>({2 * runtime().device_count(), 3}, NamedSharding(mesh, P("a")));
-  const int psum_line = __LINE__ + 5;
+  const int psum_line = __LINE__ + 4;
   expect_error<CollectiveMismatchError>(
       [&] {
-        shard_map<double>(
-            mesh, P("a"), P("a"),
-            [](DeviceContext& ctx, const Tensor<double>& b) { return rank() == 0 ? ctx.psum(b, "a")
-                                                                                   : ctx.pmax(b, "a"); },
-            x);
+        shard_map(mesh, P("a"), P("a"), [](DeviceContext& ctx, const Tensor<double>& b) {
+          return rank() == 0 ? ctx.psum(b, "a")
+                             : ctx.pmax(b, "a");
+        })(x);
       },
       {"collective mismatch", "rank 0 called psum over 'a' of float64(2, 3)", "called pmax over 'a' of float64(2, 3)",
        "test_reliability.cpp:" + std::to_string(psum_line), "collective #"});
   // The ranks stay in step: the next collectives work.
-  const auto y = shard_map<double>(
-      mesh, P("a"), P("a"), [](DeviceContext& ctx, const Tensor<double>& b) { return ctx.psum(b, "a"); }, x);
+  const auto y =
+      shard_map(mesh, P("a"), P("a"), [](DeviceContext& ctx, const Tensor<double>& b) { return ctx.psum(b, "a"); })(x);
   EXPECT_EQ(y.shape(), x.shape());
 }
 
@@ -76,16 +72,13 @@ SHARD_MPI_TEST(Reliability, DifferentAxesNameBothCallSites) {
   // 'a' crosses ranks, 'b' stays on one: the ranks use different group communicators.
   const Mesh mesh = make_mesh({runtime().process_count(), k}, {"a", "b"});
   const auto x = zeros<double>({runtime().process_count(), k}, NamedSharding(mesh, P("a", "b")));
-  const int line_a = __LINE__ + 6, line_b = line_a + 1;
+  const int line_a = __LINE__ + 4, line_b = line_a + 1;
   expect_error<CollectiveMismatchError>(
       [&] {
-        shard_map<double>(
-            mesh, P("a", "b"), P("a", "b"),
-            [](DeviceContext& ctx, const Tensor<double>& b) {
+        shard_map(mesh, P("a", "b"), P("a", "b"), [](DeviceContext& ctx, const Tensor<double>& b) {
               if (rank() == 0) return ctx.psum(b, "a");
               return ctx.psum(b, "b");
-            },
-            x);
+            })(x);
       },
       {"collective mismatch", "rank 0 called psum over 'a'", "called psum over 'b'",
        "test_reliability.cpp:" + std::to_string(line_a), "test_reliability.cpp:" + std::to_string(line_b)});
@@ -98,14 +91,11 @@ SHARD_MPI_TEST(Reliability, DifferentShapesAreCaught) {
   const auto x = zeros<double>({runtime().device_count(), 3}, NamedSharding(mesh, P("a")));
   expect_error<CollectiveMismatchError>(
       [&] {
-        shard_map<double>(
-            mesh, P("a"), P("a"),
-            [](DeviceContext& ctx, const Tensor<double>& b) {
+        shard_map(mesh, P("a"), P("a"), [](DeviceContext& ctx, const Tensor<double>& b) {
               const std::int64_t cols = rank() == 0 ? 3 : 4;
               ctx.psum(Tensor<double>({1, cols}, 1.0), "a");
               return b;
-            },
-            x);
+            })(x);
       },
       {"collective mismatch", "float64(1, 3)", "float64(1, 4)"});
 }

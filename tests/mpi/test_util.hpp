@@ -170,6 +170,24 @@ std::vector<T> reference_slice(const Tensor<T>& host, const Box& box) {
   return out;
 }
 
+/// The same elements as a tensor of the box's shape (any dtype, bool included).
+template <typename T>
+Tensor<T> reference_block(const Tensor<T>& host, const Box& box) {
+  Tensor<T> out(box.extent);
+  const Shape st = strides_of(host.shape());
+  Shape idx(box.extent.size(), 0);
+  for (std::int64_t i = 0; i < out.size(); ++i) {
+    std::int64_t off = 0;
+    for (std::size_t d = 0; d < idx.size(); ++d) off += (box.offset[d] + idx[d]) * st[d];
+    out[i] = host[off];
+    for (int d = static_cast<int>(idx.size()) - 1; d >= 0; --d) {
+      if (++idx[d] < box.extent[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
 /// The largest |c - ref| over this rank's shards of c and the largest |ref| there (at least
 /// 1); `boxes_ok` is false if a shard's box differs from the reference layout of c's spec.
 struct MaxError {

@@ -15,7 +15,7 @@
 namespace shard::detail {
 
 enum class CollectiveKind { kReduce, kAllGather, kPsumScatter, kAllToAll, kPpermute };
-enum class ReduceOp { kSum, kMean, kMax, kMin };
+enum class ReduceOp { kSum, kMean, kMax, kMin, kProd };
 
 /// One collective as every device of the mesh issues it. Built from metadata only, so every
 /// rank builds the same spec and raises the same error before any communication.

@@ -19,7 +19,8 @@ bool is_active();
 template <typename T>
 MPI_Datatype datatype() {
   using U = std::remove_cv_t<T>;
-  if constexpr (std::is_same_v<U, float>) return MPI_FLOAT;
+  if constexpr (std::is_same_v<U, bool>) return MPI_CXX_BOOL;
+  else if constexpr (std::is_same_v<U, float>) return MPI_FLOAT;
   else if constexpr (std::is_same_v<U, double>) return MPI_DOUBLE;
   else if constexpr (std::is_same_v<U, std::int32_t>) return MPI_INT32_T;
   else if constexpr (std::is_same_v<U, std::int64_t>) return MPI_INT64_T;

@@ -1,0 +1,155 @@
+// Products of the local op set: matmul (numpy's rules: 1-D promotion, broadcast batch dims),
+// dot and vdot. float32 and float64 go to OpenBLAS (one gemm for a batched A times a matrix
+// B); integers and bool use plain loops. vdot of float32 accumulates in float64 (dsdot).
+
+#include <cblas.h>
+
+#include <cstring>
+
+#include "shard/error.hpp"
+#include "shard/tensor_ops.hpp"
+#include "tensor_kernels.hpp"
+
+namespace shard {
+
+namespace {
+
+/// c[m x n] = a[m x k] @ b[k x n], all row-major and contiguous.
+template <typename T>
+void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b, T* c) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    std::fill(c, c + m * n, T(0));
+    return;
+  }
+  if constexpr (std::is_same_v<T, double>) {
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), 1.0, a, static_cast<int>(k), b, static_cast<int>(n), 0.0, c, static_cast<int>(n));
+  } else if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), 1.0f, a, static_cast<int>(k), b, static_cast<int>(n), 0.0f, c, static_cast<int>(n));
+  } else {
+    std::fill(c, c + m * n, T(0));
+    for (std::int64_t r = 0; r < m; ++r)
+      for (std::int64_t q = 0; q < k; ++q) {
+        const T v = a[r * k + q];
+        T* __restrict crow = c + r * n;
+        const T* __restrict brow = b + q * n;
+        if constexpr (std::is_same_v<T, bool>) {
+          if (v)
+            for (std::int64_t j = 0; j < n; ++j) crow[j] = crow[j] || brow[j];
+        } else {
+          for (std::int64_t j = 0; j < n; ++j) crow[j] = static_cast<T>(crow[j] + v * brow[j]);
+        }
+      }
+  }
+}
+
+void check_int_limit(std::int64_t m, std::int64_t n, std::int64_t k) {
+  constexpr std::int64_t kMax = 2147483647;
+  if (m > kMax || n > kMax || k > kMax)
+    raise<ValueError>("matmul: a dim of ", m, "x", k, " @ ", k, "x", n, " exceeds BLAS's int limit");
+}
+
+}  // namespace
+
+template <Dtype T>
+Tensor<T> vdot(const Tensor<T>& a, const Tensor<T>& b) {
+  if (a.size() != b.size())
+    raise<ShapeError>("vdot: arrays of shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
+                      " have different sizes (", a.size(), " and ", b.size(), ")");
+  Tensor<T> out(Shape{});
+  const std::int64_t n = a.size();
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    double acc = 0;
+    constexpr std::int64_t kChunk = std::int64_t{1} << 30;  // BLAS counts are int
+    for (std::int64_t i = 0; i < n; i += kChunk) {
+      const int len = static_cast<int>(std::min(kChunk, n - i));
+      if constexpr (std::is_same_v<T, float>) acc += cblas_dsdot(len, a.data() + i, 1, b.data() + i, 1);
+      else acc += cblas_ddot(len, a.data() + i, 1, b.data() + i, 1);
+    }
+    out[0] = static_cast<T>(acc);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    bool r = false;
+    for (std::int64_t i = 0; i < n; ++i) r = r || (a[i] && b[i]);
+    out[0] = r;
+  } else {
+    std::int64_t acc = 0;
+    for (std::int64_t i = 0; i < n; ++i) acc += static_cast<std::int64_t>(a[i]) * static_cast<std::int64_t>(b[i]);
+    out[0] = static_cast<T>(acc);
+  }
+  return out;
+}
+
+template <Dtype T>
+Tensor<T> matmul(const Tensor<T>& a_in, const Tensor<T>& b_in) {
+  if (a_in.rank() == 0 || b_in.rank() == 0)
+    raise<ShapeError>("matmul: operands must have at least one dim, got shapes ", to_string(a_in.shape()), " and ",
+                      to_string(b_in.shape()), " (use * or dot for scalars)");
+  if (a_in.rank() == 1 && b_in.rank() == 1) {
+    if (a_in.size() != b_in.size())
+      raise<ShapeError>("matmul: shapes ", to_string(a_in.shape()), " and ", to_string(b_in.shape()),
+                        " do not align (", a_in.size(), " != ", b_in.size(), ")");
+    return vdot(a_in, b_in);
+  }
+  // 1-D operands as matrices: a (K) -> (1, K), b (K) -> (K, 1); the added dims go again below.
+  const bool a_vec = a_in.rank() == 1, b_vec = b_in.rank() == 1;
+  Shape as = a_in.shape(), bs = b_in.shape();
+  if (a_vec) as.insert(as.begin(), 1);
+  if (b_vec) bs.push_back(1);
+  const std::int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+  if (bs[bs.size() - 2] != k)
+    raise<ShapeError>("matmul: shapes ", to_string(a_in.shape()), " and ", to_string(b_in.shape()),
+                      " do not align: contracting dims ", k, " and ", bs[bs.size() - 2], " differ");
+  check_int_limit(m, n, k);
+  const Shape a_batch(as.begin(), as.end() - 2), b_batch(bs.begin(), bs.end() - 2);
+  const Shape batch = broadcast_shapes(a_batch, b_batch);
+  Shape out_shape = batch;
+  if (!a_vec) out_shape.push_back(m);
+  if (!b_vec) out_shape.push_back(n);
+  Tensor<T> out(out_shape);
+  const T* pa = a_in.data();
+  const T* pb = b_in.data();
+  T* pc = out.data();
+  const std::int64_t nb = num_elements(batch);
+  if (b_batch.empty() && a_batch == batch) {  // one product of all of A's rows with B
+    gemm(nb * m, n, k, pa, pb, pc);
+    return out;
+  }
+  // Per batch: the broadcast offsets (in matrices) of A and B.
+  const std::array<Shape, 2> st{detail::broadcast_strides(a_batch, batch), detail::broadcast_strides(b_batch, batch)};
+  detail::broadcast_rows<2>(batch, st, [&](std::int64_t o, auto off, auto step, std::int64_t len) {
+    for (std::int64_t j = 0; j < len; ++j)
+      gemm(m, n, k, pa + (off[0] + j * step[0]) * m * k, pb + (off[1] + j * step[1]) * k * n, pc + (o + j) * m * n);
+  });
+  return out;
+}
+
+template <Dtype T>
+Tensor<T> dot(const Tensor<T>& a, const Tensor<T>& b) {
+  if (a.rank() == 0 || b.rank() == 0) return binary(a, b, BinaryOp::kMul);
+  if (b.rank() <= 2) return matmul(a, b);  // numpy's dot and matmul agree here
+  // b N-D: contract a's last dim with b's second-to-last; result a.shape[:-1] + b.shape[:-2] + b.shape[-1:].
+  const std::int64_t k = a.shape().back();
+  if (b.shape()[b.rank() - 2] != k)
+    raise<ShapeError>("dot: shapes ", to_string(a.shape()), " and ", to_string(b.shape()), " do not align");
+  Tensor<T> b2 = reshape(moveaxis(b, -2, 0), Shape{k, -1});
+  Tensor<T> c = matmul(reshape(a, Shape{-1, k}), b2);
+  Shape out(a.shape().begin(), a.shape().end() - 1);
+  out.insert(out.end(), b.shape().begin(), b.shape().end() - 2);
+  out.push_back(b.shape().back());
+  return reshape(std::move(c), out);
+}
+
+#define SHARD_INSTANTIATE_LINALG(T)                                        \
+  template Tensor<T> matmul<T>(const Tensor<T>&, const Tensor<T>&);        \
+  template Tensor<T> dot<T>(const Tensor<T>&, const Tensor<T>&);           \
+  template Tensor<T> vdot<T>(const Tensor<T>&, const Tensor<T>&);
+SHARD_INSTANTIATE_LINALG(bool)
+SHARD_INSTANTIATE_LINALG(std::int32_t)
+SHARD_INSTANTIATE_LINALG(std::int64_t)
+SHARD_INSTANTIATE_LINALG(float)
+SHARD_INSTANTIATE_LINALG(double)
+#undef SHARD_INSTANTIATE_LINALG
+
+}  // namespace shard

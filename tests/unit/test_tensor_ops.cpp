@@ -1,0 +1,613 @@
+// The local op set (tensor_ops.hpp, array_ops.hpp) against naive host references written
+// here independently: loops over multi-indices in float64. Random data, every dtype, numpy
+// broadcasting with size-1, missing and empty dims, JAX's dtype promotion.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <type_traits>
+
+#include "shard/tensor_ops.hpp"
+#include "shard/error.hpp"
+
+namespace shard {
+namespace {
+
+// ---------------------------------------------------------------- helpers
+
+template <typename T>
+Tensor<T> rnd(const Shape& shape, std::uint64_t seed, double lo = -10, double hi = 10) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  Tensor<T> t(shape);
+  for (auto& v : t) {
+    const double x = u(g);
+    if constexpr (std::is_same_v<T, bool>) v = x > (lo + hi) / 2;
+    else if constexpr (std::is_integral_v<T>) v = static_cast<T>(std::llround(x));
+    else v = static_cast<T>(x);
+  }
+  return t;
+}
+
+void next(Shape& idx, const Shape& shape) {
+  for (int d = static_cast<int>(idx.size()) - 1; d >= 0; --d) {
+    if (++idx[d] < shape[d]) return;
+    idx[d] = 0;
+  }
+}
+
+/// Flat offset of the broadcast index `idx` (of the output's rank) in an array of shape s.
+std::int64_t at(const Shape& s, const Shape& idx) {
+  const std::size_t lead = idx.size() - s.size();
+  std::int64_t off = 0;
+  for (std::size_t k = 0; k < s.size(); ++k) off = off * s[k] + (s[k] == 1 ? 0 : idx[k + lead]);
+  return off;
+}
+
+Shape bshape(const Shape& a, const Shape& b) {
+  const std::size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t da = i + a.size() >= n ? a[i + a.size() - n] : 1;
+    const std::int64_t db = i + b.size() >= n ? b[i + b.size() - n] : 1;
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+template <typename R, typename A, typename B, typename F>
+Tensor<R> ref_zip(const Tensor<A>& a, const Tensor<B>& b, F f) {
+  const Shape out = bshape(a.shape(), b.shape());
+  Tensor<R> r(out);
+  Shape idx(out.size(), 0);
+  for (std::int64_t i = 0; i < r.size(); ++i, next(idx, out)) r[i] = static_cast<R>(f(a[at(a.shape(), idx)], b[at(b.shape(), idx)]));
+  return r;
+}
+
+template <typename T, typename U>
+void expect_near(const Tensor<T>& got, const Tensor<U>& want, double rtol, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  std::int64_t bad = 0, first = -1;
+  for (std::int64_t i = 0; i < got.size(); ++i) {
+    const double g = static_cast<double>(got[i]), w = static_cast<double>(want[i]);
+    const bool ok = (std::isnan(g) && std::isnan(w)) || g == w || std::abs(g - w) <= rtol * std::max(1.0, std::abs(w));
+    if (!ok && bad++ == 0) first = i;
+  }
+  EXPECT_EQ(bad, 0) << what << ": first mismatch at " << first << ": got "
+                    << (first >= 0 ? static_cast<double>(got[first]) : 0) << " want "
+                    << (first >= 0 ? static_cast<double>(want[first]) : 0);
+}
+
+template <typename T>
+double tol() {
+  return std::is_same_v<T, float> ? 2e-6 : std::is_same_v<T, double> ? 1e-14 : 0;
+}
+
+/// Operand shape pairs that broadcast: equal, row onto a matrix, column, outer, missing
+/// leading dims, 0-d, empty dims.
+const std::vector<std::pair<Shape, Shape>>& shape_pairs() {
+  static const std::vector<std::pair<Shape, Shape>> pairs = {
+      {{5, 7}, {5, 7}}, {{5, 7}, {7}},       {{7}, {5, 7}},          {{5, 1}, {1, 7}},       {{3, 4, 5}, {4, 1}},
+      {{}, {3, 2}},     {{3, 2}, {}},        {{2, 1, 3}, {4, 1}},    {{0, 3}, {3}},          {{2, 0}, {1, 1}},
+      {{1}, {1}},       {{130}, {130}},      {{2, 3, 1, 4}, {3, 5, 1}}, {{6, 1, 1}, {1, 1, 9}}};
+  return pairs;
+}
+
+// ---------------------------------------------------------------- promotion
+
+TEST(TensorOpsPromotion, JaxLattice) {
+  const Tensor<std::int32_t> i32({2}, 1);
+  const Tensor<std::int64_t> i64({2}, 1);
+  const Tensor<float> f32({2}, 1.f);
+  const Tensor<double> f64({2}, 1.0);
+  const Tensor<bool> b({2}, true);
+  static_assert(std::is_same_v<decltype(i32 + f32), Tensor<float>>);
+  static_assert(std::is_same_v<decltype(i64 + f32), Tensor<float>>);  // JAX, not numpy's float64
+  static_assert(std::is_same_v<decltype(i32 + i64), Tensor<std::int64_t>>);
+  static_assert(std::is_same_v<decltype(b + i32), Tensor<std::int32_t>>);
+  static_assert(std::is_same_v<decltype(f32 * f64), Tensor<double>>);
+  static_assert(std::is_same_v<decltype(b * b), Tensor<bool>>);
+  // Weak scalars: the array's type unless the scalar is of a higher kind.
+  static_assert(std::is_same_v<decltype(f32 * 2.5), Tensor<float>>);
+  static_assert(std::is_same_v<decltype(i32 * 2), Tensor<std::int32_t>>);
+  static_assert(std::is_same_v<decltype(i32 * 2.5f), Tensor<float>>);
+  static_assert(std::is_same_v<decltype(i32 * 2.5), Tensor<double>>);
+  static_assert(std::is_same_v<decltype(b + 1), Tensor<std::int32_t>>);
+  // True division and means are floating.
+  static_assert(std::is_same_v<decltype(i32 / i32), Tensor<float>>);
+  static_assert(std::is_same_v<decltype(i64 / 2), Tensor<double>>);
+  static_assert(std::is_same_v<decltype(mean(i32)), Tensor<float>>);
+  static_assert(std::is_same_v<decltype(sum(b)), Tensor<std::int32_t>>);
+  static_assert(std::is_same_v<decltype(exp(i32)), Tensor<float>>);
+  static_assert(std::is_same_v<decltype(i32 < f32), Tensor<bool>>);
+  static_assert(std::is_same_v<decltype(where(b, i32, 1.5)), Tensor<double>>);
+  static_assert(std::is_same_v<decltype(matmul(i32.reshaped({1, 2}), f32.reshaped({2, 1}))), Tensor<float>>);
+  EXPECT_EQ((i32 + f32)[0], 2.f);
+  EXPECT_EQ((b + 1)[1], 2);
+  const Tensor<std::int32_t> seven({1}, 7);
+  EXPECT_FLOAT_EQ((seven / 2)[0], 3.5f);
+}
+
+// ---------------------------------------------------------------- binary ops
+
+template <typename T>
+class TensorOpsTyped : public ::testing::Test {};
+using NumericTypes = ::testing::Types<std::int32_t, std::int64_t, float, double>;
+TYPED_TEST_SUITE(TensorOpsTyped, NumericTypes);
+
+TYPED_TEST(TensorOpsTyped, BinaryBroadcasting) {
+  using T = TypeParam;
+  std::uint64_t seed = 1;
+  for (const auto& [sa, sb] : shape_pairs()) {
+    const Tensor<T> a = rnd<T>(sa, seed++), b0 = rnd<T>(sb, seed++);
+    Tensor<T> b = b0;
+    for (auto& v : b)
+      if (v == T(0)) v = T(3);  // a safe divisor
+    const std::string what = std::string(dtype_name<T>()) + " " + to_string(sa) + " op " + to_string(sb);
+    expect_near(a + b, ref_zip<T>(a, b, [](double x, double y) { return x + y; }), tol<T>(), what + " +");
+    expect_near(a - b, ref_zip<T>(a, b, [](double x, double y) { return x - y; }), tol<T>(), what + " -");
+    expect_near(a * b, ref_zip<T>(a, b, [](double x, double y) { return x * y; }), tol<T>(), what + " *");
+    expect_near(a / b, ref_zip<float_of_t<T>>(a, b, [](double x, double y) { return x / y; }), 2e-6, what + " /");
+    expect_near(maximum(a, b), ref_zip<T>(a, b, [](double x, double y) { return std::max(x, y); }), 0, what + " max");
+    expect_near(minimum(a, b), ref_zip<T>(a, b, [](double x, double y) { return std::min(x, y); }), 0, what + " min");
+    expect_near(floor_divide(a, b), ref_zip<T>(a, b, [](double x, double y) { return std::floor(x / y); }), tol<T>(),
+                what + " //");
+    expect_near(remainder(a, b), ref_zip<T>(a, b, [](double x, double y) { return x - y * std::floor(x / y); }),
+                std::is_integral_v<T> ? 0 : 1e-5, what + " %");
+    expect_near(a < b, ref_zip<bool>(a, b, [](double x, double y) { return x < y; }), 0, what + " <");
+    expect_near(a >= b, ref_zip<bool>(a, b, [](double x, double y) { return x >= y; }), 0, what + " >=");
+    expect_near(equal(a, b), ref_zip<bool>(a, b, [](double x, double y) { return x == y; }), 0, what + " ==");
+    expect_near(not_equal(a, a), ref_zip<bool>(a, a, [](double, double) { return false; }), 0, what + " !=");
+  }
+}
+
+TYPED_TEST(TensorOpsTyped, ScalarsOnEitherSide) {
+  using T = TypeParam;
+  const Tensor<T> a = rnd<T>({4, 9}, 11);
+  const T s = static_cast<T>(3);
+  const Tensor<T> st(Shape{}, s);
+  expect_near(a + s, ref_zip<T>(a, st, [](double x, double y) { return x + y; }), tol<T>(), "a + s");
+  expect_near(s - a, ref_zip<T>(st, a, [](double x, double y) { return x - y; }), tol<T>(), "s - a");
+  expect_near(s * a, ref_zip<T>(st, a, [](double x, double y) { return x * y; }), tol<T>(), "s * a");
+  expect_near(a / s, ref_zip<float_of_t<T>>(a, st, [](double x, double y) { return x / y; }), 2e-6, "a / s");
+  expect_near(maximum(a, s), ref_zip<T>(a, st, [](double x, double y) { return std::max(x, y); }), 0, "max(a, s)");
+  expect_near(s > a, ref_zip<bool>(st, a, [](double x, double y) { return x > y; }), 0, "s > a");
+  expect_near(-a, ref_zip<T>(a, st, [](double x, double) { return -x; }), 0, "-a");
+  expect_near(power(a, 2), ref_zip<T>(a, st, [](double x, double) { return x * x; }), tol<T>(), "a ** 2");
+}
+
+TEST(TensorOps, IntegerDivisionEdgesAndBoolOps) {
+  const Tensor<std::int32_t> a({6}, std::vector<std::int32_t>{7, -7, 7, -7, 5, 0});
+  const Tensor<std::int32_t> b({6}, std::vector<std::int32_t>{2, 2, -2, -2, 0, 3});
+  const auto q = floor_divide(a, b), r = remainder(a, b);
+  EXPECT_EQ(q, Tensor<std::int32_t>({6}, std::vector<std::int32_t>{3, -4, -4, 3, 0, 0}));  // x // 0 is 0
+  EXPECT_EQ(r, Tensor<std::int32_t>({6}, std::vector<std::int32_t>{1, 1, -1, -1, 0, 0}));
+  const Tensor<bool> t({4}, std::vector<bool>{true, true, false, false});
+  const Tensor<bool> u({4}, std::vector<bool>{true, false, true, false});
+  EXPECT_EQ(t & u, Tensor<bool>({4}, std::vector<bool>{true, false, false, false}));
+  EXPECT_EQ(t | u, Tensor<bool>({4}, std::vector<bool>{true, true, true, false}));
+  EXPECT_EQ(t ^ u, Tensor<bool>({4}, std::vector<bool>{false, true, true, false}));
+  EXPECT_EQ(~t, Tensor<bool>({4}, std::vector<bool>{false, false, true, true}));
+  EXPECT_EQ(t + u, t | u);  // numpy: + on bool is or
+  EXPECT_THROW((void)(t - u), ValueError);
+  EXPECT_EQ(logical_and(a, b), Tensor<std::int32_t>({6}, std::vector<std::int32_t>{7 & 2, -7 & 2, 7 & -2, -7 & -2, 0, 0}));
+  EXPECT_THROW((void)logical_and(Tensor<float>({1}, 1.f), Tensor<float>({1}, 1.f)), ValueError);
+}
+
+// ---------------------------------------------------------------- unary ops
+
+TEST(TensorOps, UnaryMathMatchesLibm) {
+  const Tensor<double> x = rnd<double>({3, 41}, 21, -3, 3);
+  const Tensor<float> xf = astype<float>(x);
+  const Tensor<double> pos = abs(x) + 0.5;
+  using F = double (*)(double);
+  const std::vector<std::tuple<const char*, Tensor<double>, Tensor<float>, const Tensor<double>*, F>> cases = {
+      {"exp", exp(x), exp(xf), &x, [](double v) { return std::exp(v); }},
+      {"log", log(pos), log(astype<float>(pos)), &pos, [](double v) { return std::log(v); }},
+      {"log1p", log1p(pos), log1p(astype<float>(pos)), &pos, [](double v) { return std::log1p(v); }},
+      {"expm1", expm1(x), expm1(xf), &x, [](double v) { return std::expm1(v); }},
+      {"sqrt", sqrt(pos), sqrt(astype<float>(pos)), &pos, [](double v) { return std::sqrt(v); }},
+      {"rsqrt", rsqrt(pos), rsqrt(astype<float>(pos)), &pos, [](double v) { return 1 / std::sqrt(v); }},
+      {"sin", sin(x), sin(xf), &x, [](double v) { return std::sin(v); }},
+      {"cos", cos(x), cos(xf), &x, [](double v) { return std::cos(v); }},
+      {"tanh", tanh(x), tanh(xf), &x, [](double v) { return std::tanh(v); }},
+      {"sigmoid", sigmoid(x), sigmoid(xf), &x, [](double v) { return 1 / (1 + std::exp(-v)); }},
+      {"erf", erf(x), erf(xf), &x, [](double v) { return std::erf(v); }},
+      {"reciprocal", reciprocal(pos), reciprocal(astype<float>(pos)), &pos, [](double v) { return 1 / v; }},
+      {"abs", abs(x), abs(xf), &x, [](double v) { return std::abs(v); }},
+      {"negative", negative(x), negative(xf), &x, [](double v) { return -v; }},
+      {"square", square(x), square(xf), &x, [](double v) { return v * v; }},
+      {"relu", relu(x), relu(xf), &x, [](double v) { return v > 0 ? v : 0.0; }},
+      {"sign", sign(x), sign(xf), &x, [](double v) { return double((v > 0) - (v < 0)); }},
+      {"floor", floor(x), floor(xf), &x, [](double v) { return std::floor(v); }},
+      {"ceil", ceil(x), ceil(xf), &x, [](double v) { return std::ceil(v); }},
+      {"round", round(x), round(xf), &x, [](double v) { return std::nearbyint(v); }},
+  };
+  for (const auto& [name, got, got_f, in, f] : cases) {
+    Tensor<double> want(in->shape());
+    for (std::int64_t i = 0; i < want.size(); ++i) want[i] = f((*in)[i]);
+    expect_near(got, want, 1e-14, std::string(name) + " float64");
+    if (std::string(name) != "round" && std::string(name) != "floor" && std::string(name) != "ceil")
+      expect_near(got_f, want, 3e-6, std::string(name) + " float32");
+  }
+  // Integers: the type-keeping ops stay integer; transcendental ops become float32.
+  const Tensor<std::int32_t> xi = rnd<std::int32_t>({17}, 22);
+  static_assert(std::is_same_v<decltype(abs(xi)), Tensor<std::int32_t>>);
+  expect_near(abs(xi), ref_zip<std::int32_t>(xi, xi, [](double v, double) { return std::abs(v); }), 0, "abs int32");
+  expect_near(sqrt(abs(xi)), ref_zip<float>(xi, xi, [](double v, double) { return std::sqrt(std::abs(v)); }), 2e-6,
+              "sqrt int32");
+  EXPECT_EQ(isnan(Tensor<double>({3}, std::vector<double>{1.0, NAN, INFINITY})),
+            Tensor<bool>({3}, std::vector<bool>{false, true, false}));
+  EXPECT_EQ(isfinite(Tensor<double>({3}, std::vector<double>{1.0, NAN, -INFINITY})),
+            Tensor<bool>({3}, std::vector<bool>{true, false, false}));
+}
+
+TEST(TensorOps, WhereAndClip) {
+  std::uint64_t seed = 31;
+  for (const auto& [sa, sb] : shape_pairs()) {
+    const Tensor<double> a = rnd<double>(sa, seed++);
+    const Tensor<float> b = rnd<float>(sb, seed++);
+    const Tensor<bool> c = a > 0.0;
+    const auto w = where(c, a, b);  // promotes to float64
+    static_assert(std::is_same_v<decltype(w), const Tensor<double>>);
+    const Shape out = bshape(sa, sb);
+    Tensor<double> want(out);
+    Shape idx(out.size(), 0);
+    for (std::int64_t i = 0; i < want.size(); ++i, next(idx, out))
+      want[i] = c[at(sa, idx)] ? a[at(sa, idx)] : static_cast<double>(b[at(sb, idx)]);
+    expect_near(w, want, 0, "where " + to_string(sa) + " " + to_string(sb));
+  }
+  const Tensor<float> x = rnd<float>({50}, 39);
+  const auto y = clip(x, -2.0f, 3.0f);
+  for (std::int64_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], std::min(std::max(x[i], -2.0f), 3.0f));
+  const auto z = where(x > 0.f, 1, 0);  // two scalars: an int32 array of the condition's shape
+  static_assert(std::is_same_v<decltype(z), const Tensor<std::int32_t>>);
+  for (std::int64_t i = 0; i < x.size(); ++i) EXPECT_EQ(z[i], x[i] > 0 ? 1 : 0);
+}
+
+// ---------------------------------------------------------------- reductions
+
+/// Host reference of a reduction over `dims` in float64.
+Tensor<double> ref_reduce(const Tensor<double>& x, std::vector<int> dims, ReduceKind kind, bool keepdims) {
+  if (dims.empty())
+    for (int d = 0; d < x.rank(); ++d) dims.push_back(d);
+  for (auto& d : dims) d = d < 0 ? d + x.rank() : d;
+  Shape out;
+  std::int64_t count = 1;
+  for (int d = 0; d < x.rank(); ++d) {
+    const bool r = std::find(dims.begin(), dims.end(), d) != dims.end();
+    if (r) count *= x.shape()[d];
+    if (!r) out.push_back(x.shape()[d]);
+    else if (keepdims) out.push_back(1);
+  }
+  const double init = kind == ReduceKind::kMax   ? -INFINITY
+                      : kind == ReduceKind::kMin ? INFINITY
+                      : kind == ReduceKind::kProd ? 1.0
+                                                 : 0.0;
+  Tensor<double> r(out, init);
+  Shape idx(x.rank(), 0);
+  for (std::int64_t i = 0; i < x.size(); ++i, next(idx, x.shape())) {
+    std::int64_t o = 0;
+    for (int d = 0, k = 0; d < x.rank(); ++d) {
+      const bool red = std::find(dims.begin(), dims.end(), d) != dims.end();
+      if (!red) o = o * out[k++] + idx[d];
+      else if (keepdims) ++k;
+    }
+    double& v = r[o];
+    switch (kind) {
+      case ReduceKind::kMax: v = std::max(v, x[i]); break;
+      case ReduceKind::kMin: v = std::min(v, x[i]); break;
+      case ReduceKind::kProd: v *= x[i]; break;
+      default: v += x[i];
+    }
+  }
+  if (kind == ReduceKind::kMean)
+    for (auto& v : r) v /= static_cast<double>(count);
+  return r;
+}
+
+TYPED_TEST(TensorOpsTyped, ReductionsOverEveryDimSet) {
+  using T = TypeParam;
+  std::uint64_t seed = 41;
+  for (const Shape& shape : {Shape{3, 1, 4, 5}, Shape{7}, Shape{}, Shape{2, 300}, Shape{300, 3}, Shape{2, 0, 3}}) {
+    const Tensor<T> x = rnd<T>(shape, seed++, -2, 2);
+    const Tensor<double> xd = astype<double>(x);
+    const int rank = x.rank();
+    for (int mask = 0; mask < (1 << rank); ++mask) {
+      std::vector<int> dims;
+      for (int d = 0; d < rank; ++d)
+        if (mask & (1 << d)) dims.push_back(d - (d % 2) * rank);  // odd dims counted from the end
+      bool empty = dims.empty() && x.size() == 0;
+      for (int d : dims) empty = empty || shape[(d + rank) % rank] == 0;
+      for (bool keep : {false, true}) {
+        const std::string what = std::string(dtype_name<T>()) + to_string(shape) + " mask " + std::to_string(mask) +
+                                 (keep ? " keepdims" : "");
+        const Dims ds = dims.empty() ? Dims() : Dims(dims);
+        const double t = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+        expect_near(sum(x, ds, keep), ref_reduce(xd, dims, ReduceKind::kSum, keep), t, what + " sum");
+        expect_near(mean(x, ds, keep), ref_reduce(xd, dims, ReduceKind::kMean, keep), 1e-5, what + " mean");
+        if (!empty) {
+          expect_near(max(x, ds, keep), ref_reduce(xd, dims, ReduceKind::kMax, keep), 0, what + " max");
+          expect_near(min(x, ds, keep), ref_reduce(xd, dims, ReduceKind::kMin, keep), 0, what + " min");
+        } else if (!dims.empty() || rank > 0) {
+          EXPECT_THROW((void)max(x, ds, keep), ValueError) << what;
+        }
+        const Tensor<T> small = clip(x, T(-1), T(1)) + (std::is_integral_v<T> ? T(0) : T(0));
+        expect_near(prod(small, ds, keep), ref_reduce(astype<double>(small), dims, ReduceKind::kProd, keep), 1e-5,
+                    what + " prod");
+      }
+    }
+  }
+}
+
+TEST(TensorOps, AnyAllArgmaxArgmin) {
+  const Tensor<std::int32_t> x({3, 4}, std::vector<std::int32_t>{0, 0, 1, 0, 2, 5, 5, -1, -3, -3, -3, -3});
+  EXPECT_EQ(any(x, 1), Tensor<bool>({3}, std::vector<bool>{true, true, true}));
+  EXPECT_EQ(all(x, 1), Tensor<bool>({3}, std::vector<bool>{false, true, true}));
+  EXPECT_EQ(any(x > 4, 0), Tensor<bool>({4}, std::vector<bool>{false, true, true, false}));
+  EXPECT_EQ(argmax(x, 1), Tensor<std::int64_t>({3}, std::vector<std::int64_t>{2, 1, 0}));  // first of ties
+  EXPECT_EQ(argmin(x, 0), Tensor<std::int64_t>({4}, std::vector<std::int64_t>{2, 2, 2, 2}));
+  EXPECT_EQ(argmax(x, -1, true).shape(), (Shape{3, 1}));
+  EXPECT_EQ(argmax(x).item(), 5);  // flattened
+  const Tensor<double> n({4}, std::vector<double>{1.0, NAN, 3.0, NAN});
+  EXPECT_EQ(argmax(n).item(), 1);  // numpy: the first nan
+  EXPECT_TRUE(std::isnan(max(n).item()));
+  EXPECT_THROW((void)argmax(Tensor<float>({0, 3}), 0), ValueError);
+  EXPECT_THROW((void)sum(x, {0, 0}), ShapeError);
+  EXPECT_THROW((void)sum(x, 2), ShapeError);
+}
+
+TEST(TensorOps, Float32SumIsAccurate) {
+  // 3M values in [0, 1): numpy's pairwise sum is ~1e-7 off float64; a sequential float32
+  // loop is ~3e-3 off. Along the last dim (contiguous) and along dim 0 (rows).
+  const std::int64_t n = 3'000'000;
+  const Tensor<float> x = rnd<float>({n}, 51, 0, 1);
+  double ref = 0;
+  for (auto v : x) ref += static_cast<double>(v);
+  EXPECT_LT(std::abs(sum(x).item() - ref) / ref, 1e-6);
+  EXPECT_LT(std::abs(mean(x).item() - ref / n) / (ref / n), 1e-6);
+  const Tensor<float> rows = x.reshaped({n / 3, 3});
+  const Tensor<float> s0 = sum(rows, 0);
+  for (int j = 0; j < 3; ++j) {
+    double r = 0;
+    for (std::int64_t i = 0; i < n / 3; ++i) r += rows[i * 3 + j];
+    EXPECT_LT(std::abs(s0[j] - r) / r, 1e-6) << "column " << j;
+  }
+  const Tensor<float> v = vdot(x, x);
+  double rv = 0;
+  for (auto e : x) rv += static_cast<double>(e) * e;
+  EXPECT_LT(std::abs(v.item() - rv) / rv, 1e-6);
+}
+
+// ---------------------------------------------------------------- products
+
+Tensor<double> ref_matmul(const Tensor<double>& a, const Tensor<double>& b) {
+  // a (.., m, k), b (.., k, n), batch dims broadcast (both at least 2-D here)
+  const Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  const Shape batch = bshape(ab, bb);
+  const std::int64_t m = a.shape()[a.rank() - 2], k = a.shape().back(), n = b.shape().back();
+  Shape out = batch;
+  out.push_back(m);
+  out.push_back(n);
+  Tensor<double> c(out, 0.0);
+  Shape idx(batch.size(), 0);
+  for (std::int64_t q = 0; q < num_elements(batch); ++q, next(idx, batch))
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (std::int64_t l = 0; l < k; ++l) s += a[at(ab, idx) * m * k + i * k + l] * b[at(bb, idx) * k * n + l * n + j];
+        c[(q * m + i) * n + j] = s;
+      }
+  return c;
+}
+
+TYPED_TEST(TensorOpsTyped, MatmulBatchedAndVectors) {
+  using T = TypeParam;
+  std::uint64_t seed = 61;
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{3, 4}, {4, 5}}, {{2, 3, 4}, {4, 5}}, {{2, 3, 4}, {2, 4, 5}}, {{1, 3, 4}, {5, 4, 2}},
+      {{2, 1, 3, 4}, {3, 4, 2}}, {{0, 4}, {4, 3}}, {{3, 0}, {0, 2}}, {{64, 33}, {33, 70}}};
+  for (const auto& [sa, sb] : cases) {
+    const Tensor<T> a = rnd<T>(sa, seed++, -3, 3), b = rnd<T>(sb, seed++, -3, 3);
+    expect_near(matmul(a, b), ref_matmul(astype<double>(a), astype<double>(b)), 1e-5,
+                std::string(dtype_name<T>()) + " matmul " + to_string(sa) + " @ " + to_string(sb));
+  }
+  const Tensor<T> v = rnd<T>({4}, seed++), m = rnd<T>({4, 5}, seed++), w = rnd<T>({3, 4}, seed++);
+  expect_near(matmul(v, m), reshape(ref_matmul(astype<double>(v).reshaped({1, 4}), astype<double>(m)), {5}), 1e-5, "vec @ mat");
+  expect_near(matmul(w, v), reshape(ref_matmul(astype<double>(w), astype<double>(v).reshaped({4, 1})), {3}), 1e-5, "mat @ vec");
+  expect_near(matmul(v, v), sum(astype<double>(v) * astype<double>(v)), 1e-5, "vec @ vec");
+  expect_near(dot(w, v), matmul(w, v), 0, "dot = matmul for 2-D @ 1-D");
+  expect_near(vdot(w, w), sum(astype<double>(w) * astype<double>(w)), 1e-6, "vdot");
+  const Tensor<T> b3 = rnd<T>({2, 4, 3}, seed++);
+  const Tensor<double> d = astype<double>(dot(w, b3));  // (3, 2, 3): numpy's dot over a 3-D b
+  ASSERT_EQ(d.shape(), (Shape{3, 2, 3}));
+  for (std::int64_t i = 0; i < 3; ++i)
+    for (std::int64_t p = 0; p < 2; ++p)
+      for (std::int64_t j = 0; j < 3; ++j) {
+        double s = 0;
+        for (std::int64_t l = 0; l < 4; ++l) s += static_cast<double>(w[i * 4 + l]) * static_cast<double>(b3[(p * 4 + l) * 3 + j]);
+        EXPECT_NEAR(d[(i * 2 + p) * 3 + j], s, 1e-4);
+      }
+  EXPECT_THROW((void)matmul(w, w), ShapeError);
+  EXPECT_THROW((void)matmul(Tensor<T>(Shape{}, T(1)), w), ShapeError);
+}
+
+// ---------------------------------------------------------------- shape and indexing
+
+TEST(TensorOps, ReshapeTransposeAndFriends) {
+  const Tensor<double> x = rnd<double>({2, 3, 4}, 71);
+  EXPECT_EQ(reshape(x, {4, -1}).shape(), (Shape{4, 6}));
+  EXPECT_EQ(reshape(x, {-1}).shape(), (Shape{24}));
+  EXPECT_THROW((void)reshape(x, {5, -1}), ShapeError);
+  EXPECT_THROW((void)reshape(x, {-1, -1}), ShapeError);
+  EXPECT_THROW((void)reshape(x, {25}), ShapeError);
+  const auto t = transpose(x, {2, 0, 1});
+  ASSERT_EQ(t.shape(), (Shape{4, 2, 3}));
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) EXPECT_EQ(t(k, i, j), x(i, j, k));
+  EXPECT_EQ(transpose(x).shape(), (Shape{4, 3, 2}));
+  EXPECT_EQ(swapaxes(x, 0, -1), transpose(x, {2, 1, 0}));
+  EXPECT_EQ(moveaxis(x, 0, -1), transpose(x, {1, 2, 0}));
+  EXPECT_EQ(expand_dims(x, 1).shape(), (Shape{2, 1, 3, 4}));
+  EXPECT_EQ(expand_dims(x, -1).shape(), (Shape{2, 3, 4, 1}));
+  EXPECT_EQ(squeeze(reshape(x, {2, 1, 3, 1, 4})).shape(), (Shape{2, 3, 4}));
+  EXPECT_EQ(squeeze(reshape(x, {2, 1, 3, 1, 4}), {1}).shape(), (Shape{2, 3, 1, 4}));
+  EXPECT_THROW((void)squeeze(x, {0}), ShapeError);
+  const auto bt = broadcast_to(Tensor<int>({3, 1}, std::vector<int>{1, 2, 3}), {2, 3, 4});
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) EXPECT_EQ(bt(i, j, k), j + 1);
+  EXPECT_THROW((void)broadcast_to(x, {3, 4}), ShapeError);
+}
+
+TEST(TensorOps, SlicingLikeNumpy) {
+  const Tensor<std::int64_t> x = arange<std::int64_t>(5 * 6 * 7).reshaped({5, 6, 7});
+  auto ref = [&](const std::vector<Index>& index) {
+    // numpy by hand: every selected index, in order.
+    std::vector<std::vector<std::int64_t>> sel(3);
+    std::vector<bool> drop(3, false);
+    for (int d = 0; d < 3; ++d) {
+      const std::int64_t n = x.shape()[d];
+      if (d < static_cast<int>(index.size()) && std::holds_alternative<std::int64_t>(index[d])) {
+        const std::int64_t i = std::get<std::int64_t>(index[d]);
+        sel[d] = {i < 0 ? i + n : i};
+        drop[d] = true;
+        continue;
+      }
+      const Slice s = d < static_cast<int>(index.size()) ? std::get<Slice>(index[d]) : Slice();
+      const std::int64_t step = s.step;
+      std::int64_t start = s.start.is_none() ? (step > 0 ? 0 : n - 1) : s.start.value();
+      std::int64_t stop = s.stop.is_none() ? (step > 0 ? n : -n - 1) : s.stop.value();
+      if (start < 0) start += n;
+      if (stop < 0) stop += n;
+      for (std::int64_t i = start; step > 0 ? i < std::min(stop, n) : i > std::max<std::int64_t>(stop, -1); i += step)
+        if (i >= 0 && i < n) sel[d].push_back(i);
+    }
+    std::vector<std::int64_t> vals;
+    Shape shape;
+    for (int d = 0; d < 3; ++d)
+      if (!drop[d]) shape.push_back(static_cast<std::int64_t>(sel[d].size()));
+    for (auto i : sel[0])
+      for (auto j : sel[1])
+        for (auto k : sel[2]) vals.push_back(x(i, j, k));
+    return Tensor<std::int64_t>(shape, vals);
+  };
+  const std::vector<std::vector<Index>> cases = {
+      {2}, {-1}, {Slice(1, 4)}, {Slice(None, None, 2)}, {Slice(None, None, -1)}, {1, Slice(2, 5)},
+      {Slice(), 3, Slice(None, -2)}, {Slice(-3, None), Slice(4, 1, -1), Slice(None, None, 3)},
+      {Slice(10, 20)}, {Slice(3, 1)}, {0, 0, 0}, {Slice(1, None, 2), -2, Slice(6, None, -2)}};
+  for (const auto& c : cases) {
+    const auto got = slice(x, c);
+    const auto want = ref(c);
+    EXPECT_EQ(got, want) << "case with " << c.size() << " entries, shape " << to_string(got.shape());
+  }
+  EXPECT_EQ((x[{1, Slice(2, 5)}]), slice(x, {1, Slice(2, 5)}));
+  EXPECT_THROW((void)slice(x, {5}), ShapeError);
+  EXPECT_THROW((void)slice(x, {-6}), ShapeError);
+  EXPECT_THROW((void)slice(x, {0, 0, 0, 0}), ShapeError);
+  EXPECT_THROW((void)slice(x, {Slice(None, None, 0)}), ValueError);
+}
+
+TEST(TensorOps, ConcatenateStackTake) {
+  const Tensor<float> a = rnd<float>({2, 3}, 81), b = rnd<float>({4, 3}, 82), c = rnd<float>({2, 5}, 83);
+  const auto ab = concatenate<float>({a, b}, 0);
+  ASSERT_EQ(ab.shape(), (Shape{6, 3}));
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(ab(i, j), i < 2 ? a(i, j) : b(i - 2, j));
+  const auto ac = concatenate<float>({a, c}, -1);
+  ASSERT_EQ(ac.shape(), (Shape{2, 8}));
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 8; ++j) EXPECT_EQ(ac(i, j), j < 3 ? a(i, j) : c(i, j - 3));
+  EXPECT_THROW((void)concatenate<float>({a, c}, 0), ShapeError);
+  const auto s = stack<float>({a, a * 2.f, a * 3.f}, 1);
+  ASSERT_EQ(s.shape(), (Shape{2, 3, 3}));
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 3; ++k)
+      for (int j = 0; j < 3; ++j) EXPECT_EQ(s(i, k, j), a(i, j) * static_cast<float>(k + 1));
+  // take: embedding rows by (B, T) indices, negative indices from the end.
+  const Tensor<float> table = rnd<float>({10, 4}, 84);
+  const Tensor<std::int32_t> idx({2, 3}, std::vector<std::int32_t>{0, 9, -1, 3, 3, -10});
+  const auto e = take(table, idx, 0);
+  ASSERT_EQ(e.shape(), (Shape{2, 3, 4}));
+  for (int p = 0; p < 6; ++p) {
+    const int r = idx[p] < 0 ? idx[p] + 10 : idx[p];
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(e[p * 4 + j], table(r, j));
+  }
+  const auto cols = take(table, Tensor<std::int64_t>({2}, std::vector<std::int64_t>{3, 1}), 1);
+  ASSERT_EQ(cols.shape(), (Shape{10, 2}));
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(cols(i, 0), table(i, 3));
+  EXPECT_THROW((void)take(table, Tensor<std::int32_t>({1}, 10), 0), ShapeError);
+  // take_along_axis: the label's log-probability of each row.
+  const Tensor<std::int32_t> labels({10, 1}, std::vector<std::int32_t>{0, 1, 2, 3, 0, 1, 2, 3, 3, 0});
+  const auto picked = take_along_axis(table, labels, 1);
+  ASSERT_EQ(picked.shape(), (Shape{10, 1}));
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(picked[i], table(i, labels[i]));
+  const auto oh = one_hot(Tensor<std::int32_t>({3}, std::vector<std::int32_t>{2, 0, 1}), 4);
+  static_assert(std::is_same_v<decltype(oh), const Tensor<float>>);
+  EXPECT_EQ(oh, Tensor<float>({3, 4}, std::vector<float>{0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0}));
+}
+
+TEST(TensorOps, SoftmaxFamily) {
+  Tensor<float> x = rnd<float>({4, 7}, 91, -20, 20);
+  for (int j = 0; j < 7; ++j) x(3, j) = -INFINITY;  // an all -inf row
+  x(2, 0) = 80.f;                                    // exp would overflow unshifted
+  const auto sm = softmax(x), lsm = log_softmax(x);
+  const auto lse = logsumexp(x, -1);
+  for (int i = 0; i < 3; ++i) {
+    double m = -INFINITY, s = 0;
+    for (int j = 0; j < 7; ++j) m = std::max(m, static_cast<double>(x(i, j)));
+    for (int j = 0; j < 7; ++j) s += std::exp(x(i, j) - m);
+    EXPECT_NEAR(lse[i], m + std::log(s), 1e-4);
+    for (int j = 0; j < 7; ++j) {
+      EXPECT_NEAR(sm(i, j), std::exp(x(i, j) - m) / s, 1e-6);
+      EXPECT_NEAR(lsm(i, j), x(i, j) - m - std::log(s), 1e-4);
+    }
+  }
+  EXPECT_EQ(lse[3], -INFINITY);
+  EXPECT_EQ(logsumexp(x, {}, true).shape(), (Shape{1, 1}));
+  EXPECT_EQ(softmax(x, 0).shape(), x.shape());
+  static_assert(std::is_same_v<decltype(softmax(Tensor<std::int32_t>({2}, 1))), Tensor<float>>);
+}
+
+// ---------------------------------------------------------------- creation and checked shapes
+
+TEST(TensorOps, Creation) {
+  EXPECT_EQ(arange<std::int32_t>(5), Tensor<std::int32_t>({5}, std::vector<std::int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(arange<double>(1.0, 2.0, 0.25), Tensor<double>({4}, std::vector<double>{1.0, 1.25, 1.5, 1.75}));
+  EXPECT_EQ(arange<std::int64_t>(5, 0, -2), Tensor<std::int64_t>({3}, std::vector<std::int64_t>{5, 3, 1}));
+  EXPECT_EQ(arange<float>(0.f, -1.f).size(), 0);
+  const Tensor<float> x = rnd<float>({2, 3}, 101);
+  EXPECT_EQ(zeros_like(x), Tensor<float>({2, 3}, 0.f));
+  EXPECT_EQ(ones_like(x), ones<float>({2, 3}));
+  EXPECT_EQ(full_like(x, 2.5f), full<float>({2, 3}, 2.5f));
+  EXPECT_EQ(full<bool>({2}, true), Tensor<bool>({2}, true));
+}
+
+TEST(TensorShapes, ValidatedWhereTheyEnter) {
+  auto expect = [](auto&& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect([] { Tensor<float>({-1}, 0.f); }, "(-1,)");
+  expect([] { (void)zeros<float>({-4, 2}); }, "(-4, 2)");
+  expect([] { Tensor<float>({std::int64_t{1} << 32, std::int64_t{1} << 32}); }, "(4294967296, 4294967296)");
+  expect([] { Tensor<double>({std::int64_t{1} << 61}); }, "bytes");
+  EXPECT_EQ(Tensor<float>({std::int64_t{1} << 62, 0}).size(), 0);  // empty: valid however large the other dim
+  try {  // representable but far beyond this machine: an AllocationError naming shape and bytes
+    Tensor<float> t({std::int64_t{1} << 44});
+    ADD_FAILURE() << "allocated 64 TiB";
+  } catch (const AllocationError& e) {
+    EXPECT_NE(std::string(e.what()).find("70368744177664 bytes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("float32(17592186044416,)"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace shard
