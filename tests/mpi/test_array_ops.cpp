@@ -1,0 +1,424 @@
+// The sharded op set against its serial reference: every op on ShardedArrays (1-D, 2-D and
+// 3-D meshes, uneven and empty shards, mixed dtypes) gives, on every rank and in every local
+// shard, what the same Tensor op gives on the whole host array (the Tensor ops themselves are
+// checked against naive loops in tests/unit/test_tensor_ops.cpp). CommStats checks that ops
+// whose layouts line up send nothing, and that shardings over the same devices combine.
+
+#include <cmath>
+#include <numeric>
+
+#include "mpi_test.hpp"
+#include "test_util.hpp"
+
+namespace shard::testing {
+namespace {
+
+std::vector<Mesh> meshes() {
+  const int n = runtime().device_count();
+  std::vector<Mesh> out{make_mesh({n}, {"a"})};
+  const auto f2 = factorisations(n, 2);
+  out.push_back(make_mesh(f2[f2.size() / 2], {"a", "b"}));
+  if (n >= 4) out.push_back(make_mesh(factorisations(n, 3)[1], {"a", "b", "c"}));
+  return out;
+}
+
+/// Named axes of a mesh: a; b (None on a 1-D mesh); ab = (a, b).
+struct Names {
+  SpecEntry a, b, ab;
+  explicit Names(const Mesh& m) : a(m.axis_names()[0]) {
+    if (m.ndim() > 1) {
+      b = SpecEntry(m.axis_names()[1]);
+      ab = SpecEntry(std::vector<std::string>{m.axis_names()[0], m.axis_names()[1]});
+    } else {
+      ab = a;
+    }
+  }
+};
+
+/// r's shape, dtype, to_host() and every local shard (against the box its spec gives) equal
+/// `want` to `tol` (relative, or absolute below 1). Collective (to_host).
+template <typename T, typename U>
+void expect_matches(const ShardedArray<T>& r, const Tensor<U>& want, double tol, const std::string& what,
+                    const PartitionSpec* spec = nullptr) {
+  static_assert(std::is_same_v<T, U>, "the sharded op and its reference must have the same dtype");
+  const Tensor<T> host = r.to_host();
+  ASSERT_EQ(r.shape(), want.shape()) << what;
+  if (spec) {
+    EXPECT_EQ(r.spec(), *spec) << what << ": spec " << r.spec().to_string();
+  }
+  auto close = [&](T g, T w) {
+    const double a = static_cast<double>(g), b = static_cast<double>(w);
+    return (std::isnan(a) && std::isnan(b)) || a == b || std::abs(a - b) <= tol * std::max(1.0, std::abs(b));
+  };
+  std::int64_t bad = 0;
+  for (std::int64_t i = 0; i < want.size(); ++i) bad += !close(host[i], want[i]);
+  EXPECT_EQ(bad, 0) << what << ": to_host differs in " << bad << " elements";
+  for (const auto& s : r.addressable_shards()) {
+    const Box ref = reference_box(r.mesh(), r.spec(), r.shape(), s.device);
+    ASSERT_EQ(s.box, ref) << what;
+    const Tensor<T> w = reference_block(want, ref);
+    std::int64_t sb = 0;
+    for (std::int64_t i = 0; i < w.size(); ++i) sb += !close(s.data[i], w[i]);
+    EXPECT_EQ(sb, 0) << what << ": device " << s.device << " box " << to_string(s.box);
+  }
+}
+
+std::int64_t bytes_sent() { return comm_stats().total().bytes; }
+
+// ---------------------------------------------------------------- elementwise, mixed dtypes
+
+SHARD_MPI_TEST(ArrayOps, MixedDtypesPromoteAsInJax) {
+  std::uint64_t seed = 1;
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    const Tensor<std::int32_t> hi = random_tensor<std::int32_t>({13, 6}, seed++);
+    const Tensor<float> hf = random_tensor<float>({13, 6}, seed++);
+    const Tensor<double> hrow = random_tensor<double>({6}, seed++);
+    const auto i = device_put(hi, NamedSharding(mesh, P(X.a, X.b)));
+    const auto f = device_put(hf, NamedSharding(mesh, P(None, X.ab)));
+    const auto row = device_put(hrow, NamedSharding(mesh, P(X.a)));
+    const std::string m = mesh.to_string();
+    const auto s1 = i + f;  // int32 + float32 -> float32, i's sharding (the first full-shape operand)
+    static_assert(std::is_same_v<decltype(s1), const ShardedArray<float>>);
+    const PartitionSpec si = P(X.a, X.b);
+    expect_matches(s1, hi + hf, 0, m + " int32 + float32", &si);
+    expect_matches(f * row, hf * hrow, 1e-15, m + " float32 * float64 row");
+    expect_matches(i / 4, hi / 4, 0, m + " int32 / 4 (float32)");
+    expect_matches(i > f, hi > hf, 0, m + " int32 > float32 (bool)");
+    expect_matches((i > 0) & (f < 0.f), (hi > 0) & (hf < 0.f), 0, m + " bool &");
+    expect_matches(where(i > 0, f, 0.5), where(hi > 0, hf, 0.5), 0, m + " where(bool, float32, 0.5)");
+    expect_matches(clip(f, -2.f, 3.f), clip(hf, -2.f, 3.f), 0, m + " clip");
+    expect_matches(sigmoid(i), sigmoid(hi), 1e-6, m + " sigmoid(int32)");
+    expect_matches(log1p(abs(f)), log1p(abs(hf)), 1e-6, m + " log1p");
+    expect_matches(power(f, 2), power(hf, 2), 1e-6, m + " power");
+    expect_matches(astype<bool>(i), astype<bool>(hi), 0, m + " astype<bool>");
+    // A Tensor meets a ShardedArray: JAX's uncommitted array, never decides the sharding.
+    const Tensor<float> htable = random_tensor<float>({13, 6}, seed++);
+    comm_stats().reset();
+    const auto u = htable + i;
+    EXPECT_EQ(bytes_sent(), 0) << m << " an uncommitted operand moved\n" << comm_stats().to_string();
+    expect_matches(u, htable + hi, 0, m + " Tensor + ShardedArray follows the sharded one", &si);
+  }
+}
+
+SHARD_MPI_TEST(ArrayOps, ReductionsOfEveryKind) {
+  std::uint64_t seed = 100;
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    for (const auto& spec : {P(X.a, X.b), P(X.ab), P(None, X.a), P()}) {
+      const Tensor<std::int32_t> hi = random_tensor<std::int32_t>({7, 5}, seed++);
+      const Tensor<double> hd = random_tensor<double>({7, 5}, seed++);
+      const auto xi = device_put(hi, NamedSharding(mesh, spec));
+      const auto xd = device_put(hd, NamedSharding(mesh, spec));
+      const std::string w = mesh.to_string() + " " + spec.to_string();
+      for (const Dims& d : {Dims(), Dims(0), Dims(-1), Dims{0, 1}})
+        for (bool keep : {false, true}) {
+          const std::string what = w + (keep ? " keepdims" : "");
+          expect_matches(sum(xi, d, keep), sum(hi, d, keep), 0, what + " sum int32");
+          expect_matches(mean(xi, d, keep), mean(hi, d, keep), 1e-6, what + " mean int32 -> float32");
+          expect_matches(prod(xd / 50.0, d, keep), prod(hd / 50.0, d, keep), 1e-12, what + " prod");
+          expect_matches(max(xd, d, keep), max(hd, d, keep), 0, what + " max");
+          expect_matches(any(xi > 900, d, keep), any(hi > 900, d, keep), 0, what + " any");
+          expect_matches(all(xi > -900, d, keep), all(hi > -900, d, keep), 0, what + " all");
+          expect_matches(logsumexp(xd / 10.0, d, keep), logsumexp(hd / 10.0, d, keep), 1e-12, what + " logsumexp");
+        }
+      expect_matches(argmin(xi, 1), argmin(hi, 1), 0, w + " argmin");
+      expect_matches(argmax(xd, 0, true), argmax(hd, 0, true), 0, w + " argmax keepdims");
+      expect_matches(softmax(xd / 30.0, 0), softmax(hd / 30.0, 0), 1e-13, w + " softmax dim 0");
+      expect_matches(log_softmax(xd / 30.0), log_softmax(hd / 30.0), 1e-13, w + " log_softmax");
+    }
+  }
+}
+
+SHARD_MPI_TEST(ArrayOps, Float32SumsAreAccurateOnEveryMesh) {
+  // 3M values in [0, 1): within 1e-6 of the float64 sum on 1 device and on every mesh (a
+  // sequential float32 loop is ~3e-3 off; per-device float32 partials would depend on the mesh).
+  const std::int64_t n = 3'000'000;
+  Tensor<float> h = random_tensor<float>({n}, 7);
+  for (auto& v : h) v = std::abs(v) / 100.f;
+  double ref = 0;
+  for (auto v : h) ref += static_cast<double>(v);
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    for (const auto& spec : {P(X.a), P(X.ab), P()}) {
+      const auto x = device_put(h, NamedSharding(mesh, spec));
+      const double got = sum(x).to_host()[0];
+      EXPECT_LT(std::abs(got - ref) / ref, 1e-6) << mesh.to_string() << " " << spec.to_string();
+      const double m = mean(x).to_host()[0];
+      EXPECT_LT(std::abs(m - ref / n) / (ref / n), 1e-6) << mesh.to_string() << " mean";
+    }
+  }
+}
+
+// ---------------------------------------------------------------- products
+
+SHARD_MPI_TEST(ArrayOps, MatmulWithVectorsDotAndVdot) {
+  std::uint64_t seed = 200;
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    const Tensor<double> ha = random_tensor<double>({9, 6}, seed++), hv = random_tensor<double>({6}, seed++);
+    const Tensor<double> hw = random_tensor<double>({9}, seed++);
+    const auto a = device_put(ha, NamedSharding(mesh, P(X.a, X.b)));
+    const auto v = device_put(hv, NamedSharding(mesh, P(X.ab)));
+    const auto w = device_put(hw, NamedSharding(mesh, P(X.a)));
+    const std::string m = mesh.to_string();
+    expect_matches(matmul(a, v), matmul(ha, hv), 1e-12, m + " matrix @ vector");
+    expect_matches(matmul(w, a), matmul(hw, ha), 1e-12, m + " vector @ matrix");
+    expect_matches(matmul(v, v), matmul(hv, hv), 1e-12, m + " vector @ vector");
+    expect_matches(dot(a, v), dot(ha, hv), 1e-12, m + " dot");
+    expect_matches(vdot(a, a), vdot(ha, ha), 1e-12, m + " vdot");
+    const Tensor<std::int32_t> hi = random_tensor<std::int32_t>({6, 4}, seed++);
+    const auto i = device_put(hi, NamedSharding(mesh, P(None, X.a)));
+    expect_matches(matmul(a, i), matmul(ha, hi), 1e-12, m + " float64 @ int32");
+  }
+}
+
+// ---------------------------------------------------------------- shape ops
+
+SHARD_MPI_TEST(ArrayOps, ReshapeKeepsSplitsWhereBlocksStayWhole) {
+  const int n = runtime().device_count();
+  std::uint64_t seed = 300;
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    struct Case {
+      Shape from;
+      PartitionSpec spec;
+      Shape to;
+      bool local;
+    };
+    const std::int64_t N = n;
+    const std::vector<Case> cases = {
+        {{4 * N, 6}, P(X.a), {4 * N * 6}, true},          // merge: the major dim keeps its axes
+        {{4 * N, 6}, P(X.a), {2 * N, 12}, true},
+        {{24 * N}, P(X.ab), {4 * N, 6}, true},            // split: shards of whole rows
+        {{4 * N, 6}, P(None, X.a), {6, 4 * N}, false},    // a split minor dim moves
+        {{3, 5, 7}, P(X.a, None, X.b), {15, 7}, false},   // uneven: gathered
+        {{2, 3, 4}, P(None, X.a), {2, 12}, false},
+        {{6, 1, 4}, P(X.a), {6, 4}, 6 % mesh.shape()[0] == 0},
+        {{6, 4}, P(X.a, X.b), {6, 1, 4, 1}, 6 % mesh.shape()[0] == 0 && (mesh.ndim() < 2 || 4 % mesh.shape()[1] == 0)},
+        {{5, 4}, P(X.ab), {-1}, n == 1 || 5 % n == 0},
+    };
+    for (const auto& c : cases) {
+      const Tensor<float> h = random_tensor<float>(c.from, seed++);
+      const auto x = device_put(h, NamedSharding(mesh, c.spec));
+      comm_stats().reset();
+      const auto y = reshape(x, c.to);
+      const std::string what = mesh.to_string() + " reshape " + to_string(c.from) + " " + c.spec.to_string() +
+                               " -> " + to_string(c.to) + " gives " + y.spec().to_string();
+      if (c.local) {
+        EXPECT_EQ(comm_stats().total().calls, 0) << what << "\n" << comm_stats().to_string();
+      }
+      expect_matches(y, reshape(h, c.to), 0, what);
+    }
+    const auto x = device_put(random_tensor<float>({4, 1, 3}, seed++), NamedSharding(mesh, P(X.a, X.b)));
+    EXPECT_EQ(squeeze(x).shape(), (Shape{4, 3}));
+    expect_matches(squeeze(x, {1}), squeeze(x.to_host(), {1}), 0, mesh.to_string() + " squeeze of a split size-1 dim");
+    const PartitionSpec want = P(None, X.a, X.b);
+    expect_matches(expand_dims(x, 0), expand_dims(x.to_host(), 0), 0, mesh.to_string() + " expand_dims", &want);
+    expect_matches(swapaxes(x, 0, 2), swapaxes(x.to_host(), 0, 2), 0, mesh.to_string() + " swapaxes");
+    expect_matches(moveaxis(x, 0, -1), moveaxis(x.to_host(), 0, -1), 0, mesh.to_string() + " moveaxis");
+  }
+}
+
+SHARD_MPI_TEST(ArrayOps, SlicingAndIndexing) {
+  std::uint64_t seed = 400;
+  const std::vector<std::vector<Index>> indexes = {
+      {2},           {-1},          {Slice(1, 6)},           {Slice(None, None, 2)}, {Slice(None, None, -1)},
+      {1, Slice(2, 5)}, {Slice(), 3}, {Slice(-4, None), Slice(None, None, -2)}, {Slice(3, 1)}, {Slice(2, 3), 0}};
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    for (const auto& spec : {P(X.a, X.b), P(None, X.ab), P()}) {
+      const Tensor<std::int64_t> h = random_tensor<std::int64_t>({9, 7}, seed++);
+      const auto x = device_put(h, NamedSharding(mesh, spec));
+      for (const auto& idx : indexes) {
+        const std::string what = mesh.to_string() + " " + spec.to_string() + " slice with " +
+                                 std::to_string(idx.size()) + " entries";
+        expect_matches(slice(x, idx), slice(h, idx), 0, what);
+      }
+      expect_matches(x[3], slice(h, {3}), 0, mesh.to_string() + " x[3]");
+      expect_matches((x[{Slice(1, None), -2}]), slice(h, {Slice(1, None), -2}), 0, mesh.to_string() + " x[1:, -2]");
+    }
+    // Slicing a dim that is not split moves nothing.
+    const auto y = device_put(random_tensor<float>({8, 10}, seed++), NamedSharding(mesh, P(X.ab)));
+    comm_stats().reset();
+    const auto z = slice(y, {Slice(), Slice(2, 7)});
+    EXPECT_EQ(comm_stats().total().calls, 0) << comm_stats().to_string();
+    EXPECT_EQ(z.spec(), P(X.ab));
+  }
+}
+
+SHARD_MPI_TEST(ArrayOps, ConcatenateAndStack) {
+  std::uint64_t seed = 500;
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    const Tensor<double> ha = random_tensor<double>({5, 4}, seed++), hb = random_tensor<double>({3, 4}, seed++);
+    const auto a = device_put(ha, NamedSharding(mesh, P(X.a, X.b)));
+    const auto b = device_put(hb, NamedSharding(mesh, P(None, X.ab)));
+    const PartitionSpec sa = P(X.a, X.b);
+    expect_matches(concatenate<double>({a, b}, 0), concatenate<double>({ha, hb}, 0), 0,
+                   mesh.to_string() + " concatenate dim 0", &sa);
+    const auto c = device_put(random_tensor<double>({5, 2}, seed++), NamedSharding(mesh, P(X.b)));
+    expect_matches(concatenate<double>({a, c, a}, -1), concatenate<double>({ha, c.to_host(), ha}, -1), 0,
+                   mesh.to_string() + " concatenate dim -1");
+    expect_matches(stack<double>({a, a * 2.0}, 1), stack<double>({ha, ha * 2.0}, 1), 0, mesh.to_string() + " stack");
+  }
+}
+
+SHARD_MPI_TEST(ArrayOps, TakeEmbeddingsAndLabels) {
+  // Embedding lookup: a (V, D) table (replicated, split along D, or vocabulary-parallel along
+  // V: masked local rows and one psum) with (B, T) int32 tokens split along the batch.
+  std::uint64_t seed = 600;
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    const std::int64_t V = 11, D = 6;
+    const Tensor<float> htable = random_tensor<float>({V, D}, seed++);
+    Tensor<std::int32_t> htok = random_tensor<std::int32_t>({4, 5}, seed++);
+    for (auto& t : htok) t = static_cast<std::int32_t>(((t % V) + V) % V) - (t % 3 == 0 ? static_cast<std::int32_t>(V) : 0);
+    const auto tok = device_put(htok, NamedSharding(mesh, P(X.a)));
+    for (const auto& tspec : {P(), P(None, X.b), P(X.b), P(X.ab)}) {
+      const auto table = device_put(htable, NamedSharding(mesh, tspec));
+      expect_matches(take(table, tok, 0), take(htable, htok, 0), 0,
+                     mesh.to_string() + " take rows of a " + tspec.to_string() + " table");
+    }
+    // Labels: the logit of each row's label, logits split along classes.
+    const Tensor<double> hlogits = random_tensor<double>({8, 10}, seed++);
+    Tensor<std::int64_t> hlab({8, 1});
+    for (std::int64_t r = 0; r < 8; ++r) hlab[r] = (r * 7 + 3) % 10;
+    for (const auto& lspec : {P(X.a, X.b), P(None, X.ab), P(X.ab)}) {
+      const auto logits = device_put(hlogits, NamedSharding(mesh, lspec));
+      const auto lab = device_put(hlab, NamedSharding(mesh, P(X.a)));
+      expect_matches(take_along_axis(logits, lab, 1), take_along_axis(hlogits, hlab, 1), 0,
+                     mesh.to_string() + " take_along_axis of " + lspec.to_string() + " logits");
+    }
+    const auto lab1 = device_put(squeeze(hlab, {1}), NamedSharding(mesh, P(X.ab)));
+    expect_matches(one_hot(lab1, 10), one_hot(squeeze(hlab, {1}), 10), 0, mesh.to_string() + " one_hot");
+  }
+}
+
+SHARD_MPI_TEST(ArrayOps, CreationKeepsShardings) {
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    const NamedSharding s(mesh, P(X.a, X.b));
+    const auto x = ones<float>({5, 3}, s);
+    EXPECT_EQ(x.sharding(), s);
+    expect_matches(x, ones<float>({5, 3}), 0, "ones");
+    expect_matches(zeros_like(x), zeros<float>({5, 3}), 0, "zeros_like");
+    expect_matches(full_like(x, 2.5f), full<float>({5, 3}, 2.5f), 0, "full_like");
+    EXPECT_EQ(ones_like(x).sharding(), s);
+    expect_matches(arange<std::int32_t>(7, NamedSharding(mesh, P(X.ab))), arange<std::int32_t>(7), 0, "arange(7)");
+  }
+}
+
+// ---------------------------------------------------------------- shardings over the same devices
+
+SHARD_MPI_TEST(ArrayOps, PositionalShardingsOfOneDeviceSetCombine) {
+  // Seed 001: y on sharding.reshape(4, 2), z on sharding.reshape(2, 4) (here p x q and q x p
+  // over all devices): dot(y, z) works, and sends exactly the bytes its plan says.
+  const int n = runtime().device_count();
+  const int me = runtime().process_index();
+  std::vector<int> f{n, 1};  // a p x q grid with p != q when n allows it (4 x 2 for 8 devices)
+  for (const auto& g : factorisations(n, 2))
+    if (g[0] > g[1] && g[1] > f[1]) f = g;
+  const PositionalSharding sharding(make_mesh({n}, {"a"}).device_ids());
+  const Tensor<double> hx = random_tensor<double>({8, 8}, 700);
+  const auto y = device_put(hx, sharding.reshape({f[0], f[1]}));
+  const auto z = device_put(hx, sharding.reshape({f[1], f[0]}));
+  const MatmulPlan plan = plan_matmul(y.shape(), y.sharding(), z.shape(), z.sharding(), sizeof(double));
+  const ReshardPlan zplan = reshard_plan(z, NamedSharding(y.mesh(), plan.b));
+  const ReshardPlan yplan = reshard_plan(y, NamedSharding(y.mesh(), plan.a));
+  comm_stats().reset();
+  const auto w = dot(y, z);
+  const std::int64_t moved = comm_stats().get("reshard").bytes + comm_stats().get("all_gather").bytes +
+                             comm_stats().get("all_to_all").bytes;
+  EXPECT_EQ(moved, zplan.bytes_sent[me] + yplan.bytes_sent[me]) << plan.to_string() << "\n" << comm_stats().to_string();
+  expect_matches(w, dot(hx, hx), 1e-12, "dot(y on reshape(p, q), z on reshape(q, p))");
+  // replicate(1) and replicate(0) of one reshape spell layouts of one mesh: nothing moves.
+  const auto y1 = device_put(hx, sharding.reshape({f[0], f[1]}).replicate(1));
+  const auto z0 = device_put(hx, sharding.reshape({f[0], f[1]}).replicate(0));
+  comm_stats().reset();
+  const auto w2 = dot(y1, z0);
+  EXPECT_EQ(comm_stats().total().bytes, 0) << comm_stats().to_string();
+  expect_matches(w2, dot(hx, hx), 1e-12, "dot(y replicate(1), z replicate(0))");
+  // with_sharding_constraint to another reshape of the same devices.
+  const auto c = with_sharding_constraint(y + 1.0, sharding.reshape({f[1], f[0]}));
+  EXPECT_TRUE(c.mesh() == z.mesh());
+  expect_matches(c, hx + 1.0, 0, "with_sharding_constraint onto reshape(q, p)");
+  // The bias of seed 001's MLP: a replicated 1-D array meets a batch on another mesh.
+  const auto b = device_put(random_tensor<double>({8}, 701), sharding.replicate());
+  expect_matches(w + b, dot(hx, hx) + b.to_host(), 1e-12, "batch + replicated bias");
+}
+
+// ---------------------------------------------------------------- typed shard_map and pmap
+
+SHARD_MPI_TEST(ShardMapTyped, MixedDtypesListsTuplesAndScalars) {
+  // A data-parallel loss: float32 inputs, int32 labels, a list of parameters with one spec
+  // each, results as a tuple of a replicated scalar and the per-device gradient blocks.
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"data"});
+  const Tensor<float> hx = random_tensor<float>({4 * n, 3}, 800);
+  Tensor<std::int32_t> hy({4 * n});
+  for (std::int64_t i = 0; i < hy.size(); ++i) hy[i] = static_cast<std::int32_t>(i % 3);
+  const Tensor<float> hw = random_tensor<float>({3, 3}, 801), hb = random_tensor<float>({3}, 802);
+  const auto x = device_put(hx, NamedSharding(mesh, P("data")));
+  const auto y = device_put(hy, NamedSharding(mesh, P("data")));
+  const std::vector<ShardedArray<float>> params{device_put(hw, NamedSharding(mesh, P())),
+                                                device_put(hb, NamedSharding(mesh, P()))};
+  auto step = shard_map(mesh, {P("data"), P("data"), std::vector<PartitionSpec>{P(), P()}}, {P(), P("data")},
+                        [](const Tensor<float>& xb, const Tensor<std::int32_t>& yb, const std::vector<Tensor<float>>& p) {
+                          const auto logp = log_softmax(matmul(xb, p[0]) + p[1]);
+                          const auto picked = take_along_axis(logp, expand_dims(yb, 1), 1);
+                          const float loss = -psum(sum(picked), "data").item();  // a scalar output
+                          return std::make_tuple(loss, argmax(logp, 1));
+                        });
+  const auto [loss, pred] = step(x, y, params);
+  static_assert(std::is_same_v<decltype(loss), const ShardedArray<float>>);
+  static_assert(std::is_same_v<decltype(pred), const ShardedArray<std::int64_t>>);
+  const auto hlogp = log_softmax(matmul(hx, hw) + hb);
+  const float want = -sum(take_along_axis(hlogp, expand_dims(hy, 1), 1)).item();
+  EXPECT_NEAR(loss.to_host().item(), want, 1e-4 * std::abs(want));
+  expect_matches(pred, argmax(hlogp, 1), 0, "argmax per device");
+  // A list result with one spec per element.
+  const auto twice = shard_map(mesh, {std::vector<PartitionSpec>{P(), P()}}, {std::vector<PartitionSpec>{P(), P()}},
+                               [](const std::vector<Tensor<float>>& p) {
+                                 std::vector<Tensor<float>> out;
+                                 for (const auto& t : p) out.push_back(t * 2.f);
+                                 return out;
+                               })(params);
+  ASSERT_EQ(twice.size(), 2u);
+  expect_matches(twice[0], hw * 2.f, 0, "list result 0");
+  expect_matches(twice[1], hb * 2.f, 0, "list result 1");
+}
+
+SHARD_MPI_TEST(ShardMapTyped, CollectivesOutsideABodyAreAnError) {
+  expect_error<RuntimeError>([] { (void)psum(Tensor<float>({2}, 1.f), "a"); }, {"outside a shard_map or pmap body"});
+}
+
+SHARD_MPI_TEST(PmapTyped, InAxesBroadcastAndChaining) {
+  const int n = runtime().device_count();
+  // Seed 003: pmap(convolve)(xs, ws) with two mapped arguments.
+  const Tensor<float> xs = random_tensor<float>({n, 5}, 900), ws = random_tensor<float>({n, 3}, 901);
+  auto convolve = [](const Tensor<float>& x, const Tensor<float>& w) {
+    std::vector<Tensor<float>> out;
+    for (std::int64_t i = 1; i < x.shape()[0] - 1; ++i) out.push_back(dot(slice(x, {Slice(i - 1, i + 2)}), w));
+    return stack(out);
+  };
+  const auto got = pmap(convolve)(xs, ws);
+  std::vector<Tensor<float>> rows;
+  for (int d = 0; d < n; ++d) rows.push_back(convolve(slice(xs, {d}), slice(ws, {d})));
+  expect_matches(got, stack(rows), 1e-6, "pmap(convolve)(xs, ws)");
+  // in_axes: the second argument broadcast (None), the first mapped along dim 1.
+  const Tensor<double> a = random_tensor<double>({3, n}, 902), b = random_tensor<double>({3}, 903);
+  const auto r = pmap([](const Tensor<double>& col, const Tensor<double>& v) { return vdot(col, v); }, "i",
+                      {1, None})(a, b);
+  Tensor<double> want({n});
+  for (int d = 0; d < n; ++d) want[d] = vdot(slice(a, {Slice(), d}), b).item();
+  expect_matches(r, want, 1e-12, "pmap in_axes {1, None}");
+  // Seed 000: the output of one pmap feeds the next (pmap(jnp.matmul)(xd, xd)).
+  const auto xd = pmap([](const Tensor<std::int32_t>&) { return ones<float>({4, 4}); })(arange<std::int32_t>(n));
+  const auto yd = pmap([](const Tensor<float>& p, const Tensor<float>& q) { return matmul(p, q); })(xd, xd);
+  EXPECT_EQ(yd.shape(), (Shape{n, 4, 4}));
+  expect_matches(yd[0], full<float>({4, 4}, 4.f), 0, "yd[0]");
+}
+
+}  // namespace
+}  // namespace shard::testing
