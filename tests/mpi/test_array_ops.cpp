@@ -348,6 +348,25 @@ SHARD_MPI_TEST(ArrayOps, PositionalShardingsOfOneDeviceSetCombine) {
   expect_matches(w + b, dot(hx, hx) + b.to_host(), 1e-12, "batch + replicated bias");
 }
 
+SHARD_MPI_TEST(ArrayOps, PrintingSendsOnlyTheShownElements) {
+  const int me = runtime().process_index();
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    for (const auto& spec : {P(X.a, X.b), P(None, X.ab), P()}) {
+      const Tensor<float> small = random_tensor<float>({5, 7}, 950);
+      const std::string s = to_string(device_put(small, NamedSharding(mesh, spec)));
+      EXPECT_EQ(s, me == 0 ? to_string(small) : "") << mesh.to_string() << " " << spec.to_string();
+      // 300 x 400: summarised, so at most 6 x 6 elements reach rank 0.
+      const Tensor<std::int64_t> big = random_tensor<std::int64_t>({300, 400}, 951);
+      const auto x = device_put(big, NamedSharding(mesh, spec));
+      comm_stats().reset();
+      const std::string t = to_string(x);
+      EXPECT_LE(comm_stats().get("print").bytes, 36 * 8);
+      EXPECT_EQ(t, me == 0 ? to_string(big) : "") << mesh.to_string() << " " << spec.to_string();
+    }
+  }
+}
+
 // ---------------------------------------------------------------- typed shard_map and pmap
 
 SHARD_MPI_TEST(ShardMapTyped, MixedDtypesListsTuplesAndScalars) {
