@@ -129,7 +129,9 @@ PositionalSharding PositionalSharding::transpose(std::vector<int> perm) const {
   return PositionalSharding(std::move(out_shape), std::move(out), topology_);
 }
 
-NamedSharding PositionalSharding::to_named() const {
+NamedSharding PositionalSharding::to_named() const { return to_named(ndim()); }
+
+NamedSharding PositionalSharding::to_named(int rank) const {
   const std::size_t r = sets_.front().size();
   std::set<int> all;
   for (const auto& s : sets_) {
@@ -143,10 +145,12 @@ NamedSharding PositionalSharding::to_named() const {
   std::vector<int> mesh_shape = shape_;
   std::vector<std::string> names;
   std::vector<SpecEntry> spec;
+  const int skip = std::max(0, ndim() - rank);  // leading dims an array of lower rank does not have
   for (int i = 0; i < ndim(); ++i) {
     names.push_back("p" + std::to_string(i));
-    spec.emplace_back(names.back());
+    if (i >= skip) spec.push_back(shape_[i] > 1 ? SpecEntry(names.back()) : SpecEntry());
   }
+  while (!spec.empty() && spec.back().is_none()) spec.pop_back();
   std::vector<int> ids;
   for (const auto& s : sets_) ids.insert(ids.end(), s.begin(), s.end());
   if (r > 1) {

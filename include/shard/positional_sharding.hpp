@@ -34,8 +34,14 @@ class PositionalSharding {
 
   /// A NamedSharding with the same device → box map: mesh axes 'p0', 'p1', ... of this
   /// sharding's shape plus a minor 'replica' axis when sets hold several devices; the spec
-  /// maps array dim i to 'pi'. Throws ShardingError if the sets are not disjoint or differ in size.
+  /// maps array dim i to 'pi' (None where the sharding has size 1). Throws ShardingError if
+  /// the sets are not disjoint or differ in size.
   NamedSharding to_named() const;
+  /// The same for an array of `rank` dims: an array of lower rank than the sharding takes its
+  /// trailing dims (a 1-D bias under sharding.replicate(0) of a 4x2 sharding splits like the
+  /// columns of a matrix there), the leading ones replicate; device_put and reshard of a
+  /// PositionalSharding use this.
+  NamedSharding to_named(int rank) const;
   operator NamedSharding() const { return to_named(); }  // NOLINT: converts like JAX's Sharding
 
   /// "PositionalSharding([[{CPU 0} {CPU 1}] [{CPU 2} {CPU 3}]])".

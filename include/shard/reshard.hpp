@@ -62,6 +62,26 @@ ShardedArray<T> with_sharding_constraint(const ShardedArray<T>& x, const NamedSh
   return reshard(x, to);
 }
 
+/// jax.device_put of an array that is already placed: a reshard.
+template <typename T>
+ShardedArray<T> device_put(const ShardedArray<T>& x, const NamedSharding& to) {
+  return reshard(x, to);
+}
+template <typename T>
+ShardedArray<T> device_put(const ShardedArray<T>& x, const PositionalSharding& to) {
+  return reshard(x, to.to_named(x.ndim()));
+}
+
+/// reshard / with_sharding_constraint to a PositionalSharding, converted for x's rank.
+template <typename T>
+ShardedArray<T> reshard(const ShardedArray<T>& x, const PositionalSharding& to) {
+  return reshard(x, to.to_named(x.ndim()));
+}
+template <typename T>
+ShardedArray<T> with_sharding_constraint(const ShardedArray<T>& x, const PositionalSharding& to) {
+  return reshard(x, to.to_named(x.ndim()));
+}
+
 namespace detail {
 /// Throws MeshMismatchError naming both device lists unless the meshes are equal (same
 /// devices in the same order, same axis names), as JAX does for incompatible devices.

@@ -13,6 +13,7 @@
 #include "shard/dtype.hpp"
 #include "shard/index.hpp"
 #include "shard/named_sharding.hpp"
+#include "shard/positional_sharding.hpp"
 #include "shard/tensor.hpp"
 
 namespace shard {
@@ -46,6 +47,15 @@ class ShardedArray {
   /// False for an uncommitted array (a Tensor lifted into an op with ShardedArrays).
   bool committed() const { return committed_; }
 
+  /// jax.Array's methods: x.sum(), x.mean(1), x.max(), x.min(), x.reshape({2, -1}), x.transpose() (numpy's x.T)
+  /// (ops.hpp's functions of the same names; collective where those are).
+  ShardedArray<sum_t<T>> sum(const Dims& dims = {}, bool keepdims = false) const;
+  ShardedArray<float_of_t<T>> mean(const Dims& dims = {}, bool keepdims = false) const;
+  ShardedArray max(const Dims& dims = {}, bool keepdims = false) const;
+  ShardedArray min(const Dims& dims = {}, bool keepdims = false) const;
+  ShardedArray reshape(Shape shape) const;
+  ShardedArray transpose() const;
+
   /// numpy's x[i] (the first dim dropped) and x[{i, Slice(a, b), ...}]: sharded results,
   /// collective over all ranks when elements move (ops.hpp's slice()).
   ShardedArray operator[](std::int64_t i) const;
@@ -77,6 +87,12 @@ class ShardedArray {
 /// `host`. Every rank must pass a host array of the same shape; otherwise ShapeError on every rank.
 template <typename T>
 ShardedArray<T> device_put(const Tensor<T>& host, const NamedSharding& sharding);
+
+/// device_put with a PositionalSharding, converted for the array's rank (to_named(rank)).
+template <typename T>
+ShardedArray<T> device_put(const Tensor<T>& host, const PositionalSharding& sharding) {
+  return device_put(host, sharding.to_named(host.rank()));
+}
 
 /// Collective over all ranks: builds the array by calling `fn(box)` once per distinct box of
 /// this process's devices (replicas on one rank share the call), so the global array is

@@ -201,7 +201,8 @@ TEST(PositionalSharding, ToNamedStructure) {
   const NamedSharding n = p;  // implicit conversion, like passing a sharding to device_put
   EXPECT_EQ(n.mesh().shape(), (std::vector<int>{1, 2, 4}));
   EXPECT_EQ(n.mesh().axis_names(), (std::vector<std::string>{"p0", "p1", "replica"}));
-  EXPECT_EQ(n.spec(), P("p0", "p1"));
+  EXPECT_EQ(n.spec(), P(None, "p1"));  // a dim of size 1 splits nothing
+  EXPECT_EQ(p.to_named(1).spec(), P("p1"));  // a 1-D array takes the trailing dim
   EXPECT_EQ(n.replica_index(0), 0);
   EXPECT_EQ(n.replica_index(6), 3);
   const NamedSharding plain = ps8().reshape({4, 2}).to_named();
