@@ -90,4 +90,18 @@ if(SHARD_BUILD_APPS)
                   train_mlp --dataset synthetic --epochs 1 --layers 16)
   shard_app_error(train_negative_lr "--lr must be a finite number > 0, got -1" train_mlp ${_tiny} --lr=-1)
   shard_app_error(train_log_every "--log-every must be >= 0, got -1" train_mlp ${_tiny} --log-every=-1)
+  # Impossible sizes: a clear error on every rank (never a heap corruption or a hang); the
+  # TIMEOUT is 10 s here, the bound the issue sets.
+  foreach(case "elementwise_huge;array creation: shape \\(4611686018427387904,\\) needs more bytes than int64 can count;elementwise_bench;--n;4611686018427387904"
+               "matmul_huge;array creation: shape \\(3037000500, 3037000500\\) has more elements than int64 can count;matmul_bench;--n;3037000500"
+               "reshard_huge;array creation: shape \\(3037000500, 3037000500\\) has more elements than int64 can count;reshard_bench;--size;3037000500"
+               "train_huge_layer;cannot allocate 194368032000 bytes for a float32\\(16, 3037000500\\) array;train_mlp;--dataset;synthetic;--layers;16,3037000500,4;--samples;64;--batch;16;--epochs;1"
+               "train_huge_samples;Tensor: shape \\(4611686018427387904, 16\\) has more elements than int64;train_mlp;--dataset;synthetic;--layers;16,8,4;--samples;4611686018427387904;--batch;16;--epochs;1")
+    list(GET case 0 name)
+    list(GET case 1 regex)
+    list(GET case 2 app)
+    list(SUBLIST case 3 -1 args)
+    shard_app_error(${name} "${regex}" ${app} ${args})
+    set_tests_properties(app.error.${name} PROPERTIES TIMEOUT 10)
+  endforeach()
 endif()
