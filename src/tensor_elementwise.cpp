@@ -57,12 +57,20 @@ void loop_sv(std::int64_t n, A a, const B* __restrict b, R* __restrict o, F f) {
   for (std::int64_t i = 0; i < n; ++i) o[i] = f(a, b[i]);
 }
 
+/// Where a kernel writes elements of type R: bool outputs as bytes (GCC has no vector type for
+/// bool, so loops writing bool would not vectorise).
+template <typename R>
+auto* out_ptr(Tensor<R>& t) {
+  if constexpr (std::is_same_v<R, bool>) return reinterpret_cast<unsigned char*>(t.data());
+  else return t.data();
+}
+
 /// out = f(a, b) elementwise, a and b broadcast to out's shape.
 template <typename R, typename T, typename F>
 void zip_into(const Tensor<T>& a, const Tensor<T>& b, Tensor<R>& out, F f) {
   const T* pa = a.data();
   const T* pb = b.data();
-  R* po = out.data();
+  auto* po = out_ptr(out);
   const std::int64_t n = out.size();
   if (n == 0) return;
   const bool a_full = a.shape() == out.shape(), b_full = b.shape() == out.shape();
@@ -317,8 +325,8 @@ template <Dtype T>
 Tensor<bool> compare(const Tensor<T>& a, T s, CompareOp op, bool scalar_first) {
   Tensor<bool> out(a.shape());
   with_compare<T>(op, [&](auto f) {
-    if (scalar_first) loop_sv(a.size(), s, a.data(), out.data(), f);
-    else loop_vs(a.size(), a.data(), s, out.data(), f);
+    if (scalar_first) loop_sv(a.size(), s, a.data(), out_ptr(out), f);
+    else loop_vs(a.size(), a.data(), s, out_ptr(out), f);
     return 0;
   });
   return out;
@@ -341,19 +349,27 @@ template <Dtype T>
 Tensor<T> where(const Tensor<bool>& cond, const Tensor<T>& a, const Tensor<T>& b) {
   const Shape shape = broadcast_shapes(cond.shape(), broadcast_shapes(a.shape(), b.shape()));
   Tensor<T> out(shape);
-  const bool* pc = cond.data();
+  // The condition read as bytes: GCC has no vector type for bool, and would not vectorise.
+  const auto* pc = reinterpret_cast<const unsigned char*>(cond.data());
   const T* pa = a.data();
   const T* pb = b.data();
   T* po = out.data();
+  // Both values are read unconditionally, so the select vectorises (a blend, no branch).
   if (cond.shape() == shape && a.shape() == shape && b.shape() == shape) {
-    for (std::int64_t i = 0; i < out.size(); ++i) po[i] = pc[i] ? pa[i] : pb[i];
+    const std::int64_t n = out.size();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T x = pa[i], y = pb[i];
+      po[i] = pc[i] ? x : y;
+    }
     return out;
   }
   const std::array<Shape, 3> st{detail::broadcast_strides(cond.shape(), shape),
                                 detail::broadcast_strides(a.shape(), shape), detail::broadcast_strides(b.shape(), shape)};
   detail::broadcast_rows<3>(shape, st, [&](std::int64_t o, auto off, auto step, std::int64_t len) {
-    for (std::int64_t k = 0; k < len; ++k)
-      po[o + k] = pc[off[0] + k * step[0]] ? pa[off[1] + k * step[1]] : pb[off[2] + k * step[2]];
+    for (std::int64_t k = 0; k < len; ++k) {
+      const T x = pa[off[1] + k * step[1]], y = pb[off[2] + k * step[2]];
+      po[o + k] = pc[off[0] + k * step[0]] ? x : y;
+    }
   });
   return out;
 }
