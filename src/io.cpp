@@ -335,7 +335,7 @@ NpyHeader read_header_on_root(const std::string& path) {
   for (std::int64_t d : h.shape)
     if (__builtin_mul_overflow(bytes_needed, d, &bytes_needed))
       raise<IoError>(op, ": '", path, "': header shape ", to_string(h.shape), " is too large");
-  if (h.data_offset + bytes_needed > file_size)
+  if (bytes_needed > file_size - h.data_offset)  // not data_offset + bytes_needed: that can overflow
     raise<IoError>(op, ": '", path, "' is truncated: its header says ", to_string(h.shape), " ",
                    dtype_name<T>(), " (", bytes_needed, " bytes after a ", h.data_offset,
                    "-byte header) but the file has ", file_size, " bytes");
@@ -471,7 +471,8 @@ ShardedArray<T> load_npy(const std::string& path, const NamedSharding& sharding)
   mpi::check(MPI_Bcast(meta.data(), n, MPI_INT64_T, 0, world.get()), "MPI_Bcast");
   const std::int64_t data_offset = meta[0];
   const Shape shape(meta.begin() + 2, meta.end());
-  sharding.check_shape(shape);  // metadata: the same ShardingError on every rank
+  checked_num_elements(shape, sizeof(T), op.c_str());  // metadata: the same error on every rank
+  sharding.check_shape(shape);
 
   // One buffer per distinct box of this rank's devices; replicas on this rank copy it after.
   std::vector<Shard<T>> shards;

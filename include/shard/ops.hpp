@@ -100,6 +100,12 @@ ShardedArray<std::int64_t> argmax(const ShardedArray<T>& a, int axis, bool keepd
 template <Dtype T>
 ShardedArray<std::int64_t> argmin(const ShardedArray<T>& a, int axis, bool keepdims = false);
 
+/// Over the flattened array (axis=None): a 0-d index (the array is reshaped to 1-D first).
+template <Dtype T>
+ShardedArray<std::int64_t> argmax(const ShardedArray<T>& a);
+template <Dtype T>
+ShardedArray<std::int64_t> argmin(const ShardedArray<T>& a);
+
 // ---------------------------------------------------------------- shape and indexing
 
 /// Local: permutes the dims (reverses them when perm is empty); spec entries move with their
@@ -184,6 +190,15 @@ ShardedArray<T> full_like(const ShardedArray<T>& x, T value) {
 template <Dtype T>
 ShardedArray<T> arange(std::int64_t n, const NamedSharding& sharding) {
   return arange<T>(Shape{n}, sharding);
+}
+
+template <Dtype T>
+ShardedArray<std::int64_t> argmax(const ShardedArray<T>& a) {
+  return argmax(reshape(a, Shape{-1}), 0);
+}
+template <Dtype T>
+ShardedArray<std::int64_t> argmin(const ShardedArray<T>& a) {
+  return argmin(reshape(a, Shape{-1}), 0);
 }
 
 template <typename T>

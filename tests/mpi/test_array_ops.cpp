@@ -123,6 +123,7 @@ SHARD_MPI_TEST(ArrayOps, ReductionsOfEveryKind) {
           expect_matches(logsumexp(xd / 10.0, d, keep), logsumexp(hd / 10.0, d, keep), 1e-12, what + " logsumexp");
         }
       expect_matches(argmin(xi, 1), argmin(hi, 1), 0, w + " argmin");
+      expect_matches(argmax(xd), argmax(hd), 0, w + " argmax of the flattened array");
       expect_matches(argmax(xd, 0, true), argmax(hd, 0, true), 0, w + " argmax keepdims");
       expect_matches(softmax(xd / 30.0, 0), softmax(hd / 30.0, 0), 1e-13, w + " softmax dim 0");
       expect_matches(log_softmax(xd / 30.0), log_softmax(hd / 30.0), 1e-13, w + " log_softmax");
