@@ -3,6 +3,7 @@
 
 #include <type_traits>
 
+#include "shard/detail/vjp_rules.hpp"
 #include "shard/error.hpp"
 #include "shard/linalg.hpp"
 #include "shard/matmul.hpp"
@@ -71,6 +72,8 @@ ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const
     detail::check_same_devices(a.mesh(), b.mesh(), "matmul");
     if (auto eq = equivalent_sharding(b.sharding(), b.shape(), a.mesh())) return matmul(a, reshard(b, *eq), out, algorithm);
   }
+  if (auto* tape = detail::recording_tape_for(a, b))
+    return detail::record_matmul<ShardedArray<T>>(*tape, a, b, "matmul", [&] { return matmul(a, b, out, algorithm); });
   if (algorithm == Algorithm::kAuto) {
     algorithm = choose_algorithm(a.shape(), a.sharding(), b.shape(), b.sharding());
     if constexpr (!std::is_floating_point_v<T>) algorithm = Algorithm::kRules;

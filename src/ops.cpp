@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "ops_internal.hpp"
+#include "shard/detail/vjp_rules.hpp"
 #include "shard/error.hpp"
 
 namespace shard {
@@ -51,8 +52,33 @@ SpecEntry axes_of_dims(const NamedSharding& s, const std::vector<int>& dims) {
   return SpecEntry(names);
 }
 
+/// A tracked Tensor lifted to a ShardedArray: its cotangent is the (replicated) array's, which
+/// every rank holds.
+template <Dtype T, typename Kernel>
+ShardedArray<T> record_uncommitted(Tape& tape, const Tensor<T>& x, const Mesh&, Kernel kernel) {
+  const NodePtr<Tensor<T>> xn = node_of(x, tape);
+  const std::uint32_t vma = vma_of(x, tape);
+  ShardedArray<T> out = paused(kernel);
+  for (auto& s : out.addressable_shards()) s.data.set_ad(nullptr);
+  if constexpr (FloatDtype<T>) {
+    if (xn) {
+      auto node = std::make_shared<Node<ShardedArray<T>>>("uncommitted", tape, vma, NodeMeta<ShardedArray<T>>(out));
+      node->rule = [xn, shape = x.shape()](const ShardedArray<T>& ct, std::uint32_t v) {
+        const auto& shards = ct.addressable_shards();
+        push(xn, shards.empty() ? Tensor<T>(shape, T(0)) : shards.front().data.alias(), v);
+      };
+      tape.append(node);
+      out.set_ad(std::make_shared<AdValue>(AdValue{tape.id(), vma, std::move(node)}));
+      return out;
+    }
+  }
+  out.set_ad(vma ? std::make_shared<AdValue>(AdValue{tape.id(), vma, nullptr}) : nullptr);
+  return out;
+}
+
 template <Dtype T>
 ShardedArray<T> uncommitted(const Tensor<T>& x, const Mesh& mesh) {
+  if (auto* tape = recording_tape_for(x)) return record_uncommitted(*tape, x, mesh, [&] { return uncommitted(x, mesh); });
   std::vector<Shard<T>> shards;
   for (int d : mesh.local_device_ids())
     shards.push_back(Shard<T>{d, full_box(x.shape()), Tensor<T>::borrow(const_cast<T*>(x.data()), x.shape())});
@@ -61,6 +87,12 @@ ShardedArray<T> uncommitted(const Tensor<T>& x, const Mesh& mesh) {
 
 template <Dtype T>
 ShardedArray<T> uncommitted(Tensor<T>&& x, const Mesh& mesh) {
+  if (auto* tape = recording_tape_for(x))
+    return record_uncommitted(*tape, x, mesh, [&] {
+      Tensor<T> own = std::move(x);
+      own.set_ad(nullptr);
+      return uncommitted(std::move(own), mesh);
+    });
   std::vector<Shard<T>> shards;
   for (int d : mesh.local_device_ids()) {
     Tensor<T> data = shards.empty() ? std::move(x) : Tensor<T>::borrow(shards.front().data.data(), shards.front().data.shape());
@@ -117,33 +149,39 @@ ShardedArray<R> per_block(const ShardedArray<T>& a, F&& f) {
 
 template <Dtype T>
 ShardedArray<T> binary(const ShardedArray<T>& a, const ShardedArray<T>& b, BinaryOp op) {
+  if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_binary(*tape, a, b, op);
   return elementwise<T>(
       "binary op", [op](const Tensor<T>& x, const Tensor<T>& y) { return binary(x, y, op); }, a, b);
 }
 
 template <Dtype T>
 ShardedArray<T> binary(const ShardedArray<T>& a, T s, BinaryOp op, bool scalar_first) {
+  if (auto* tape = detail::recording_tape_for(a)) return detail::record_binary_scalar(*tape, a, s, op, scalar_first);
   return per_block<T>(a, [&](const Tensor<T>& x) { return binary(x, s, op, scalar_first); });
 }
 
 template <Dtype T>
 ShardedArray<bool> compare(const ShardedArray<T>& a, const ShardedArray<T>& b, CompareOp op) {
+  if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_compare(*tape, a, b, op);
   return elementwise<bool>(
       "comparison", [op](const Tensor<T>& x, const Tensor<T>& y) { return compare(x, y, op); }, a, b);
 }
 
 template <Dtype T>
 ShardedArray<bool> compare(const ShardedArray<T>& a, T s, CompareOp op, bool scalar_first) {
+  if (auto* tape = detail::recording_tape_for(a)) return detail::record_compare_scalar(*tape, a, s, op, scalar_first);
   return per_block<bool>(a, [&](const Tensor<T>& x) { return compare(x, s, op, scalar_first); });
 }
 
 template <Dtype T>
 ShardedArray<T> unary(const ShardedArray<T>& a, UnaryOp op) {
+  if (auto* tape = detail::recording_tape_for(a)) return detail::record_unary(*tape, a, op);
   return per_block<T>(a, [&](const Tensor<T>& x) { return unary(x, op); });
 }
 
 template <Dtype T>
 ShardedArray<T> where(const ShardedArray<bool>& cond, const ShardedArray<T>& a, const ShardedArray<T>& b) {
+  if (auto* tape = detail::recording_tape_for(cond, a, b)) return detail::record_where(*tape, cond, a, b);
   // The result follows a, then b, then cond (the rule's operand order), so the values decide.
   return elementwise<T>(
       "where",
@@ -162,6 +200,7 @@ void axpy_contiguous(std::int64_t n, T alpha, const T* __restrict x, const T* __
 
 template <Dtype T>
 ShardedArray<T> axpy(T alpha, const ShardedArray<T>& x, const ShardedArray<T>& y) {
+  if (auto* tape = detail::recording_tape_for(x, y)) return detail::record_axpy(*tape, alpha, x, y);
   return elementwise<T>(
       "axpy",
       [alpha](const Tensor<T>& bx, const Tensor<T>& by) {

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "ops_internal.hpp"
+#include "shard/detail/vjp_rules.hpp"
 #include "shard/error.hpp"
 #include "tensor_kernels.hpp"
 
@@ -55,6 +56,7 @@ detail::ReduceOp reduce_op(ReduceKind k) {
 
 template <Dtype T>
 ShardedArray<T> reduce(const ShardedArray<T>& a, ReduceKind kind, const Dims& dims_in, bool keepdims) {
+  if (auto* tape = detail::recording_tape_for(a)) return detail::record_reduce(*tape, a, kind, dims_in, keepdims);
   const int rank = a.ndim();
   const std::vector<int> dims = dims_in.resolve(rank, kind_name(kind));
   std::int64_t count = 1;
@@ -131,10 +133,12 @@ ShardedArray<std::int64_t> arg_reduce(const ShardedArray<T>& a, int axis, bool k
 
 template <Dtype T>
 ShardedArray<std::int64_t> argmax(const ShardedArray<T>& a, int axis, bool keepdims) {
+  if (detail::recording_tape_for(a)) return detail::paused([&] { return arg_reduce(a, axis, keepdims, true); });
   return arg_reduce(a, axis, keepdims, true);
 }
 template <Dtype T>
 ShardedArray<std::int64_t> argmin(const ShardedArray<T>& a, int axis, bool keepdims) {
+  if (detail::recording_tape_for(a)) return detail::paused([&] { return arg_reduce(a, axis, keepdims, false); });
   return arg_reduce(a, axis, keepdims, false);
 }
 

@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "ops_internal.hpp"
+#include "shard/detail/vjp_rules.hpp"
 #include "redistribute.hpp"
 #include "shard/error.hpp"
 #include "tensor_kernels.hpp"
@@ -38,6 +39,7 @@ NamedSharding without_dims(const NamedSharding& s, const std::vector<int>& dims)
 
 template <Dtype T>
 ShardedArray<T> transpose(const ShardedArray<T>& a, std::vector<int> perm) {
+  if (auto* tape = detail::recording_tape_for(a)) return detail::record_transpose(*tape, a, std::move(perm));
   const int rank = a.ndim();
   if (perm.empty())
     for (int k = rank - 1; k >= 0; --k) perm.push_back(k);
@@ -76,6 +78,8 @@ ShardedArray<T> moveaxis(const ShardedArray<T>& a, int source, int destination) 
 
 template <Dtype T>
 ShardedArray<T> expand_dims(const ShardedArray<T>& a, int axis) {
+  if (auto* tape = detail::recording_tape_for(a))
+    return detail::record_reshape_like<ShardedArray<T>>(*tape, a, "expand_dims", [&] { return expand_dims(a, axis); });
   const int ax = resolve_dim(axis, a.ndim() + 1, "expand_dims");
   Shape out_shape = a.shape();
   out_shape.insert(out_shape.begin() + ax, 1);
@@ -88,6 +92,8 @@ ShardedArray<T> expand_dims(const ShardedArray<T>& a, int axis) {
 
 template <Dtype T>
 ShardedArray<T> squeeze(const ShardedArray<T>& a, const Dims& dims) {
+  if (auto* tape = detail::recording_tape_for(a))
+    return detail::record_reshape_like<ShardedArray<T>>(*tape, a, "squeeze", [&] { return squeeze(a, dims); });
   std::vector<int> drop;
   if (dims.is_all()) {
     for (int d = 0; d < a.ndim(); ++d)
@@ -158,6 +164,8 @@ std::vector<ReshapeGroup> reshape_groups(const Shape& in, const Shape& out) {
 
 template <Dtype T>
 ShardedArray<T> reshape(const ShardedArray<T>& a, Shape shape) {
+  if (auto* tape = detail::recording_tape_for(a))
+    return detail::record_reshape_like<ShardedArray<T>>(*tape, a, "reshape", [&] { return reshape(a, shape); });
   // Resolve -1 against the global size with the Tensor rule (metadata only).
   Shape resolved = shape;
   {
@@ -232,6 +240,7 @@ SliceRange image_of(const SliceRange& r, std::int64_t lo, std::int64_t n) {
 
 template <Dtype T>
 ShardedArray<T> slice(const ShardedArray<T>& a, const std::vector<Index>& index) {
+  if (auto* tape = detail::recording_tape_for(a)) return detail::record_slice(*tape, a, index);
   const IndexPlan p = plan_index(a.shape(), index);
   std::vector<SpecEntry> entries;
   for (int d = 0; d < a.ndim(); ++d)
@@ -276,6 +285,7 @@ ShardedArray<T> slice(const ShardedArray<T>& a, const std::vector<Index>& index)
 template <Dtype T>
 ShardedArray<T> concatenate(const std::vector<ShardedArray<T>>& xs, int axis) {
   if (xs.empty()) raise<ValueError>("concatenate: need at least one array");
+  if (auto* tape = detail::recording_tape_for_list(xs)) return detail::record_concatenate(*tape, xs, axis);
   const int rank = xs[0].ndim();
   if (rank == 0) raise<ShapeError>("concatenate: zero-dimensional arrays cannot be concatenated");
   const int a = resolve_dim(axis, rank, "concatenate");
@@ -371,6 +381,7 @@ Tensor<T> masked_take(const Tensor<T>& x, const Tensor<I>& idx, int axis, std::i
 
 template <Dtype T, Dtype I>
 ShardedArray<T> take(const ShardedArray<T>& x, const ShardedArray<I>& indices, int axis) {
+  if (auto* tape = detail::recording_tape_for(x, indices)) return detail::record_take(*tape, x, indices, axis, false);
   detail::check_same_devices(x.mesh(), indices.mesh(), "take");
   const int a = resolve_dim(axis, x.ndim(), "take");
   const std::vector<std::string> x_axes = x.spec().axes();
@@ -401,6 +412,7 @@ ShardedArray<T> take(const ShardedArray<T>& x, const ShardedArray<I>& indices, i
 
 template <Dtype T, Dtype I>
 ShardedArray<T> take_along_axis(const ShardedArray<T>& x, const ShardedArray<I>& indices, int axis) {
+  if (auto* tape = detail::recording_tape_for(x, indices)) return detail::record_take(*tape, x, indices, axis, true);
   detail::check_same_devices(x.mesh(), indices.mesh(), "take_along_axis");
   if (indices.ndim() != x.ndim())
     raise<ShapeError>("take_along_axis: indices of shape ", to_string(indices.shape()), " and an array of shape ",
@@ -446,8 +458,10 @@ ShardedArray<T> take_along_axis(const ShardedArray<T>& x, const ShardedArray<I>&
       inside[k] = g >= lo && g < lo + n;
       local[k] = static_cast<I>(inside[k] ? g - lo : 0);
     }
-    if (n == 0) {
-      Shape bs = broadcast_shapes(s.data.shape(), ib.shape());
+    if (n == 0) {  // an empty block along the axis picks nothing
+      Shape own = s.data.shape();
+      own[a] = 1;
+      Shape bs = broadcast_shapes(own, ib.shape());
       bs[a] = ib.shape()[a];
       blocks.emplace_back(bs, T(0));
       continue;
@@ -470,12 +484,146 @@ ShardedArray<T> dot(const ShardedArray<T>& a, const ShardedArray<T>& b) {
 
 template <Dtype T>
 ShardedArray<T> vdot(const ShardedArray<T>& a, const ShardedArray<T>& b) {
+  if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_vdot(*tape, a, b);
   if (a.size() != b.size())
     raise<ShapeError>("vdot: arrays of shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
                       " have different sizes");
   const ShardedArray<T> prod = a.shape() == b.shape() ? binary(a, b, BinaryOp::kMul) : binary(a, reshape(b, a.shape()), BinaryOp::kMul);
   return reduce(prod, ReduceKind::kSum);
 }
+
+// ---------------------------------------------------------------- transposes (autodiff)
+
+namespace detail {
+
+template <Dtype T>
+ShardedArray<T> slice_transpose(const ShardedArray<T>& ct, const NodeMeta<ShardedArray<T>>& x,
+                                const std::vector<Index>& index) {
+  const IndexPlan p = plan_index(x.shape, index);
+  const int rank = static_cast<int>(x.shape.size());
+  for (int d = 0; d < rank; ++d)
+    if (!p.dropped[d] && p.ranges[d].step != 1 && p.ranges[d].count > 1)
+      raise_not_differentiable("slice", "a strided slice (step " + std::to_string(p.ranges[d].step) +
+                                            ") of a sharded array; slice with step 1, or use take");
+  // Each device's block of ct, placed at its position in x; zeros elsewhere.
+  std::vector<SourcePiece> pieces;
+  for (int dev : ct.mesh().device_ids()) {
+    const Box cb = ct.sharding().box(dev, ct.shape());
+    Box xb;
+    bool empty = false;
+    for (int d = 0, k = 0; d < rank; ++d) {
+      if (p.dropped[d]) {
+        xb.offset.push_back(p.ranges[d].start);
+        xb.extent.push_back(1);
+        continue;
+      }
+      xb.offset.push_back(p.ranges[d].start + cb.offset[k]);
+      xb.extent.push_back(cb.extent[k]);
+      empty = empty || cb.extent[k] == 0;
+      ++k;
+    }
+    if (!empty) pieces.push_back({dev, 0, xb});
+  }
+  const FetchPiece<T> fetch = [&](int dev, int, const Box& box, T* o) {
+    const auto& s = ct.shard_of(dev);
+    Box rel;
+    for (int d = 0, k = 0; d < rank; ++d) {
+      if (p.dropped[d]) continue;
+      rel.offset.push_back(box.offset[d] - p.ranges[d].start - s.box.offset[k]);
+      rel.extent.push_back(box.extent[d]);
+      ++k;
+    }
+    const Tensor<T> t = s.data.slice(rel);
+    std::copy(t.begin(), t.end(), o);
+  };
+  return redistribute<T>(x.shape, x.sharding, pieces, fetch, "slice transpose", true);
+}
+
+template <Dtype T, Dtype I>
+ShardedArray<T> take_transpose(const ShardedArray<T>& ct, const ShardedArray<I>& indices,
+                               const NodeMeta<ShardedArray<T>>& x, int axis) {
+  const Mesh& mesh = x.sharding.mesh();
+  const int a = resolve_dim(axis, static_cast<int>(x.shape.size()), "take");
+  // The indices lined up as the forward pass had them (take above).
+  const NamedSharding idx_sharding(mesh, without_axes(equivalent_sharding(indices.sharding(), indices.shape(), mesh)
+                                                          .value_or(NamedSharding(mesh, PartitionSpec()))
+                                                          .spec(),
+                                                      indices.ndim(), x.sharding.spec().axes()));
+  std::optional<ShardedArray<I>> keep;
+  const ShardedArray<I>& li = lined_up(indices, idx_sharding, keep);
+  // Each device scatters its rows of ct into its box of x; the devices that differ along the
+  // indices' axes hold parts of the sum (one psum over those axes).
+  std::vector<Tensor<T>> blocks;
+  const auto local = mesh.local_device_ids();
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    const Box b = x.sharding.box(local[i], x.shape);
+    Tensor<T> out(b.extent, T(0));
+    const Tensor<T>& c = ct.addressable_shards()[i].data;
+    const Tensor<I>& ib = li.addressable_shards()[i].data;
+    const auto v = three_dims(b.extent, a, a + 1);
+    const std::int64_t m = ib.size(), n_global = x.shape[a];
+    for (std::int64_t j = 0; j < m; ++j) {
+      const auto g0 = static_cast<std::int64_t>(ib[j]);
+      const std::int64_t r = (g0 < 0 ? g0 + n_global : g0) - b.offset[a];
+      if (r < 0 || r >= v.n || v.inner == 0) continue;
+      for (std::int64_t o = 0; o < v.outer; ++o) {
+        T* dst = out.data() + (o * v.n + r) * v.inner;
+        const T* src = c.data() + (o * m + j) * v.inner;
+        for (std::int64_t k = 0; k < v.inner; ++k) dst[k] += src[k];
+      }
+    }
+    blocks.push_back(std::move(out));
+  }
+  const std::vector<std::string> idx_axes = idx_sharding.spec().axes();
+  return combine_over(std::move(blocks), idx_axes.empty() ? SpecEntry() : SpecEntry(idx_axes), ReduceOp::kSum,
+                      x.sharding, x.shape);
+}
+
+template <Dtype T, Dtype I>
+ShardedArray<T> take_along_axis_transpose(const ShardedArray<T>& ct, const ShardedArray<I>& indices,
+                                          const NodeMeta<ShardedArray<T>>& x, int axis) {
+  const Mesh& mesh = x.sharding.mesh();
+  const int rank = static_cast<int>(x.shape.size());
+  const int a = resolve_dim(axis, rank, "take_along_axis");
+  // The layouts of the forward pass (take_along_axis above).
+  const Shape& out_shape = ct.shape();
+  const NamedSharding want_idx = matching_sharding(ct.sharding(), out_shape, indices.shape());
+  std::vector<SpecEntry> x_entries = ct.sharding().spec().entries();
+  x_entries.resize(static_cast<std::size_t>(rank));
+  x_entries[a] = x.sharding.spec()[a];
+  const NamedSharding want_x = matching_sharding(NamedSharding(mesh, PartitionSpec(x_entries)), out_shape, x.shape);
+  std::vector<SpecEntry> xe = want_x.spec().entries();
+  xe.resize(static_cast<std::size_t>(rank));
+  xe[a] = x.sharding.spec()[a];
+  const NamedSharding lx(mesh, PartitionSpec(xe));
+  std::optional<ShardedArray<I>> keep_i;
+  const ShardedArray<I>& li = lined_up(indices, want_idx, keep_i);
+  std::vector<Tensor<T>> blocks;
+  const auto local = mesh.local_device_ids();
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    const Box b = lx.box(local[i], x.shape);
+    const Tensor<T>& c = ct.addressable_shards()[i].data;
+    const Tensor<I>& ib = li.addressable_shards()[i].data;
+    const std::int64_t lo = b.offset[a], n = b.extent[a], global_n = x.shape[a];
+    Tensor<I> local_idx(ib.shape());
+    Tensor<bool> inside(ib.shape());
+    for (std::int64_t k = 0; k < ib.size(); ++k) {
+      const auto v = static_cast<std::int64_t>(ib[k]);
+      const std::int64_t g = v < 0 ? v + global_n : v;
+      inside[k] = g >= lo && g < lo + n;
+      local_idx[k] = static_cast<I>(inside[k] ? g - lo : 0);
+    }
+    if (n == 0) {
+      blocks.emplace_back(b.extent, T(0));
+      continue;
+    }
+    const Tensor<T> masked = where(inside, c, Tensor<T>(Shape{}, T(0)));
+    blocks.push_back(take_along_axis_transpose(masked, local_idx, NodeMeta<Tensor<T>>(b.extent), a));
+  }
+  return assemble(x.shape, lx, std::move(blocks));
+}
+
+}  // namespace detail
 
 #define SHARD_INSTANTIATE_SHAPE_OPS(T)                                                                        \
   template ShardedArray<T> transpose<T>(const ShardedArray<T>&, std::vector<int>);                            \
@@ -491,6 +639,20 @@ ShardedArray<T> vdot(const ShardedArray<T>& a, const ShardedArray<T>& b) {
   template ShardedArray<T> take<T, std::int64_t>(const ShardedArray<T>&, const ShardedArray<std::int64_t>&, int); \
   template ShardedArray<T> take_along_axis<T, std::int32_t>(const ShardedArray<T>&, const ShardedArray<std::int32_t>&, int); \
   template ShardedArray<T> take_along_axis<T, std::int64_t>(const ShardedArray<T>&, const ShardedArray<std::int64_t>&, int);
+#define SHARD_INSTANTIATE_TRANSPOSES(T)                                                                           \
+  template ShardedArray<T> detail::slice_transpose<T>(const ShardedArray<T>&, const detail::NodeMeta<ShardedArray<T>>&, \
+                                                      const std::vector<Index>&);                                     \
+  template ShardedArray<T> detail::take_transpose<T, std::int32_t>(                                                  \
+      const ShardedArray<T>&, const ShardedArray<std::int32_t>&, const detail::NodeMeta<ShardedArray<T>>&, int);      \
+  template ShardedArray<T> detail::take_transpose<T, std::int64_t>(                                                  \
+      const ShardedArray<T>&, const ShardedArray<std::int64_t>&, const detail::NodeMeta<ShardedArray<T>>&, int);      \
+  template ShardedArray<T> detail::take_along_axis_transpose<T, std::int32_t>(                                       \
+      const ShardedArray<T>&, const ShardedArray<std::int32_t>&, const detail::NodeMeta<ShardedArray<T>>&, int);      \
+  template ShardedArray<T> detail::take_along_axis_transpose<T, std::int64_t>(                                       \
+      const ShardedArray<T>&, const ShardedArray<std::int64_t>&, const detail::NodeMeta<ShardedArray<T>>&, int);
+SHARD_INSTANTIATE_TRANSPOSES(float)
+SHARD_INSTANTIATE_TRANSPOSES(double)
+#undef SHARD_INSTANTIATE_TRANSPOSES
 SHARD_INSTANTIATE_SHAPE_OPS(bool)
 SHARD_INSTANTIATE_SHAPE_OPS(float)
 SHARD_INSTANTIATE_SHAPE_OPS(double)

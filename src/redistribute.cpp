@@ -59,7 +59,7 @@ int mpi_int(std::int64_t n, const std::string& name) {
 
 template <typename T>
 ShardedArray<T> redistribute(const Shape& shape, const NamedSharding& to, const std::vector<SourcePiece>& pieces,
-                             const FetchPiece<T>& fetch, const std::string& name) {
+                             const FetchPiece<T>& fetch, const std::string& name, bool zero_fill) {
   const Mesh& mesh = to.mesh();
   const Topology& topo = mesh.topology();
   const int me = topo.process_index;
@@ -69,7 +69,7 @@ ShardedArray<T> redistribute(const Shape& shape, const NamedSharding& to, const 
   std::vector<Shard<T>> shards;
   for (int d : mesh.local_device_ids()) {
     Box b = to.box(d, shape);
-    shards.push_back(Shard<T>{d, b, Tensor<T>(b.extent)});
+    shards.push_back(Shard<T>{d, b, zero_fill ? Tensor<T>(b.extent, T(0)) : Tensor<T>(b.extent)});
   }
   auto shard_of = [&](int d) -> Shard<T>& {
     for (auto& s : shards)
@@ -142,7 +142,7 @@ ShardedArray<T> redistribute(const Shape& shape, const NamedSharding& to, const 
 
 #define SHARD_INSTANTIATE_REDISTRIBUTE(T)                                                                    \
   template ShardedArray<T> redistribute<T>(const Shape&, const NamedSharding&, const std::vector<SourcePiece>&, \
-                                           const FetchPiece<T>&, const std::string&);
+                                           const FetchPiece<T>&, const std::string&, bool);
 SHARD_INSTANTIATE_REDISTRIBUTE(bool)
 SHARD_INSTANTIATE_REDISTRIBUTE(std::int32_t)
 SHARD_INSTANTIATE_REDISTRIBUTE(std::int64_t)

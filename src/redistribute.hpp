@@ -49,8 +49,9 @@ using FetchPiece = std::function<void(int device, int source, const Box& box, T*
 /// Collective over all ranks (a no-op for communication when the plan keeps every transfer
 /// on its rank): the array of `shape` sharded as `to`, assembled by the plan. `name` is
 /// CommStats' kind for the bytes sent.
+/// `zero_fill`: elements no piece covers are zero (otherwise the pieces must cover the array).
 template <typename T>
 ShardedArray<T> redistribute(const Shape& shape, const NamedSharding& to, const std::vector<SourcePiece>& pieces,
-                             const FetchPiece<T>& fetch, const std::string& name);
+                             const FetchPiece<T>& fetch, const std::string& name, bool zero_fill = false);
 
 }  // namespace shard::detail

@@ -20,6 +20,7 @@
 #include "shard/comm_stats.hpp"
 #include "shard/detail/collective.hpp"
 #include "shard/detail/mesh_comms.hpp"
+#include "shard/detail/vjp_rules.hpp"
 #include "shard/error.hpp"
 #include "shard/runtime.hpp"
 #include "redistribute.hpp"
@@ -239,6 +240,13 @@ ShardedArray<T> relabel(const ShardedArray<T>& x, const NamedSharding& to) {
 
 template <typename T>
 ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to) {
+  if (auto* tape = detail::recording_tape_for(x)) {  // the cotangent is resharded back (Node::add)
+    auto out = detail::paused([&] { return reshard(x, to); });
+    auto make = [](auto xn) -> typename detail::Node<ShardedArray<T>>::Rule {
+      return [xn](const ShardedArray<T>& ct, std::uint32_t v) { detail::push(xn, ct.alias(), v); };
+    };
+    return detail::finish(*tape, "reshard", std::move(out), make, x);
+  }
   if (!(x.mesh() == to.mesh())) {
     detail::check_same_devices(x.mesh(), to.mesh(), "reshard");
     if (auto eq = equivalent_sharding(x.sharding(), x.shape(), to.mesh())) return reshard(relabel(x, *eq), to);

@@ -73,6 +73,106 @@ void SpmdState::fail(int local) {
 
 }  // namespace detail
 
+// ---------------------------------------------------------------- autodiff (detail/vjp_rules.hpp)
+
+namespace detail {
+
+std::uint32_t spec_axes_mask(const Mesh& mesh, const PartitionSpec& spec) {
+  std::uint32_t m = 0;
+  for (const auto& name : spec.axes()) m |= 1u << mesh.axis_position(name);
+  return m;
+}
+
+namespace {
+std::uint32_t axes_mask(const Mesh& mesh, const Axes& axes) {
+  std::uint32_t m = 0;
+  for (const auto& name : axes.axes()) m |= 1u << mesh.axis_position(name);
+  return m;
+}
+std::string mask_names(std::uint32_t m, const Mesh& mesh) {
+  std::string out;
+  for (std::size_t k = 0; k < mesh.axis_names().size(); ++k)
+    if (m >> k & 1u) out += (out.empty() ? "'" : ", '") + mesh.axis_names()[k] + "'";
+  return out;
+}
+}  // namespace
+
+void raise_output_varies(std::size_t j, const PartitionSpec& spec, std::uint32_t extra, const Mesh& mesh) {
+  raise<ValueError>("shard_map (differentiated): output ", j, " has out_spec ", spec.to_string(),
+                    ", which omits mesh axis ", mask_names(extra, mesh),
+                    ", but the body's output varies over it (it depends on an argument sharded over that axis "
+                    "without a psum over it); psum (or pmean) the output over ", mask_names(extra, mesh),
+                    " or name the axis in the out_spec, as JAX's check_vma requires");
+}
+
+template <Dtype T>
+Tensor<T> tape_psum(Tape& tape, Tensor<T> x, std::uint32_t axes) {
+  std::vector<std::string> names;
+  for (std::size_t k = 0; k < tape.axis_names().size(); ++k)
+    if (axes >> k & 1u) names.push_back(tape.axis_names()[k]);
+  if (!tape.context()) raise<Error>("autodiff: a device tape without a device context (internal error)");
+  return tape.context()->psum(std::move(x), SpecEntry(std::move(names)));
+}
+template Tensor<float> tape_psum<float>(Tape&, Tensor<float>, std::uint32_t);
+template Tensor<double> tape_psum<double>(Tape&, Tensor<double>, std::uint32_t);
+
+void ShardMapAd::backward(bool keep) {
+  if (seeded) {
+    run_on_devices(mesh, [&](DeviceContext& ctx) {
+      const int li = ctx.local_index();
+      Tape& t = *tapes[static_cast<std::size_t>(li)];
+      t.set_context(&ctx);
+      t.backward(keep);
+      Pause pause;
+      for (std::size_t a = 0; a < args.size(); ++a)
+        if (args[a].tracked) args[a].read(li, leaves[static_cast<std::size_t>(li)][a].get());
+      if (keep) t.reset();
+    });
+    for (auto& a : args)
+      if (a.tracked) a.push();
+  }
+  seeded = false;
+  if (!keep) {  // frees the device tapes and their residuals
+    tapes.clear();
+    args.clear();
+    leaves.clear();
+    outs.clear();
+  }
+}
+
+namespace {
+
+/// A collective applied to a value a tape tracks. Device tapes: the result varies over
+/// `out_vma`; `transpose(ct)` is the input's cotangent, which varies over the result's axes
+/// plus `ct_extra` (psum's transpose is pvary). Inside grad within a body (a local tape) a
+/// collective of a differentiated value has no derivative of the device's local program.
+template <Dtype T, typename Kernel, typename Transpose>
+Tensor<T> record_collective(Tape& tape, const char* op, const Tensor<T>& x, std::uint32_t out_vma,
+                            std::uint32_t ct_extra, Kernel kernel, Transpose transpose) {
+  const NodePtr<Tensor<T>> xn = node_of(x, tape);
+  if (xn && !tape.device_view())
+    raise_not_differentiable(op, "grad inside a shard_map body differentiates the device's local program, where a "
+                                 "collective has no derivative; differentiate the function that calls the shard_map "
+                                 "instead (its collectives transpose as in JAX)");
+  Tensor<T> out = paused(kernel);
+  if constexpr (FloatDtype<T>) {
+    if (xn) {
+      auto node = std::make_shared<Node<Tensor<T>>>(op, tape, out_vma, NodeMeta<Tensor<T>>(out));
+      node->rule = [xn, transpose, ct_extra](const Tensor<T>& ct, std::uint32_t v) {
+        push(xn, transpose(ct), v | ct_extra);
+      };
+      tape.append(node);
+      out.set_ad(std::make_shared<AdValue>(AdValue{tape.id(), out_vma, std::move(node)}));
+      return out;
+    }
+  }
+  out.set_ad(out_vma ? std::make_shared<AdValue>(AdValue{tape.id(), out_vma, nullptr}) : nullptr);
+  return out;
+}
+
+}  // namespace
+}  // namespace detail
+
 // ---------------------------------------------------------------- DeviceContext
 
 DeviceContext::DeviceContext(std::shared_ptr<detail::SpmdState> state, int local_index)
@@ -119,6 +219,7 @@ bool group_shared_available(const Mesh& mesh, const SpecEntry& axes) {
 
 template <typename T>
 Tensor<T> DeviceContext::run(detail::CollectiveSpec spec, Tensor<T> x, const std::source_location& where) {
+  x.detach_if_aliased();  // reductions work in place; an autodiff residual keeps the old values
   spec.dtype = dtype_name<T>();
   const Mesh& m = mesh();
   const auto& devices = state_->devices();
@@ -140,11 +241,26 @@ Tensor<T> DeviceContext::run(detail::CollectiveSpec spec, Tensor<T> x, const std
 
 template <typename T>
 Tensor<T> DeviceContext::psum(Tensor<T> x, const Axes& axes, std::source_location where) {
+  if (auto* tape = detail::recording_tape_for(x)) {
+    const std::uint32_t m = detail::axes_mask(mesh(), axes);
+    return detail::record_collective(
+        *tape, "psum", x, detail::vma_of(x, *tape) & ~m, m, [&] { return psum(x, axes, where); },
+        [](const Tensor<T>& ct) { return ct.alias(); });
+  }
   auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kSum, axes, x.shape());  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
 Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, std::source_location where) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (auto* tape = detail::recording_tape_for(x)) {
+      const std::uint32_t m = detail::axes_mask(mesh(), axes);
+      const T n = static_cast<T>(axis_size(axes));
+      return detail::record_collective(
+          *tape, "pmean", x, detail::vma_of(x, *tape) & ~m, m, [&] { return pmean(x, axes, where); },
+          [n](const Tensor<T>& ct) { return ct / n; });
+    }
+  }
   if constexpr (std::is_floating_point_v<T>) {
     auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kMean, axes, x.shape());  // before x is moved from
     return run(std::move(spec), std::move(x), where);
@@ -158,11 +274,29 @@ Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, std::s
 }
 template <typename T>
 Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes, std::source_location where) {
+  if (auto* tape = detail::recording_tape_for(x)) {
+    if constexpr (FloatDtype<T>)
+      if (detail::node_of(x, *tape)) detail::raise_not_differentiable("pmax", "JAX defines no transpose for it either");
+    const std::uint32_t m = detail::axes_mask(mesh(), axes);
+    const std::uint32_t vma = detail::vma_of(x, *tape) & ~m;
+    Tensor<T> out = detail::paused([&] { return pmax(x, axes, where); });
+    out.set_ad(vma ? std::make_shared<detail::AdValue>(detail::AdValue{tape->id(), vma, nullptr}) : nullptr);
+    return out;
+  }
   auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kMax, axes, x.shape());  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
 Tensor<T> DeviceContext::pmin(Tensor<T> x, const Axes& axes, std::source_location where) {
+  if (auto* tape = detail::recording_tape_for(x)) {
+    if constexpr (FloatDtype<T>)
+      if (detail::node_of(x, *tape)) detail::raise_not_differentiable("pmin", "JAX defines no transpose for it either");
+    const std::uint32_t m = detail::axes_mask(mesh(), axes);
+    const std::uint32_t vma = detail::vma_of(x, *tape) & ~m;
+    Tensor<T> out = detail::paused([&] { return pmin(x, axes, where); });
+    out.set_ad(vma ? std::make_shared<detail::AdValue>(detail::AdValue{tape->id(), vma, nullptr}) : nullptr);
+    return out;
+  }
   auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kMin, axes, x.shape());  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
@@ -178,40 +312,74 @@ Tensor<T> view_of(const Tensor<T>& x) {
 template <typename T>
 Tensor<T> DeviceContext::all_gather(Tensor<T>&& x, const Axes& axes, int dim, bool tiled,
                                     std::source_location where) {
+  if (detail::recording_tape_for(x)) return all_gather(static_cast<const Tensor<T>&>(x), axes, dim, tiled, where);
   auto spec = detail::all_gather_spec(mesh(), axes, x.shape(), dim, tiled);  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
 Tensor<T> DeviceContext::all_gather(const Tensor<T>& x, const Axes& axes, int dim, bool tiled,
                                     std::source_location where) {
+  if (auto* tape = detail::recording_tape_for(x)) {  // transpose: psum_scatter
+    const std::uint32_t m = detail::axes_mask(mesh(), axes);
+    return detail::record_collective(
+        *tape, "all_gather", x, detail::vma_of(x, *tape) | m, 0, [&] { return all_gather(x, axes, dim, tiled, where); },
+        [tape, axes, dim, tiled](const Tensor<T>& ct) { return tape->context()->psum_scatter(ct, axes, dim, tiled); });
+  }
   return run(detail::all_gather_spec(mesh(), axes, x.shape(), dim, tiled), view_of(x), where);
 }
 template <typename T>
 Tensor<T> DeviceContext::psum_scatter(Tensor<T> x, const Axes& axes, int dim, bool tiled,
                                       std::source_location where) {
+  if (auto* tape = detail::recording_tape_for(x)) {  // transpose: all_gather
+    const std::uint32_t m = detail::axes_mask(mesh(), axes);
+    return detail::record_collective(
+        *tape, "psum_scatter", x, detail::vma_of(x, *tape) | m, 0,
+        [&] { return psum_scatter(x, axes, dim, tiled, where); },
+        [tape, axes, dim, tiled](const Tensor<T>& ct) { return tape->context()->all_gather(ct, axes, dim, tiled); });
+  }
   auto spec = detail::psum_scatter_spec(mesh(), axes, x.shape(), dim, tiled);  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
 Tensor<T> DeviceContext::all_to_all(Tensor<T>&& x, const Axes& axes, int split_dim, int concat_dim, bool tiled,
                                     std::source_location where) {
+  if (detail::recording_tape_for(x))
+    return all_to_all(static_cast<const Tensor<T>&>(x), axes, split_dim, concat_dim, tiled, where);
   auto spec = detail::all_to_all_spec(mesh(), axes, x.shape(), split_dim, concat_dim, tiled);  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
 Tensor<T> DeviceContext::all_to_all(const Tensor<T>& x, const Axes& axes, int split_dim, int concat_dim, bool tiled,
                                     std::source_location where) {
+  if (auto* tape = detail::recording_tape_for(x)) {  // transpose: split and concat swapped
+    const std::uint32_t m = detail::axes_mask(mesh(), axes);
+    return detail::record_collective(
+        *tape, "all_to_all", x, detail::vma_of(x, *tape) | m, 0,
+        [&] { return all_to_all(x, axes, split_dim, concat_dim, tiled, where); },
+        [tape, axes, split_dim, concat_dim, tiled](const Tensor<T>& ct) {
+          return tape->context()->all_to_all(ct, axes, concat_dim, split_dim, tiled);
+        });
+  }
   return run(detail::all_to_all_spec(mesh(), axes, x.shape(), split_dim, concat_dim, tiled), view_of(x), where);
 }
 template <typename T>
 Tensor<T> DeviceContext::ppermute(Tensor<T>&& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
                                   std::source_location where) {
+  if (detail::recording_tape_for(x)) return ppermute(static_cast<const Tensor<T>&>(x), axes, std::move(perm), where);
   auto spec = detail::ppermute_spec(mesh(), axes, x.shape(), std::move(perm));  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
 Tensor<T> DeviceContext::ppermute(const Tensor<T>& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
                                   std::source_location where) {
+  if (auto* tape = detail::recording_tape_for(x)) {  // transpose: the inverse permutation
+    const std::uint32_t m = detail::axes_mask(mesh(), axes);
+    std::vector<std::pair<int, int>> inverse;
+    for (const auto& [src, dst] : perm) inverse.emplace_back(dst, src);
+    return detail::record_collective(
+        *tape, "ppermute", x, detail::vma_of(x, *tape) | m, 0, [&] { return ppermute(x, axes, perm, where); },
+        [tape, axes, inverse](const Tensor<T>& ct) { return tape->context()->ppermute(ct, axes, inverse); });
+  }
   return run(detail::ppermute_spec(mesh(), axes, x.shape(), std::move(perm)), view_of(x), where);
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "shard/comm_stats.hpp"
+#include "shard/detail/vjp_rules.hpp"
 #include "shard/error.hpp"
 #include "shard/mpi/agree.hpp"
 #include "shard/runtime.hpp"
@@ -135,6 +136,13 @@ void unpack_boxes(const HostPlan& p, const NamedSharding& sharding, const Shape&
 
 template <typename T>
 Tensor<T> ShardedArray<T>::to_host() const {
+  if (auto* tape = detail::recording_tape_for(*this)) {  // d to_host: each device takes its box back
+    Tensor<T> out = detail::paused([&] { return to_host(); });
+    auto make = [](auto xn) -> typename detail::Node<Tensor<T>>::Rule {
+      return [xn, s = xn->meta.sharding](const Tensor<T>& ct, std::uint32_t v) { detail::push(xn, device_put(ct, s), v); };
+    };
+    return detail::finish(*tape, "to_host", std::move(out), make, *this);
+  }
   const auto& comm = world();
   const HostPlan p = host_plan(sharding_, shape_, comm.size());
   const Tensor<T> send = pack_primaries(*this, p.devices_of_rank[comm.rank()]);

@@ -144,6 +144,8 @@ void tensor_free(void* p, std::size_t bytes) noexcept {
   else ::operator delete(p);
 }
 
+SharedBuffer::~SharedBuffer() { tensor_free(data, bytes); }
+
 void tensor_shape_error(const Shape& expected, const Shape& got, const char* what) {
   raise<ShapeError>(what, ": shape ", to_string(expected), " does not match ", to_string(got));
 }

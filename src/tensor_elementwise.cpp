@@ -9,6 +9,7 @@
 
 #include "shard/error.hpp"
 #include "shard/tensor_ops.hpp"
+#include "shard/detail/vjp_rules.hpp"
 #include "tensor_kernels.hpp"
 
 namespace shard {
@@ -279,6 +280,7 @@ auto with_unary(UnaryOp op, Go&& go) {
 
 template <Dtype T>
 Tensor<T> binary(const Tensor<T>& a, const Tensor<T>& b, BinaryOp op) {
+  if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_binary(*tape, a, b, op);
   Tensor<T> out(broadcast_shapes(a.shape(), b.shape()));
   with_binary<T>(op, [&](auto f) {
     zip_into(a, b, out, f);
@@ -289,6 +291,7 @@ Tensor<T> binary(const Tensor<T>& a, const Tensor<T>& b, BinaryOp op) {
 
 template <Dtype T>
 Tensor<T> binary(const Tensor<T>& a, T s, BinaryOp op, bool scalar_first) {
+  if (auto* tape = detail::recording_tape_for(a)) return detail::record_binary_scalar(*tape, a, s, op, scalar_first);
   Tensor<T> out(a.shape());
   with_binary<T>(op, [&](auto f) {
     if (scalar_first) loop_sv(a.size(), s, a.data(), out.data(), f);
@@ -303,6 +306,11 @@ void binary_inplace(Tensor<T>& x, const Tensor<T>& y, BinaryOp op) {
   if (broadcast_shapes(x.shape(), y.shape()) != x.shape())
     raise<ShapeError>(op_name(op), " in place: ", to_string(y.shape()), " does not broadcast to ",
                       to_string(x.shape()));
+  if (detail::recording_tape_for(x, y)) {  // recorded as x = x op y
+    x = binary(x, y, op);
+    return;
+  }
+  x.detach_if_aliased();  // an autodiff residual keeps the old values
   with_binary<T>(op, [&](auto f) {
     const std::array<Shape, 1> st{detail::broadcast_strides(y.shape(), x.shape())};
     T* px = x.data();
@@ -323,6 +331,7 @@ void binary_inplace(Tensor<T>& x, const Tensor<T>& y, BinaryOp op) {
 
 template <Dtype T>
 Tensor<bool> compare(const Tensor<T>& a, const Tensor<T>& b, CompareOp op) {
+  if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_compare(*tape, a, b, op);
   Tensor<bool> out(broadcast_shapes(a.shape(), b.shape()));
   with_compare<T>(op, [&](auto f) {
     zip_into(a, b, out, f);
@@ -333,6 +342,7 @@ Tensor<bool> compare(const Tensor<T>& a, const Tensor<T>& b, CompareOp op) {
 
 template <Dtype T>
 Tensor<bool> compare(const Tensor<T>& a, T s, CompareOp op, bool scalar_first) {
+  if (auto* tape = detail::recording_tape_for(a)) return detail::record_compare_scalar(*tape, a, s, op, scalar_first);
   Tensor<bool> out(a.shape());
   with_compare<T>(op, [&](auto f) {
     if (scalar_first) loop_sv(a.size(), s, a.data(), out_ptr(out), f);
@@ -359,6 +369,7 @@ SHARD_SIMD_CLONES void select_vvv(std::int64_t n, const unsigned char* __restric
 
 template <Dtype T>
 Tensor<T> unary(const Tensor<T>& x, UnaryOp op) {
+  if (auto* tape = detail::recording_tape_for(x)) return detail::record_unary(*tape, x, op);
   Tensor<T> out(x.shape());
   with_unary<T>(op, [&](auto f) {
     loop_v(x.size(), x.data(), out.data(), f);
@@ -369,6 +380,7 @@ Tensor<T> unary(const Tensor<T>& x, UnaryOp op) {
 
 template <Dtype T>
 Tensor<T> where(const Tensor<bool>& cond, const Tensor<T>& a, const Tensor<T>& b) {
+  if (auto* tape = detail::recording_tape_for(cond, a, b)) return detail::record_where(*tape, cond, a, b);
   const Shape shape = broadcast_shapes(cond.shape(), broadcast_shapes(a.shape(), b.shape()));
   Tensor<T> out(shape);
   // The condition read as bytes: GCC has no vector type for bool, and would not vectorise.

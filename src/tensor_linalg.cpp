@@ -8,6 +8,7 @@
 
 #include "shard/error.hpp"
 #include "shard/tensor_ops.hpp"
+#include "shard/detail/vjp_rules.hpp"
 #include "tensor_kernels.hpp"
 
 namespace shard {
@@ -58,6 +59,7 @@ Tensor<T> vdot(const Tensor<T>& a, const Tensor<T>& b) {
   if (a.size() != b.size())
     raise<ShapeError>("vdot: arrays of shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
                       " have different sizes (", a.size(), " and ", b.size(), ")");
+  if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_vdot(*tape, a, b);
   Tensor<T> out(Shape{});
   const std::int64_t n = a.size();
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
@@ -86,6 +88,8 @@ Tensor<T> matmul(const Tensor<T>& a_in, const Tensor<T>& b_in) {
   if (a_in.rank() == 0 || b_in.rank() == 0)
     raise<ShapeError>("matmul: operands must have at least one dim, got shapes ", to_string(a_in.shape()), " and ",
                       to_string(b_in.shape()), " (use * or dot for scalars)");
+  if (auto* tape = detail::recording_tape_for(a_in, b_in))
+    return detail::record_matmul<Tensor<T>>(*tape, a_in, b_in, "matmul", [&] { return matmul(a_in, b_in); });
   if (a_in.rank() == 1 && b_in.rank() == 1) {
     if (a_in.size() != b_in.size())
       raise<ShapeError>("matmul: shapes ", to_string(a_in.shape()), " and ", to_string(b_in.shape()),
@@ -129,6 +133,8 @@ template <Dtype T>
 Tensor<T> dot(const Tensor<T>& a, const Tensor<T>& b) {
   if (a.rank() == 0 || b.rank() == 0) return binary(a, b, BinaryOp::kMul);
   if (b.rank() <= 2) return matmul(a, b);  // numpy's dot and matmul agree here
+  if (detail::recording_tape_for(a, b))
+    detail::raise_not_differentiable("dot", "with a right operand of more than 2 dims; write it with matmul");
   // b N-D: contract a's last dim with b's second-to-last; result a.shape[:-1] + b.shape[:-2] + b.shape[-1:].
   const std::int64_t k = a.shape().back();
   if (b.shape()[b.rank() - 2] != k)

@@ -15,6 +15,7 @@
 
 #include "shard/error.hpp"
 #include "shard/tensor_ops.hpp"
+#include "shard/detail/vjp_rules.hpp"
 #include "tensor_kernels.hpp"
 
 namespace shard {
@@ -249,6 +250,7 @@ Tensor<A> reduce_acc(const Tensor<T>& x, ReduceKind kind, const std::vector<int>
 
 template <Dtype T>
 Tensor<T> reduce(const Tensor<T>& x, ReduceKind kind, const Dims& dims_in, bool keepdims) {
+  if (auto* tape = detail::recording_tape_for(x)) return detail::record_reduce(*tape, x, kind, dims_in, keepdims);
   using A = acc_t<T>;
   const std::vector<int> dims = dims_in.resolve(x.rank(), kind_name(kind));
   std::int64_t count = 1;
@@ -331,18 +333,26 @@ Tensor<std::int64_t> arg_reduce(const Tensor<T>& x, int axis, bool keepdims, boo
 
 template <Dtype T>
 Tensor<std::int64_t> argmax(const Tensor<T>& x, int axis, bool keepdims) {
+  if (auto* tape = detail::recording_tape_for(x))
+    return detail::finish_constant(*tape, detail::paused([&] { return argmax(x, axis, keepdims); }), x);
   return arg_reduce(x, axis, keepdims, true);
 }
 template <Dtype T>
 Tensor<std::int64_t> argmin(const Tensor<T>& x, int axis, bool keepdims) {
+  if (auto* tape = detail::recording_tape_for(x))
+    return detail::finish_constant(*tape, detail::paused([&] { return argmin(x, axis, keepdims); }), x);
   return arg_reduce(x, axis, keepdims, false);
 }
 template <Dtype T>
 Tensor<std::int64_t> argmax(const Tensor<T>& x) {
+  if (auto* tape = detail::recording_tape_for(x))
+    return detail::finish_constant(*tape, detail::paused([&] { return argmax(x); }), x);
   return arg_reduce(x.reshaped(Shape{x.size()}), 0, false, true);
 }
 template <Dtype T>
 Tensor<std::int64_t> argmin(const Tensor<T>& x) {
+  if (auto* tape = detail::recording_tape_for(x))
+    return detail::finish_constant(*tape, detail::paused([&] { return argmin(x); }), x);
   return arg_reduce(x.reshaped(Shape{x.size()}), 0, false, false);
 }
 

@@ -9,6 +9,7 @@
 
 #include "shard/error.hpp"
 #include "shard/tensor_ops.hpp"
+#include "shard/detail/vjp_rules.hpp"
 #include "tensor_kernels.hpp"
 
 namespace shard {
@@ -58,6 +59,8 @@ Shape resolve_reshape(const Shape& from, Shape to) {
 
 template <Dtype T>
 Tensor<T> reshape(const Tensor<T>& x, Shape shape) {
+  if (auto* tape = detail::recording_tape_for(x))
+    return detail::record_reshape_like<Tensor<T>>(*tape, x, "reshape", [&] { return reshape(x, shape); });
   return x.reshaped(resolve_reshape(x.shape(), std::move(shape)));
 }
 template <Dtype T>
@@ -68,6 +71,7 @@ Tensor<T> reshape(Tensor<T>&& x, Shape shape) {
 
 template <Dtype T>
 Tensor<T> transpose(const Tensor<T>& x, std::vector<int> perm) {
+  if (auto* tape = detail::recording_tape_for(x)) return detail::record_transpose(*tape, x, std::move(perm));
   const int rank = x.rank();
   if (perm.empty())
     for (int k = rank - 1; k >= 0; --k) perm.push_back(k);
@@ -132,6 +136,7 @@ Tensor<T> squeeze(const Tensor<T>& x, const Dims& dims) {
 
 template <Dtype T>
 Tensor<T> broadcast_to(const Tensor<T>& x, const Shape& shape) {
+  if (auto* tape = detail::recording_tape_for(x)) return detail::record_broadcast_to(*tape, x, shape);
   if (shape.size() < x.shape().size() || broadcast_shapes(x.shape(), shape) != shape)
     raise<ShapeError>("broadcast_to: shape ", to_string(x.shape()), " does not broadcast to ", to_string(shape));
   Tensor<T> out(shape);
@@ -141,6 +146,7 @@ Tensor<T> broadcast_to(const Tensor<T>& x, const Shape& shape) {
 
 template <Dtype T>
 Tensor<T> slice(const Tensor<T>& x, const std::vector<Index>& index) {
+  if (auto* tape = detail::recording_tape_for(x)) return detail::record_slice(*tape, x, index);
   const IndexPlan p = plan_index(x.shape(), index);
   const Shape in_st = strides_of(x.shape());
   Shape full, st;  // the selection with dropped dims kept as size 1
@@ -158,6 +164,7 @@ Tensor<T> slice(const Tensor<T>& x, const std::vector<Index>& index) {
 template <Dtype T>
 Tensor<T> concatenate(const std::vector<Tensor<T>>& xs, int axis) {
   if (xs.empty()) raise<ValueError>("concatenate: need at least one array");
+  if (auto* tape = detail::recording_tape_for_list(xs)) return detail::record_concatenate(*tape, xs, axis);
   const int rank = xs[0].rank();
   if (rank == 0) raise<ShapeError>("concatenate: zero-dimensional arrays cannot be concatenated");
   const int a = resolve_dim(axis, rank, "concatenate");
@@ -188,6 +195,7 @@ Tensor<T> concatenate(const std::vector<Tensor<T>>& xs, int axis) {
 template <Dtype T>
 Tensor<T> stack(const std::vector<Tensor<T>>& xs, int axis) {
   if (xs.empty()) raise<ValueError>("stack: need at least one array");
+  if (auto* tape = detail::recording_tape_for_list(xs)) return detail::record_stack(*tape, xs, axis);
   const int a = resolve_dim(axis, xs[0].rank() + 1, "stack");
   std::vector<Tensor<T>> expanded;
   for (std::size_t i = 0; i < xs.size(); ++i) {
@@ -204,6 +212,7 @@ Tensor<T> stack(const std::vector<Tensor<T>>& xs, int axis) {
 template <Dtype T, Dtype I>
 Tensor<T> take(const Tensor<T>& x, const Tensor<I>& indices, int axis) {
   static_assert(std::is_integral_v<I> && !std::is_same_v<I, bool>, "take: indices must be int32 or int64");
+  if (auto* tape = detail::recording_tape_for(x, indices)) return detail::record_take(*tape, x, indices, axis, false);
   const int a = resolve_dim(axis, x.rank(), "take");
   Shape out_shape(x.shape().begin(), x.shape().begin() + a);
   out_shape.insert(out_shape.end(), indices.shape().begin(), indices.shape().end());
@@ -231,6 +240,7 @@ Tensor<T> take(const Tensor<T>& x, const Tensor<I>& indices, int axis) {
 template <Dtype T, Dtype I>
 Tensor<T> take_along_axis(const Tensor<T>& x, const Tensor<I>& indices, int axis) {
   static_assert(std::is_integral_v<I> && !std::is_same_v<I, bool>, "take_along_axis: indices must be int32 or int64");
+  if (auto* tape = detail::recording_tape_for(x, indices)) return detail::record_take(*tape, x, indices, axis, true);
   if (indices.rank() != x.rank())
     raise<ShapeError>("take_along_axis: indices of shape ", to_string(indices.shape()), " and an array of shape ",
                       to_string(x.shape()), " need the same number of dims");
@@ -257,6 +267,78 @@ Tensor<T> take_along_axis(const Tensor<T>& x, const Tensor<I>& indices, int axis
   });
   return out;
 }
+
+namespace detail {
+
+template <Dtype T>
+Tensor<T> slice_transpose(const Tensor<T>& ct, const NodeMeta<Tensor<T>>& x, const std::vector<Index>& index) {
+  const IndexPlan p = plan_index(x.shape, index);
+  Tensor<T> out(x.shape, T(0));
+  const Shape st_out = strides_of(x.shape);
+  Shape full, st;
+  std::int64_t base = 0;
+  for (std::size_t d = 0; d < p.ranges.size(); ++d) {
+    base += p.ranges[d].start * st_out[d];
+    full.push_back(p.ranges[d].count);
+    st.push_back(p.ranges[d].step * st_out[d]);
+  }
+  // Walk the selection in row-major order (ct's order) and write each element to its place.
+  const std::int64_t n = ct.size();
+  std::vector<std::int64_t> idx(full.size(), 0);
+  for (std::int64_t k = 0; k < n; ++k) {
+    std::int64_t off = base;
+    for (std::size_t d = 0; d < full.size(); ++d) off += idx[d] * st[d];
+    out[off] = ct[k];
+    for (int d = static_cast<int>(full.size()) - 1; d >= 0; --d) {
+      if (++idx[d] < full[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+template <Dtype T, Dtype I>
+Tensor<T> take_transpose(const Tensor<T>& ct, const Tensor<I>& indices, const NodeMeta<Tensor<T>>& x, int axis) {
+  const int a = resolve_dim(axis, static_cast<int>(x.shape.size()), "take");
+  Tensor<T> out(x.shape, T(0));
+  const auto v = three_dims(x.shape, a, a + 1);
+  const std::int64_t m = indices.size();
+  for (std::int64_t o = 0; o < v.outer; ++o)
+    for (std::int64_t j = 0; j < m; ++j) {
+      const auto i = static_cast<std::int64_t>(indices[j]);
+      const std::int64_t r = i < 0 ? i + v.n : i;
+      T* dst = out.data() + (o * v.n + r) * v.inner;
+      const T* src = ct.data() + (o * m + j) * v.inner;
+      for (std::int64_t k = 0; k < v.inner; ++k) dst[k] += src[k];
+    }
+  return out;
+}
+
+template <Dtype T, Dtype I>
+Tensor<T> take_along_axis_transpose(const Tensor<T>& ct, const Tensor<I>& indices, const NodeMeta<Tensor<T>>& x,
+                                    int axis) {
+  const int rank = static_cast<int>(x.shape.size());
+  const int a = resolve_dim(axis, rank, "take_along_axis");
+  const Shape& out_shape = ct.shape();
+  Shape xst = strides_of(x.shape);
+  for (int d = 0; d < rank; ++d)
+    if (d == a || (x.shape[d] == 1 && out_shape[d] != 1)) xst[d] = 0;
+  const std::array<Shape, 2> st{xst, broadcast_strides(indices.shape(), out_shape)};
+  const std::int64_t n = x.shape[a], stride = strides_of(x.shape)[a];
+  Tensor<T> out(x.shape, T(0));
+  T* po = out.data();
+  const T* pc = ct.data();
+  broadcast_rows<2>(out_shape, st, [&](std::int64_t o, auto off, auto step, std::int64_t len) {
+    for (std::int64_t k = 0; k < len; ++k) {
+      const auto i = static_cast<std::int64_t>(indices[off[1] + k * step[1]]);
+      const std::int64_t r = i < 0 ? i + n : i;
+      po[off[0] + k * step[0] + r * stride] += pc[o + k];
+    }
+  });
+  return out;
+}
+
+}  // namespace detail
 
 template <Dtype T>
 Tensor<T> arange(T start, T stop, T step) {
@@ -289,6 +371,20 @@ Tensor<T> arange(T start, T stop, T step) {
   template Tensor<T> take_along_axis<T, std::int32_t>(const Tensor<T>&, const Tensor<std::int32_t>&, int); \
   template Tensor<T> take_along_axis<T, std::int64_t>(const Tensor<T>&, const Tensor<std::int64_t>&, int); \
   template Tensor<T> arange<T>(T, T, T);
+#define SHARD_INSTANTIATE_TRANSPOSES(T)                                                                          \
+  template Tensor<T> detail::slice_transpose<T>(const Tensor<T>&, const detail::NodeMeta<Tensor<T>>&,               \
+                                                const std::vector<Index>&);                                         \
+  template Tensor<T> detail::take_transpose<T, std::int32_t>(const Tensor<T>&, const Tensor<std::int32_t>&,         \
+                                                             const detail::NodeMeta<Tensor<T>>&, int);              \
+  template Tensor<T> detail::take_transpose<T, std::int64_t>(const Tensor<T>&, const Tensor<std::int64_t>&,         \
+                                                             const detail::NodeMeta<Tensor<T>>&, int);              \
+  template Tensor<T> detail::take_along_axis_transpose<T, std::int32_t>(                                           \
+      const Tensor<T>&, const Tensor<std::int32_t>&, const detail::NodeMeta<Tensor<T>>&, int);                      \
+  template Tensor<T> detail::take_along_axis_transpose<T, std::int64_t>(                                           \
+      const Tensor<T>&, const Tensor<std::int64_t>&, const detail::NodeMeta<Tensor<T>>&, int);
+SHARD_INSTANTIATE_TRANSPOSES(float)
+SHARD_INSTANTIATE_TRANSPOSES(double)
+#undef SHARD_INSTANTIATE_TRANSPOSES
 SHARD_INSTANTIATE_SHAPE(bool)
 SHARD_INSTANTIATE_SHAPE(std::int32_t)
 SHARD_INSTANTIATE_SHAPE(std::int64_t)

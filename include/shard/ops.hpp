@@ -68,6 +68,7 @@ ShardedArray<T> axpy(T alpha, const ShardedArray<T>& x, const ShardedArray<T>& y
 /// Local: converts every element.
 template <Dtype U, Dtype T>
 ShardedArray<U> astype(const ShardedArray<T>& a) {
+  if (auto* tape = detail::recording_tape_for(a)) return detail::record_astype<U>(*tape, a);
   std::vector<Shard<U>> shards;
   for (const auto& s : a.addressable_shards()) shards.push_back(Shard<U>{s.device, s.box, astype<U>(s.data)});
   return ShardedArray<U>(a.shape(), a.sharding(), std::move(shards));
@@ -76,6 +77,9 @@ ShardedArray<U> astype(const ShardedArray<T>& a) {
 /// Local: fn applied to every element (any callable T -> T).
 template <Dtype T, typename F>
 ShardedArray<T> map(const ShardedArray<T>& a, F&& fn) {
+  if (detail::recording_tape_for(a))
+    detail::raise_not_differentiable("map", "an arbitrary element function has no derivative rule; write it with the "
+                                            "op set (exp, where, ...)");
   std::vector<Shard<T>> shards;
   for (const auto& s : a.addressable_shards()) {
     Tensor<T> out(s.data.shape());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "shard/detail/collective.hpp"
+#include "shard/detail/vjp_rules.hpp"
 #include "shard/error.hpp"
 #include "shard/group_shared.hpp"
 #include "shard/partition_spec.hpp"
@@ -250,12 +251,9 @@ struct ArgTraits<std::vector<ShardedArray<T>>> {
     for (std::size_t k = 0; k < xs.size(); ++k) out.push_back(prepare_argument(m, s.at(k, xs.size(), "in_specs", i), xs[k], i));
     return out;
   }
-  static Block block(const Prepared& p, int li) {  // read-only views of the blocks
+  static Block block(const Prepared& p, int li) {  // views of the blocks (aliases: no copy)
     Block b;
-    for (const auto& x : p) {
-      const Tensor<T>& t = x.addressable_shards()[li].data;
-      b.push_back(Tensor<T>::borrow(const_cast<T*>(t.data()), t.shape()));
-    }
+    for (const auto& x : p) b.push_back(x.addressable_shards()[li].data.alias());
     return b;
   }
 };
@@ -301,6 +299,158 @@ struct as_tuple {
 template <typename... R>
 struct as_tuple<std::tuple<R...>> {
   using type = std::tuple<R...>;
+};
+
+/// The mesh axes (bit k: mesh axis k) a spec names.
+std::uint32_t spec_axes_mask(const Mesh& mesh, const PartitionSpec& spec);
+/// ValueError: a differentiated body's output varies over an axis its out_spec omits.
+[[noreturn]] void raise_output_varies(std::size_t j, const PartitionSpec& spec, std::uint32_t extra, const Mesh& mesh);
+
+/// A shard_map called while autodiff records (autodiff.hpp): the device tapes of its body
+/// (one per local device: each value there carries its vma), and the links to the outer tape.
+/// As a node of the outer tape it runs after the outputs' nodes have seeded the device tapes
+/// with the outputs' cotangent blocks: every device runs its tape backward (its pending psums
+/// go through its context), reads its arguments' cotangent blocks, and the blocks are
+/// assembled into the arguments' cotangents (sharded as their in_specs, as in JAX).
+struct ShardMapAd final : NodeBase {
+  ShardMapAd(const Mesh& m, Tape& outer_tape) : NodeBase("shard_map"), mesh(m), outer(&outer_tape) {
+    const std::size_t n = m.local_device_ids().size();
+    for (std::size_t li = 0; li < n; ++li) {
+      tapes.push_back(std::make_unique<Tape>(true, outer_tape.id()));
+      tapes.back()->set_axis_names(m.axis_names());
+    }
+    leaves.resize(n);
+    outs.resize(n);
+    out_vma.resize(n);
+  }
+
+  struct Arg {
+    std::uint32_t vma = 0;
+    bool tracked = false;
+    std::function<void(int li, NodeBase* leaf)> read;  // on device li's thread, after its backward
+    std::function<void()> push;                        // on the calling thread, after every device
+  };
+
+  /// Registers a prepared argument (before the body runs).
+  template <Dtype T>
+  void link(const ShardedArray<T>& p, const PartitionSpec& spec) {
+    Arg a;
+    a.vma = spec_axes_mask(mesh, spec);
+    const NodePtr<ShardedArray<T>> pn = node_of(p, *outer);
+    if constexpr (FloatDtype<T>) {
+      if (pn) {
+        a.tracked = true;
+        const std::size_t n = p.addressable_shards().size();
+        auto store = std::make_shared<std::vector<std::optional<Tensor<T>>>>(n);
+        std::vector<Shard<T>> meta;  // devices and boxes (no data)
+        for (const auto& s : p.addressable_shards()) meta.push_back(Shard<T>{s.device, s.box, Tensor<T>()});
+        std::vector<Shape> shapes;
+        for (const auto& s : p.addressable_shards()) shapes.push_back(s.data.shape());
+        a.read = [store, shapes](int li, NodeBase* leaf) {
+          auto* node = static_cast<Node<Tensor<T>>*>(leaf);
+          if (node && node->has_cotangent()) {
+            (*store)[li] = std::move(node->total());
+            node->reset();
+          } else {
+            (*store)[li] = Tensor<T>(shapes[li], T(0));
+          }
+        };
+        a.push = [store, pn, meta, shape = p.shape(), sharding = p.sharding()]() {
+          std::vector<Shard<T>> shards = meta;
+          for (std::size_t li = 0; li < shards.size(); ++li) shards[li].data = std::move(*(*store)[li]);
+          push(pn, ShardedArray<T>(shape, sharding, std::move(shards)), 0);
+          for (auto& b : *store) b.reset();
+        };
+      }
+    }
+    args.push_back(std::move(a));
+  }
+
+  /// Device li's block of argument `arg` (in link order): an alias, tracked on its tape.
+  template <Dtype T>
+  Tensor<T> block(const Tensor<T>& data, int li, std::size_t arg) {
+    Tensor<T> b = data.alias();
+    Tape& t = *tapes[li];
+    const Arg& a = args[arg];
+    std::shared_ptr<NodeBase> leaf;
+    if constexpr (FloatDtype<T>) {
+      if (a.tracked) {
+        auto node = std::make_shared<Node<Tensor<T>>>("shard_map argument", t, a.vma, NodeMeta<Tensor<T>>(b));
+        node->leaf = true;
+        leaf = node;
+      }
+    }
+    b.set_ad(a.vma || leaf ? std::make_shared<AdValue>(AdValue{t.id(), a.vma, leaf}) : nullptr);
+    leaves[li].push_back(std::move(leaf));
+    return b;
+  }
+
+  /// Device li's block of output j (the next flat output): its node noted, its vma checked
+  /// against the out_spec, its record removed (the assembled array is the outer tape's).
+  template <Dtype T>
+  void output(int li, Tensor<T>& r, std::size_t j, const PartitionSpec& spec) {
+    const std::uint32_t mask = spec_axes_mask(mesh, spec);
+    std::shared_ptr<NodeBase> node;
+    if (const AdValue* a = ad_on(r, tapes[li].get())) {
+      if (a->vma & ~mask) raise_output_varies(j, spec, a->vma & ~mask, mesh);
+      node = a->node;
+    }
+    r.set_ad(nullptr);
+    outs[li].push_back(std::move(node));
+    out_vma[li].push_back(mask);
+  }
+
+  /// The outer node of output array `y` (flat output f): its cotangent seeds the devices' tapes.
+  template <Dtype T>
+  void attach(ShardedArray<T>& y, std::size_t f, const std::shared_ptr<ShardMapAd>& self) {
+    if constexpr (FloatDtype<T>) {
+      auto node = std::make_shared<Node<ShardedArray<T>>>("shard_map output", *outer, 0, NodeMeta<ShardedArray<T>>(y));
+      node->rule = [self, f](const ShardedArray<T>& ct, std::uint32_t) {
+        for (std::size_t li = 0; li < self->outs.size(); ++li)
+          if (const auto& dn = self->outs[li][f])
+            static_cast<Node<Tensor<T>>*>(dn.get())->add(ct.addressable_shards()[li].data.alias(), self->out_vma[li][f]);
+        self->seeded = true;
+      };
+      outer->append(node);
+      y.set_ad(std::make_shared<AdValue>(AdValue{outer->id(), 0, std::move(node)}));
+    }
+  }
+
+  bool has_cotangent() const override { return seeded; }
+  void backward(bool keep) override;  // shard_map.cpp
+  void reset() override { seeded = false; }
+
+  Mesh mesh;
+  Tape* outer;
+  std::vector<std::unique_ptr<Tape>> tapes;
+  std::vector<Arg> args;
+  std::vector<std::vector<std::shared_ptr<NodeBase>>> leaves;  // [device][argument]
+  std::vector<std::vector<std::shared_ptr<NodeBase>>> outs;    // [device][flat output]
+  std::vector<std::vector<std::uint32_t>> out_vma;             // [device][flat output]
+  bool seeded = false;
+};
+
+template <typename A>
+struct AdArg;
+template <Dtype T>
+struct AdArg<ShardedArray<T>> {
+  static void link(ShardMapAd& ad, const ShardedArray<T>& p, const SpecTree& s, std::size_t i) {
+    ad.link(p, s.single("in_specs", i));
+  }
+  static Tensor<T> block(ShardMapAd& ad, const ShardedArray<T>& p, int li, std::size_t& arg) {
+    return ad.block(p.addressable_shards()[li].data, li, arg++);
+  }
+};
+template <Dtype T>
+struct AdArg<std::vector<ShardedArray<T>>> {
+  static void link(ShardMapAd& ad, const std::vector<ShardedArray<T>>& ps, const SpecTree& s, std::size_t i) {
+    for (std::size_t k = 0; k < ps.size(); ++k) ad.link(ps[k], s.at(k, ps.size(), "in_specs", i));
+  }
+  static std::vector<Tensor<T>> block(ShardMapAd& ad, const std::vector<ShardedArray<T>>& ps, int li, std::size_t& arg) {
+    std::vector<Tensor<T>> b;
+    for (const auto& p : ps) b.push_back(ad.block(p.addressable_shards()[li].data, li, arg++));
+    return b;
+  }
 };
 
 /// The array of one output from each local device's block (the global shape is the block
@@ -352,13 +502,37 @@ class ShardMapped {
     static_assert(std::tuple_size_v<Outs> == M, "shard_map: the body must return one value per out_spec");
     const int n = static_cast<int>(mesh_.local_device_ids().size());
     std::vector<std::optional<Outs>> results(static_cast<std::size_t>(n));
+    // While autodiff records: device tapes for the body (detail::ShardMapAd).
+    std::shared_ptr<detail::ShardMapAd> ad;
+    if (detail::Tape* outer = detail::recording_tape()) {
+      ad = std::make_shared<detail::ShardMapAd>(mesh_, *outer);
+      (detail::AdArg<Args>::link(*ad, std::get<I>(prepared), in_[I], I), ...);
+    }
     detail::run_on_devices(mesh_, [&](DeviceContext& ctx) {
       const int li = ctx.local_index();
+      if (ad) {
+        detail::Tape& tape = *ad->tapes[li];
+        tape.set_context(&ctx);
+        std::size_t arg = 0;
+        auto blocks = std::tuple<decltype(detail::AdArg<Args>::block(*ad, std::get<I>(prepared), li, arg))...>{
+            detail::AdArg<Args>::block(*ad, std::get<I>(prepared), li, arg)...};  // braces: in order
+        {
+          detail::TapeScope scope(&tape);
+          if constexpr (std::tuple_size_v<Outs> == 1 && !std::is_same_v<Ret, Outs>)
+            results[li].emplace(std::apply([&](auto&... b) { return invoke_body(ctx, b...); }, blocks));
+          else
+            results[li] = std::apply([&](auto&... b) { return invoke_body(ctx, b...); }, blocks);
+        }
+        note_outputs(std::make_index_sequence<M>{}, *ad, li, *results[li]);
+        return;
+      }
       if constexpr (std::tuple_size_v<Outs> == 1 && !std::is_same_v<Ret, Outs>)
         results[li].emplace(invoke_body(ctx, detail::ArgTraits<Args>::block(std::get<I>(prepared), li)...));
       else
         results[li] = invoke_body(ctx, detail::ArgTraits<Args>::block(std::get<I>(prepared), li)...);
     });
+    if (ad) ad->outer->append(ad);  // after the arguments' nodes, before the outputs'
+
     // Every device's block shapes, flattened over the outputs; agreed over all ranks.
     std::vector<std::vector<Shape>> shapes(static_cast<std::size_t>(n));
     for (int li = 0; li < n; ++li)
@@ -367,8 +541,38 @@ class ShardMapped {
     const std::vector<Shape> agreed = detail::agree_block_shapes(shapes, n > 0);
     std::size_t at = 0;
     auto outputs = build(std::make_index_sequence<M>{}, results, agreed, at);
+    if (ad) {
+      std::size_t f = 0;
+      [&]<std::size_t... J>(std::index_sequence<J...>) {
+        (attach_output<std::tuple_element_t<J, Outs>>(*ad, std::get<J>(outputs), f, ad), ...);
+      }(std::make_index_sequence<M>{});
+    }
     if constexpr (M == 1) return std::move(std::get<0>(outputs));
     else return outputs;
+  }
+
+  /// Device li's output blocks, in flat order (list elements one by one; scalars are constants).
+  template <std::size_t... J, typename Outs>
+  void note_outputs(std::index_sequence<J...>, detail::ShardMapAd& ad, int li, Outs& r) const {
+    (note_output<J>(ad, li, std::get<J>(r)), ...);
+  }
+  template <std::size_t J, typename R>
+  void note_output(detail::ShardMapAd& ad, int li, R& r) const {
+    if constexpr (detail::is_tensor_v<R>) {
+      ad.output(li, r, J, out_[J].single("out_specs", J));
+    } else if constexpr (!Scalar<R>) {
+      for (std::size_t k = 0; k < r.size(); ++k) ad.output(li, r[k], J, out_[J].at(k, r.size(), "out_specs", J));
+    }
+  }
+  template <typename R, typename O>
+  static void attach_output(detail::ShardMapAd& ad, O& o, std::size_t& f, const std::shared_ptr<detail::ShardMapAd>& self) {
+    if constexpr (Scalar<R>) {
+      return;
+    } else if constexpr (detail::is_sharded_v<O>) {
+      ad.attach(o, f++, self);
+    } else {
+      for (auto& y : o) ad.attach(y, f++, self);
+    }
   }
 
   template <typename... B>
@@ -534,6 +738,7 @@ class Pmapped {
 
   template <Dtype T>
   static Tensor<T> view(const Tensor<T>& b, bool mapped) {
+    if (b.ad()) return mapped ? reshape(b, Shape(b.shape().begin() + 1, b.shape().end())) : b.alias();  // recorded
     return mapped ? detail::drop_leading(b) : Tensor<T>::borrow(const_cast<T*>(b.data()), b.shape());
   }
 

@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "shard/box.hpp"
+#include "shard/detail/ad_value.hpp"
 #include "shard/dtype.hpp"
 #include "shard/index.hpp"
 #include "shard/named_sharding.hpp"
@@ -47,6 +49,13 @@ class ShardedArray {
   /// False for an uncommitted array (a Tensor lifted into an op with ShardedArrays).
   bool committed() const { return committed_; }
 
+  /// Another array over the same shard memory (Tensor::alias of every shard; copies stay
+  /// deep). Local.
+  ShardedArray alias() const { return ShardedArray(*this, AliasTag{}); }
+  /// Autodiff's record of this array (null unless a tape tracks it; autodiff.hpp).
+  const std::shared_ptr<detail::AdValue>& ad() const { return ad_; }
+  void set_ad(std::shared_ptr<detail::AdValue> ad) { ad_ = std::move(ad); }
+
   /// jax.Array's methods: x.sum(), x.mean(1), x.max(), x.min(), x.reshape({2, -1}), x.transpose() (numpy's x.T)
   /// (ops.hpp's functions of the same names; collective where those are).
   ShardedArray<sum_t<T>> sum(const Dims& dims = {}, bool keepdims = false) const;
@@ -77,10 +86,18 @@ class ShardedArray {
   Tensor<T> gather(int root = 0) const;
 
  private:
+  struct AliasTag {};
+  ShardedArray(const ShardedArray& o, AliasTag)
+      : shape_(o.shape_), sharding_(o.sharding_), committed_(o.committed_), ad_(o.ad_) {
+    shards_.reserve(o.shards_.size());
+    for (const auto& s : o.shards_) shards_.push_back(Shard<T>{s.device, s.box, s.data.alias()});
+  }
+
   Shape shape_;
   NamedSharding sharding_;
   std::vector<Shard<T>> shards_;
   bool committed_ = true;
+  std::shared_ptr<detail::AdValue> ad_;
 };
 
 /// Collective over all ranks (a metadata check only): every local device copies its box of

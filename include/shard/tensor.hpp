@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "shard/box.hpp"
+#include "shard/detail/ad_value.hpp"
+#include "shard/detail/tape.hpp"
 #include "shard/dtype.hpp"
 #include "shard/index.hpp"
 
@@ -36,10 +38,24 @@ void release_cached_tensor_memory();
 namespace detail {
 /// Storage for a tensor: AllocationError naming `shape`, `dtype` and the bytes when it fails.
 void* tensor_alloc(std::size_t bytes, const Shape& shape, const char* dtype);
+/// A buffer owned jointly by the tensors that alias it (Tensor::alias); freed with the last.
+struct SharedBuffer {
+  void* data;
+  std::size_t bytes;
+  SharedBuffer(void* d, std::size_t b) : data(d), bytes(b) {}
+  ~SharedBuffer();
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+};
 void tensor_free(void* p, std::size_t bytes) noexcept;
 [[noreturn]] void tensor_shape_error(const Shape& expected, const Shape& got, const char* what);
 [[noreturn]] void tensor_index_error(const Shape& shape, std::size_t rank);
 }  // namespace detail
+
+template <typename T>
+class Tensor;
+template <Dtype T>
+Tensor<T> reshape(const Tensor<T>& x, Shape shape);
 
 template <typename T>
 class Tensor {
@@ -74,10 +90,29 @@ class Tensor {
     t.owned_ = false;
     return t;
   }
-  /// False for a borrow().
-  bool owns_memory() const { return owned_; }
+  /// False for a borrow() (an alias() owns its memory jointly).
+  bool owns_memory() const { return owned_ || shared_ != nullptr; }
 
-  Tensor(const Tensor& other) : shape_(other.shape_) {
+  /// Another tensor over the same memory that keeps it alive (the two share the storage from
+  /// now on; copies stay deep). What autodiff keeps as residuals instead of copies. Local.
+  Tensor alias() const {
+    Tensor t;
+    t.shape_ = shape_;
+    t.size_ = size_;
+    t.data_ = data_;
+    t.ad_ = ad_;
+    if (!data_) return t;
+    if (!owned_ && !shared_) {  // a borrow stays a borrow: the caller keeps that memory alive
+      t.owned_ = false;
+      return t;
+    }
+    if (!shared_) shared_ = std::make_shared<detail::SharedBuffer>(data_, bytes());
+    t.shared_ = shared_;
+    t.owned_ = false;
+    return t;
+  }
+
+  Tensor(const Tensor& other) : shape_(other.shape_), ad_(other.ad_) {
     allocate();
     if (size_) std::memcpy(data_, other.data_, bytes());
   }
@@ -85,7 +120,9 @@ class Tensor {
       : shape_(std::move(other.shape_)),
         size_(std::exchange(other.size_, 0)),
         data_(std::exchange(other.data_, nullptr)),
-        owned_(std::exchange(other.owned_, true)) {
+        owned_(std::exchange(other.owned_, true)),
+        shared_(std::move(other.shared_)),
+        ad_(std::move(other.ad_)) {
     other.shape_ = Shape{0};
   }
   Tensor& operator=(const Tensor& other) {
@@ -99,10 +136,16 @@ class Tensor {
       size_ = std::exchange(other.size_, 0);
       data_ = std::exchange(other.data_, nullptr);
       owned_ = std::exchange(other.owned_, true);
+      shared_ = std::move(other.shared_);
+      ad_ = std::move(other.ad_);
     }
     return *this;
   }
   ~Tensor() { release(); }
+
+  /// Autodiff's record of this tensor (null unless a tape tracks it; autodiff.hpp).
+  const std::shared_ptr<detail::AdValue>& ad() const { return ad_; }
+  void set_ad(std::shared_ptr<detail::AdValue> ad) { ad_ = std::move(ad); }
 
   const Shape& shape() const { return shape_; }
   int rank() const { return static_cast<int>(shape_.size()); }
@@ -157,15 +200,33 @@ class Tensor {
     return out;
   }
 
-  /// The same elements with another shape of the same size (moves the storage).
+  /// The same elements with another shape of the same size (moves the storage). While
+  /// autodiff records a tensor it tracks, this is reshape() (recorded).
   Tensor reshaped(Shape shape) && {
     if (num_elements(shape) != size_) detail::tensor_shape_error(shape_, shape, "Tensor::reshaped");
+    if (detail::recording_tape_for(*this)) return shard::reshape(static_cast<const Tensor&>(*this), std::move(shape));
     Tensor out(std::move(*this));
     out.shape_ = std::move(shape);
+    out.ad_.reset();
     return out;
   }
   /// A reshaped copy.
-  Tensor reshaped(Shape shape) const& { return Tensor(*this).reshaped(std::move(shape)); }
+  Tensor reshaped(Shape shape) const& {
+    if (detail::recording_tape_for(*this)) return shard::reshape(*this, std::move(shape));
+    return Tensor(*this).reshaped(std::move(shape));
+  }
+
+  /// True when no other tensor shares this storage (no alias, not a borrow): in-place
+  /// updates cannot be seen elsewhere.
+  bool unique_storage() const { return data_ && (shared_ ? shared_.use_count() == 1 : owned_); }
+  /// Before an in-place update: a private copy of the storage if an alias shares it (autodiff
+  /// residuals stay intact). Borrows stay borrows (their memory is meant to be updated).
+  void detach_if_aliased() {
+    if (!shared_ || shared_.use_count() == 1) return;
+    Tensor copy(*this);
+    copy.ad_ = ad_;
+    *this = std::move(copy);
+  }
 
   /// Same shape and bit-identical elements.
   bool operator==(const Tensor& other) const {
@@ -185,7 +246,8 @@ class Tensor {
     data_ = size_ ? static_cast<T*>(detail::tensor_alloc(bytes(), shape_, dtype())) : nullptr;
   }
   void release() noexcept {
-    if (data_ && owned_) detail::tensor_free(data_, bytes());
+    if (shared_) shared_.reset();  // the last alias frees the buffer
+    else if (data_ && owned_) detail::tensor_free(data_, bytes());
     data_ = nullptr;
     size_ = 0;
     owned_ = true;
@@ -195,6 +257,8 @@ class Tensor {
   std::int64_t size_ = 0;
   T* data_ = nullptr;
   bool owned_ = true;
+  mutable std::shared_ptr<detail::SharedBuffer> shared_;  // set once the storage is aliased
+  std::shared_ptr<detail::AdValue> ad_;
 };
 
 }  // namespace shard

@@ -64,6 +64,7 @@ Tensor<T> vdot(const Tensor<T>& a, const Tensor<T>& b);
 /// Every element converted (bool: non-zero is true).
 template <Dtype U, Dtype T>
 Tensor<U> astype(const Tensor<T>& x) {
+  if (auto* tape = detail::recording_tape_for(x)) return detail::record_astype<U>(*tape, x);
   Tensor<U> out(x.shape());
   const T* in = x.data();
   U* o = out.data();

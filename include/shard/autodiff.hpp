@@ -1,0 +1,315 @@
+#pragma once
+/// \file Reverse-mode automatic differentiation of programs written with Shard's ops (JAX's
+/// jax.grad, jax.value_and_grad, jax.vjp, jax.lax.stop_gradient), in both views.
+///
+/// How it works. grad(f)(params, args...) makes a tape, hands f aliases of the parameters
+/// that the tape tracks, and runs f. Every op kernel that receives a tracked array (Tensor or
+/// ShardedArray: the same op set) records a node with its vector-Jacobian product, the rule
+/// written next to the op in terms of the same ops (shard/detail/vjp_rules.hpp). The backward
+/// pass runs the rules in reverse order from a cotangent of 1 and returns the parameters'
+/// cotangents. Residuals are aliases of the arrays' memory (Tensor::alias), never copies; a
+/// node frees them as soon as its rule has run. Arrays that do not depend on the parameters
+/// (the batch, the labels) are constants: nothing is recorded for them.
+///
+/// Semantics, as JAX's:
+///   - A cotangent has its primal's sharding. The backward pass of a ShardedArray op is the
+///     same ops on sharded arrays, so its communication follows from the sharding rules: for
+///     x P('data', None) @ W P(None, None), dW = x^T @ dy contracts over 'data', one psum;
+///     nothing gathers a whole array.
+///   - Through shard_map (differentiating a function that calls a shard_map from outside):
+///     each value in the body carries the mesh axes it varies over (JAX's "vma"): an
+///     argument varies over the axes of its in_spec, axis_index over its axes, an op's result
+///     over the union of its operands'. An invariant value meeting a varying one is
+///     implicitly broadcast (pvary), whose transpose is a psum: a cotangent that varies over
+///     axes its primal does not is psummed over them, once per primal. Transposes: psum ->
+///     pvary (no communication); pmean -> pvary / n; all_gather <-> psum_scatter (same axes,
+///     dim, tiled; all_gather's result varies over its axes, as in JAX); all_to_all ->
+///     all_to_all with split and concat swapped; ppermute -> the inverse permutation;
+///     axis_index is a constant. An out_spec that omits an axis requires the output to be
+///     invariant over it. So a data-parallel body psum(loss(x_block, W), "data") with W
+///     replicated gets dW summed over 'data' by the transpose, in one psum.
+///   - grad inside a shard_map body differentiates the device's local program (its own
+///     blocks; collectives transpose as above); reduce the gradients across devices yourself,
+///     e.g. pmean over 'data' (seed 004).
+///   - Only float32 and float64 arrays are differentiable; integer and bool arrays (labels,
+///     masks, argmax) are constants. An op without a rule for a tracked input (map, pmax of a
+///     tracked value, a strided slice of a sharded array) raises ValueError naming the op:
+///     a wrong gradient is never returned.
+///   - Arrays a differentiated function uses must not be modified in place while the tape
+///     lives (residuals alias them, as in JAX where arrays are immutable).
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "shard/detail/tape.hpp"
+#include "shard/detail/vjp_rules.hpp"
+#include "shard/ops.hpp"
+#include "shard/shard_map.hpp"
+
+namespace shard {
+
+/// jax.lax.stop_gradient: x as a constant (an alias of its memory, not tracked). Inside a
+/// differentiated shard_map body the value keeps the mesh axes it varies over.
+template <ArrayLike X>
+X stop_gradient(const X& x) {
+  X out = x.alias();
+  const auto& a = x.ad();
+  out.set_ad(a && a->vma ? std::make_shared<detail::AdValue>(detail::AdValue{a->tape, a->vma, nullptr}) : nullptr);
+  return out;
+}
+
+/// Tag: the function returns std::pair(value, aux) and only the value is differentiated.
+struct HasAux {};
+inline constexpr HasAux has_aux{};
+
+namespace detail {
+
+/// A parameter as the tape's leaf: an alias of its memory, tracked.
+template <ArrayLike A>
+A make_leaf(const A& p, Tape& tape, const char* what) {
+  using T = elem_t<A>;
+  if constexpr (!FloatDtype<T>) {
+    raise<ValueError>(what, " with respect to a ", dtype_name<T>(), " array of shape ", to_string(p.shape()),
+                      ": only float32 and float64 arrays are differentiable (pass integer arrays such as labels as "
+                      "the other arguments)");
+  } else {
+    A leaf = p.alias();
+    auto node = std::make_shared<Node<A>>("parameter", tape, 0, NodeMeta<A>(leaf));
+    node->leaf = true;
+    leaf.set_ad(std::make_shared<AdValue>(AdValue{tape.id(), 0, std::move(node)}));
+    return leaf;
+  }
+}
+
+/// The cotangent the backward pass left at a leaf (zeros, sharded like the parameter, when
+/// the output does not depend on it).
+template <ArrayLike A>
+A leaf_cotangent(const A& leaf, const A& primal) {
+  const auto& a = leaf.ad();
+  if (a && a->node) {
+    auto node = std::static_pointer_cast<Node<A>>(a->node);
+    if (node->has_cotangent()) {
+      A g = std::move(node->total());
+      node->reset();
+      g.set_ad(nullptr);
+      return g;
+    }
+  }
+  if constexpr (is_tensor_v<A>) return Tensor<elem_t<A>>(primal.shape(), elem_t<A>(0));
+  else return zeros<elem_t<A>>(primal.shape(), primal.sharding());
+}
+
+/// Seeds the output's node with `ct` and runs the tape backward.
+template <ArrayLike V>
+void backward_from(const V& value, const V& ct, Tape& tape, bool keep = false) {
+  if (ct.shape() != value.shape())
+    raise<ShapeError>("vjp: the cotangent has shape ", to_string(ct.shape()), " but the function's output has shape ",
+                      to_string(value.shape()));
+  if (auto n = node_of(value, tape)) {
+    V c = ct.alias();
+    n->add(std::move(c), n->vma);
+  }
+  tape.backward(keep);
+}
+
+/// A 0-d 1 like the output (replicated when sharded).
+template <ArrayLike V>
+V ones_like_value(const V& value) {
+  using T = elem_t<V>;
+  if constexpr (is_tensor_v<V>) return Tensor<T>(Shape{}, T(1));
+  else return full<T>(Shape{}, T(1), value.sharding());
+}
+
+/// Drops autodiff's records from what a function returns beside its value (has_aux).
+template <typename X>
+void strip_ad(X& x) {
+  if constexpr (ArrayLike<X>) {
+    x.set_ad(nullptr);
+  } else if constexpr (requires { std::tuple_size<X>::value; }) {
+    std::apply([](auto&... e) { (strip_ad(e), ...); }, x);
+  } else if constexpr (requires { x.begin(); x.end(); typename X::value_type; }) {
+    for (auto& e : x) {
+      if constexpr (requires { e.second; }) strip_ad(e.second);
+      else strip_ad(e);
+    }
+  }
+}
+
+/// What grad differentiates with respect to: an array, a std::vector of arrays, or a
+/// std::map<std::string, array> (a named parameter collection).
+template <typename P>
+struct ParamTraits {
+  static_assert(sizeof(P) == 0, "grad differentiates with respect to a Tensor, a ShardedArray, or a std::vector "
+                                "or std::map<std::string, ...> of them");
+};
+template <ArrayLike A>
+struct ParamTraits<A> {
+  using Grads = A;
+  static A track(const A& p, Tape& tape, const char* what) { return make_leaf(p, tape, what); }
+  static Grads grads(const A& leaf, const A& primal) { return leaf_cotangent(leaf, primal); }
+  template <typename F>
+  static void each(const A& p, F&& f) { f(p); }
+};
+template <ArrayLike A>
+struct ParamTraits<std::vector<A>> {
+  using Grads = std::vector<A>;
+  static std::vector<A> track(const std::vector<A>& ps, Tape& tape, const char* what) {
+    std::vector<A> out;
+    for (const auto& p : ps) out.push_back(make_leaf(p, tape, what));
+    return out;
+  }
+  static Grads grads(const std::vector<A>& leaves, const std::vector<A>& primals) {
+    Grads out;
+    for (std::size_t i = 0; i < leaves.size(); ++i) out.push_back(leaf_cotangent(leaves[i], primals[i]));
+    return out;
+  }
+  template <typename F>
+  static void each(const std::vector<A>& ps, F&& f) {
+    for (const auto& p : ps) f(p);
+  }
+};
+template <ArrayLike A>
+struct ParamTraits<std::map<std::string, A>> {
+  using Grads = std::map<std::string, A>;
+  static std::map<std::string, A> track(const std::map<std::string, A>& ps, Tape& tape, const char* what) {
+    std::map<std::string, A> out;
+    for (const auto& [k, p] : ps) out.emplace(k, make_leaf(p, tape, what));
+    return out;
+  }
+  static Grads grads(const std::map<std::string, A>& leaves, const std::map<std::string, A>& primals) {
+    Grads out;
+    for (const auto& [k, p] : primals) out.emplace(k, leaf_cotangent(leaves.at(k), p));
+    return out;
+  }
+  template <typename F>
+  static void each(const std::map<std::string, A>& ps, F&& f) {
+    for (const auto& [k, p] : ps) f(p);
+  }
+};
+
+/// The parameters' arrays must live on one set of devices (MeshMismatchError naming both).
+template <typename P>
+void check_one_device_set(const P& params, const char* what) {
+  const Mesh* first = nullptr;
+  ParamTraits<P>::each(params, [&](const auto& p) {
+    if constexpr (is_sharded_v<std::remove_cvref_t<decltype(p)>>) {
+      if (!first) first = &p.mesh();
+      else check_same_devices(*first, p.mesh(), std::string(what) + ": the parameters");
+    }
+  });
+}
+
+/// f's value checked: a 0-d floating array.
+template <typename V>
+void check_scalar_output(const V& value, const char* what) {
+  static_assert(ArrayLike<V>, "grad: the function must return a Tensor or a ShardedArray (and an aux with has_aux)");
+  using T = elem_t<V>;
+  if constexpr (!FloatDtype<T>) {
+    raise<ValueError>(what, " of a function returning a ", dtype_name<T>(), " array: only float32 and float64 "
+                      "outputs are differentiable");
+  } else {
+    if (value.ndim() != 0)
+      raise<ValueError>(what, " of a function whose output has shape ", to_string(value.shape()),
+                        ": grad needs a scalar (0-d) output; use vjp with a cotangent of that shape");
+  }
+}
+
+template <bool kAux, typename F, typename P, typename... Args>
+auto run_value_and_grad(const F& f, const P& params, const Args&... args) {
+  check_one_device_set(params, "grad");
+  Tape tape;
+  TapeScope scope(&tape);
+  const auto leaves = ParamTraits<P>::track(params, tape, "grad");
+  auto result = f(leaves, args...);
+  auto& value = [&]() -> auto& {
+    if constexpr (kAux) return result.first;
+    else return result;
+  }();
+  check_scalar_output(value, "grad");
+  backward_from(value, ones_like_value(value), tape);
+  auto grads = ParamTraits<P>::grads(leaves, params);
+  auto plain = stop_gradient(value);
+  plain.set_ad(nullptr);
+  if constexpr (kAux) {
+    strip_ad(result.second);
+    return std::make_pair(std::make_pair(std::move(plain), std::move(result.second)), std::move(grads));
+  } else {
+    return std::make_pair(std::move(plain), std::move(grads));
+  }
+}
+
+}  // namespace detail
+
+/// jax.value_and_grad(f)(params, args...): (f(params, args...), d f / d params). `params` is
+/// an array, a std::vector of arrays or a std::map<std::string, array>; the other arguments
+/// are passed to f untouched (constants: the batch, int labels). f returns a 0-d float array.
+/// The gradients have the parameters' types and shardings. Collective over all ranks when f is.
+template <typename F>
+auto value_and_grad(F f) {
+  return [f = std::move(f)](const auto& params, const auto&... args) {
+    return detail::run_value_and_grad<false>(f, params, args...);
+  };
+}
+/// With has_aux: f returns std::pair(value, aux); the result is ((value, aux), grads).
+template <typename F>
+auto value_and_grad(F f, HasAux) {
+  return [f = std::move(f)](const auto& params, const auto&... args) {
+    return detail::run_value_and_grad<true>(f, params, args...);
+  };
+}
+/// jax.grad(f)(params, args...): d f / d params.
+template <typename F>
+auto grad(F f) {
+  return [f = std::move(f)](const auto& params, const auto&... args) {
+    return detail::run_value_and_grad<false>(f, params, args...).second;
+  };
+}
+/// With has_aux: (grads, aux).
+template <typename F>
+auto grad(F f, HasAux) {
+  return [f = std::move(f)](const auto& params, const auto&... args) {
+    auto r = detail::run_value_and_grad<true>(f, params, args...);
+    return std::make_pair(std::move(r.second), std::move(r.first.second));
+  };
+}
+
+/// jax.vjp(f, primals...): (f(primals...), vjp_fn) where vjp_fn(ct) returns a std::tuple with
+/// the cotangent of each primal (arrays, or std::vector / std::map of arrays). f returns one
+/// float array; ct has its shape (and, for a ShardedArray, is resharded to its sharding).
+/// vjp_fn can be called several times (the tape keeps its residuals while vjp_fn lives).
+template <typename F, typename... Ps>
+auto vjp(F f, const Ps&... primals) {
+  auto tape = std::make_shared<detail::Tape>();
+  (detail::check_one_device_set(primals, "vjp"), ...);
+  auto leaves = std::make_tuple(detail::ParamTraits<Ps>::track(primals, *tape, "vjp")...);
+  auto out = [&] {
+    detail::TapeScope scope(tape.get());
+    return std::apply([&](const auto&... l) { return f(l...); }, leaves);
+  }();
+  static_assert(ArrayLike<decltype(out)>, "vjp: the function must return one Tensor or ShardedArray");
+  static_assert(FloatDtype<elem_t<decltype(out)>>, "vjp: the function must return a float32 or float64 array");
+  auto plain = stop_gradient(out);
+  plain.set_ad(nullptr);
+  auto fn = [tape, out, leaves, prims = std::make_tuple(primals...)](const decltype(out)& ct) {
+    detail::backward_from(out, ct, *tape, /*keep=*/true);
+    auto grads = std::apply(
+        [&](const auto&... l) {
+          return std::apply(
+              [&](const auto&... p) {
+                return std::make_tuple(detail::ParamTraits<std::remove_cvref_t<decltype(p)>>::grads(l, p)...);
+              },
+              prims);
+        },
+        leaves);
+    tape->reset();
+    return grads;
+  };
+  return std::make_pair(std::move(plain), std::move(fn));
+}
+
+}  // namespace shard
