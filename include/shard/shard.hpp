@@ -30,4 +30,5 @@
 #include "shard/dtype.hpp"
 #include "shard/index.hpp"
 #include "shard/array_ops.hpp"
+#include "shard/autodiff.hpp"
 #include "shard/visualize.hpp"

@@ -10,6 +10,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "mpi_test.hpp"
 #include "shard/autodiff.hpp"
@@ -277,6 +278,289 @@ SHARD_MPI_TEST(Autodiff, BadInputRaisesOnEveryRank) {
   }
   expect_error<ValueError>([&] { grad([](const ShardedArray<double>& w) { return sum(map(w, [](double v) { return v; })); })(w); },
                            {"'map' is not differentiable"});
+}
+
+// ---------------------------------------------------------------- through shard_map
+
+using SA = ShardedArray<double>;
+using HT = Tensor<double>;
+
+/// value_and_grad of a function of sharded parameters against the same function's gradient
+/// on host Tensors (the global view), parameter by parameter.
+void expect_same_gradients(const std::string& what, const std::function<SA(const std::vector<SA>&)>& f,
+                           const std::function<HT(const std::vector<HT>&)>& ref, const std::vector<SA>& params,
+                           double tol = 1e-11) {
+  std::vector<HT> host;
+  for (const auto& p : params) host.push_back(p.to_host());
+  const auto [v, g] = value_and_grad(f)(params);
+  const auto [hv, hg] = value_and_grad(ref)(host);
+  EXPECT_NEAR(v.to_host().item(), hv.item(), tol * std::max(1.0, std::abs(hv.item()))) << what;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(g[i].sharding(), params[i].sharding()) << what << " param " << i;
+    EXPECT_LT(max_rel_diff(g[i].to_host(), hg[i]), tol) << what << " param " << i;
+  }
+}
+
+SHARD_MPI_TEST(Autodiff, ShardMapCollectivesTransposeLikeTheGlobalView) {
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const std::int64_t m = 2 * n, k = 3, o = 2 * n;
+  std::uint64_t seed = 900;
+  auto put = [&](const Shape& s, const PartitionSpec& spec) { return device_put(small_random(s, seed++), NamedSharding(mesh, spec)); };
+  const SA c = put({m, o}, P());  // a constant weighting of the outputs
+
+  // psum of a data-parallel loss: W replicated meets x sharded (an implicit pvary), so dW is
+  // psummed by the transpose; pmean the same divided by n.
+  for (const bool mean : {false, true}) {
+    const SA w = put({k, o}, P()), x = put({m, k}, P("a"));
+    expect_same_gradients(
+        mean ? "pmean" : "psum",
+        [&](const std::vector<SA>& p) {
+          return shard_map(mesh, {P(), P("a")}, P(), [mean](const HT& w, const HT& x) {
+            const HT local = sum(tanh(matmul(x, w)));
+            return mean ? pmean(local, "a") : psum(local, "a");
+          })(p[0], p[1]);
+        },
+        [&](const std::vector<HT>& p) { return sum(tanh(matmul(p[1], p[0]))) / (mean ? double(n) : 1.0); }, {w, x});
+  }
+  // all_gather (tiled and untiled) <-> psum_scatter.
+  for (const bool tiled : {true, false}) {
+    const SA x = put({m, k}, P("a")), w = put({k, o}, P(None, "a"));
+    expect_same_gradients(
+        tiled ? "all_gather tiled" : "all_gather untiled",
+        [&](const std::vector<SA>& p) {
+          const SA y = shard_map(mesh, {P("a"), P(None, "a")}, P(None, "a"), [tiled, m, k](const HT& x, const HT& w) {
+            HT g = all_gather(x, "a", 0, tiled);
+            if (!tiled) g = reshape(g, Shape{m, k});
+            return tanh(matmul(g, w));
+          })(p[0], p[1]);
+          return sum(y * c);
+        },
+        [&](const std::vector<HT>& p) { return sum(tanh(matmul(p[0], p[1])) * c.to_host()); }, {x, w});
+  }
+  // psum_scatter (tiled and untiled) <-> all_gather.
+  for (const bool tiled : {true, false}) {
+    const SA x = put({m, 2 * static_cast<std::int64_t>(n)}, P(None, "a")), w = put({2 * static_cast<std::int64_t>(n), o}, P("a"));
+    expect_same_gradients(
+        tiled ? "psum_scatter tiled" : "psum_scatter untiled",
+        [&](const std::vector<SA>& p) {
+          const SA y = shard_map(mesh, {P(None, "a"), P("a")}, P("a"), [tiled, n, m, o](const HT& x, const HT& w) {
+            HT partial = matmul(x, w);
+            if (tiled) return psum_scatter(partial, "a", 0, true);
+            return psum_scatter(reshape(partial, Shape{n, m / n, o}), "a", 0, false);
+          })(p[0], p[1]);
+          return sum(tanh(y) * c);
+        },
+        [&](const std::vector<HT>& p) { return sum(tanh(matmul(p[0], p[1])) * c.to_host()); }, {x, w});
+  }
+  // all_to_all (tiled and untiled) <-> all_to_all with split and concat swapped.
+  for (const bool tiled : {true, false}) {
+    const SA x = put({m, o}, P("a"));
+    expect_same_gradients(
+        tiled ? "all_to_all tiled" : "all_to_all untiled",
+        [&](const std::vector<SA>& p) {
+          const SA y = shard_map(mesh, {P("a")}, P(None, "a"), [tiled, n, m, o](const HT& x) {
+            if (tiled) return all_to_all(x, "a", 1, 0, true);
+            const HT split = reshape(x, Shape{m / n, n, o / n});  // dim 1 has the n chunks
+            return reshape(all_to_all(split, "a", 1, 0, false), Shape{m, o / n});
+          })(p[0]);
+          return sum(tanh(y * c) * c);
+        },
+        [&](const std::vector<HT>& p) { return sum(tanh(p[0] * c.to_host()) * c.to_host()); }, {x});
+  }
+  // ppermute <-> the inverse permutation: a cyclic shift of the row blocks.
+  {
+    const SA x = put({m, o}, P("a"));
+    std::vector<std::pair<int, int>> shift;
+    for (int i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
+    expect_same_gradients(
+        "ppermute",
+        [&](const std::vector<SA>& p) {
+          const SA y = shard_map(mesh, {P("a")}, P("a"), [shift](const HT& x) { return ppermute(x, "a", shift); })(p[0]);
+          return sum(tanh(y) * c);
+        },
+        [&](const std::vector<HT>& p) {
+          const std::int64_t b = m / n;
+          const HT rolled = concatenate(std::vector<HT>{slice(p[0], {Slice(m - b, m)}), slice(p[0], {Slice(0, m - b)})}, 0);
+          return sum(tanh(rolled) * c.to_host());
+        },
+        {x});
+  }
+  // axis_index is a constant; an invariant value psummed counts n times.
+  {
+    const SA x = put({m, o}, P("a")), w = put({o}, P());
+    expect_same_gradients(
+        "axis_index, psum of an invariant",
+        [&](const std::vector<SA>& p) {
+          return shard_map(mesh, {P("a"), P()}, P(), [](const HT& x, const HT& w) {
+            const double s = axis_index("a") + 1.0;
+            return psum(sum(x * s * w), "a") + psum(sum(w * w), "a");
+          })(p[0], p[1]);
+        },
+        [&](const std::vector<HT>& p) {
+          HT scale(Shape{m, 1});
+          for (std::int64_t r = 0; r < m; ++r) scale[r] = static_cast<double>(r / (m / n) + 1);
+          return sum(p[0] * scale * p[1]) + sum(p[1] * p[1]) * static_cast<double>(n);
+        },
+        {x, w});
+  }
+}
+
+SHARD_MPI_TEST(Autodiff, ShardMapOnTwoAxesMegatronMlp) {
+  const int n = runtime().device_count();
+  const auto f2 = factorisations(n, 2);
+  const std::vector<int> shape = f2[f2.size() / 2];
+  const Mesh mesh = make_mesh(shape, {"data", "model"});
+  const std::int64_t b = 2 * shape[0], d = 3, h = 2 * shape[1], o = 2;
+  std::uint64_t seed = 1300;
+  auto put = [&](const Shape& s, const PartitionSpec& spec) { return device_put(small_random(s, seed++), NamedSharding(mesh, spec)); };
+  const SA x = put({b, d}, P("data")), w1 = put({d, h}, P(None, "model")), w2 = put({h, o}, P("model")),
+           t = put({b, o}, P("data"));
+  auto body = [](const HT& x, const HT& w1, const HT& w2, const HT& t) {
+    const HT y = psum(matmul(tanh(matmul(x, w1)), w2), "model");
+    return psum(sum(square(y - t)), "data");
+  };
+  expect_same_gradients(
+      "megatron shard_map",
+      [&](const std::vector<SA>& p) {
+        return shard_map(mesh, {P("data"), P(None, "model"), P("model"), P("data")}, P(), body)(p[0], p[1], p[2], t);
+      },
+      [&](const std::vector<HT>& p) { return sum(square(matmul(tanh(matmul(p[0], p[1])), p[2]) - t.to_host())); },
+      {x, w1, w2});
+  // The global view of the same model gives the same gradients.
+  expect_same_gradients(
+      "megatron global view",
+      [&](const std::vector<SA>& p) { return sum(square(matmul(tanh(matmul(p[0], p[1])), p[2]) - t)); },
+      [&](const std::vector<HT>& p) { return sum(square(matmul(tanh(matmul(p[0], p[1])), p[2]) - t.to_host())); },
+      {x, w1, w2});
+}
+
+SHARD_MPI_TEST(Autodiff, ShardMapErrorsNameTheProblem) {
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const SA x = device_put(small_random({2 * static_cast<std::int64_t>(n), 3}, 5), NamedSharding(mesh, P("a")));
+  if (n > 1) {  // a varying output with an out_spec that omits the axis
+    expect_error<ValueError>(
+        [&] {
+          grad([&](const SA& x) { return sum(shard_map(mesh, P("a"), P(), [](const HT& b) { return sum(b); })(x)); })(x);
+        },
+        {"out_spec", "'a'", "psum"});
+  }
+  expect_error<ValueError>(
+      [&] {
+        grad([&](const SA& x) {
+          return sum(shard_map(mesh, P("a"), P(), [](const HT& b) { return pmax(sum(b), "a"); })(x));
+        })(x);
+      },
+      {"'pmax' is not differentiable"});
+  // grad inside a body differentiates the local program; a collective there is an error.
+  expect_error<ValueError>(
+      [&] {
+        shard_map(mesh, P("a"), P(), [](const HT& b) {
+          return grad([](const HT& v) { return psum(sum(v), "a"); })(b).sum();
+        })(x);
+      },
+      {"'psum' is not differentiable", "local program"});
+  // A tracked array captured by the body instead of passed as an argument.
+  expect_error<ValueError>(
+      [&] {
+        grad([&](const SA& x) {
+          const HT host = x.to_host();
+          return sum(shard_map(mesh, P("a"), P("a"), [&host](const HT& b) { return b * sum(host); })(x));
+        })(x);
+      },
+      {"pass it to the shard_map as an argument"});
+}
+
+SHARD_MPI_TEST(Autodiff, GradInsideABodyIsLocal) {
+  // Seed 004's loop: grad of a local loss in the body, then pmean over the devices.
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const std::int64_t b = 2 * n, d = 4, o = 3;
+  const SA w = device_put(small_random({d, o}, 1), NamedSharding(mesh, P()));
+  const SA x = device_put(small_random({b, d}, 2), NamedSharding(mesh, P("a")));
+  const SA gw = shard_map(mesh, {P(), P("a")}, P(), [](const HT& w, const HT& x) {
+    const HT g = grad([&](const HT& w) { return mean(square(matmul(x, w))); })(w);
+    return pmean(g, "a");
+  })(w, x);
+  // The mean of the devices' gradients of their own batch means (equal batches: the global mean's).
+  const HT hx = x.to_host(), hw = w.to_host();
+  const HT want = grad([&](const HT& w) { return mean(square(matmul(hx, w))); })(hw);
+  EXPECT_LT(max_rel_diff(gw.to_host(), want), 1e-12);
+}
+
+// ---------------------------------------------------------------- communication
+
+SHARD_MPI_TEST(Autodiff, DataParallelStepSendsOneReductionPerGradient) {
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"data"});
+  const std::int64_t b = 4 * n, d = 8, o = 5;
+  const SA x = device_put(small_random({b, d}, 1), NamedSharding(mesh, P("data")));
+  const SA t = device_put(small_random({b, o}, 2), NamedSharding(mesh, P("data")));
+  const std::vector<SA> params{device_put(small_random({d, o}, 3), NamedSharding(mesh, P())),
+                               device_put(small_random({o}, 4), NamedSharding(mesh, P()))};
+  auto loss = [&](const std::vector<SA>& p) { return mean(square(matmul(x, p[0]) + p[1] - t)); };
+  comm_stats().reset();
+  const auto g = grad(loss)(params);
+  const auto all = comm_stats().entries();
+  // Theory: the loss's mean (one scalar) forward; dW (d x o) and db (o) reduced over 'data'
+  // backward; nothing else.
+  std::int64_t calls = 0, bytes = 0;
+  for (const auto& [key, rec] : all) {
+    EXPECT_EQ(key.first, "psum") << comm_stats().to_string();
+    calls += rec.calls;
+    bytes += rec.bytes;
+  }
+  if (runtime().process_count() > 1) {
+    EXPECT_EQ(calls, 3) << comm_stats().to_string();
+    EXPECT_EQ(bytes, static_cast<std::int64_t>(sizeof(double)) * (1 + d * o + o)) << comm_stats().to_string();
+  } else {
+    EXPECT_EQ(calls, 0) << comm_stats().to_string();
+  }
+  EXPECT_EQ(g[0].sharding(), params[0].sharding());
+}
+
+SHARD_MPI_TEST(Autodiff, MegatronStepSendsTheMegatronCollectives) {
+  const int n = runtime().device_count();
+  if (n % 2 || n < 4) GTEST_SKIP() << "needs an even device count of 4 or more (both axes of size 2+)";
+  const Mesh mesh = make_mesh({n / 2, 2}, {"data", "model"});
+  const std::int64_t b = 4 * (n / 2), d = 6, h = 8, o = 3;
+  const SA x = device_put(small_random({b, d}, 1), NamedSharding(mesh, P("data")));
+  const SA t = device_put(small_random({b, o}, 2), NamedSharding(mesh, P("data")));
+  const std::vector<SA> params{device_put(small_random({d, h}, 3), NamedSharding(mesh, P(None, "model"))),
+                               device_put(small_random({h, o}, 4), NamedSharding(mesh, P("model")))};
+  auto loss = [&](const std::vector<SA>& p) { return sum(square(matmul(tanh(matmul(x, p[0])), p[1]) - t)); };
+  comm_stats().reset();
+  const auto g = grad(loss)(params);
+  // Forward: y = h @ W2 summed over 'model' (b/data x o); the loss summed over 'data'.
+  // Backward: dW2 = h^T dy and dW1 = x^T dh each summed over 'data'; dh = dy W2^T is local.
+  const auto model = comm_stats().get("psum", "'model'");
+  const auto data = comm_stats().get("psum", "'data'");
+  const bool multi = runtime().process_count() > 1;
+  const std::int64_t e = sizeof(double);
+  std::int64_t other = 0;
+  for (const auto& [key, rec] : comm_stats().entries())
+    if (!(key.first == "psum" && (key.second == "'model'" || key.second == "'data'"))) other += rec.calls;
+  EXPECT_EQ(other, 0) << comm_stats().to_string();
+  if (multi) {
+    // A rank takes part in one reduction per group its devices are in (the groups over
+    // 'data' are told apart by the 'model' coordinate, and the other way round); groups
+    // within one rank send nothing.
+    std::set<int> data_groups, model_groups;
+    for (int dev : mesh.local_device_ids()) {
+      data_groups.insert(mesh.coords(dev)[1]);
+      model_groups.insert(mesh.coords(dev)[0]);
+    }
+    const auto g_data = static_cast<std::int64_t>(data_groups.size());
+    EXPECT_EQ(data.calls, 3 * g_data) << comm_stats().to_string();
+    EXPECT_EQ(data.bytes, g_data * e * (1 + (h / 2) * o + d * (h / 2))) << comm_stats().to_string();
+    EXPECT_LE(model.calls, static_cast<std::int64_t>(model_groups.size())) << comm_stats().to_string();
+    if (model.calls) {
+      EXPECT_EQ(model.bytes, model.calls * e * (b / (n / 2)) * o) << comm_stats().to_string();
+    }
+  }
+  EXPECT_EQ(g[0].sharding(), params[0].sharding());
+  EXPECT_EQ(g[1].sharding(), params[1].sharding());
 }
 
 }  // namespace
