@@ -15,6 +15,7 @@
 #include "shard/mpi/agree.hpp"
 #include "shard/mpi/communicator.hpp"
 #include "shard/named_sharding.hpp"
+#include "shard/optim.hpp"
 #include "shard/ops.hpp"
 #include "shard/partition_spec.hpp"
 #include "shard/positional_sharding.hpp"
