@@ -5,7 +5,8 @@ if(SHARD_BUILD_APPS)
   set(_seed_dir ${PROJECT_SOURCE_DIR}/mpirun_examples/seeds)
   foreach(cfg "seed_000_parallelism;2;4" "seed_000_parallelism;4;2" "seed_001_distributed_arrays;2;4"
               "seed_001_distributed_arrays;8;1" "seed_002_collectives;2;4" "seed_003_pmap;3;1" "seed_003_pmap;2;2"
-              "seed_004_sharded_matrices;2;4" "seed_004_sharded_matrices;4;2")
+              "seed_004_sharded_matrices;2;4" "seed_004_sharded_matrices;4;2" "seed_001_mlp_training;2;4"
+              "seed_001_mlp_training;8;1" "seed_004_training_loop;2;4" "seed_004_training_loop;4;2")
     list(GET cfg 0 seed)
     list(GET cfg 1 n)
     list(GET cfg 2 k)
