@@ -156,6 +156,59 @@ ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>&
   return out && !(*out == natural) ? reshard(c, *out) : c;
 }
 
+namespace detail {
+
+template <Dtype T>
+Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb);  // tensor_linalg.cpp
+
+/// The spec of a 2-D array's transpose.
+NamedSharding transposed(const NamedSharding& s) {
+  std::vector<SpecEntry> e = s.spec().entries();
+  e.resize(2);
+  return NamedSharding(s.mesh(), PartitionSpec(std::vector<SpecEntry>{e[1], e[0]}));
+}
+
+template <Dtype T>
+ShardedArray<T> matmul_t(const ShardedArray<T>& a, bool ta, const ShardedArray<T>& b, bool tb) {
+  auto fallback = [&] { return matmul(ta ? transpose(a) : a, tb ? transpose(b) : b); };
+  if (a.ndim() != 2 || b.ndim() != 2 || !(a.mesh() == b.mesh())) return fallback();
+  const NamedSharding sa = ta ? transposed(a.sharding()) : a.sharding();
+  const NamedSharding sb = tb ? transposed(b.sharding()) : b.sharding();
+  const Shape as = ta ? Shape{a.shape()[1], a.shape()[0]} : a.shape();
+  const Shape bs = tb ? Shape{b.shape()[1], b.shape()[0]} : b.shape();
+  if (as[1] != bs[0]) return fallback();  // the shape error of matmul
+  // Only when the rules multiply the operands where they lie (and matmul would not pick a 2-D
+  // block algorithm): each device multiplies its blocks with the transposes in the gemm.
+  if (choose_algorithm(as, sa, bs, sb) != Algorithm::kRules) return fallback();
+  const MatmulPlan p = plan_matmul(as, sa, bs, sb, sizeof(T));
+  if (!(p.a == sa.spec()) || !(p.b == sb.spec())) return fallback();
+  const Mesh& mesh = a.mesh();
+  const Shape c_shape{as[0], bs[1]};
+  const NamedSharding natural(mesh, p.out);
+  std::vector<Tensor<T>> blocks;
+  std::vector<int> devices;
+  for (std::size_t i = 0; i < a.addressable_shards().size(); ++i) {
+    blocks.push_back(matmul_t(a.addressable_shards()[i].data, ta, b.addressable_shards()[i].data, tb));
+    devices.push_back(a.addressable_shards()[i].device);
+  }
+  std::vector<Tensor<T>> outs;
+  if (!p.contract.is_none()) {
+    CollectiveSpec spec = reduce_spec(mesh, ReduceOp::kSum, p.contract, natural.shard_shape(c_shape));
+    spec.dtype = dtype_name<T>();
+    execute_collective<T>(mesh, spec, devices, blocks, outs);
+  } else {
+    outs = std::move(blocks);
+  }
+  std::vector<Shard<T>> shards;
+  for (std::size_t i = 0; i < devices.size(); ++i)
+    shards.push_back(Shard<T>{devices[i], natural.box(devices[i], c_shape), std::move(outs[i])});
+  return ShardedArray<T>(c_shape, natural, std::move(shards));
+}
+template ShardedArray<float> matmul_t<float>(const ShardedArray<float>&, bool, const ShardedArray<float>&, bool);
+template ShardedArray<double> matmul_t<double>(const ShardedArray<double>&, bool, const ShardedArray<double>&, bool);
+
+}  // namespace detail
+
 #define SHARD_INSTANTIATE(T) \
   template ShardedArray<T> matmul_by_rules<T>(const ShardedArray<T>&, const ShardedArray<T>&, const NamedSharding*);
 SHARD_INSTANTIATE(bool)

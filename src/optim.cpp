@@ -116,40 +116,65 @@ NamedSharding state_sharding(const NamedSharding& s, const Shape& shape, const s
 
 std::string key(const std::string& slot, std::size_t i) { return slot + "/" + std::to_string(i); }
 
-/// The elementwise update of n elements of w from g and the state slots s0, s1.
+// The elementwise loops, compiled for AVX2 too (chosen at load time, as the op set's kernels)
+// and without errno (optim.cpp is built with -fno-math-errno) so that sqrt vectorizes.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define SHARD_OPTIM_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SHARD_OPTIM_CLONES
+#endif
+
 template <typename T>
-void update_block(const Optimizer::Config& c, std::int64_t n, T* __restrict w, const T* __restrict g, T* s0, T* s1,
-                  double lr, double scale, std::int64_t t) {
-  const T l = static_cast<T>(lr), sc = static_cast<T>(scale), wd = static_cast<T>(c.weight_decay);
-  if (c.kind == Optimizer::Kind::kSgd) {
-    const T mu = static_cast<T>(c.momentum);
-    if (!s0) {
-      for (std::int64_t k = 0; k < n; ++k) w[k] -= l * (g[k] * sc + wd * w[k]);
-      return;
-    }
-    T* __restrict v = s0;
+SHARD_OPTIM_CLONES void sgd_plain(std::int64_t n, T* __restrict w, const T* __restrict g, T l, T sc, T wd) {
+  for (std::int64_t k = 0; k < n; ++k) w[k] -= l * (g[k] * sc + wd * w[k]);
+}
+template <typename T>
+SHARD_OPTIM_CLONES void sgd_momentum(std::int64_t n, T* __restrict w, const T* __restrict g, T* __restrict v, T l,
+                                     T sc, T wd, T mu, bool nesterov) {
+  if (nesterov) {
     for (std::int64_t k = 0; k < n; ++k) {
       const T gk = g[k] * sc + wd * w[k];
       const T vk = mu * v[k] + gk;
       v[k] = vk;
-      w[k] -= l * (c.nesterov ? gk + mu * vk : vk);
+      w[k] -= l * (gk + mu * vk);
     }
-    return;
+  } else {
+    for (std::int64_t k = 0; k < n; ++k) {
+      const T vk = mu * v[k] + g[k] * sc + wd * w[k];
+      v[k] = vk;
+      w[k] -= l * vk;
+    }
   }
-  const T b1 = static_cast<T>(c.b1), b2 = static_cast<T>(c.b2), eps = static_cast<T>(c.eps);
-  const T ic1 = static_cast<T>(1.0 / (1.0 - std::pow(c.b1, static_cast<double>(t + 1))));
-  const T ic2 = static_cast<T>(1.0 / (1.0 - std::pow(c.b2, static_cast<double>(t + 1))));
-  const bool decoupled = c.kind == Optimizer::Kind::kAdamW;
-  T* __restrict m = s0;
-  T* __restrict v = s1;
+}
+/// Adam; `l2` is added to the gradient (Adam's weight decay), `dw` decoupled (AdamW's).
+template <typename T>
+SHARD_OPTIM_CLONES void adam_loop(std::int64_t n, T* __restrict w, const T* __restrict g, T* __restrict m,
+                                  T* __restrict v, T l, T sc, T l2, T dw, T b1, T b2, T eps, T ic1, T ic2) {
   for (std::int64_t k = 0; k < n; ++k) {
-    const T gk = g[k] * sc + (decoupled ? T(0) : wd * w[k]);
+    const T gk = g[k] * sc + l2 * w[k];
     const T mk = b1 * m[k] + (T(1) - b1) * gk;
     const T vk = b2 * v[k] + (T(1) - b2) * gk * gk;
     m[k] = mk;
     v[k] = vk;
-    w[k] -= l * ((mk * ic1) / (std::sqrt(vk * ic2) + eps) + (decoupled ? wd * w[k] : T(0)));
+    w[k] -= l * ((mk * ic1) / (std::sqrt(vk * ic2) + eps) + dw * w[k]);
   }
+}
+
+/// The elementwise update of n elements of w from g and the state slots s0, s1.
+template <typename T>
+void update_block(const Optimizer::Config& c, std::int64_t n, T* w, const T* g, T* s0, T* s1, double lr,
+                  double scale, std::int64_t t) {
+  const T l = static_cast<T>(lr), sc = static_cast<T>(scale), wd = static_cast<T>(c.weight_decay);
+  if (c.kind == Optimizer::Kind::kSgd) {
+    if (!s0) sgd_plain(n, w, g, l, sc, wd);
+    else sgd_momentum(n, w, g, s0, l, sc, wd, static_cast<T>(c.momentum), c.nesterov);
+    return;
+  }
+  const T ic1 = static_cast<T>(1.0 / (1.0 - std::pow(c.b1, static_cast<double>(t + 1))));
+  const T ic2 = static_cast<T>(1.0 / (1.0 - std::pow(c.b2, static_cast<double>(t + 1))));
+  const bool decoupled = c.kind == Optimizer::Kind::kAdamW;
+  adam_loop(n, w, g, s0, s1, l, sc, decoupled ? T(0) : wd, decoupled ? wd : T(0), static_cast<T>(c.b1),
+            static_cast<T>(c.b2), static_cast<T>(c.eps), ic1, ic2);
 }
 
 template <typename T>

@@ -357,6 +357,15 @@ template <typename T, typename F>
 SHARD_SIMD_CLONES void loop_v(std::int64_t n, const T* __restrict in, T* __restrict o, F f) {
   for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(f(in[i]));
 }
+/// o = c ? s : v (s_first) or c ? v : s, with a scalar s.
+template <typename T>
+SHARD_SIMD_CLONES void select_svv(std::int64_t n, const unsigned char* __restrict c, T s, const T* __restrict v,
+                                  T* __restrict o, bool s_first) {
+  if (s_first)
+    for (std::int64_t i = 0; i < n; ++i) o[i] = c[i] ? s : v[i];
+  else
+    for (std::int64_t i = 0; i < n; ++i) o[i] = c[i] ? v[i] : s;
+}
 template <typename T>
 SHARD_SIMD_CLONES void select_vvv(std::int64_t n, const unsigned char* __restrict c, const T* __restrict a,
                                   const T* __restrict b, T* __restrict o) {
@@ -390,6 +399,14 @@ Tensor<T> where(const Tensor<bool>& cond, const Tensor<T>& a, const Tensor<T>& b
   T* po = out.data();
   if (cond.shape() == shape && a.shape() == shape && b.shape() == shape) {
     select_vvv(out.size(), pc, pa, pb, po);
+    return out;
+  }
+  if (cond.shape() == shape && (a.shape() == shape || a.size() == 1) && (b.shape() == shape || b.size() == 1)) {
+    if (a.size() == 1 && a.shape() != shape) select_svv(out.size(), pc, pa[0], pb, po, true);  // relu'-like masks
+    else if (b.size() == 1) select_svv(out.size(), pc, pb[0], pa, po, false);
+    else select_vvv(out.size(), pc, pa, pb, po);
+    if (a.size() == 1 && a.shape() != shape && b.size() == 1 && b.shape() != shape)
+      for (std::int64_t i = 0; i < out.size(); ++i) po[i] = pc[i] ? pa[0] : pb[0];
     return out;
   }
   const std::array<Shape, 3> st{detail::broadcast_strides(cond.shape(), shape),

@@ -147,10 +147,44 @@ Tensor<T> dot(const Tensor<T>& a, const Tensor<T>& b) {
   return reshape(std::move(c), out);
 }
 
+namespace detail {
+
+template <Dtype T>
+Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb) {
+  if (a.rank() != 2 || b.rank() != 2) raise<ShapeError>("matmul_t: 2-D operands only");
+  const std::int64_t m = ta ? a.shape()[1] : a.shape()[0], k = ta ? a.shape()[0] : a.shape()[1];
+  const std::int64_t kb = tb ? b.shape()[1] : b.shape()[0], n = tb ? b.shape()[0] : b.shape()[1];
+  if (k != kb)
+    raise<ShapeError>("matmul_t: contracting dims differ (", k, " and ", kb, ") for shapes ", to_string(a.shape()),
+                      " and ", to_string(b.shape()));
+  if constexpr (FloatDtype<T>) {
+    Tensor<T> c(Shape{m, n});
+    if (m == 0 || n == 0) return c;
+    if (k == 0) {
+      std::fill(c.begin(), c.end(), T(0));
+      return c;
+    }
+    const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
+    const int lda = static_cast<int>(a.shape()[1]), ldb = static_cast<int>(b.shape()[1]);
+    if constexpr (std::is_same_v<T, double>)
+      cblas_dgemm(CblasRowMajor, tra, trb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0,
+                  a.data(), lda, b.data(), ldb, 0.0, c.data(), static_cast<int>(n));
+    else
+      cblas_sgemm(CblasRowMajor, tra, trb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f,
+                  a.data(), lda, b.data(), ldb, 0.0f, c.data(), static_cast<int>(n));
+    return c;
+  } else {
+    return matmul(ta ? transpose(a) : a, tb ? transpose(b) : b);
+  }
+}
+
+}  // namespace detail
+
 #define SHARD_INSTANTIATE_LINALG(T)                                        \
   template Tensor<T> matmul<T>(const Tensor<T>&, const Tensor<T>&);        \
   template Tensor<T> dot<T>(const Tensor<T>&, const Tensor<T>&);           \
-  template Tensor<T> vdot<T>(const Tensor<T>&, const Tensor<T>&);
+  template Tensor<T> vdot<T>(const Tensor<T>&, const Tensor<T>&);                 \
+  template Tensor<T> detail::matmul_t<T>(const Tensor<T>&, bool, const Tensor<T>&, bool);
 SHARD_INSTANTIATE_LINALG(bool)
 SHARD_INSTANTIATE_LINALG(std::int32_t)
 SHARD_INSTANTIATE_LINALG(std::int64_t)

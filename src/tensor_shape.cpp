@@ -29,6 +29,19 @@ void strided_copy(const T* src, std::int64_t base, const Shape& strides, const S
   });
 }
 
+/// out[b][j][i] = in[b][i][j] for `batches` r x c matrices, in 32 x 32 tiles.
+template <typename T>
+void transpose_tiles(const T* __restrict in, T* __restrict out, std::int64_t batches, std::int64_t r, std::int64_t c) {
+  constexpr std::int64_t kTile = 32;
+  for (std::int64_t b = 0; b < batches; ++b, in += r * c, out += r * c)
+    for (std::int64_t i0 = 0; i0 < r; i0 += kTile)
+      for (std::int64_t j0 = 0; j0 < c; j0 += kTile) {
+        const std::int64_t i1 = std::min(r, i0 + kTile), j1 = std::min(c, j0 + kTile);
+        for (std::int64_t i = i0; i < i1; ++i)
+          for (std::int64_t j = j0; j < j1; ++j) out[j * r + i] = in[i * c + j];
+      }
+}
+
 Shape resolve_reshape(const Shape& from, Shape to) {
   const std::int64_t n = num_elements(from);
   int wild = -1;
@@ -87,6 +100,13 @@ Tensor<T> transpose(const Tensor<T>& x, std::vector<int> perm) {
     st.push_back(in_st[p]);
   }
   Tensor<T> out(out_shape);
+  bool swap_last = rank >= 2 && perm[rank - 1] == rank - 2 && perm[rank - 2] == rank - 1;
+  for (int k = 0; swap_last && k + 2 < rank; ++k) swap_last = perm[k] == k;
+  if (swap_last && x.size() > 0) {  // matrices transposed in cache-sized tiles (the gemm operands of autodiff)
+    const std::int64_t r = x.shape()[rank - 2], c = x.shape()[rank - 1], batches = x.size() / (r * c);
+    transpose_tiles(x.data(), out.data(), batches, r, c);
+    return out;
+  }
   strided_copy(x.data(), 0, st, out_shape, out.data());
   return out;
 }

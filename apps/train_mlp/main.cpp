@@ -32,6 +32,7 @@ struct Config {
   int epochs = 0, keep = 2;
   bool json = false, resume = false, shard_optimizer_state = false;
   std::string grad_sync = "auto";  ///< auto, shared-memory or mpi
+  std::string step = "autodiff";   ///< autodiff or hand
   train::Hyper hyper;
 };
 
@@ -131,7 +132,10 @@ int run(shard::Runtime& rt, Config& c) {
     shard::raise<shard::ValueError>("--grad-sync shared-memory needs data > 1, one device per rank and every 'data' "
                                     "group on one node (this mesh: data=", data, ", ", rt.devices_per_rank(),
                                     " devices per rank)");
-  const bool shared = c.grad_sync != "mpi" && shared_ok;
+  const bool hand = c.step == "hand";
+  if (!hand && c.grad_sync == "shared-memory")
+    shard::raise<shard::ValueError>("--grad-sync shared-memory is the hand-written step's (--step hand)");
+  const bool shared = hand && c.grad_sync != "mpi" && shared_ok;
   train::Model m = train::init_model(layers, mesh, keys[0], c.hyper, c.shard_optimizer_state, shared);
   std::int64_t step = 0;
   if (c.resume) step = train::resume(c.checkpoint_dir, m, c.hyper, c.seed, c.layers_text);
@@ -149,6 +153,8 @@ int run(shard::Runtime& rt, Config& c) {
   }
   const std::string grad_sync_text =
       data == 1  ? "none (data=1)"
+      : !hand    ? std::string("psum of each weight gradient over 'data' (autodiff's transposes)") +
+                    (m.shard_state ? ", optimizer state split over 'data'" : "")
       : shared   ? "group-shared memory (each replica computes and updates 1/" + std::to_string(data) + " of the rows)"
       : m.shard_state ? "psum_scatter + all_gather (optimizer state split)"
                       : "psum";
@@ -185,7 +191,7 @@ int run(shard::Runtime& rt, Config& c) {
         hs.lr = static_cast<float>(c.hyper.lr * 0.5 *
                                    (1.0 + std::cos(M_PI * static_cast<double>(step) /
                                                    static_cast<double>(c.epochs * steps_per_epoch))));
-      const double loss = train::train_step(m, hs, x, y);
+      const double loss = hand ? train::train_step(m, hs, x, y) : train::train_step_autodiff(m, hs, x, y);
       epoch_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       loss_sum += loss;
       ++epoch_steps;
@@ -204,8 +210,9 @@ int run(shard::Runtime& rt, Config& c) {
     for (std::int64_t i = 0; i < eval_set.count; ++i) eval_order[static_cast<std::size_t>(i)] = i;
     train::EvalResult ev;
     for (std::int64_t first = 0; first < eval_set.count; first += c.batch) {
-      const auto r = train::evaluate(m, c.hyper, train::batch_inputs(eval_set, eval_order, first, c.batch, rows),
-                                     train::batch_labels(eval_set, eval_order, first, c.batch, rows));
+      const auto xb = train::batch_inputs(eval_set, eval_order, first, c.batch, rows);
+      const auto yb = train::batch_labels(eval_set, eval_order, first, c.batch, rows);
+      const auto r = hand ? train::evaluate(m, c.hyper, xb, yb) : train::evaluate_autodiff(m, c.hyper, xb, yb);
       ev.loss_sum += r.loss_sum;
       ev.correct += r.correct;
       ev.count += r.count;
@@ -235,7 +242,7 @@ int run(shard::Runtime& rt, Config& c) {
                   "\"samples_per_second\": %.1f, \"mesh\": \"data=%d,model=%d\", \"ranks\": %d, \"devices_per_rank\": %d, ",
                   static_cast<long long>(step), static_cast<long long>(total_samples), total_train_s, sps, data, model,
                   rt.process_count(), rt.devices_per_rank());
-    shard::apps::print0(rt, line + ("\"hosts_by_data\": \"" + placement + "\", \"grad_sync\": \"" + (data == 1 ? "none" : shared ? "shared-memory" : "mpi") + "\"}\n"));
+    shard::apps::print0(rt, line + ("\"hosts_by_data\": \"" + placement + "\", \"grad_sync\": \"" + (data == 1 ? "none" : shared ? "shared-memory" : "mpi") + "\", \"step\": \"" + c.step + "\"}\n"));
   } else {
     std::snprintf(line, sizeof line, "done: %lld steps, %.0f samples/s over %.2f s of training\n",
                   static_cast<long long>(step), sps, total_train_s);
@@ -282,6 +289,9 @@ int main(int argc, char** argv) {
         ("grad-sync", po::value(&c.grad_sync)->default_value("auto"),
          "auto, shared-memory or mpi: how the gradients are reduced over 'data' (auto: shared memory when every "
          "'data' group is on one node with one device per rank; it also splits the optimizer state over 'data')")
+        ("step", po::value(&c.step)->default_value("autodiff"),
+         "autodiff (the model's forward pass, shard::grad and shard::optim) or hand (the hand-written backward "
+         "pass and update, kept to compare)")
         ("json", "one JSON object per epoch (and per --log-every steps) and a summary, instead of text");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
@@ -291,6 +301,8 @@ int main(int argc, char** argv) {
     c.json = vm.count("json") > 0;
     c.resume = vm.count("resume") > 0;
     c.shard_optimizer_state = vm.count("shard-optimizer-state") > 0;
+    if (c.step != "autodiff" && c.step != "hand")
+      shard::raise<shard::ValueError>("--step '", c.step, "': choose autodiff or hand");
     if (c.grad_sync != "auto" && c.grad_sync != "shared-memory" && c.grad_sync != "mpi")
       shard::raise<shard::ValueError>("--grad-sync '", c.grad_sync, "': choose auto, shared-memory or mpi");
     const bool synthetic = c.dataset == "synthetic";

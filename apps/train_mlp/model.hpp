@@ -72,15 +72,26 @@ struct Model {
 Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shard::random::Key key, const Hyper& h,
                  bool shard_state = false, bool shared = false);
 
-/// One optimizer step on the batch (x: [B, n_0] and y: labels [B, 1] or targets [B, n_L], both
-/// P('data', None)); returns the mean loss over the batch. Collective over all ranks.
-double train_step(Model& m, const Hyper& h, const shard::ShardedArray<float>& x, const shard::ShardedArray<float>& y);
-
 struct EvalResult {
   double loss_sum = 0, correct = 0, count = 0;
 };
 
-/// Forward pass only: summed loss, correct predictions and rows (labels < 0 are padding and
+/// One optimizer step written with autodiff (model_autodiff.cpp): the forward pass on global
+/// arrays, shard::value_and_grad for the gradients, shard::optim for the update (the model's
+/// state arrays are the optimizer's). Returns the mean loss. Collective over all ranks.
+double train_step_autodiff(Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
+                           const shard::ShardedArray<float>& y);
+
+/// One optimizer step on the batch (x: [B, n_0] and y: labels [B, 1] or targets [B, n_L], both
+/// P('data', None)); returns the mean loss over the batch. Collective over all ranks.
+double train_step(Model& m, const Hyper& h, const shard::ShardedArray<float>& x, const shard::ShardedArray<float>& y);
+
+
+/// evaluate() with the autodiff model's forward pass.
+EvalResult evaluate_autodiff(const Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
+                             const shard::ShardedArray<float>& y);
+
+/// Forward pass only (the hand-written step's): summed loss, correct predictions and rows (labels < 0 are padding and
 /// do not count). Collective over all ranks.
 EvalResult evaluate(const Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
                     const shard::ShardedArray<float>& y);

@@ -564,6 +564,14 @@ X record_reduce(Tape& tape, const X& x, ReduceKind kind, const Dims& dims_in, bo
 
 // ---------------------------------------------------------------- products
 
+/// op(a) @ op(b) for 2-D operands, with the transposes in the gemm (tensor_linalg.cpp, matmul.cpp:
+/// the sharded form multiplies the blocks where they lie when the rules need no reshard, and
+/// otherwise transposes and calls matmul).
+template <Dtype T>
+Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb);
+template <Dtype T>
+ShardedArray<T> matmul_t(const ShardedArray<T>& a, bool ta, const ShardedArray<T>& b, bool tb);
+
 /// The cotangents of a and b in numpy's matmul (1-D operands promoted, batch dims broadcast).
 /// Only the operand the other's cotangent needs is kept (ak when bn, bk when an).
 template <ArrayLike X>
@@ -573,6 +581,11 @@ void matmul_transpose(const X& ct, const NodePtr<X>& an, const NodePtr<X>& bn, c
   X c2 = ct.alias();
   if (a1) c2 = expand_dims(c2, c2.ndim() - (b1 ? 0 : 1));
   if (b1) c2 = expand_dims(c2, -1);
+  if (!a1 && !b1 && as.size() == 2 && bs.size() == 2) {  // the common case: no transpose copies
+    if (an) push(an, matmul_t(c2, false, *bk, true), v);
+    if (bn) push(bn, matmul_t(*ak, true, c2, false), v);
+    return;
+  }
   if (an) {
     const X b2 = b1 ? expand_dims(*bk, -1) : bk->alias();
     X da = matmul(c2, swapaxes(b2, -1, -2));

@@ -1,0 +1,85 @@
+// train_mlp's model written once, forward only, on global arrays: the Megatron layout is in
+// the parameters' shardings (model.hpp), the batch is P('data', None), and the op set's
+// sharding rules place every product and collective. grad supplies the backward pass (its
+// collectives come from the same rules: each weight gradient is one psum over 'data', a
+// column-parallel layer's input gradient one psum over 'model'); shard::optim updates the
+// parameters and the optimizer state in place.
+
+#include <cmath>
+
+#include "model.hpp"
+
+namespace train {
+
+namespace {
+
+using Array = shard::ShardedArray<float>;
+
+/// The logits: ReLU between the layers.
+Array forward(const std::vector<Array>& p, const Array& x) {
+  if (p.size() == 2) return shard::matmul(x, p[0]) + p[1];
+  Array h = shard::relu(shard::matmul(x, p[0]) + p[1]);
+  for (std::size_t i = 2; i + 2 < p.size(); i += 2) h = shard::relu(shard::matmul(h, p[i]) + p[i + 1]);
+  return shard::matmul(h, p[p.size() - 2]) + p.back();
+}
+
+/// Per-row losses of the logits z for labels y [B, 1] (-1: padding, loss 0) or targets y [B, n].
+Array row_losses(const Array& z, const Array& y, bool classify) {
+  if (!classify) return shard::sum(shard::square(z - y), 1);
+  const auto valid = shard::greater_equal(y, 0.0f);
+  const auto labels = shard::astype<std::int32_t>(shard::where(valid, y, 0.0f));
+  const Array picked = shard::take_along_axis(shard::log_softmax(z, 1), labels, 1);
+  return -shard::squeeze(picked * shard::astype<float>(valid), 1);
+}
+
+shard::optim::Optimizer optimizer_of(const Hyper& h) {
+  if (h.optimizer == "adam") return shard::optim::adamw(h.lr, h.weight_decay, h.beta1, h.beta2, h.eps);
+  return shard::optim::sgd(h.lr, h.momentum, false, h.weight_decay);
+}
+
+}  // namespace
+
+double train_step_autodiff(Model& m, const Hyper& h, const Array& x, const Array& y) {
+  const float total = static_cast<float>(x.shape()[0]);
+  auto loss = [&](const std::vector<Array>& p) { return shard::sum(row_losses(forward(p, x), y, h.classify)) / total; };
+  auto [value, grads] = shard::value_and_grad(loss)(m.params);
+  // The optimizer's state is the model's (checkpointed with it): Adam's m and v, or SGD's momentum.
+  auto opt = optimizer_of(h);
+  if (m.shard_state) opt.shard_state_over("data");
+  shard::optim::State<float> state;
+  state.step = m.step;
+  const std::size_t np = m.params.size();
+  const bool adam = h.optimizer == "adam";
+  for (std::size_t i = 0; i < np; ++i) {
+    if (adam) {
+      state.arrays.emplace("mu/" + std::to_string(i), std::move(m.state[i]));
+      state.arrays.emplace("nu/" + std::to_string(i), std::move(m.state[np + i]));
+    } else if (h.momentum > 0) {
+      state.arrays.emplace("momentum/" + std::to_string(i), std::move(m.state[i]));
+    }
+  }
+  opt.update(m.params, grads, state);
+  for (std::size_t i = 0; i < np; ++i) {
+    if (adam) {
+      m.state[i] = std::move(state.arrays.at("mu/" + std::to_string(i)));
+      m.state[np + i] = std::move(state.arrays.at("nu/" + std::to_string(i)));
+    } else if (h.momentum > 0) {
+      m.state[i] = std::move(state.arrays.at("momentum/" + std::to_string(i)));
+    }
+  }
+  m.step = state.step;
+  return static_cast<double>(value.to_host().item());
+}
+
+EvalResult evaluate_autodiff(const Model& m, const Hyper& h, const Array& x, const Array& y) {
+  const Array z = forward(m.params, x);
+  const double loss = shard::sum(row_losses(z, y, h.classify)).to_host().item();
+  if (!h.classify) return EvalResult{loss, 0, static_cast<double>(x.shape()[0])};
+  const auto valid = shard::greater_equal(shard::squeeze(y, 1), 0.0f);
+  const auto hit = shard::equal(shard::astype<float>(shard::argmax(z, 1)), shard::squeeze(y, 1));
+  const double correct = shard::sum(shard::logical_and(hit, valid)).to_host().item();
+  const double count = shard::sum(valid).to_host().item();
+  return EvalResult{loss, correct, count};
+}
+
+}  // namespace train
