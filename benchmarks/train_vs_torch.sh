@@ -1,42 +1,56 @@
 #!/usr/bin/env bash
-# train_mlp against PyTorch (Debian's python3-torch, CPU, one thread per process) on the same
-# model (784-1024-1024-10, Adam, global batch 256), measured back to back in one run, in
-# ROUNDS rounds (default 3) of alternating order: PyTorch in one process and with
-# DistributedDataParallel (gloo) on 2 processes, train_mlp on 1 rank and on 2 ranks (data=2,
-# one OpenBLAS thread each; also with --grad-sync mpi, the gradients over MPI instead of
-# group-shared memory). Prints medians over the rounds and the median of the per-round
-# ratios (each ratio from runs made minutes apart at most, so the VM's drift cancels).
+# train_mlp against its hand-written step and PyTorch (Debian's python3-torch, CPU, one thread
+# per process) on the same model (784-1024-1024-10, Adam, global batch 256), measured back to
+# back in one run, in ROUNDS rounds (default 3) of alternating order: PyTorch in one process
+# and with DistributedDataParallel (gloo) on 2 processes; train_mlp (autodiff: the model's
+# forward pass, shard::grad, shard::optim) on 1 rank and on 2 ranks (data=2, one OpenBLAS
+# thread each); the hand-written step (--step hand) on 2 ranks. Prints medians over the rounds
+# and the medians of the per-round ratios (each ratio from runs made minutes apart at most, so
+# the VM's drift cancels), the peak memory of a rank of each train_mlp run, and checks that
+# the autodiff and hand-written steps give the same losses (50 steps, 1e-5 relative).
 #   ./benchmarks/train_vs_torch.sh [build dir]   (needs python3-torch: apt-get install python3-torch)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 app=${1:-build/release}/apps/train_mlp
 py=/usr/bin/python3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-shard() { mpirun -n "$1" --bind-to core "$app" --mesh "data=$1" --epochs 1 --max-steps 400 --json "${@:2}" | \
-  $py -c 'import json,sys; print([json.loads(l) for l in sys.stdin if "summary" in l][0]["samples_per_second"])'; }
+summary() { $py -c 'import json,sys; s=[json.loads(l) for l in sys.stdin if "summary" in l][0]; print(s["samples_per_second"], s["peak_rss_mb"])'; }
+shard() { mpirun -n "$1" --bind-to core "$app" --mesh "data=$1" --epochs 1 --max-steps 400 --json "${@:2}" | summary; }
 torch() { $py benchmarks/torch_mlp.py --world "$1" --steps 400 2>/dev/null | sed -n 's/.*samples_per_second=//p'; }
 rounds=${ROUNDS:-3}
 "$app" --help > /dev/null
 mpirun -n 1 "$app" --dataset synthetic --layers 8,4 --samples 16 --batch 8 --epochs 1 | grep -o "OpenBLAS core [^;]*"
-declare -A r
+# The same losses: 50 steps of each step on 2 ranks.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for s in autodiff hand; do
+  mpirun -n 2 --bind-to core "$app" --mesh data=2 --step $s --max-steps 50 --epochs 1 --json --log-every 1 > "$work/$s.jsonl"
+done
+$py tests/train/compare.py losses 1e-5 "$work/hand.jsonl" "$work/autodiff.jsonl"
+declare -A r mem
 for round in $(seq "$rounds"); do
-  if [ $((round % 2)) = 1 ]; then order="t1 t2 s1 s2 m2"; else order="m2 s2 s1 t2 t1"; fi
+  if [ $((round % 2)) = 1 ]; then order="t1 t2 s1 s2 h2"; else order="h2 s2 s1 t2 t1"; fi
   for k in $order; do
+    m=0
     case $k in
-      t1) v=$(torch 1) ;; t2) v=$(torch 2) ;; s1) v=$(shard 1) ;; s2) v=$(shard 2) ;; m2) v=$(shard 2 --grad-sync mpi) ;;
+      t1) v=$(torch 1) ;; t2) v=$(torch 2) ;;
+      s1) read -r v m < <(shard 1) ;; s2) read -r v m < <(shard 2) ;; h2) read -r v m < <(shard 2 --step hand) ;;
     esac
     r[$k]="${r[$k]:-} $v"
-    echo "round $round $k: $v samples/s"
+    mem[$k]=$m
+    echo "round $round $k: $v samples/s${m:+, peak $m MB}"
   done
 done
-$py - "${r[t1]}" "${r[t2]}" "${r[s1]}" "${r[s2]}" "${r[m2]}" <<'PY'
+$py - "${r[t1]}" "${r[t2]}" "${r[s1]}" "${r[s2]}" "${r[h2]}" "${mem[s2]}" "${mem[h2]}" <<'PY'
 import statistics, sys
-t1, t2, s1, s2, m2 = ([float(v) for v in a.split()] for a in sys.argv[1:])
+t1, t2, s1, s2, h2 = ([float(v) for v in a.split()] for a in sys.argv[1:6])
+ms2, mh2 = float(sys.argv[6]), float(sys.argv[7])
 med = statistics.median
 print(f"PyTorch 1 process {med(t1):.0f}, DDP 2 processes {med(t2):.0f}; train_mlp 1 rank {med(s1):.0f}, "
-      f"2 ranks {med(s2):.0f} (with --grad-sync mpi: {med(m2):.0f}) samples/s (medians of {len(s1)} rounds)")
+      f"2 ranks {med(s2):.0f}, hand-written step 2 ranks {med(h2):.0f} samples/s (medians of {len(s1)} rounds)")
 ratio = lambda a, b: med([x / y for x, y in zip(a, b)])
-print(f"per-round ratios, median: train_mlp 2 ranks / DDP = {ratio(s2, t2):.2f}x, / PyTorch 1 process = "
-      f"{ratio(s2, t1):.2f}x, scaling 2 ranks / 1 rank = {ratio(s2, s1):.2f}x")
-print("scaling by round: " + " ".join(f"{x / y:.2f}" for x, y in zip(s2, s1)))
+print(f"per-round ratios, median: train_mlp 2 ranks / hand-written step = {ratio(s2, h2):.2f}x (goal 0.95), "
+      f"/ PyTorch 1 process = {ratio(s2, t1):.2f}x (goal 2.0), / DDP = {ratio(s2, t2):.2f}x (goal 3.0), "
+      f"scaling 2 ranks / 1 rank = {ratio(s2, s1):.2f}x")
+print(f"peak memory of a rank: autodiff {ms2:.0f} MB, hand-written {mh2:.0f} MB: {ms2 / mh2:.2f}x (goal <= 1.3)")
 PY

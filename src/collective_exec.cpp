@@ -10,7 +10,11 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
 #include <functional>
+#include <map>
+#include <mutex>
+#include <string>
 #include <type_traits>
 
 #include "shard/comm_stats.hpp"
@@ -18,6 +22,7 @@
 #include "shard/detail/collective_guard.hpp"
 #include "shard/detail/mesh_comms.hpp"
 #include "shard/error.hpp"
+#include "shard/group_shared.hpp"
 #include "shard/mpi/communicator.hpp"
 
 #include "collective_guard_internal.hpp"
@@ -134,13 +139,69 @@ void copy_in(const T* src, const Shape& src_shape, const Box& b, Tensor<T>& out)
   copy_box(src, src_shape, b.offset, out.data(), out.shape(), Shape(out.shape().size(), 0), b, sizeof(T));
 }
 
+// ---- psum / pmean through group-shared memory.
+/// Sums of at least this many bytes go through group-shared memory when the group allows it.
+constexpr std::size_t kSharedReduceMin = std::size_t{64} << 10;
+
+/// Whether psum / pmean of `bytes` over a group goes through group-shared memory: the group's
+/// ranks share a node with one device each (MeshComms::groups_share_node, decided once per
+/// axes for the whole mesh), a sum, large enough; SHARD_SHARED_REDUCE=0 turns it off.
+bool use_shared_reduce(const Mesh& mesh, const CollectiveSpec& s, std::size_t bytes, bool is_bool) {
+  // Called by every rank of the mesh for the same collective (before its groups are walked).
+  static const bool enabled = [] {
+    const char* e = std::getenv("SHARD_SHARED_REDUCE");
+    return !(e && std::string(e) == "0");
+  }();
+  if (!enabled || is_bool || (s.op != ReduceOp::kSum && s.op != ReduceOp::kMean) || s.group_size < 2) return false;
+  (void)bytes;
+  return mesh.comms().groups_share_node(s.axes);  // collective over the mesh's ranks the first time
+}
+
+/// The sum over the group of acc, in place, through a shared window: every rank writes its
+/// block into its slot; after a barrier each sums its 1/n of the elements over the slots (in
+/// slot order: the same bits on every rank) into slot 0; after another each copies the sum.
+/// Two windows alternate, so a rank writing the next sum cannot overwrite a slot another rank
+/// still reads (it must pass that sum's first barrier, which the reader reaches only after
+/// copying). Windows are sized in powers of two and cached by the mesh.
+template <typename T>
+void shared_reduce(const Mesh& mesh, const CollectiveSpec& s, Tensor<T>& acc, const std::source_location& where) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, std::vector<int>>, unsigned> calls;
+  unsigned parity = 0;
+  {
+    std::lock_guard lock(mutex);
+    parity = calls[{&mesh.comms(), s.axes}]++ & 1u;
+  }
+  std::size_t cap = kSharedReduceMin;
+  while (cap < acc.bytes()) cap <<= 1;
+  SharedWindow& w = mesh.comms().shared_window(s.axes, parity ? "shard.psum.1" : "shard.psum.0", cap);
+  w.axes_text = s.axes_text;
+  const std::int64_t len = acc.size();
+  T* mine = reinterpret_cast<T*>(w.base + static_cast<std::size_t>(w.index) * w.bytes);
+  std::memcpy(mine, acc.data(), acc.bytes());
+  shared_window_barrier(mesh, w, s.name, where);
+  const std::int64_t lo = len * w.index / w.size, hi = len * (w.index + 1) / w.size;
+  T* __restrict sum = reinterpret_cast<T*>(w.base) + lo;
+  for (int r = 1; r < w.size; ++r) {
+    const T* __restrict other = reinterpret_cast<const T*>(w.base + static_cast<std::size_t>(r) * w.bytes) + lo;
+    for (std::int64_t i = 0; i < hi - lo; ++i) sum[i] += other[i];
+  }
+  shared_window_barrier(mesh, w, s.name, where);
+  std::memcpy(acc.data(), w.base, acc.bytes());
+}
+
 // ---- psum / pmean / pmax / pmin: Allreduce in place on the locally combined block.
 template <typename T>
-void run_reduce(const CollectiveSpec& s, const DeviceGroup& g, const std::vector<Member>& m,
-                std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs) {
+void run_reduce(const Mesh& mesh, const CollectiveSpec& s, const DeviceGroup& g, const std::vector<Member>& m,
+                std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs, bool shared_ok,
+                const std::source_location& where) {
   Tensor<T> acc = std::move(ins[m[0].local]);
   for (std::size_t i = 1; i < m.size(); ++i) combine(acc, ins[m[i].local], s.op);
-  if (!g.comm.is_null()) {
+  if (!g.comm.is_null() && shared_ok && acc.bytes() >= kSharedReduceMin) {
+    acc.detach_if_aliased();
+    shared_reduce(mesh, s, acc, where);
+    comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(acc.bytes()));
+  } else if (!g.comm.is_null()) {
     const int c = count_of(acc.size(), s);
     mpi_call(
         s, g, "MPI_Allreduce",
@@ -495,11 +556,12 @@ void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::ve
   outs.resize(ins.size());
   const Topology& topo = mesh.topology();
   const Inputs<T> in = [&](int l) -> const Tensor<T>& { return ins[l]; };
+  const bool shared_ok = s.kind == CollectiveKind::kReduce && use_shared_reduce(mesh, s, 0, std::is_same_v<T, bool>);
   for (const auto& g : mesh.comms().groups(s.axes)) {
     const auto m = members_of(g, devices);
     if (m.empty()) continue;
     switch (s.kind) {
-      case CollectiveKind::kReduce: run_reduce(s, g, m, ins, outs); break;
+      case CollectiveKind::kReduce: run_reduce(mesh, s, g, m, ins, outs, shared_ok, where); break;
       case CollectiveKind::kAllGather: run_all_gather(s, g, m, topo, in, outs); break;
       case CollectiveKind::kPsumScatter: run_psum_scatter(s, g, m, topo, ins, outs); break;
       case CollectiveKind::kAllToAll: run_all_to_all(s, g, m, topo, in, outs); break;

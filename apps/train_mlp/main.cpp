@@ -5,6 +5,7 @@
 //   mpirun -n 4 train_mlp --dataset synthetic --layers 784,1024,1024,1024,10 --batch 1024
 //   mpirun -n 2 train_mlp --checkpoint-dir ckpt --epochs 1 && mpirun -n 4 train_mlp --checkpoint-dir ckpt --resume
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -24,6 +25,13 @@
 namespace {
 
 using train::Dataset;
+
+/// This process's peak resident memory (getrusage), in MB.
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
 
 struct Config {
   std::string dataset = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist", mesh_text, layers_text;
@@ -239,9 +247,10 @@ int run(shard::Runtime& rt, Config& c) {
   if (c.json) {
     std::snprintf(line, sizeof line,
                   "{\"summary\": true, \"steps\": %lld, \"samples\": %lld, \"train_seconds\": %.3f, "
-                  "\"samples_per_second\": %.1f, \"mesh\": \"data=%d,model=%d\", \"ranks\": %d, \"devices_per_rank\": %d, ",
+                  "\"samples_per_second\": %.1f, \"mesh\": \"data=%d,model=%d\", \"ranks\": %d, \"devices_per_rank\": %d, "
+                  "\"peak_rss_mb\": %.1f, ",
                   static_cast<long long>(step), static_cast<long long>(total_samples), total_train_s, sps, data, model,
-                  rt.process_count(), rt.devices_per_rank());
+                  rt.process_count(), rt.devices_per_rank(), peak_rss_mb());
     shard::apps::print0(rt, line + ("\"hosts_by_data\": \"" + placement + "\", \"grad_sync\": \"" + (data == 1 ? "none" : shared ? "shared-memory" : "mpi") + "\", \"step\": \"" + c.step + "\"}\n"));
   } else {
     std::snprintf(line, sizeof line, "done: %lld steps, %.0f samples/s over %.2f s of training\n",
