@@ -445,6 +445,51 @@ TYPED_TEST(Collectives, Ppermute) { for_every_mesh<TypeParam>(500, {kPpermute});
 
 // ---------------------------------------------------------------- untyped tests
 
+// Large sums: on one node with one device per rank they go through group-shared memory
+// (collective_exec.cpp), otherwise through MPI; the results are the same sums, and the two
+// alternating windows keep repeated calls of different sizes apart.
+SHARD_MPI_TEST(Collectives, LargeSumsOnEveryAxis) {
+  const int n = runtime().device_count();
+  const auto f2 = factorisations(n, 2);
+  const Mesh mesh = make_mesh(f2[f2.size() / 2], {"a", "b"});
+  std::uint64_t seed = 77;
+  for (const std::int64_t len : {std::int64_t{20000}, std::int64_t{9001}, std::int64_t{70001}}) {
+    for (const auto& axes : {SpecEntry("a"), SpecEntry("b"), SpecEntry({"a", "b"})}) {
+      // Device d's block: rows d of a (devices, len) host array.
+      const Tensor<double> host = random_tensor<double>({n, len}, seed++);
+      const auto x = device_put(host, NamedSharding(mesh, P(SpecEntry({"a", "b"}))));
+      const auto out = shard_map(mesh, P(SpecEntry({"a", "b"})), {P(SpecEntry({"a", "b"})), P(SpecEntry({"a", "b"}))},
+                                 [&](const Tensor<double>& b) {
+                                   return std::make_tuple(psum(b, axes), pmean(b * 2.0, axes));
+                                 })(x);
+      const Tensor<double> got = std::get<0>(out).to_host(), got_mean = std::get<1>(out).to_host();
+      // The reference: the sum over the devices of each group (same coordinates off `axes`).
+      for (int d = 0; d < n; ++d) {
+        const auto cd = mesh.coords(mesh.device_ids()[d]);
+        std::vector<int> members;
+        for (int e = 0; e < n; ++e) {
+          const auto ce = mesh.coords(mesh.device_ids()[e]);
+          bool same = true;
+          for (int k = 0; k < 2; ++k) {
+            const bool in = std::find(axes.axes().begin(), axes.axes().end(), mesh.axis_names()[k]) != axes.axes().end();
+            if (!in && ce[k] != cd[k]) same = false;
+          }
+          if (same) members.push_back(e);
+        }
+        double worst = 0;
+        for (std::int64_t i = 0; i < len; ++i) {
+          double want = 0;
+          for (int e : members) want += host[e * len + i];
+          worst = std::max(worst, std::abs(got[d * len + i] - want) / std::max(1.0, std::abs(want)));
+          worst = std::max(worst, std::abs(got_mean[d * len + i] - 2.0 * want / members.size()) /
+                                      std::max(1.0, std::abs(want)));
+        }
+        EXPECT_LT(worst, 1e-12) << "len " << len << " axes " << axes.to_string() << " device " << d;
+      }
+    }
+  }
+}
+
 SHARD_MPI_TEST(Collectives, AxisIndexAndAxisSize) {
   for (const Mesh& mesh : test_meshes()) {
     auto choices = axis_choices(mesh);
