@@ -402,11 +402,16 @@ Tensor<T> where(const Tensor<bool>& cond, const Tensor<T>& a, const Tensor<T>& b
     return out;
   }
   if (cond.shape() == shape && (a.shape() == shape || a.size() == 1) && (b.shape() == shape || b.size() == 1)) {
-    if (a.size() == 1 && a.shape() != shape) select_svv(out.size(), pc, pa[0], pb, po, true);  // relu'-like masks
-    else if (b.size() == 1) select_svv(out.size(), pc, pb[0], pa, po, false);
-    else select_vvv(out.size(), pc, pa, pb, po);
-    if (a.size() == 1 && a.shape() != shape && b.size() == 1 && b.shape() != shape)
+    const bool sa = a.shape() != shape, sb = b.shape() != shape;  // size 1, broadcast
+    if (sa && sb) {
       for (std::int64_t i = 0; i < out.size(); ++i) po[i] = pc[i] ? pa[0] : pb[0];
+    } else if (sa) {
+      select_svv(out.size(), pc, pa[0], pb, po, true);
+    } else if (sb) {
+      select_svv(out.size(), pc, pb[0], pa, po, false);  // relu'-like masks
+    } else {
+      select_vvv(out.size(), pc, pa, pb, po);
+    }
     return out;
   }
   const std::array<Shape, 3> st{detail::broadcast_strides(cond.shape(), shape),

@@ -265,6 +265,15 @@ TEST(TensorOps, WhereAndClip) {
   const auto z = where(x > 0.f, 1, 0);  // two scalars: an int32 array of the condition's shape
   static_assert(std::is_same_v<decltype(z), const Tensor<std::int32_t>>);
   for (std::int64_t i = 0; i < x.size(); ++i) EXPECT_EQ(z[i], x[i] > 0 ? 1 : 0);
+  // Large arrays with each operand a scalar (the fast paths): nothing past a scalar is read.
+  const Tensor<float> big = rnd<float>({200000}, 40), other = rnd<float>({200000}, 41);
+  const Tensor<bool> cb = big > 0.f;
+  const auto s1 = where(cb, 2.5f, other), s2 = where(cb, other, -1.5f), s3 = where(cb, 2.5f, -1.5f);
+  for (std::int64_t i = 0; i < big.size(); ++i) {
+    EXPECT_EQ(s1[i], cb[i] ? 2.5f : other[i]);
+    EXPECT_EQ(s2[i], cb[i] ? other[i] : -1.5f);
+    EXPECT_EQ(s3[i], cb[i] ? 2.5f : -1.5f);
+  }
 }
 
 // ---------------------------------------------------------------- reductions
