@@ -1,5 +1,5 @@
-// The autodiff tape (autodiff.hpp, detail/tape.hpp): ids, the backward pass, and the
-// recorders of ops defined inline in headers.
+// The autodiff tape (autodiff.hpp, detail/tape.hpp): ids, the backward pass, the recorders
+// of ops defined inline in headers, and the op names (also the kernels' error messages).
 
 #include <atomic>
 

@@ -40,18 +40,8 @@ namespace {
 #define SHARD_SIMD_CLONES
 #endif
 
-const char* op_name(BinaryOp op) {
-  static const char* kNames[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum",
-                                 "power", "and", "or", "xor", "floor_divide", "remainder"};
-  return kNames[static_cast<int>(op)];
-}
-
-const char* op_name(UnaryOp op) {
-  static const char* kNames[] = {"exp", "log", "sin", "cos", "tanh", "relu", "sqrt", "abs", "negative", "square",
-                                 "log1p", "expm1", "rsqrt", "sign", "sigmoid", "reciprocal", "floor", "ceil",
-                                 "round", "erf", "logical_not"};
-  return kNames[static_cast<int>(op)];
-}
+const char* op_name(BinaryOp op) { return detail::binary_op_name(op); }
+const char* op_name(UnaryOp op) { return detail::unary_op_name(op); }
 
 // ---------------------------------------------------------------- loops
 

@@ -173,10 +173,7 @@ void reduce_middle(const T* in, const detail::ThreeDims& v, ReduceKind kind, A* 
   }
 }
 
-const char* kind_name(ReduceKind k) {
-  static const char* kNames[] = {"sum", "mean", "max", "min", "prod"};
-  return kNames[static_cast<int>(k)];
-}
+const char* kind_name(ReduceKind k) { return detail::reduce_op_name(k); }
 
 Shape reduced_shape(const Shape& shape, const std::vector<int>& dims, bool keepdims) {
   Shape out;

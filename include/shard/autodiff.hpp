@@ -35,6 +35,10 @@
 ///     masks, argmax) are constants. An op without a rule for a tracked input (map, pmax of a
 ///     tracked value, a strided slice of a sharded array) raises ValueError naming the op:
 ///     a wrong gradient is never returned.
+///   - A shard_map body must receive every differentiated array as an argument: one it
+///     captures instead raises ValueError (its gradient could not flow back). axis_index
+///     returns an int, so arrays built from it inside a body (full, arange) are constants
+///     invariant over every axis; a varying value should come from an argument.
 ///   - Arrays a differentiated function uses must not be modified in place while the tape
 ///     lives (residuals alias them, as in JAX where arrays are immutable).
 

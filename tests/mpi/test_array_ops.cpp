@@ -13,14 +13,7 @@
 namespace shard::testing {
 namespace {
 
-std::vector<Mesh> meshes() {
-  const int n = runtime().device_count();
-  std::vector<Mesh> out{make_mesh({n}, {"a"})};
-  const auto f2 = factorisations(n, 2);
-  out.push_back(make_mesh(f2[f2.size() / 2], {"a", "b"}));
-  if (n >= 4) out.push_back(make_mesh(factorisations(n, 3)[1], {"a", "b", "c"}));
-  return out;
-}
+std::vector<Mesh> meshes() { return abc_meshes(runtime().device_count()); }
 
 /// Named axes of a mesh: a; b (None on a 1-D mesh); ab = (a, b).
 struct Names {

@@ -19,33 +19,13 @@
 namespace shard::testing {
 namespace {
 
-std::vector<Mesh> meshes() {
-  const int n = runtime().device_count();
-  std::vector<Mesh> out{make_mesh({n}, {"a"})};
-  const auto f2 = factorisations(n, 2);
-  out.push_back(make_mesh(f2[f2.size() / 2], {"a", "b"}));
-  if (n >= 4) out.push_back(make_mesh(factorisations(n, 3)[1], {"a", "b", "c"}));
-  return out;
-}
+std::vector<Mesh> meshes() { return abc_meshes(runtime().device_count()); }
 
 /// Random values in [-1, 1) (never all zeros or ones), the same on every rank.
 Tensor<double> small_random(const Shape& shape, std::uint64_t seed) {
   Tensor<double> t = random_tensor<double>(shape, seed);
   for (auto& v : t) v *= 0.01;
   return t;
-}
-
-/// A random spec for an array of `rank` dims on `mesh`: each mesh axis goes to a random dim
-/// or nowhere (never two entries with the same axis).
-PartitionSpec random_spec(const Mesh& mesh, int rank, std::mt19937_64& rng) {
-  std::vector<std::vector<std::string>> dims(static_cast<std::size_t>(rank));
-  for (const auto& name : mesh.axis_names()) {
-    const auto pick = static_cast<int>(rng() % static_cast<std::uint64_t>(rank + 1));
-    if (pick < rank) dims[static_cast<std::size_t>(pick)].push_back(name);
-  }
-  std::vector<SpecEntry> entries;
-  for (auto& d : dims) entries.push_back(d.empty() ? SpecEntry() : SpecEntry(d));
-  return PartitionSpec(std::move(entries));
 }
 
 // ---------------------------------------------------------------- random programs

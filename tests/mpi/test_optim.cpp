@@ -24,17 +24,6 @@ std::vector<Mesh> meshes() {
   return out;
 }
 
-PartitionSpec random_spec(const Mesh& mesh, int rank, std::mt19937_64& rng) {
-  std::vector<std::vector<std::string>> dims(static_cast<std::size_t>(rank));
-  for (const auto& name : mesh.axis_names()) {
-    const auto pick = static_cast<int>(rng() % static_cast<std::uint64_t>(rank + 1));
-    if (pick < rank) dims[static_cast<std::size_t>(pick)].push_back(name);
-  }
-  std::vector<SpecEntry> entries;
-  for (auto& d : dims) entries.push_back(d.empty() ? SpecEntry() : SpecEntry(d));
-  return PartitionSpec(std::move(entries));
-}
-
 /// The reference: optax / PyTorch in float64 on host arrays.
 struct Reference {
   Optimizer::Config c;

@@ -235,4 +235,27 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+/// Meshes over every device: 1-D ("a"), 2-D ("a", "b", the middle factorisation) and, from 4
+/// devices, 3-D ("a", "b", "c").
+inline std::vector<Mesh> abc_meshes(int n) {
+  std::vector<Mesh> out{make_mesh({n}, {"a"})};
+  const auto f2 = factorisations(n, 2);
+  out.push_back(make_mesh(f2[f2.size() / 2], {"a", "b"}));
+  if (n >= 4) out.push_back(make_mesh(factorisations(n, 3)[1], {"a", "b", "c"}));
+  return out;
+}
+
+/// A random spec for an array of `rank` dims on `mesh`: each mesh axis goes to a random dim or
+/// nowhere (never two entries with the same axis).
+inline PartitionSpec random_spec(const Mesh& mesh, int rank, std::mt19937_64& rng) {
+  std::vector<std::vector<std::string>> dims(static_cast<std::size_t>(rank));
+  for (const auto& name : mesh.axis_names()) {
+    const auto pick = static_cast<int>(rng() % static_cast<std::uint64_t>(rank + 1));
+    if (pick < rank) dims[static_cast<std::size_t>(pick)].push_back(name);
+  }
+  std::vector<SpecEntry> entries;
+  for (auto& d : dims) entries.push_back(d.empty() ? SpecEntry() : SpecEntry(d));
+  return PartitionSpec(std::move(entries));
+}
+
 }  // namespace shard::testing
