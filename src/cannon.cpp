@@ -11,6 +11,7 @@
 // batch elements in one message; each step runs one product per batch element.
 
 #include <algorithm>
+#include <optional>
 
 #include "shard/comm_stats.hpp"
 #include "shard/detail/local_gemm.hpp"
@@ -113,7 +114,8 @@ ShardedArray<T> cannon(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Ca
   const PartitionSpec cspec = a.spec();
   const PartitionSpec bspec = rb == 2 ? P(er[0], ec[0]) : cspec;
   const NamedSharding s(mesh, cspec), sb(mesh, bspec);
-  const ShardedArray<T> b = b_in.spec() == bspec ? b_in : reshard(b_in, sb);
+  std::optional<ShardedArray<T>> moved_b;
+  const ShardedArray<T>& b = b_in.spec() == bspec ? b_in : moved_b.emplace(reshard(b_in, sb));
   const std::int64_t M = a.shape()[ra - 2], K = a.shape()[ra - 1], N = b.shape()[rb - 1];
   const std::int64_t mb = (M + q - 1) / q, kb = (K + q - 1) / q, nb = (N + q - 1) / q;
 

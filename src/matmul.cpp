@@ -6,6 +6,7 @@
 #include "shard/matmul.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -106,8 +107,9 @@ ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>&
   const MatmulPlan p = plan_matmul(a.shape(), a.sharding(), b.shape(), b.sharding(), sizeof(T));
   const Mesh& mesh = a.mesh();
   const NamedSharding want_a(mesh, p.a), want_b(mesh, p.b);
-  const ShardedArray<T> la = a.sharding() == want_a ? a : reshard(a, want_a);
-  const ShardedArray<T> lb = b.sharding() == want_b ? b : reshard(b, want_b);
+  std::optional<ShardedArray<T>> moved_a, moved_b;  // the operands where the plan needs them (no copy when already there)
+  const ShardedArray<T>& la = a.sharding() == want_a ? a : moved_a.emplace(reshard(a, want_a));
+  const ShardedArray<T>& lb = b.sharding() == want_b ? b : moved_b.emplace(reshard(b, want_b));
   Shape c_shape(a.shape().begin(), a.shape().end() - 1);
   c_shape.push_back(b.shape().back());
   const NamedSharding natural(mesh, p.out);

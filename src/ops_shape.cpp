@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "ops_internal.hpp"
 #include "shard/detail/vjp_rules.hpp"
@@ -204,7 +205,8 @@ ShardedArray<T> reshape(const ShardedArray<T>& a, Shape shape) {
     else
       for (int d = g.i0; d < g.i1; ++d) gather.push_back(d);
   }
-  const ShardedArray<T> g = gather.empty() ? a : reshard(a, without_dims(a.sharding(), gather));
+  std::optional<ShardedArray<T>> gathered;
+  const ShardedArray<T>& g = gather.empty() ? a : gathered.emplace(reshard(a, without_dims(a.sharding(), gather)));
   const NamedSharding out(a.mesh(), PartitionSpec(std::move(entries)));
   std::vector<Tensor<T>> blocks;
   for (const auto& s : g.addressable_shards()) blocks.push_back(s.data.reshaped(out.box(s.device, resolved).extent));

@@ -489,7 +489,7 @@ ShardedArray<T> prepare_argument(const Mesh& mesh, const PartitionSpec& spec, co
   check_same_devices(mesh, x.mesh(), "shard_map argument " + std::to_string(i));
   check_in_spec_divides(mesh, spec, x.shape(), i);
   const NamedSharding want(mesh, spec);
-  return x.sharding() == want ? x : reshard(x, want);
+  return x.sharding() == want ? x.alias() : reshard(x, want);  // the body reads its blocks: no copy
 }
 
 void run_on_devices(const Mesh& mesh, const std::function<void(DeviceContext&)>& body) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "shard/comm_stats.hpp"
 #include "shard/detail/local_gemm.hpp"
@@ -43,7 +44,8 @@ ShardedArray<T> summa(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Sum
   const int rpos = mesh.axis_position(er[0]), cpos = mesh.axis_position(ec[0]);
   const int p = mesh.shape()[rpos], q = mesh.shape()[cpos];
   const NamedSharding s(mesh, P(er[0], ec[0]));
-  const ShardedArray<T> b = b_in.spec() == s.spec() ? b_in : reshard(b_in, s);
+  std::optional<ShardedArray<T>> moved_b;
+  const ShardedArray<T>& b = b_in.spec() == s.spec() ? b_in : moved_b.emplace(reshard(b_in, s));
   const std::int64_t M = a.shape()[0], K = a.shape()[1], N = b.shape()[1];
   const std::int64_t kba = (K + q - 1) / q, kbb = (K + p - 1) / p;
   const std::int64_t width = options.panel > 0 ? options.panel : 256;

@@ -217,10 +217,11 @@ struct Bench {
       shard_once(c, x, in, result);
       const Tensor<T> got = left();
       raw_once(c, x, in, result);
-      // psum may add in another order than MPI's Allreduce (through group-shared memory on one
-      // node: slot order), so its floating sums agree to rounding; everything else bit for bit.
+      // psum and psum_scatter may add in another order than MPI's (through group-shared memory
+      // on one node: slot order), so their floating sums agree to rounding; everything else bit
+      // for bit.
       int same = got == left() ? 1 : 0;
-      if (!same && c == "psum" && std::is_floating_point_v<T> && got.shape() == left().shape()) {
+      if (!same && (c == "psum" || c == "psum_scatter") && std::is_floating_point_v<T> && got.shape() == left().shape()) {
         // Rounding of a sum of n terms: n eps of the largest term, whatever their signs.
         double big = 0;
         for (const T v : x) big = std::max(big, std::abs(static_cast<double>(v)));

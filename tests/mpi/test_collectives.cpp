@@ -490,6 +490,59 @@ SHARD_MPI_TEST(Collectives, LargeSumsOnEveryAxis) {
   }
 }
 
+/// psum_scatter and all_gather over dim 0 (tiled) of blocks past and below the size at which
+/// psum_scatter goes through group-shared memory (one device per rank, groups on one node), on
+/// every axis of a 2-D mesh, against the host's sums and concatenations.
+SHARD_MPI_TEST(Collectives, LargeScattersAndGathersOnEveryAxis) {
+  const int n = runtime().device_count();
+  const auto f2 = factorisations(n, 2);
+  const Mesh mesh = make_mesh(f2[f2.size() / 2], {"a", "b"});
+  const std::int64_t rows = 2 * n;  // divisible by every group size
+  std::uint64_t seed = 91;
+  for (const std::int64_t cols : {std::int64_t{3}, std::int64_t{2500}, std::int64_t{4099}}) {
+    for (const auto& axes : {SpecEntry("a"), SpecEntry("b"), SpecEntry({"a", "b"})}) {
+      // Device d's block: rows [d * rows, (d + 1) * rows) of a (devices * rows, cols) host array.
+      const Tensor<double> host = random_tensor<double>({n * rows, cols}, seed++);
+      const PartitionSpec every(SpecEntry({"a", "b"}), None);
+      const auto x = device_put(host, NamedSharding(mesh, every));
+      const auto out = shard_map(mesh, every, {every, every}, [&](const Tensor<double>& b) {
+        return std::make_tuple(psum_scatter(b, axes, 0, true), all_gather(b, axes, 0, true));
+      })(x);
+      const Tensor<double> scattered = std::get<0>(out).to_host(), gathered = std::get<1>(out).to_host();
+      for (int d = 0; d < n; ++d) {
+        const auto cd = mesh.coords(mesh.device_ids()[d]);
+        std::vector<int> members;  // d's group in position order
+        for (int e = 0; e < n; ++e) {
+          const auto ce = mesh.coords(mesh.device_ids()[e]);
+          bool same = true;
+          for (int k = 0; k < 2; ++k) {
+            const bool in = std::find(axes.axes().begin(), axes.axes().end(), mesh.axis_names()[k]) != axes.axes().end();
+            if (!in && ce[k] != cd[k]) same = false;
+          }
+          if (same) members.push_back(e);
+        }
+        const auto g = static_cast<std::int64_t>(members.size());
+        const std::int64_t pos = std::find(members.begin(), members.end(), d) - members.begin();
+        const std::int64_t chunk = rows / g;
+        double worst = 0;
+        for (std::int64_t i = 0; i < chunk; ++i)
+          for (std::int64_t j = 0; j < cols; ++j) {
+            double want = 0;
+            for (int e : members) want += host[((e * rows) + pos * chunk + i) * cols + j];
+            const double got = scattered[((d * chunk) + i) * cols + j];
+            worst = std::max(worst, std::abs(got - want) / std::max(1.0, std::abs(want)));
+          }
+        EXPECT_LT(worst, 1e-12) << "psum_scatter cols " << cols << " axes " << axes.to_string() << " device " << d;
+        std::int64_t wrong = 0;
+        for (std::int64_t p = 0; p < g; ++p)
+          for (std::int64_t i = 0; i < rows * cols; ++i)
+            wrong += gathered[(d * g * rows + p * rows) * cols + i] != host[members[p] * rows * cols + i];
+        EXPECT_EQ(wrong, 0) << "all_gather cols " << cols << " axes " << axes.to_string() << " device " << d;
+      }
+    }
+  }
+}
+
 SHARD_MPI_TEST(Collectives, AxisIndexAndAxisSize) {
   for (const Mesh& mesh : test_meshes()) {
     auto choices = axis_choices(mesh);
