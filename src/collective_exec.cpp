@@ -650,12 +650,61 @@ void execute_gather_like(const Mesh& mesh, const CollectiveSpec& s, const std::v
   }
 }
 
+template <typename T>
+void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
+                                 const std::vector<Tensor<T>*>& blocks, const std::source_location& where) {
+  if (s.kind != CollectiveKind::kAllGather || !s.tiled || s.dim != 0)
+    raise<ValueError>("execute_all_gather_in_place: ", s.name, " must be a tiled all_gather over dim 0");
+  check_dtype<T>(s);
+  if (collective_guard_on()) [[unlikely]]
+    guard_collective(mesh, s, devices, where);
+  const std::int64_t be = num_elements(s.in_shape);
+  const auto chunk_bytes = static_cast<std::size_t>(be) * sizeof(T);
+  for (std::size_t i = 0; i < blocks.size(); ++i)
+    if (blocks[i]->shape() != s.out_shape)
+      raise<ShapeError>(s.name, ": block of device ", devices[i], " has shape ", to_string(blocks[i]->shape()),
+                        ", expected ", to_string(s.out_shape));
+  for (const auto& g : mesh.comms().groups(s.axes)) {
+    const auto m = members_of(g, devices);
+    if (m.empty() || be == 0) continue;
+    if (g.comm.is_null()) {  // the whole group is local: each member's chunk to the others
+      for (const auto& from : m)
+        for (const auto& to : m)
+          if (from.local != to.local)
+            std::memcpy(blocks[to.local]->data() + from.pos * be, blocks[from.local]->data() + from.pos * be,
+                        chunk_bytes);
+      continue;
+    }
+    if (g.ranks.size() == g.devices.size()) {  // one device per rank: the MPI call fills the block
+      const int c = count_of(be, s);
+      T* buf = blocks[m[0].local]->data();
+      mpi_call(
+          s, g, "MPI_Allgather",
+          [&] { return MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c, mpi::datatype<T>(), g.comm.get()); },
+          [&](MPI_Request* r) {
+            return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c, mpi::datatype<T>(), g.comm.get(), r);
+          });
+      comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(chunk_bytes));
+      continue;
+    }
+    // Several devices per rank: the general all_gather of each member's chunk, copied back.
+    std::vector<Tensor<T>> chunks(blocks.size());
+    for (const auto& mm : m) chunks[mm.local] = Tensor<T>::borrow(blocks[mm.local]->data() + mm.pos * be, s.in_shape);
+    const Inputs<T> in = [&](int l) -> const Tensor<T>& { return chunks[l]; };
+    std::vector<Tensor<T>> outs(blocks.size());
+    run_all_gather(s, g, m, mesh.topology(), in, outs);
+    for (const auto& mm : m) std::memcpy(blocks[mm.local]->data(), outs[mm.local].data(), blocks[mm.local]->bytes());
+  }
+}
+
 #define SHARD_INSTANTIATE_EXEC(T)                                                                          \
   template void execute_gather_like<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,                \
                                        const std::vector<const Tensor<T>*>&, std::vector<Tensor<T>>&,            \
                                        const std::source_location&);                                             \
   template void execute_collective<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,                 \
-                                      std::vector<Tensor<T>>&, std::vector<Tensor<T>>&, const std::source_location&);
+                                      std::vector<Tensor<T>>&, std::vector<Tensor<T>>&, const std::source_location&); \
+  template void execute_all_gather_in_place<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,        \
+                                               const std::vector<Tensor<T>*>&, const std::source_location&);
 SHARD_INSTANTIATE_EXEC(bool)
 SHARD_INSTANTIATE_EXEC(float)
 SHARD_INSTANTIATE_EXEC(double)

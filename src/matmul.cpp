@@ -102,24 +102,14 @@ MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape
   return best;
 }
 
+/// C from each local device's product block under plan p: the blocks summed over the plan's
+/// contracting axes and placed as `out` (nullptr: p.out). A psum_scatter when `out` splits
+/// exactly one dim of C further over the contracting axes (each device sums only the rows it
+/// keeps); otherwise a psum, then a reshard if `out` differs from p.out.
 template <typename T>
-ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out) {
-  const MatmulPlan p = plan_matmul(a.shape(), a.sharding(), b.shape(), b.sharding(), sizeof(T));
-  const Mesh& mesh = a.mesh();
-  const NamedSharding want_a(mesh, p.a), want_b(mesh, p.b);
-  std::optional<ShardedArray<T>> moved_a, moved_b;  // the operands where the plan needs them (no copy when already there)
-  const ShardedArray<T>& la = a.sharding() == want_a ? a : moved_a.emplace(reshard(a, want_a));
-  const ShardedArray<T>& lb = b.sharding() == want_b ? b : moved_b.emplace(reshard(b, want_b));
-  Shape c_shape(a.shape().begin(), a.shape().end() - 1);
-  c_shape.push_back(b.shape().back());
+ShardedArray<T> place_product(const Mesh& mesh, const MatmulPlan& p, const Shape& c_shape, const std::vector<int>& devices,
+                              std::vector<Tensor<T>>& blocks, const NamedSharding* out) {
   const NamedSharding natural(mesh, p.out);
-
-  std::vector<Tensor<T>> blocks;
-  std::vector<int> devices;
-  for (std::size_t i = 0; i < la.addressable_shards().size(); ++i) {
-    blocks.push_back(matmul(la.addressable_shards()[i].data, lb.addressable_shards()[i].data));
-    devices.push_back(la.addressable_shards()[i].device);
-  }
   auto assemble = [&](std::vector<Tensor<T>>& data, const NamedSharding& s) {
     std::vector<Shard<T>> shards;
     for (std::size_t i = 0; i < devices.size(); ++i)
@@ -158,6 +148,25 @@ ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>&
   return out && !(*out == natural) ? reshard(c, *out) : c;
 }
 
+template <typename T>
+ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out) {
+  const MatmulPlan p = plan_matmul(a.shape(), a.sharding(), b.shape(), b.sharding(), sizeof(T));
+  const Mesh& mesh = a.mesh();
+  const NamedSharding want_a(mesh, p.a), want_b(mesh, p.b);
+  std::optional<ShardedArray<T>> moved_a, moved_b;  // the operands where the plan needs them (no copy when already there)
+  const ShardedArray<T>& la = a.sharding() == want_a ? a : moved_a.emplace(reshard(a, want_a));
+  const ShardedArray<T>& lb = b.sharding() == want_b ? b : moved_b.emplace(reshard(b, want_b));
+  Shape c_shape(a.shape().begin(), a.shape().end() - 1);
+  c_shape.push_back(b.shape().back());
+  std::vector<Tensor<T>> blocks;
+  std::vector<int> devices;
+  for (std::size_t i = 0; i < la.addressable_shards().size(); ++i) {
+    blocks.push_back(matmul(la.addressable_shards()[i].data, lb.addressable_shards()[i].data));
+    devices.push_back(la.addressable_shards()[i].device);
+  }
+  return place_product(mesh, p, c_shape, devices, blocks, out);
+}
+
 namespace detail {
 
 template <Dtype T>
@@ -171,8 +180,8 @@ NamedSharding transposed(const NamedSharding& s) {
 }
 
 template <Dtype T>
-ShardedArray<T> matmul_t(const ShardedArray<T>& a, bool ta, const ShardedArray<T>& b, bool tb) {
-  auto fallback = [&] { return matmul(ta ? transpose(a) : a, tb ? transpose(b) : b); };
+ShardedArray<T> matmul_t(const ShardedArray<T>& a, bool ta, const ShardedArray<T>& b, bool tb, const NamedSharding* out) {
+  auto fallback = [&] { return matmul(ta ? transpose(a) : a, tb ? transpose(b) : b, out); };
   if (a.ndim() != 2 || b.ndim() != 2 || !(a.mesh() == b.mesh())) return fallback();
   const NamedSharding sa = ta ? transposed(a.sharding()) : a.sharding();
   const NamedSharding sb = tb ? transposed(b.sharding()) : b.sharding();
@@ -184,30 +193,19 @@ ShardedArray<T> matmul_t(const ShardedArray<T>& a, bool ta, const ShardedArray<T
   if (choose_algorithm(as, sa, bs, sb) != Algorithm::kRules) return fallback();
   const MatmulPlan p = plan_matmul(as, sa, bs, sb, sizeof(T));
   if (!(p.a == sa.spec()) || !(p.b == sb.spec())) return fallback();
-  const Mesh& mesh = a.mesh();
   const Shape c_shape{as[0], bs[1]};
-  const NamedSharding natural(mesh, p.out);
   std::vector<Tensor<T>> blocks;
   std::vector<int> devices;
   for (std::size_t i = 0; i < a.addressable_shards().size(); ++i) {
     blocks.push_back(matmul_t(a.addressable_shards()[i].data, ta, b.addressable_shards()[i].data, tb));
     devices.push_back(a.addressable_shards()[i].device);
   }
-  std::vector<Tensor<T>> outs;
-  if (!p.contract.is_none()) {
-    CollectiveSpec spec = reduce_spec(mesh, ReduceOp::kSum, p.contract, natural.shard_shape(c_shape));
-    spec.dtype = dtype_name<T>();
-    execute_collective<T>(mesh, spec, devices, blocks, outs);
-  } else {
-    outs = std::move(blocks);
-  }
-  std::vector<Shard<T>> shards;
-  for (std::size_t i = 0; i < devices.size(); ++i)
-    shards.push_back(Shard<T>{devices[i], natural.box(devices[i], c_shape), std::move(outs[i])});
-  return ShardedArray<T>(c_shape, natural, std::move(shards));
+  return place_product(a.mesh(), p, c_shape, devices, blocks, out);
 }
-template ShardedArray<float> matmul_t<float>(const ShardedArray<float>&, bool, const ShardedArray<float>&, bool);
-template ShardedArray<double> matmul_t<double>(const ShardedArray<double>&, bool, const ShardedArray<double>&, bool);
+template ShardedArray<float> matmul_t<float>(const ShardedArray<float>&, bool, const ShardedArray<float>&, bool,
+                                            const NamedSharding*);
+template ShardedArray<double> matmul_t<double>(const ShardedArray<double>&, bool, const ShardedArray<double>&, bool,
+                                              const NamedSharding*);
 
 }  // namespace detail
 

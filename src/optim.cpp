@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "shard/detail/collective.hpp"
 #include "shard/error.hpp"
 #include "shard/ops.hpp"
 #include "shard/reshard.hpp"
@@ -220,6 +221,10 @@ double global_norm(const std::vector<ShardedArray<T>>& xs) {
   return std::sqrt(sh.empty() ? 0.0 : sh.front().data[0]);
 }
 
+GradSharding Optimizer::grad_sharding() const {
+  return [axis = c_.state_axis](const NamedSharding& s, const Shape& shape) { return state_sharding(s, shape, axis); };
+}
+
 template <typename T>
 State<T> Optimizer::init(const std::vector<ShardedArray<T>>& params) const {
   static_assert(FloatDtype<T>, "optimizers update float32 or float64 parameters");
@@ -254,11 +259,16 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
   const double lr = c_.lr(state.step);
   for (std::size_t i = 0; i < params.size(); ++i) {
     ShardedArray<T>& p = params[i];
-    std::optional<ShardedArray<T>> resharded;
-    const ShardedArray<T>& g = grads[i].sharding() == p.sharding() ? grads[i] : resharded.emplace(reshard(grads[i], p.sharding()));
     ShardedArray<T>* s0 = names.empty() ? nullptr : &state.arrays.at(key(names[0], i));
     ShardedArray<T>* s1 = names.size() > 1 ? &state.arrays.at(key(names[1], i)) : nullptr;
     const bool split = s0 && !(s0->sharding() == p.sharding());
+    // Each device reads the gradient's rows of its state: from a gradient sharded like the
+    // state (grad_sharding()) directly, else from its parameter-sharded block.
+    const bool rows_only = split && grads[i].sharding() == s0->sharding();
+    std::optional<ShardedArray<T>> resharded;
+    const ShardedArray<T>& g = grads[i].sharding() == p.sharding() || rows_only
+                                   ? grads[i]
+                                   : resharded.emplace(reshard(grads[i], p.sharding()));
     auto& ps = p.addressable_shards();
     for (std::size_t k = 0; k < ps.size(); ++k) {
       Tensor<T>& w = own(ps[k].data);
@@ -274,20 +284,20 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
       const std::int64_t row = w.shape().empty() ? 1 : w.size() / std::max<std::int64_t>(w.shape()[0], 1);
       const std::int64_t r0 = sb.offset[0] - ps[k].box.offset[0];
       const std::int64_t nr = sb.extent[0];
-      update_block(c_, nr * row, w.data() + r0 * row, gk.data() + r0 * row, m0, m1, lr, scale, state.step);
+      update_block(c_, nr * row, w.data() + r0 * row, gk.data() + (rows_only ? 0 : r0 * row), m0, m1, lr, scale,
+                   state.step);
     }
-    if (split) {  // all_gather the updated rows over the state axis
-      std::vector<Shard<T>> rows;
-      for (std::size_t k = 0; k < ps.size(); ++k) {
-        const Box& sb = s0->addressable_shards()[k].box;
-        Box rel = sb;
-        rel.offset[0] -= ps[k].box.offset[0];
-        for (std::size_t d = 1; d < rel.offset.size(); ++d) rel.offset[d] -= ps[k].box.offset[d];
-        rows.push_back(Shard<T>{ps[k].device, sb, ps[k].data.slice(rel)});
+    if (split) {  // all_gather the updated rows over the state axis, in place in each block
+      std::vector<Tensor<T>*> blocks;
+      std::vector<int> devices;
+      for (auto& s : ps) {
+        blocks.push_back(&s.data);
+        devices.push_back(s.device);
       }
-      const ShardedArray<T> mine(p.shape(), s0->sharding(), std::move(rows));
-      ShardedArray<T> full = reshard(mine, p.sharding());
-      for (std::size_t k = 0; k < ps.size(); ++k) ps[k].data = std::move(full.addressable_shards()[k].data);
+      detail::CollectiveSpec spec = detail::all_gather_spec(
+          p.mesh(), SpecEntry(c_.state_axis), s0->addressable_shards().front().data.shape(), 0, true);
+      spec.dtype = dtype_name<T>();
+      detail::execute_all_gather_in_place<T>(p.mesh(), spec, devices, blocks);
     }
   }
   ++state.step;

@@ -141,10 +141,12 @@ int run(shard::Runtime& rt, Config& c) {
                                     "group on one node (this mesh: data=", data, ", ", rt.devices_per_rank(),
                                     " devices per rank)");
   const bool hand = c.step == "hand";
-  if (!hand && c.grad_sync == "shared-memory")
-    shard::raise<shard::ValueError>("--grad-sync shared-memory is the hand-written step's (--step hand)");
   const bool shared = hand && c.grad_sync != "mpi" && shared_ok;
-  train::Model m = train::init_model(layers, mesh, keys[0], c.hyper, c.shard_optimizer_state, shared);
+  // The autodiff step on one node splits the optimizer state over 'data' too: each weight
+  // gradient is then one psum_scatter through group-shared memory (grad_sharding), each
+  // replica updates its rows, and an in-place all_gather completes the parameters.
+  const bool split_state = c.shard_optimizer_state || (!hand && c.grad_sync != "mpi" && shared_ok);
+  train::Model m = train::init_model(layers, mesh, keys[0], c.hyper, split_state, shared);
   std::int64_t step = 0;
   if (c.resume) step = train::resume(c.checkpoint_dir, m, c.hyper, c.seed, c.layers_text);
   const shard::NamedSharding rows(mesh, shard::P("data", shard::None));
@@ -161,8 +163,11 @@ int run(shard::Runtime& rt, Config& c) {
   }
   const std::string grad_sync_text =
       data == 1  ? "none (data=1)"
-      : !hand    ? std::string("psum of each weight gradient over 'data' (autodiff's transposes)") +
-                    (m.shard_state ? ", optimizer state split over 'data'" : "")
+      : !hand    ? (m.shard_state ? std::string("psum_scatter of each weight gradient over 'data' (autodiff's "
+                                             "transposes, grad_sharding), optimizer state split over 'data', "
+                                             "all_gather of the new rows")
+                                 : std::string("psum of each weight gradient over 'data' (autodiff's transposes)")) +
+                    (shared_ok ? " through group-shared memory" : "")
       : shared   ? "group-shared memory (each replica computes and updates 1/" + std::to_string(data) + " of the rows)"
       : m.shard_state ? "psum_scatter + all_gather (optimizer state split)"
                       : "psum";
@@ -297,7 +302,8 @@ int main(int argc, char** argv) {
                                   "this replica's rows, all_gather them); saves memory, slower on one host")
         ("grad-sync", po::value(&c.grad_sync)->default_value("auto"),
          "auto, shared-memory or mpi: how the gradients are reduced over 'data' (auto: shared memory when every "
-         "'data' group is on one node with one device per rank; it also splits the optimizer state over 'data')")
+         "'data' group is on one node with one device per rank; it also splits the optimizer state over 'data'; "
+         "mpi: the hand-written step's psum over MPI, and no split state for the autodiff step)")
         ("step", po::value(&c.step)->default_value("autodiff"),
          "autodiff (the model's forward pass, shard::grad and shard::optim) or hand (the hand-written backward "
          "pass and update, kept to compare)")

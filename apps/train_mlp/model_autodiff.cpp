@@ -42,10 +42,12 @@ shard::optim::Optimizer optimizer_of(const Hyper& h) {
 double train_step_autodiff(Model& m, const Hyper& h, const Array& x, const Array& y) {
   const float total = static_cast<float>(x.shape()[0]);
   auto loss = [&](const std::vector<Array>& p) { return shard::sum(row_losses(forward(p, x), y, h.classify)) / total; };
-  auto [value, grads] = shard::value_and_grad(loss)(m.params);
-  // The optimizer's state is the model's (checkpointed with it): Adam's m and v, or SGD's momentum.
   auto opt = optimizer_of(h);
   if (m.shard_state) opt.shard_state_over("data");
+  // With the state over 'data' (ZeRO-1) each replica receives only its rows of each gradient
+  // (one psum_scatter each instead of a psum).
+  auto [value, grads] = shard::value_and_grad(loss, opt.grad_sharding())(m.params);
+  // The optimizer's state is the model's (checkpointed with it): Adam's m and v, or SGD's momentum.
   shard::optim::State<float> state;
   state.step = m.step;
   const std::size_t np = m.params.size();

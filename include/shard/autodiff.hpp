@@ -75,7 +75,7 @@ namespace detail {
 
 /// A parameter as the tape's leaf: an alias of its memory, tracked.
 template <ArrayLike A>
-A make_leaf(const A& p, Tape& tape, const char* what) {
+A make_leaf(const A& p, Tape& tape, const char* what, const GradSharding* gs = nullptr) {
   using T = elem_t<A>;
   if constexpr (!FloatDtype<T>) {
     raise<ValueError>(what, " with respect to a ", dtype_name<T>(), " array of shape ", to_string(p.shape()),
@@ -85,24 +85,31 @@ A make_leaf(const A& p, Tape& tape, const char* what) {
     A leaf = p.alias();
     auto node = std::make_shared<Node<A>>("parameter", tape, 0, NodeMeta<A>(leaf));
     node->leaf = true;
+    if constexpr (is_sharded_v<A>) {
+      if (gs && *gs) {  // the cotangent is kept (and its producers place it) as asked
+        NamedSharding want = (*gs)(p.sharding(), p.shape());
+        check_same_devices(p.mesh(), want.mesh(), std::string(what) + ": grad_sharding's sharding of a gradient");
+        want.check_shape(p.shape());
+        node->meta.sharding = std::move(want);
+      }
+    }
     leaf.set_ad(std::make_shared<AdValue>(AdValue{tape.id(), 0, std::move(node)}));
     return leaf;
   }
 }
 
-/// The cotangent the backward pass left at a leaf (zeros, sharded like the parameter, when
-/// the output does not depend on it).
+/// The cotangent the backward pass left at a leaf (zeros, sharded like the gradient, when the
+/// output does not depend on it).
 template <ArrayLike A>
 A leaf_cotangent(const A& leaf, const A& primal) {
   const auto& a = leaf.ad();
   if (a && a->node) {
     auto node = std::static_pointer_cast<Node<A>>(a->node);
-    if (node->has_cotangent()) {
-      A g = std::move(node->total());
-      node->reset();
-      g.set_ad(nullptr);
-      return g;
-    }
+    if (!node->has_cotangent()) return zeros_like(node->meta);
+    A g = std::move(node->total());
+    node->reset();
+    g.set_ad(nullptr);
+    return g;
   }
   if constexpr (is_tensor_v<A>) return Tensor<elem_t<A>>(primal.shape(), elem_t<A>(0));
   else return zeros<elem_t<A>>(primal.shape(), primal.sharding());
@@ -154,7 +161,9 @@ struct ParamTraits {
 template <ArrayLike A>
 struct ParamTraits<A> {
   using Grads = A;
-  static A track(const A& p, Tape& tape, const char* what) { return make_leaf(p, tape, what); }
+  static A track(const A& p, Tape& tape, const char* what, const GradSharding* gs = nullptr) {
+    return make_leaf(p, tape, what, gs);
+  }
   static Grads grads(const A& leaf, const A& primal) { return leaf_cotangent(leaf, primal); }
   template <typename F>
   static void each(const A& p, F&& f) { f(p); }
@@ -162,9 +171,10 @@ struct ParamTraits<A> {
 template <ArrayLike A>
 struct ParamTraits<std::vector<A>> {
   using Grads = std::vector<A>;
-  static std::vector<A> track(const std::vector<A>& ps, Tape& tape, const char* what) {
+  static std::vector<A> track(const std::vector<A>& ps, Tape& tape, const char* what,
+                              const GradSharding* gs = nullptr) {
     std::vector<A> out;
-    for (const auto& p : ps) out.push_back(make_leaf(p, tape, what));
+    for (const auto& p : ps) out.push_back(make_leaf(p, tape, what, gs));
     return out;
   }
   static Grads grads(const std::vector<A>& leaves, const std::vector<A>& primals) {
@@ -180,9 +190,10 @@ struct ParamTraits<std::vector<A>> {
 template <ArrayLike A>
 struct ParamTraits<std::map<std::string, A>> {
   using Grads = std::map<std::string, A>;
-  static std::map<std::string, A> track(const std::map<std::string, A>& ps, Tape& tape, const char* what) {
+  static std::map<std::string, A> track(const std::map<std::string, A>& ps, Tape& tape, const char* what,
+                                        const GradSharding* gs = nullptr) {
     std::map<std::string, A> out;
-    for (const auto& [k, p] : ps) out.emplace(k, make_leaf(p, tape, what));
+    for (const auto& [k, p] : ps) out.emplace(k, make_leaf(p, tape, what, gs));
     return out;
   }
   static Grads grads(const std::map<std::string, A>& leaves, const std::map<std::string, A>& primals) {
@@ -224,11 +235,11 @@ void check_scalar_output(const V& value, const char* what) {
 }
 
 template <bool kAux, typename F, typename P, typename... Args>
-auto run_value_and_grad(const F& f, const P& params, const Args&... args) {
+auto run_value_and_grad(const F& f, const GradSharding& gs, const P& params, const Args&... args) {
   check_one_device_set(params, "grad");
   Tape tape;
   TapeScope scope(&tape);
-  const auto leaves = ParamTraits<P>::track(params, tape, "grad");
+  const auto leaves = ParamTraits<P>::track(params, tape, "grad", &gs);
   auto result = f(leaves, args...);
   auto& value = [&]() -> auto& {
     if constexpr (kAux) return result.first;
@@ -253,31 +264,36 @@ auto run_value_and_grad(const F& f, const P& params, const Args&... args) {
 /// an array, a std::vector of arrays or a std::map<std::string, array>; the other arguments
 /// are passed to f untouched (constants: the batch, int labels). f returns a 0-d float array.
 /// The gradients have the parameters' types and shardings. Collective over all ranks when f is.
+///
+/// grad_sharding (optional, last): where each ShardedArray gradient should land instead,
+/// as JAX's out_shardings of a jitted grad. The backward pass then places it there directly:
+/// a weight gradient whose contraction runs over 'data' and that is asked for split over
+/// 'data' as well is one psum_scatter instead of a psum (ZeRO; Optimizer::grad_sharding).
 template <typename F>
-auto value_and_grad(F f) {
-  return [f = std::move(f)](const auto& params, const auto&... args) {
-    return detail::run_value_and_grad<false>(f, params, args...);
+auto value_and_grad(F f, GradSharding grad_sharding = {}) {
+  return [f = std::move(f), gs = std::move(grad_sharding)](const auto& params, const auto&... args) {
+    return detail::run_value_and_grad<false>(f, gs, params, args...);
   };
 }
 /// With has_aux: f returns std::pair(value, aux); the result is ((value, aux), grads).
 template <typename F>
-auto value_and_grad(F f, HasAux) {
-  return [f = std::move(f)](const auto& params, const auto&... args) {
-    return detail::run_value_and_grad<true>(f, params, args...);
+auto value_and_grad(F f, HasAux, GradSharding grad_sharding = {}) {
+  return [f = std::move(f), gs = std::move(grad_sharding)](const auto& params, const auto&... args) {
+    return detail::run_value_and_grad<true>(f, gs, params, args...);
   };
 }
 /// jax.grad(f)(params, args...): d f / d params.
 template <typename F>
-auto grad(F f) {
-  return [f = std::move(f)](const auto& params, const auto&... args) {
-    return detail::run_value_and_grad<false>(f, params, args...).second;
+auto grad(F f, GradSharding grad_sharding = {}) {
+  return [f = std::move(f), gs = std::move(grad_sharding)](const auto& params, const auto&... args) {
+    return detail::run_value_and_grad<false>(f, gs, params, args...).second;
   };
 }
 /// With has_aux: (grads, aux).
 template <typename F>
-auto grad(F f, HasAux) {
-  return [f = std::move(f)](const auto& params, const auto&... args) {
-    auto r = detail::run_value_and_grad<true>(f, params, args...);
+auto grad(F f, HasAux, GradSharding grad_sharding = {}) {
+  return [f = std::move(f), gs = std::move(grad_sharding)](const auto& params, const auto&... args) {
+    auto r = detail::run_value_and_grad<true>(f, gs, params, args...);
     return std::make_pair(std::move(r.second), std::move(r.first.second));
   };
 }

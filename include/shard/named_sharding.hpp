@@ -2,6 +2,7 @@
 /// \file NamedSharding(mesh, spec): which box of a global array each mesh device holds.
 /// Pure index math, no communication.
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,5 +60,9 @@ class NamedSharding {
 /// one exists. How arrays on, e.g., PositionalSharding(...).reshape(4, 2).replicate(1) and
 /// .replicate(0) meet without moving anything.
 std::optional<NamedSharding> equivalent_sharding(const NamedSharding& s, const Shape& shape, const Mesh& mesh);
+
+/// Where a gradient lands, given its parameter's sharding and shape (autodiff's grad_sharding
+/// option; shard::optim::Optimizer::grad_sharding gives the one its update reads best).
+using GradSharding = std::function<NamedSharding(const NamedSharding& param, const Shape& shape)>;
 
 }  // namespace shard

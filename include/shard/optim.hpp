@@ -8,15 +8,17 @@
 ///   opt.update(params, grads, state);              // in place on every local shard
 ///
 /// Semantics:
-///   - The gradients have the parameters' shardings (what grad returns); another sharding is
-///     resharded first. The update is elementwise on each local shard: no communication,
+///   - The gradients have the parameters' shardings (what grad returns) or, with a state axis,
+///     the state's (what grad returns with grad_sharding(): ZeRO's psum_scatter); another
+///     sharding is resharded first. The update is elementwise on each local shard: no communication,
 ///     except clip_by_global_norm (one psum of the squared norms of all gradients, each
 ///     element counted once however it is replicated) and the all_gather of sharded state.
 ///   - State (momentum, Adam's moments) is sharded like each parameter. With
 ///     shard_state_over("data") (ZeRO-1) a parameter whose first dim divides also splits its
 ///     state over that mesh axis: each replica keeps and updates its rows only, then the new
-///     rows are all_gathered over the axis. (In the global view the gradient arrives summed
-///     over 'data' already: a contraction over a sharded dim is one psum.)
+///     rows are all_gathered over the axis. The gradient arrives summed over 'data' whole (a
+///     contraction over a sharded dim is one psum) unless grad was asked for grad_sharding():
+///     then each replica receives only its rows, summed (one psum_scatter).
 ///   - The state is a named set of ShardedArrays (State::arrays): save it with a
 ///     CheckpointWriter and load it back onto any mesh (State::load), like the parameters.
 ///   - Updates follow optax / PyTorch: SGD v = mu v + g (+ wd w, L2), w -= lr v (Nesterov:
@@ -105,6 +107,12 @@ class Optimizer {
   template <typename T>
   double update(std::map<std::string, ShardedArray<T>>& params, const std::map<std::string, ShardedArray<T>>& grads,
                 State<T>& state) const;
+
+  /// Where update reads each gradient best (value_and_grad's grad_sharding option): with a
+  /// state axis, split like the parameter's state, so the backward pass psum_scatters the
+  /// gradient over the axis instead of psumming it whole, and each replica's update reads
+  /// only its rows; otherwise the parameter's sharding.
+  GradSharding grad_sharding() const;
 
   const Config& config() const { return c_; }
 

@@ -66,4 +66,13 @@ void execute_gather_like(const Mesh& mesh, const CollectiveSpec& spec, const std
                          const std::vector<const Tensor<T>*>& ins, std::vector<Tensor<T>>& outs,
                          const std::source_location& where = std::source_location::current());
 
+/// A tiled all_gather over dim 0 in place: each block (spec.out_shape) holds its device's
+/// chunk (spec.in_shape) at the device's group position along dim 0, and receives the other
+/// members' chunks around it (one device per rank: MPI_Allgather with MPI_IN_PLACE, so only
+/// the other chunks move).
+template <typename T>
+void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices,
+                                 const std::vector<Tensor<T>*>& blocks,
+                                 const std::source_location& where = std::source_location::current());
+
 }  // namespace shard::detail

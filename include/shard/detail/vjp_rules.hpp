@@ -566,11 +566,14 @@ X record_reduce(Tape& tape, const X& x, ReduceKind kind, const Dims& dims_in, bo
 
 /// op(a) @ op(b) for 2-D operands, with the transposes in the gemm (tensor_linalg.cpp, matmul.cpp:
 /// the sharded form multiplies the blocks where they lie when the rules need no reshard, and
-/// otherwise transposes and calls matmul).
+/// otherwise transposes and calls matmul). `out`: the sharding the result should have (as
+/// matmul's; a contraction over mesh axes then ends in a psum_scatter where `out` splits C
+/// further over them, instead of a psum and a reshard).
 template <Dtype T>
 Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb);
 template <Dtype T>
-ShardedArray<T> matmul_t(const ShardedArray<T>& a, bool ta, const ShardedArray<T>& b, bool tb);
+ShardedArray<T> matmul_t(const ShardedArray<T>& a, bool ta, const ShardedArray<T>& b, bool tb,
+                         const NamedSharding* out = nullptr);
 
 /// The cotangents of a and b in numpy's matmul (1-D operands promoted, batch dims broadcast).
 /// Only the operand the other's cotangent needs is kept (ak when bn, bk when an).
@@ -582,8 +585,13 @@ void matmul_transpose(const X& ct, const NodePtr<X>& an, const NodePtr<X>& bn, c
   if (a1) c2 = expand_dims(c2, c2.ndim() - (b1 ? 0 : 1));
   if (b1) c2 = expand_dims(c2, -1);
   if (!a1 && !b1 && as.size() == 2 && bs.size() == 2) {  // the common case: no transpose copies
-    if (an) push(an, matmul_t(c2, false, *bk, true), v);
-    if (bn) push(bn, matmul_t(*ak, true, c2, false), v);
+    if constexpr (is_sharded_v<X>) {  // each product lands where its node keeps its cotangent
+      if (an) push(an, matmul_t(c2, false, *bk, true, &an->meta.sharding), v);
+      if (bn) push(bn, matmul_t(*ak, true, c2, false, &bn->meta.sharding), v);
+    } else {
+      if (an) push(an, matmul_t(c2, false, *bk, true), v);
+      if (bn) push(bn, matmul_t(*ak, true, c2, false), v);
+    }
     return;
   }
   if (an) {
