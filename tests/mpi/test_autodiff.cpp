@@ -14,6 +14,7 @@
 
 #include "mpi_test.hpp"
 #include "shard/autodiff.hpp"
+#include "shard/optim.hpp"
 #include "test_util.hpp"
 
 namespace shard::testing {
@@ -498,6 +499,56 @@ SHARD_MPI_TEST(Autodiff, DataParallelStepSendsOneReductionPerGradient) {
     EXPECT_EQ(calls, 0) << comm_stats().to_string();
   }
   EXPECT_EQ(g[0].sharding(), params[0].sharding());
+}
+
+SHARD_MPI_TEST(Autodiff, GradShardingScattersEachGradientOnce) {
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"data"});
+  const std::int64_t b = 4 * n, d = 2 * n, o = 5;
+  const SA x = device_put(small_random({b, d}, 1), NamedSharding(mesh, P("data")));
+  const SA t = device_put(small_random({b, o}, 2), NamedSharding(mesh, P("data")));
+  const std::vector<SA> params{device_put(small_random({d, o}, 3), NamedSharding(mesh, P())),
+                               device_put(small_random({o}, 4), NamedSharding(mesh, P()))};
+  auto loss = [&](const std::vector<SA>& p) { return mean(square(matmul(x, p[0]) + p[1] - t)); };
+  const auto opt = optim::adam(1e-3).shard_state_over("data");
+  const auto want = grad(loss)(params);
+  comm_stats().reset();
+  const auto g = grad(loss, opt.grad_sharding())(params);
+  const auto entries = comm_stats().entries();
+  const std::string table = comm_stats().to_string();
+  auto get = [&](const char* kind) {
+    const auto it = entries.find({kind, "'data'"});
+    return it == entries.end() ? CommRecord{} : it->second;
+  };
+  // Each gradient where the optimizer's state is: W's rows over 'data' (its contraction over
+  // 'data' ends in one psum_scatter), the bias whole unless its length divides.
+  const auto state = opt.init(params);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(g[i].sharding(), opt.grad_sharding()(params[i].sharding(), params[i].shape()));
+    EXPECT_EQ(g[i].sharding(), state.arrays.at("mu/" + std::to_string(i)).sharding());
+    EXPECT_LT(max_rel_diff(g[i].to_host(), want[i].to_host()), 1e-12);
+  }
+  EXPECT_EQ(g[0].spec(), n > 1 ? P("data") : P());
+  if (runtime().process_count() > 1) {
+    const std::int64_t e = sizeof(double);
+    const bool bias_splits = o % n == 0;
+    EXPECT_EQ(get("psum_scatter").calls, bias_splits ? 2 : 1) << table;
+    EXPECT_EQ(get("psum_scatter").bytes, e * (d * o + (bias_splits ? o : 0)))
+        << table;
+    EXPECT_EQ(get("psum").calls, bias_splits ? 1 : 2) << table;
+    EXPECT_EQ(get("psum").bytes, e * (1 + (bias_splits ? 0 : o))) << table;
+    std::int64_t other = 0;
+    for (const auto& [key, rec] : entries)
+      if (key.second != "'data'" || (key.first != "psum" && key.first != "psum_scatter")) other += rec.calls;
+    EXPECT_EQ(other, 0) << table;
+  }
+  // A sharding on other devices is refused on every rank, naming the option.
+  if (n > 1) {
+    const Mesh sub({1}, {"data"}, {mesh.device_ids()[0]});
+    expect_error<MeshMismatchError>(
+        [&] { grad(loss, [&](const NamedSharding&, const Shape&) { return NamedSharding(sub, P()); })(params); },
+        {"grad", "grad_sharding"});
+  }
 }
 
 SHARD_MPI_TEST(Autodiff, MegatronStepSendsTheMegatronCollectives) {

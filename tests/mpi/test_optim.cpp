@@ -111,10 +111,12 @@ SHARD_MPI_TEST(Optim, UpdatesMatchTheReferenceOnEveryLayout) {
           for (std::size_t i = 0; i < shapes.size(); ++i) {
             hg.push_back(random_tensor<double>(shapes[i], seed++));
             for (auto& v : hg.back()) v *= 0.01;
-            // Gradients sharded like the parameters, or otherwise (resharded by the update).
-            const bool same = (rng() & 1) != 0;
-            g.push_back(device_put(hg.back(), same ? w[i].sharding()
-                                                   : NamedSharding(mesh, random_spec(mesh, static_cast<int>(shapes[i].size()), rng))));
+            // Gradients sharded like the parameters, like grad_sharding() asks (the state's
+            // rows with ZeRO), or otherwise (resharded by the update).
+            const auto how = rng() % 3;
+            g.push_back(device_put(hg.back(), how == 0   ? w[i].sharding()
+                                              : how == 1 ? opt.grad_sharding()(w[i].sharding(), shapes[i])
+                                                         : NamedSharding(mesh, random_spec(mesh, static_cast<int>(shapes[i].size()), rng))));
           }
           const double norm = opt.update(w, g, state);
           ref.step(hw, hg);
