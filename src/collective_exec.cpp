@@ -173,13 +173,15 @@ bool use_shared_memory(const Mesh& mesh, const CollectiveSpec& s, bool is_bool) 
 /// writes a slot of a window only after passing the barrier of the collective in between, which
 /// every rank reaches only after it read its last result out of that window. Windows are sized
 /// in powers of two and cached by the mesh.
-SharedWindow& next_shared_window(const Mesh& mesh, const CollectiveSpec& s, std::size_t bytes) {
+/// (`advance` false: the window the next one will use, without taking it; collective_staging.)
+SharedWindow& next_shared_window(const Mesh& mesh, const CollectiveSpec& s, std::size_t bytes, bool advance = true) {
   static std::mutex mutex;
   static std::map<std::pair<const void*, std::vector<int>>, unsigned> calls;
   unsigned parity = 0;
   {
     std::lock_guard lock(mutex);
-    parity = calls[{&mesh.comms(), s.axes}]++ & 1u;
+    unsigned& c = calls[{&mesh.comms(), s.axes}];
+    parity = (advance ? c++ : c) & 1u;
   }
   std::size_t cap = kSharedReduceMin;
   while (cap < bytes) cap <<= 1;
@@ -227,7 +229,8 @@ template <typename T>
 void shared_psum_scatter(const Mesh& mesh, const CollectiveSpec& s, int pos, const Tensor<T>& acc, Tensor<T>& out,
                          const std::source_location& where) {
   SharedWindow& w = next_shared_window(mesh, s, acc.bytes());
-  std::memcpy(window_slot<T>(w, pos), acc.data(), acc.bytes());
+  if (acc.data() != window_slot<T>(w, pos))  // else written there already (collective_staging)
+    std::memcpy(window_slot<T>(w, pos), acc.data(), acc.bytes());
   shared_window_barrier(mesh, w, s.name, where);
   const std::int64_t ce = acc.size() / s.group_size, off = pos * ce;
   out = Tensor<T>(s.out_shape);
@@ -697,6 +700,20 @@ void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& s, cons
   }
 }
 
+template <typename T>
+T* collective_staging(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices) {
+  if (s.kind != CollectiveKind::kPsumScatter || devices.size() != 1) return nullptr;
+  const auto bytes = static_cast<std::size_t>(num_elements(s.in_shape)) * sizeof(T);
+  if (bytes < kSharedReduceMin || !use_shared_memory(mesh, s, std::is_same_v<T, bool>)) return nullptr;
+  for (const auto& g : mesh.comms().groups(s.axes)) {
+    const auto m = members_of(g, devices);
+    if (m.empty()) continue;
+    if (g.comm.is_null() || g.ranks.size() != g.devices.size()) return nullptr;
+    return window_slot<T>(next_shared_window(mesh, s, bytes, /*advance=*/false), m[0].pos);
+  }
+  return nullptr;
+}
+
 #define SHARD_INSTANTIATE_EXEC(T)                                                                          \
   template void execute_gather_like<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,                \
                                        const std::vector<const Tensor<T>*>&, std::vector<Tensor<T>>&,            \
@@ -704,7 +721,8 @@ void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& s, cons
   template void execute_collective<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,                 \
                                       std::vector<Tensor<T>>&, std::vector<Tensor<T>>&, const std::source_location&); \
   template void execute_all_gather_in_place<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,        \
-                                               const std::vector<Tensor<T>*>&, const std::source_location&);
+                                               const std::vector<Tensor<T>*>&, const std::source_location&);       \
+  template T* collective_staging<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&);
 SHARD_INSTANTIATE_EXEC(bool)
 SHARD_INSTANTIATE_EXEC(float)
 SHARD_INSTANTIATE_EXEC(double)

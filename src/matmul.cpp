@@ -102,6 +102,30 @@ MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape
   return best;
 }
 
+/// The psum_scatter that leaves C summed over the plan's contracting axes and sharded as
+/// `out`, when `out` splits exactly one dim of C further over them (none otherwise). Its blocks
+/// are all natural.shard_shape(c_shape): only when every dim of C splits evenly (a short last
+/// block of an uneven dim would come back padded to the full block).
+template <typename T>
+std::optional<detail::CollectiveSpec> scatter_spec(const Mesh& mesh, const MatmulPlan& p, const Shape& c_shape,
+                                                   const NamedSharding* out) {
+  if (p.contract.is_none() || !out || !(out->mesh() == mesh)) return std::nullopt;
+  const NamedSharding natural(mesh, p.out);
+  for (int d = 0; d < static_cast<int>(c_shape.size()); ++d)
+    if (c_shape[d] % natural.num_parts(d) != 0) return std::nullopt;
+  for (int d = 0; d < static_cast<int>(c_shape.size()); ++d) {
+    std::vector<std::string> want = p.out[d].axes();
+    want.insert(want.end(), p.contract.axes().begin(), p.contract.axes().end());
+    std::vector<SpecEntry> entries;
+    for (int e = 0; e < static_cast<int>(c_shape.size()); ++e) entries.push_back(e == d ? SpecEntry(want) : p.out[e]);
+    if (!(out->spec() == PartitionSpec(entries)) || c_shape[d] % out->num_parts(d) != 0) continue;
+    detail::CollectiveSpec spec = detail::psum_scatter_spec(mesh, p.contract, natural.shard_shape(c_shape), d, true);
+    spec.dtype = dtype_name<T>();
+    return spec;
+  }
+  return std::nullopt;
+}
+
 /// C from each local device's product block under plan p: the blocks summed over the plan's
 /// contracting axes and placed as `out` (nullptr: p.out). A psum_scatter when `out` splits
 /// exactly one dim of C further over the contracting axes (each device sums only the rows it
@@ -120,25 +144,10 @@ ShardedArray<T> place_product(const Mesh& mesh, const MatmulPlan& p, const Shape
     ShardedArray<T> c = assemble(blocks, natural);
     return out && !(*out == natural) ? reshard(c, *out) : c;
   }
-  // psum_scatter when `out` splits exactly one dim of C further over the contracting axes.
-  // Its blocks are all natural.shard_shape(c_shape): only when every dim of C splits evenly
-  // (a short last block of an uneven dim would come back padded to the full block).
-  bool even = true;
-  for (int d = 0; d < static_cast<int>(c_shape.size()); ++d) even = even && c_shape[d] % natural.num_parts(d) == 0;
-  if (out && out->mesh() == mesh && even) {
-    for (int d = 0; d < static_cast<int>(c_shape.size()); ++d) {
-      std::vector<std::string> want = p.out[d].axes();
-      want.insert(want.end(), p.contract.axes().begin(), p.contract.axes().end());
-      std::vector<SpecEntry> entries;
-      for (int e = 0; e < static_cast<int>(c_shape.size()); ++e) entries.push_back(e == d ? SpecEntry(want) : p.out[e]);
-      if (!(out->spec() == PartitionSpec(entries)) || c_shape[d] % out->num_parts(d) != 0) continue;
-      detail::CollectiveSpec spec =
-          detail::psum_scatter_spec(mesh, p.contract, natural.shard_shape(c_shape), d, true);
-      spec.dtype = dtype_name<T>();
-      std::vector<Tensor<T>> outs;
-      detail::execute_collective<T>(mesh, spec, devices, blocks, outs);
-      return assemble(outs, *out);
-    }
+  if (auto spec = scatter_spec<T>(mesh, p, c_shape, out)) {
+    std::vector<Tensor<T>> outs;
+    detail::execute_collective<T>(mesh, *spec, devices, blocks, outs);
+    return assemble(outs, *out);
   }
   detail::CollectiveSpec spec = detail::reduce_spec(mesh, detail::ReduceOp::kSum, p.contract, natural.shard_shape(c_shape));
   spec.dtype = dtype_name<T>();
@@ -170,7 +179,7 @@ ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>&
 namespace detail {
 
 template <Dtype T>
-Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb);  // tensor_linalg.cpp
+Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb, T* into = nullptr);  // tensor_linalg.cpp
 
 /// The spec of a 2-D array's transpose.
 NamedSharding transposed(const NamedSharding& s) {
@@ -196,10 +205,13 @@ ShardedArray<T> matmul_t(const ShardedArray<T>& a, bool ta, const ShardedArray<T
   const Shape c_shape{as[0], bs[1]};
   std::vector<Tensor<T>> blocks;
   std::vector<int> devices;
-  for (std::size_t i = 0; i < a.addressable_shards().size(); ++i) {
-    blocks.push_back(matmul_t(a.addressable_shards()[i].data, ta, b.addressable_shards()[i].data, tb));
-    devices.push_back(a.addressable_shards()[i].device);
-  }
+  for (const auto& s : a.addressable_shards()) devices.push_back(s.device);
+  // A psum_scatter through group-shared memory reads the product from where the gemm wrote it.
+  T* staged = nullptr;
+  if (const auto spec = scatter_spec<T>(a.mesh(), p, c_shape, out))
+    staged = collective_staging<T>(a.mesh(), *spec, devices);
+  for (std::size_t i = 0; i < a.addressable_shards().size(); ++i)
+    blocks.push_back(matmul_t(a.addressable_shards()[i].data, ta, b.addressable_shards()[i].data, tb, staged));
   return place_product(a.mesh(), p, c_shape, devices, blocks, out);
 }
 template ShardedArray<float> matmul_t<float>(const ShardedArray<float>&, bool, const ShardedArray<float>&, bool,

@@ -150,7 +150,7 @@ Tensor<T> dot(const Tensor<T>& a, const Tensor<T>& b) {
 namespace detail {
 
 template <Dtype T>
-Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb) {
+Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb, T* into) {
   if (a.rank() != 2 || b.rank() != 2) raise<ShapeError>("matmul_t: 2-D operands only");
   const std::int64_t m = ta ? a.shape()[1] : a.shape()[0], k = ta ? a.shape()[0] : a.shape()[1];
   const std::int64_t kb = tb ? b.shape()[1] : b.shape()[0], n = tb ? b.shape()[0] : b.shape()[1];
@@ -158,7 +158,7 @@ Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb) {
     raise<ShapeError>("matmul_t: contracting dims differ (", k, " and ", kb, ") for shapes ", to_string(a.shape()),
                       " and ", to_string(b.shape()));
   if constexpr (FloatDtype<T>) {
-    Tensor<T> c(Shape{m, n});
+    Tensor<T> c = into ? Tensor<T>::borrow(into, Shape{m, n}) : Tensor<T>(Shape{m, n});
     if (m == 0 || n == 0) return c;
     if (k == 0) {
       std::fill(c.begin(), c.end(), T(0));
@@ -174,7 +174,10 @@ Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb) {
                   a.data(), lda, b.data(), ldb, 0.0f, c.data(), static_cast<int>(n));
     return c;
   } else {
-    return matmul(ta ? transpose(a) : a, tb ? transpose(b) : b);
+    Tensor<T> c = matmul(ta ? transpose(a) : a, tb ? transpose(b) : b);
+    if (!into || c.size() == 0) return c;
+    std::copy(c.begin(), c.end(), into);
+    return Tensor<T>::borrow(into, c.shape());
   }
 }
 
@@ -184,7 +187,7 @@ Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb) {
   template Tensor<T> matmul<T>(const Tensor<T>&, const Tensor<T>&);        \
   template Tensor<T> dot<T>(const Tensor<T>&, const Tensor<T>&);           \
   template Tensor<T> vdot<T>(const Tensor<T>&, const Tensor<T>&);                 \
-  template Tensor<T> detail::matmul_t<T>(const Tensor<T>&, bool, const Tensor<T>&, bool);
+  template Tensor<T> detail::matmul_t<T>(const Tensor<T>&, bool, const Tensor<T>&, bool, T*);
 SHARD_INSTANTIATE_LINALG(bool)
 SHARD_INSTANTIATE_LINALG(std::int32_t)
 SHARD_INSTANTIATE_LINALG(std::int64_t)

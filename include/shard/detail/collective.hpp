@@ -75,4 +75,13 @@ void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& spec, c
                                  const std::vector<Tensor<T>*>& blocks,
                                  const std::source_location& where = std::source_location::current());
 
+/// Where this rank may write its block (spec.in_shape) of the collective `spec` for its one
+/// device `devices` before calling execute_collective(spec) with that block, so that the
+/// transfer copies nothing in: the slot in the group-shared window the collective will use
+/// (a psum_scatter through group-shared memory), or nullptr. Collective over the mesh's ranks
+/// the first time for spec.axes (all call it alike). No other collective over spec.axes may
+/// run in between; the block is then a Tensor::borrow of the slot.
+template <typename T>
+T* collective_staging(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices);
+
 }  // namespace shard::detail

@@ -568,9 +568,10 @@ X record_reduce(Tape& tape, const X& x, ReduceKind kind, const Dims& dims_in, bo
 /// the sharded form multiplies the blocks where they lie when the rules need no reshard, and
 /// otherwise transposes and calls matmul). `out`: the sharding the result should have (as
 /// matmul's; a contraction over mesh axes then ends in a psum_scatter where `out` splits C
-/// further over them, instead of a psum and a reshard).
+/// further over them, instead of a psum and a reshard). `into`: m x n elements the Tensor
+/// form writes its product to (the result borrows them).
 template <Dtype T>
-Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb);
+Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb, T* into = nullptr);
 template <Dtype T>
 ShardedArray<T> matmul_t(const ShardedArray<T>& a, bool ta, const ShardedArray<T>& b, bool tb,
                          const NamedSharding* out = nullptr);
