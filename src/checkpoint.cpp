@@ -265,6 +265,18 @@ const CheckpointEntry& CheckpointManifest::entry(const std::string& name) const 
                     names.empty() ? "none" : names, ")");
 }
 
+std::int64_t CheckpointManifest::integer(const std::string& key) const {
+  const auto it = metadata.find(key);
+  if (it == metadata.end()) raise<ValueError>("checkpoint of step ", step, ": its manifest has no metadata '", key, "'");
+  const std::string& text = it->second;
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+    raise<ValueError>("checkpoint of step ", step, ": metadata '", key, "' is '", text,
+                      "', not an integer (the manifest was edited or damaged)");
+  return v;
+}
+
 CheckpointWriter::CheckpointWriter(std::string directory, int keep)
     : directory_(std::move(directory)), keep_(keep) {
   if (keep < 1) raise<ValueError>("CheckpointWriter: keep must be at least 1, got ", keep);

@@ -52,6 +52,11 @@ Optimizer& Optimizer::clip_by_global_norm(double max_norm) {
   return *this;
 }
 
+Optimizer& Optimizer::apply_if_finite() {
+  c_.if_finite = true;
+  return *this;
+}
+
 Optimizer& Optimizer::shard_state_over(std::string axis) {
   c_.state_axis = std::move(axis);
   return *this;
@@ -252,10 +257,9 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
                           "': make it with init(params) of this optimizer and these parameters");
   }
   double norm = 0, scale = 1;
-  if (c_.max_norm > 0) {
-    norm = global_norm(grads);
-    if (norm > c_.max_norm) scale = c_.max_norm / norm;
-  }
+  if (c_.max_norm > 0 || c_.if_finite) norm = global_norm(grads);
+  if (c_.if_finite && !std::isfinite(norm)) return norm;  // parameters, state and step count unchanged
+  if (c_.max_norm > 0 && norm > c_.max_norm) scale = c_.max_norm / norm;
   const double lr = c_.lr(state.step);
   for (std::size_t i = 0; i < params.size(); ++i) {
     ShardedArray<T>& p = params[i];
@@ -339,9 +343,8 @@ void State<T>::load(const std::string& checkpoint_path, const CheckpointManifest
       if (ch == '/') ch = '.';
     a = load_checkpoint_array<T>(checkpoint_path, m, prefix + file, a.sharding(), a.shape());
   }
-  const auto it = m.metadata.find(prefix + "step");
-  if (it == m.metadata.end()) raise<ValueError>("optimizer state: the checkpoint has no '", prefix, "step'");
-  step = std::stoll(it->second);
+  if (!m.metadata.count(prefix + "step")) raise<ValueError>("optimizer state: the checkpoint has no '", prefix, "step'");
+  step = m.integer(prefix + "step");
 }
 
 #define SHARD_INSTANTIATE_OPTIM(T)                                                                                 \

@@ -12,6 +12,7 @@
 #include <exception>
 #include <iostream>
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include "shard/detail/collective_guard.hpp"
@@ -225,9 +226,13 @@ int guarded_main(int argc, char** argv, const std::function<int(Runtime&)>& body
       rc = body(rt);
     } catch (const std::exception& e) {
       abort_job(e);
+    } catch (...) {  // throw 42, a library's own exception type: still one clear line, then the job ends
+      abort_job(std::runtime_error("the program threw an exception that is not a std::exception (e.g. throw 42)"));
     }
   } catch (const std::exception& e) {  // the Runtime itself failed to start
     abort_job(e);
+  } catch (...) {
+    abort_job(std::runtime_error("an exception that is not a std::exception escaped while starting the runtime"));
   }
   return rc;
 }

@@ -178,7 +178,8 @@ Tensor<T> ShardedArray<T>::gather(int root) const {
 template <typename T>
 ShardedArray<T> device_put(const Tensor<T>& host, const NamedSharding& sharding) {
   const Shape& shape = host.shape();
-  sharding.check_shape(shape);
+  // A shape the sharding does not fit (wrong ndim, say) on some ranks: the error on every rank.
+  mpi::agreed(world(), [&] { sharding.check_shape(shape); });
   // Every rank must have passed the same global array shape: compare a hash of it.
   std::uint64_t h = 1469598103934665603ull ^ shape.size();
   for (auto d : shape) h = (h ^ static_cast<std::uint64_t>(d)) * 1099511628211ull;

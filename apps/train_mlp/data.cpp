@@ -51,11 +51,16 @@ Dataset read_fashion_mnist(const std::string& dir, bool train) {
     shard::raise<shard::IoError>(label_path, " is not an IDX file of uint8 labels (magic 0x00000801)");
   Dataset d;
   d.count = big_endian(images.data() + 4);
-  d.features = std::int64_t{big_endian(images.data() + 8)} * big_endian(images.data() + 12);
   d.outputs = 10;
+  std::int64_t pixels = 0;  // the header's sizes are 32-bit each: their product can overflow
+  if (__builtin_mul_overflow(std::int64_t{big_endian(images.data() + 8)}, std::int64_t{big_endian(images.data() + 12)},
+                             &d.features) ||
+      __builtin_mul_overflow(d.count, d.features, &pixels))
+    shard::raise<shard::IoError>(image_path, " has a header of impossible sizes (", d.count, " images of ",
+                                 big_endian(images.data() + 8), " x ", big_endian(images.data() + 12), ")");
   if (big_endian(labels.data() + 4) != d.count)
     shard::raise<shard::IoError>(label_path, " has ", big_endian(labels.data() + 4), " labels for ", d.count, " images");
-  if (static_cast<std::int64_t>(images.size()) != 16 + d.count * d.features ||
+  if (static_cast<std::int64_t>(images.size()) - 16 != pixels ||
       static_cast<std::int64_t>(labels.size()) != 8 + d.count)
     shard::raise<shard::IoError>(image_path, " or ", label_path, " is truncated");
   d.pixels.assign(images.begin() + 16, images.end());

@@ -41,6 +41,7 @@ struct Config {
   bool json = false, resume = false, shard_optimizer_state = false;
   std::string grad_sync = "auto";  ///< auto, shared-memory or mpi
   std::string step = "autodiff";   ///< autodiff or hand
+  std::string on_nan = "stop";     ///< stop or skip
   train::Hyper hyper;
 };
 
@@ -60,7 +61,9 @@ std::pair<int, int> parse_mesh(const std::string& text, int devices) {
     const std::string name = t.substr(0, eq);
     if (eq == std::string::npos || used != t.size() - eq - 1 || v < 1 || (name != "data" && name != "model"))
       shard::raise<shard::ValueError>("bad --mesh '", text, "': write it like data=4,model=2");
-    (name == "data" ? data : model) = v;
+    int& axis = name == "data" ? data : model;
+    if (axis != 0) shard::raise<shard::ValueError>("bad --mesh '", text, "': '", name, "' is given twice");
+    axis = v;
   }
   if (data == 0 && model == 0) data = devices;
   if (data == 0) data = model > 0 && devices % model == 0 ? devices / model : -1;
@@ -123,10 +126,16 @@ int run(shard::Runtime& rt, Config& c) {
   } else {
     train_set = train::synthetic(keys[2], c.samples, layers.front().n_in, layers.back().n_out);
   }
-  if (train_set.features != layers.front().n_in || train_set.outputs != layers.back().n_out)
-    shard::raise<shard::ValueError>("--layers starts with ", layers.front().n_in, " and ends with ", layers.back().n_out,
-                                    " but the data has ", train_set.features, " inputs and ", train_set.outputs,
-                                    " outputs");
+  // Both sets must fit the model (a test set of other images would index past the weights)
+  // and hold rows (an empty test set has no accuracy).
+  for (const auto& [name, set] : {std::pair<const char*, const Dataset*>{"training", &train_set}, {"test", &test_set}}) {
+    if (name == std::string("test") && !c.hyper.classify) continue;
+    if (set->features != layers.front().n_in || set->outputs != layers.back().n_out)
+      shard::raise<shard::ValueError>("--layers starts with ", layers.front().n_in, " and ends with ",
+                                      layers.back().n_out, " but the ", name, " set has ", set->features,
+                                      " inputs and ", set->outputs, " outputs");
+    if (set->count < 1) shard::raise<shard::ValueError>("the ", name, " set has no rows");
+  }
   const std::int64_t steps_per_epoch = train_set.count / c.batch;
   if (steps_per_epoch < 1)
     shard::raise<shard::ValueError>("--batch ", c.batch, " is larger than the ", train_set.count, " training rows");
@@ -182,7 +191,7 @@ int run(shard::Runtime& rt, Config& c) {
   const std::int64_t last_step = c.max_steps > 0 ? std::min<std::int64_t>(c.max_steps, c.epochs * steps_per_epoch)
                                                  : c.epochs * steps_per_epoch;
   double total_train_s = 0;
-  std::int64_t total_samples = 0;
+  std::int64_t total_samples = 0, total_skipped = 0;
   char line[512];
   while (step < last_step) {
     const int epoch = static_cast<int>(step / steps_per_epoch);
@@ -192,7 +201,7 @@ int run(shard::Runtime& rt, Config& c) {
     Progress progress(rt, c, steps_per_epoch);
     progress.batch_ = static_cast<double>(c.batch);
     double loss_sum = 0, epoch_s = 0;
-    std::int64_t epoch_steps = 0;
+    std::int64_t epoch_steps = 0, skipped = 0;
     const std::int64_t epoch_end = std::min<std::int64_t>((epoch + 1) * steps_per_epoch, last_step);
     for (; step < epoch_end; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -206,8 +215,19 @@ int run(shard::Runtime& rt, Config& c) {
                                                    static_cast<double>(c.epochs * steps_per_epoch))));
       const double loss = hand ? train::train_step(m, hs, x, y) : train::train_step_autodiff(m, hs, x, y);
       epoch_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      loss_sum += loss;
       ++epoch_steps;
+      // Divergence: every rank sees the same loss. Stop before any further checkpoint (the
+      // newest one was written from finite parameters), or count the skipped step.
+      if (!std::isfinite(loss)) {
+        if (c.on_nan == "stop")
+          shard::raise<shard::ValueError>(
+              "training diverged: the loss is ", loss, " at step ", step + 1, " (epoch ", epoch + 1, "); stopped",
+              c.checkpoint_dir.empty() ? std::string() : ", keeping the checkpoints in " + c.checkpoint_dir,
+              " (lower --lr, or --on-nan skip to skip such steps)");
+        ++skipped;
+        continue;
+      }
+      loss_sum += loss;
       if (c.json && c.log_every > 0 && (step + 1) % c.log_every == 0 && rt.process_index() == 0)
         std::printf("{\"step\": %lld, \"loss\": %.9g}\n", static_cast<long long>(step + 1), loss);
       progress.update(epoch + 1, step % steps_per_epoch + 1, loss, static_cast<double>(epoch_steps * c.batch) / epoch_s);
@@ -230,7 +250,12 @@ int run(shard::Runtime& rt, Config& c) {
       ev.correct += r.correct;
       ev.count += r.count;
     }
-    const double train_loss = loss_sum / static_cast<double>(std::max<std::int64_t>(epoch_steps, 1));
+    const double train_loss =
+        epoch_steps > skipped ? loss_sum / static_cast<double>(epoch_steps - skipped) : std::nan("");
+    total_skipped += skipped;
+    if (skipped > 0 && !c.json)
+      shard::apps::print0(rt, "epoch " + std::to_string(epoch + 1) + ": skipped " + std::to_string(skipped) +
+                                  " steps whose loss or gradients were not finite (--on-nan skip)\n");
     const double sps = static_cast<double>(epoch_steps * c.batch) / epoch_s;
     if (c.json)
       std::snprintf(line, sizeof line,
@@ -253,9 +278,9 @@ int run(shard::Runtime& rt, Config& c) {
     std::snprintf(line, sizeof line,
                   "{\"summary\": true, \"steps\": %lld, \"samples\": %lld, \"train_seconds\": %.3f, "
                   "\"samples_per_second\": %.1f, \"mesh\": \"data=%d,model=%d\", \"ranks\": %d, \"devices_per_rank\": %d, "
-                  "\"peak_rss_mb\": %.1f, ",
+                  "\"peak_rss_mb\": %.1f, \"skipped_steps\": %lld, ",
                   static_cast<long long>(step), static_cast<long long>(total_samples), total_train_s, sps, data, model,
-                  rt.process_count(), rt.devices_per_rank(), peak_rss_mb());
+                  rt.process_count(), rt.devices_per_rank(), peak_rss_mb(), static_cast<long long>(total_skipped));
     shard::apps::print0(rt, line + ("\"hosts_by_data\": \"" + placement + "\", \"grad_sync\": \"" + (data == 1 ? "none" : shared ? "shared-memory" : "mpi") + "\", \"step\": \"" + c.step + "\"}\n"));
   } else {
     std::snprintf(line, sizeof line, "done: %lld steps, %.0f samples/s over %.2f s of training\n",
@@ -304,6 +329,9 @@ int main(int argc, char** argv) {
          "auto, shared-memory or mpi: how the gradients are reduced over 'data' (auto: shared memory when every "
          "'data' group is on one node with one device per rank; it also splits the optimizer state over 'data'; "
          "mpi: the hand-written step's psum over MPI, and no split state for the autodiff step)")
+        ("on-nan", po::value(&c.on_nan)->default_value("stop"),
+         "stop or skip: when a step's loss (or, with skip, a gradient) is NaN or infinite, stop with an error "
+         "(the checkpoints written so far are kept) or skip that step's update (autodiff step only)")
         ("step", po::value(&c.step)->default_value("autodiff"),
          "autodiff (the model's forward pass, shard::grad and shard::optim) or hand (the hand-written backward "
          "pass and update, kept to compare)")
@@ -318,6 +346,11 @@ int main(int argc, char** argv) {
     c.shard_optimizer_state = vm.count("shard-optimizer-state") > 0;
     if (c.step != "autodiff" && c.step != "hand")
       shard::raise<shard::ValueError>("--step '", c.step, "': choose autodiff or hand");
+    if (c.on_nan != "stop" && c.on_nan != "skip")
+      shard::raise<shard::ValueError>("--on-nan '", c.on_nan, "': choose stop or skip");
+    if (c.on_nan == "skip" && c.step == "hand")
+      shard::raise<shard::ValueError>("--on-nan skip needs the autodiff step (the hand-written step updates as it goes)");
+    c.hyper.skip_nonfinite = c.on_nan == "skip";
     if (c.grad_sync != "auto" && c.grad_sync != "shared-memory" && c.grad_sync != "mpi")
       shard::raise<shard::ValueError>("--grad-sync '", c.grad_sync, "': choose auto, shared-memory or mpi");
     const bool synthetic = c.dataset == "synthetic";
@@ -351,8 +384,8 @@ int main(int argc, char** argv) {
       if (value < min) shard::raise<shard::ValueError>("--", flag, " must be >= ", min, ", got ", value);
     if (!(c.hyper.momentum >= 0 && c.hyper.momentum <= 1))
       shard::raise<shard::ValueError>("--momentum must be in [0, 1], got ", c.hyper.momentum);
-    if (!(c.hyper.weight_decay >= 0))
-      shard::raise<shard::ValueError>("--weight-decay must be >= 0, got ", c.hyper.weight_decay);
+    if (!(c.hyper.weight_decay >= 0) || !std::isfinite(c.hyper.weight_decay))
+      shard::raise<shard::ValueError>("--weight-decay must be a finite number >= 0, got ", c.hyper.weight_decay);
     if (!(c.hyper.lr > 0) || !std::isfinite(c.hyper.lr))
       shard::raise<shard::ValueError>("--lr must be a finite number > 0, got ", lr);
     if (c.lr_schedule.empty()) c.lr_schedule = synthetic ? "constant" : "cosine";

@@ -47,6 +47,11 @@ double train_step_autodiff(Model& m, const Hyper& h, const Array& x, const Array
   // With the state over 'data' (ZeRO-1) each replica receives only its rows of each gradient
   // (one psum_scatter each instead of a psum).
   auto [value, grads] = shard::value_and_grad(loss, opt.grad_sharding())(m.params);
+  const double loss_value = value.to_host().item();
+  // --on-nan skip: a non-finite loss (checked here, the same on every rank) or gradient
+  // (apply_if_finite) leaves the model as it was; the caller sees NaN.
+  if (h.skip_nonfinite && !std::isfinite(loss_value)) return std::nan("");
+  if (h.skip_nonfinite) opt.apply_if_finite();
   // The optimizer's state is the model's (checkpointed with it): Adam's m and v, or SGD's momentum.
   shard::optim::State<float> state;
   state.step = m.step;
@@ -60,7 +65,7 @@ double train_step_autodiff(Model& m, const Hyper& h, const Array& x, const Array
       state.arrays.emplace("momentum/" + std::to_string(i), std::move(m.state[i]));
     }
   }
-  opt.update(m.params, grads, state);
+  const double norm = opt.update(m.params, grads, state);
   for (std::size_t i = 0; i < np; ++i) {
     if (adam) {
       m.state[i] = std::move(state.arrays.at("mu/" + std::to_string(i)));
@@ -70,7 +75,7 @@ double train_step_autodiff(Model& m, const Hyper& h, const Array& x, const Array
     }
   }
   m.step = state.step;
-  return static_cast<double>(value.to_host().item());
+  return h.skip_nonfinite && !std::isfinite(norm) ? std::nan("") : loss_value;
 }
 
 EvalResult evaluate_autodiff(const Model& m, const Hyper& h, const Array& x, const Array& y) {

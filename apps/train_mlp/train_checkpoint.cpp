@@ -1,11 +1,21 @@
 #include "train_checkpoint.hpp"
 
+#include <cmath>
+
 #include "shard/checkpoint.hpp"
+#include "shard/optim.hpp"
 
 namespace train {
 
 void save(const std::string& dir, int keep, const Model& m, const Hyper& h, std::int64_t step, std::int64_t seed,
           const std::string& layers) {
+  // Never replace a good checkpoint with a diverged model (a NaN gradient whose loss was
+  // still finite): one psum of the parameters' squared norms.
+  const double norm = shard::optim::global_norm(m.params);
+  if (!std::isfinite(norm))
+    shard::raise<shard::ValueError>("training diverged: the parameters hold NaN or infinite values at step ", step,
+                                    "; no checkpoint written, the ones in ", dir,
+                                    " are kept (lower --lr, or --on-nan skip to skip such steps)");
   shard::CheckpointWriter w(dir, keep);
   const auto pn = m.param_names(), sn = m.state_names(h);
   for (std::size_t i = 0; i < m.params.size(); ++i) w.add(pn[i], m.params[i]);
@@ -42,7 +52,9 @@ std::int64_t resume(const std::string& dir, Model& m, const Hyper& h, std::int64
   };
   for (std::size_t i = 0; i < m.params.size(); ++i) load(pn[i], m.params[i]);
   for (std::size_t i = 0; i < m.state.size(); ++i) load(sn[i], m.state[i]);
-  m.step = std::stoll(meta("optimizer_step"));
+  meta("optimizer_step");  // present
+  m.step = man.integer("optimizer_step");
+  if (m.step < 0) shard::raise<shard::ValueError>("--resume: ", path, " has a negative optimizer_step ", m.step);
   return man.step;
 }
 

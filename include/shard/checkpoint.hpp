@@ -45,6 +45,9 @@ struct CheckpointManifest {
 
   /// The entry of `name`; ValueError listing the names present if there is none.
   const CheckpointEntry& entry(const std::string& name) const;
+  /// The metadata value of `key` as an integer; ValueError naming the key when it is missing,
+  /// or not a whole decimal integer of int64 range.
+  std::int64_t integer(const std::string& key) const;
 };
 
 /// Collects arrays and metadata, then writes them as one checkpoint with commit().

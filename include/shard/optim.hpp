@@ -86,11 +86,16 @@ class Optimizer {
     double weight_decay = 0.0;  ///< SGD and Adam: L2 (added to the gradient); AdamW: decoupled
     double max_norm = 0.0;      ///< clip_by_global_norm (0: off)
     std::string state_axis;     ///< shard_state_over (empty: off)
+    bool if_finite = false;     ///< apply_if_finite
   };
   explicit Optimizer(Config c) : c_(std::move(c)) {}
 
   /// optax.clip_by_global_norm before the update: g *= max_norm / max(norm, max_norm).
   Optimizer& clip_by_global_norm(double max_norm);
+  /// optax.apply_if_finite: an update whose gradients hold a NaN or an infinity (their global
+  /// norm, one psum) changes nothing (parameters, state, step count) and returns that norm,
+  /// so a diverging step is skipped on every rank alike.
+  Optimizer& apply_if_finite();
   /// ZeRO-1: state split over mesh axis `axis` too, where a parameter's first dim divides.
   Optimizer& shard_state_over(std::string axis);
 
@@ -99,7 +104,8 @@ class Optimizer {
   template <typename T>
   State<T> init(const std::vector<ShardedArray<T>>& params) const;
   /// One update of `params` in place from `grads`. Returns the gradients' global norm when
-  /// clipping (else 0). Collective over all ranks when clipping or with a state axis.
+  /// clipping or with apply_if_finite (else 0). Collective over all ranks when clipping, with
+  /// apply_if_finite or with a state axis.
   template <typename T>
   double update(std::vector<ShardedArray<T>>& params, const std::vector<ShardedArray<T>>& grads,
                 State<T>& state) const;

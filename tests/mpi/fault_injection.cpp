@@ -66,6 +66,19 @@ int run(shard::Runtime& rt, const std::string& mode) {
         })(z);
     return 0;
   }
+  if (mode == "throw_int") {  // not a std::exception: still "[rank 1] error: ..." and the job ends
+    const auto r = shard::zeros<double>({4, 3}, shard::NamedSharding(mesh1, shard::P()));
+    if (rank == 1) throw 42;
+    (void)shard::psum(r, "a");
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 0;
+  }
+  if (mode == "device_put_ndim") {  // rank 1 passes a 1-D host array, the others 2-D: an error on every rank
+    const std::int64_t rows = 2 * rt.device_count();
+    const Tensor<double> host(rank == 1 ? shard::Shape{rows * 3} : shard::Shape{rows, 3}, 1.5);
+    (void)shard::device_put(host, shard::NamedSharding(mesh1, shard::P("a", shard::None)));
+    return 0;
+  }
   if (mode == "app_throw") {
     const auto r = shard::zeros<double>({4, 3}, shard::NamedSharding(mesh1, shard::P()));
     if (rank == 1) throw std::runtime_error("injected failure in application code on rank 1");

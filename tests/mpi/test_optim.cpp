@@ -224,6 +224,32 @@ SHARD_MPI_TEST(Optim, StateCheckpointsAndResumesOnAnotherMesh) {
   EXPECT_EQ(wb[1].to_host(), wa[1].to_host());
 }
 
+SHARD_MPI_TEST(Optim, ApplyIfFiniteSkipsANonFiniteUpdateOnEveryRank) {
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"data"});
+  const Tensor<double> hw = random_tensor<double>({2 * static_cast<std::int64_t>(n), 3}, 5);
+  for (bool zero : {false, true}) {
+    auto opt = optim::adam(0.01).apply_if_finite();
+    if (zero) opt.shard_state_over("data");
+    std::vector<ShardedArray<double>> w{device_put(hw, NamedSharding(mesh, P("data")))};
+    auto state = opt.init(w);
+    // One NaN in one device's block (the last device's, wherever it lives): nothing changes.
+    Tensor<double> hg = random_tensor<double>(hw.shape(), 6);
+    hg[hg.size() - 1] = std::nan("");
+    const std::vector<ShardedArray<double>> bad{device_put(hg, NamedSharding(mesh, P("data")))};
+    EXPECT_TRUE(std::isnan(opt.update(w, bad, state)));
+    EXPECT_EQ(state.step, 0);
+    EXPECT_EQ(max_rel_diff(w[0].to_host(), hw), 0.0);
+    for (const auto& [name, a] : state.arrays) EXPECT_EQ(max_rel_diff(a.to_host(), Tensor<double>(hw.shape(), 0.0)), 0.0) << name;
+    // A finite gradient then updates as usual.
+    hg[hg.size() - 1] = 0.5;
+    const std::vector<ShardedArray<double>> good{device_put(hg, NamedSharding(mesh, P("data")))};
+    EXPECT_TRUE(std::isfinite(opt.update(w, good, state)));
+    EXPECT_EQ(state.step, 1);
+    EXPECT_GT(max_rel_diff(w[0].to_host(), hw), 0.0);
+  }
+}
+
 SHARD_MPI_TEST(Optim, BadInputRaisesOnEveryRank) {
   const Mesh mesh = make_mesh({runtime().device_count()}, {"data"});
   std::vector<ShardedArray<float>> w{device_put(random_tensor<float>({4}, 1), NamedSharding(mesh, P()))};

@@ -1,0 +1,43 @@
+# Adversarial inputs (label "adversarial"): one case per class of failure an adversarial pass
+# found. Each runs at 2 ranks and passes only if the job exits non-zero with the message
+# (tests/expect_failure.sh) within 10 s (the TIMEOUT). The regexes match "[rank 1] error:"
+# where every rank must report the error itself.
+if(SHARD_BUILD_APPS)
+  set(_adv_fail ${CMAKE_CURRENT_SOURCE_DIR}/expect_failure.sh)
+  set(_adv_run ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${SHARD_MPIEXEC_FLAGS})
+  set(_adv_cases ${CMAKE_CURRENT_SOURCE_DIR}/adversarial/train_cases.sh)
+
+  # shard_adversarial(<name> <regex> COMMAND...)
+  function(shard_adversarial name regex)
+    add_test(NAME adversarial.${name} COMMAND ${_adv_fail} "${regex}" ${ARGN})
+    set_tests_properties(adversarial.${name} PROPERTIES TIMEOUT 10 LABELS "mpi;adversarial"
+                         ENVIRONMENT "${SHARD_MPI_TEST_ENV}")
+  endfunction()
+
+  # Data that does not fit the model: a test set of 28x29 images, an empty test set.
+  shard_adversarial(train_test_shape
+    "rank 1\\] error: --layers starts with 784 and ends with 10 but the test set has 812 inputs and 10 outputs"
+    ${_adv_cases} test_shape $<TARGET_FILE:train_mlp> ${_adv_run})
+  shard_adversarial(train_test_empty "rank 1\\] error: the test set has no rows"
+    ${_adv_cases} test_empty $<TARGET_FILE:train_mlp> ${_adv_run})
+  # Flags: a non-finite float, an axis given twice.
+  shard_adversarial(train_weight_decay_inf "rank 1\\] error: --weight-decay must be a finite number >= 0, got inf"
+    ${_adv_run} $<TARGET_FILE:train_mlp> --dataset synthetic --layers 16,8,4 --epochs 1 --weight-decay inf)
+  shard_adversarial(train_mesh_twice "rank 1\\] error: bad --mesh 'data=2,data=1': 'data' is given twice"
+    ${_adv_run} $<TARGET_FILE:train_mlp> --dataset synthetic --layers 16,8,4 --epochs 1 --mesh data=2,data=1)
+  # A damaged manifest: optimizer_step "abc".
+  shard_adversarial(train_manifest_step
+    "rank 1\\] error: checkpoint of step [0-9]+: metadata 'optimizer_step' is 'abc', not an integer"
+    ${_adv_cases} manifest_step $<TARGET_FILE:train_mlp> ${_adv_run})
+  # Divergence: stops with the step and keeps the last good checkpoint (checked by the script).
+  shard_adversarial(train_diverges "rank 1\\] error: training diverged: the loss is inf at step 2"
+    ${_adv_cases} diverge $<TARGET_FILE:train_mlp> ${_adv_run})
+  # A throw that is not a std::exception on one rank: one clear line, the job ends.
+  shard_adversarial(throw_int "rank 1\\] error: the program threw an exception that is not a std::exception"
+    ${_adv_run} $<TARGET_FILE:fault_injection> throw_int)
+  # Host arrays of different ndim passed to device_put: the error on every rank.
+  # (rank 0 passed a fitting array: its message is rank 1's, through the agreement)
+  shard_adversarial(device_put_ndim
+    "rank 0\\] error: rank 1 failed: NamedSharding: P\\('a', None\\) has 2 entries but the array of shape \\([0-9]+,\\) has only 1 dims"
+    ${_adv_run} $<TARGET_FILE:fault_injection> device_put_ndim)
+endif()
