@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -92,7 +93,9 @@ std::int64_t step_of(const std::string& name) {
 }
 
 /// Finished checkpoints of `dir` (step, path), highest step first; none if `dir` is missing.
-std::vector<std::pair<std::int64_t, fs::path>> list_steps(const fs::path& dir) {
+/// Only real directories: a symlinked step-* entry is never followed (it could lead anywhere,
+/// and pruning would delete what it points to); `symlinks` receives those.
+std::vector<std::pair<std::int64_t, fs::path>> list_steps(const fs::path& dir, std::vector<fs::path>* symlinks = nullptr) {
   std::vector<std::pair<std::int64_t, fs::path>> out;
   std::error_code ec;
   if (!fs::exists(dir, ec)) return out;
@@ -101,7 +104,13 @@ std::vector<std::pair<std::int64_t, fs::path>> list_steps(const fs::path& dir) {
   for (; it != end; it.increment(ec)) {
     if (ec) fs_error("cannot list", dir, ec.message());
     const std::int64_t step = step_of(it->path().filename().string());
-    if (step >= 0 && it->is_directory(ec)) out.emplace_back(step, it->path());
+    if (step < 0) continue;
+    const fs::file_status st = it->symlink_status(ec);
+    if (st.type() == fs::file_type::symlink) {
+      if (symlinks) symlinks->push_back(it->path());
+    } else if (st.type() == fs::file_type::directory) {
+      out.emplace_back(step, it->path());
+    }
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   return out;
@@ -253,6 +262,71 @@ void prune(const fs::path& dir, int keep, const fs::path& current) {
     if (fs::remove_all(path, ec); ec) fs_error("checkpoint committed, but cannot remove", path, ec.message());
 }
 
+/// Whether process `pid` of this host has ended: no such process, or a zombie (a killed job's
+/// rank whose parent went away before reaping it, as under a container's init).
+bool process_gone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return false;
+  char buf[512] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const std::string stat(buf, n);
+  const auto paren = stat.rfind(')');  // "pid (comm) S ...": the state follows the command name
+  return paren != std::string::npos && paren + 2 < stat.size() && (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
+}
+
+/// One writer per checkpoint directory: rank 0 holds <dir>/.commit.lock while it commits, a
+/// symlink whose target is "host pid" (made atomically, and stored in the inode: it needs no
+/// free block on a full disk). Another live writer's lock is an error naming it (its temp
+/// directories must not be swept); a lock whose process is gone on this host (a crashed job)
+/// is taken over. Released on success and, by the destructor, on failure.
+class CommitLock {
+ public:
+  CommitLock() = default;
+  CommitLock(const CommitLock&) = delete;
+  CommitLock& operator=(const CommitLock&) = delete;
+  ~CommitLock() { release(); }
+
+  void acquire(const fs::path& dir) {
+    path_ = dir / ".commit.lock";
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    const std::string me = std::string(host) + " " + std::to_string(::getpid());
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (::symlink(me.c_str(), path_.c_str()) == 0) {
+        held_ = true;
+        return;
+      }
+      if (errno != EEXIST) fs_error("cannot create", path_, std::strerror(errno));
+      char buf[300] = {};
+      const ssize_t n = ::readlink(path_.c_str(), buf, sizeof buf - 1);
+      const std::string owner = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+      const auto space = owner.rfind(' ');
+      const std::string owner_host = space == std::string::npos ? "" : owner.substr(0, space);
+      const long pid = space == std::string::npos ? 0 : std::strtol(owner.c_str() + space + 1, nullptr, 10);
+      const bool gone = owner_host == host && pid > 0 && process_gone(static_cast<pid_t>(pid));
+      if (!gone)
+        raise<IoError>("checkpoint: another writer (", owner.empty() ? std::string("unknown") : owner,
+                       ") is committing to '", dir.string(), "'; a checkpoint directory takes one writer at a time (",
+                       "if no such job runs, remove '", path_.string(), "')");
+      std::error_code ec;
+      fs::remove(path_, ec);  // its process is gone: take the lock over
+    }
+    fs_error("cannot take over", path_, "it reappeared while being replaced");
+  }
+  void release() {
+    if (!held_) return;
+    std::error_code ec;
+    fs::remove(path_, ec);
+    held_ = false;
+  }
+
+ private:
+  fs::path path_;
+  bool held_ = false;
+};
+
 }  // namespace
 
 const CheckpointEntry& CheckpointManifest::entry(const std::string& name) const {
@@ -326,9 +400,11 @@ std::string CheckpointWriter::commit(std::int64_t step) {
   const fs::path dir(directory_);
   const fs::path final_dir = dir / step_dir_name(step);
   std::string tmp;
+  CommitLock lock;
   on_root([&] {
     std::error_code ec;
     if (fs::create_directories(dir, ec); ec) fs_error("cannot create directory", dir, ec.message());
+    lock.acquire(dir);
     const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
     tmp = (dir /
            (kTmpPrefix + std::to_string(step) + "-" + std::to_string(::getpid()) + "-" + std::to_string(now)))
@@ -389,6 +465,7 @@ std::string CheckpointWriter::commit(std::int64_t step) {
   pending_.clear();
   metadata_.clear();
   on_root([&] { prune(dir, keep_, final_dir); });
+  on_root([&] { lock.release(); });
   return final_dir.string();
 }
 
@@ -396,7 +473,12 @@ std::string latest_checkpoint(const std::string& directory) {
   std::string found;
   on_root([&] {
     std::error_code ec;
-    for (const auto& [step, path] : list_steps(directory))
+    std::vector<fs::path> symlinks;
+    const auto steps = list_steps(directory, &symlinks);
+    if (!symlinks.empty())
+      fs_error("refusing to read", symlinks.front(),
+               "a checkpoint directory is a symlink; checkpoints must be real directories (move or copy it in place)");
+    for (const auto& [step, path] : steps)
       if (fs::exists(path / kManifest, ec)) {
         found = path.string();
         break;

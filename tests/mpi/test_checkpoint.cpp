@@ -155,6 +155,37 @@ SHARD_MPI_TEST(Checkpoint, RetentionStaleTempDirsAndSameStepAgain) {
                   other.w_for(7)));
 }
 
+SHARD_MPI_TEST(Checkpoint, SymlinkedStepsAndASecondWriterAreRefused) {
+  TempDir dir("shard-test-ckpt-", false);
+  TempDir elsewhere("shard-test-ckpt-elsewhere-", false);
+  const Model model;
+  model.commit(dir.str(), 3, 2);
+  model.commit(elsewhere.str(), 9, 2);
+  // A step directory that is a symlink (to a real checkpoint elsewhere) is never followed.
+  on_root([&] { fs::create_directory_symlink(elsewhere.path() / "step-00000009", dir.path() / "step-00000009"); });
+  expect_error<IoError>([&] { latest_checkpoint(dir.str()); }, {"step-00000009", "symlink"});
+  on_root([&] { fs::remove(dir.path() / "step-00000009"); });
+  EXPECT_EQ(latest_checkpoint(dir.str()), (dir.path() / "step-00000003").string());
+  // A live writer's lock (pid 1 on this host is alive): the commit fails on every rank naming
+  // it, and the checkpoints already there stay.
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  auto write_lock = [&](long pid) {  // as a writer leaves it: a symlink to "host pid"
+    on_root([&] {
+      fs::remove(dir.path() / ".commit.lock");
+      fs::create_symlink(std::string(host) + " " + std::to_string(pid), dir.path() / ".commit.lock");
+    });
+  };
+  write_lock(1);
+  expect_error<IoError>([&] { model.commit(dir.str(), 4, 2); }, {"another writer", " 1)", ".commit.lock"});
+  EXPECT_EQ(latest_checkpoint(dir.str()), (dir.path() / "step-00000003").string());
+  // A lock whose process is gone (a crashed job on this host) is taken over, then released.
+  write_lock(999999999);
+  model.commit(dir.str(), 4, 2);
+  EXPECT_EQ(latest_checkpoint(dir.str()), (dir.path() / "step-00000004").string());
+  EXPECT_EQ(listing(dir.path()), (std::vector<std::string>{"step-00000003", "step-00000004"}));
+}
+
 SHARD_MPI_TEST(Checkpoint, BadNamesAndArguments) {
   TempDir dir("shard-test-ckpt-", false);
   CheckpointWriter w(dir.str(), 1);
