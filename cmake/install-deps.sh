@@ -16,6 +16,7 @@ packages=(
   python3-numpy                         # tests check that numpy.load reads Shard's .npy files
   shellcheck                            # the scripts.lint test
   iproute2                              # ip: the multinode tests look up network interfaces
+  clang libclang-rt-14-dev              # clang and libFuzzer for the parser fuzz targets (tests/fuzz.sh)
   "$@"
 )
 

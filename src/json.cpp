@@ -67,7 +67,7 @@ class Parser {
         space();
         std::string key = string();
         expect(':');
-        v.members.emplace_back(std::move(key), value(depth + 1));
+        v.members.push_back(Member{std::move(key), value(depth + 1)});
       } while (accept(','));
       expect('}');
     } else if (c == '[') {

@@ -9,16 +9,24 @@
 
 namespace shard::detail::json {
 
+struct Member;
+
 struct Value {
   enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
   Kind kind = Kind::kNull;
   bool boolean = false;
   std::string text;                                    ///< a string's contents or a number's literal
   std::vector<Value> items;                            ///< array elements
-  std::vector<std::pair<std::string, Value>> members;  ///< object members, in file order
+  std::vector<Member> members;                         ///< object members, in file order
 
   /// The member `key` of an object, or null if absent (or not an object).
   const Value* find(const std::string& key) const;
+};
+
+/// An object member (a struct, not std::pair: a pair of a still-incomplete Value is not portable).
+struct Member {
+  std::string key;
+  Value value;
 };
 
 /// Parses a whole JSON document; throws ValueError naming `what` and the line of the problem.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The scripts.lint test: bash -n and shellcheck on every shell script of the repository, found
 # when the test runs (so scripts added after cmake configured are checked too):
-#   mpirun_examples/*.sh *.sbatch, tests/multinode/*.sh *.sbatch, tests/*.sh, tests/train/*.sh,
+#   mpirun_examples/*.sh *.sbatch, tests/multinode/*.sh *.sbatch, tests/*.sh, tests/train/*.sh, tests/adversarial/*.sh,
 #   cmake/*.sh, benchmarks/*.sh
 #   tests/lint_scripts.sh [repository root]   (default: the parent of this script's directory)
 # Fails on a syntax error or any shellcheck finding (every severity, info included). Sourced
@@ -13,7 +13,7 @@ cd "$root" || exit 1
 
 shopt -s nullglob
 scripts=(mpirun_examples/*.sh mpirun_examples/*.sbatch tests/multinode/*.sh tests/multinode/*.sbatch
-         tests/*.sh tests/train/*.sh tests/consumer/*.sh cmake/*.sh benchmarks/*.sh)
+         tests/*.sh tests/train/*.sh tests/adversarial/*.sh tests/consumer/*.sh cmake/*.sh benchmarks/*.sh)
 shopt -u nullglob
 if [ ${#scripts[@]} -eq 0 ]; then
   echo "lint_scripts: no scripts found under $PWD" >&2

@@ -20,6 +20,13 @@ if [[ "${SHARD_SKIP_SANITIZERS:-0}" != 1 ]]; then
   echo "asan build and tests: $(( $(date +%s) - asan_start )) s"
 fi
 
+# The parsers of outside input under libFuzzer (fuzz/, preset fuzz: clang, ASan, UBSan), each
+# for SHARD_FUZZ_SECONDS (default 10; CI's .ci/run gives 20) from its corpus in fuzz/corpus.
+# SHARD_SKIP_FUZZ=1 skips it.
+if [[ "${SHARD_SKIP_FUZZ:-0}" != 1 ]]; then
+  ./tests/fuzz.sh "${SHARD_FUZZ_SECONDS:-10}"
+fi
+
 start=$(date +%s)
 cmake --preset ci >/dev/null
 cmake --build --preset ci -j "$(nproc)"

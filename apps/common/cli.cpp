@@ -69,25 +69,6 @@ bool parse_command_line(int argc, char** argv, const po::options_description& op
   return true;
 }
 
-std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& flag, const std::string& example,
-                                         std::int64_t min) {
-  std::vector<std::int64_t> out;
-  std::stringstream ss(text);
-  for (std::string t; std::getline(ss, t, ',');) {
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(t, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (t.empty() || used != t.size() || v < min)
-      raise<ValueError>("bad --", flag, " '", text, "': write sizes like ", example);
-    out.push_back(v);
-  }
-  return out;
-}
-
 void print0(const Runtime& rt, const std::string& text) {
   if (rt.process_index() != 0) return;
   std::fputs(text.c_str(), stdout);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/parse.hpp"
 #include "shard/runtime.hpp"
 
 namespace shard::apps {
@@ -30,10 +31,6 @@ void add_common_options(po::options_description& options);
 bool parse_command_line(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
                         const Runtime& rt, const std::string& usage);
 
-/// "784,1024,10" -> {784, 1024, 10}: comma-separated integers, each at least `min`; otherwise
-/// ValueError "bad --<flag> '<text>': write sizes like <example>" (the same on every rank).
-std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& flag, const std::string& example,
-                                         std::int64_t min);
 
 /// Prints on rank 0 only.
 void print0(const Runtime& rt, const std::string& text);

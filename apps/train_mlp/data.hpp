@@ -7,28 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "dataset.hpp"
 #include "shard/shard.hpp"
 
 namespace train {
 
-/// A labelled set: `count` rows of `features` values; labels are class indices
-/// (classification) or `outputs` target values per row (regression).
-struct Dataset {
-  std::int64_t count = 0, features = 0, outputs = 0;
-  bool classify = true;
-  std::vector<std::uint8_t> pixels;  ///< Fashion-MNIST rows (count x features), scaled on use
-  std::vector<float> dense;          ///< synthetic rows (count x features)
-  std::vector<float> targets;        ///< synthetic targets (count x outputs)
-  std::vector<std::uint8_t> labels;  ///< class of each row
-
-  /// Row `r` of the inputs as normalised floats into `out` (features values).
-  void input_row(std::int64_t r, float* out) const;
-};
-
 /// Reads <dir>/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz (gzip, IDX big-endian headers).
 /// Throws shard::IoError naming the file when it is missing or malformed.
 Dataset read_fashion_mnist(const std::string& dir, bool train);
-
 /// The tutorial's regression set: N(0,1) inputs and targets from `key`, identical on every rank.
 Dataset synthetic(shard::random::Key key, std::int64_t count, std::int64_t features, std::int64_t outputs);
 

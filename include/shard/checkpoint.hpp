@@ -134,4 +134,10 @@ SHARD_DECLARE_CHECKPOINT(std::int32_t)
 SHARD_DECLARE_CHECKPOINT(std::int64_t)
 #undef SHARD_DECLARE_CHECKPOINT
 
+namespace detail {
+/// A manifest.json's text parsed and validated (read_manifest's parser; `what` names it in
+/// errors). Local; fuzzed by fuzz/fuzz_manifest.cpp.
+CheckpointManifest parse_manifest_text(const std::string& text, const std::string& what);
+}  // namespace detail
+
 }  // namespace shard

@@ -12,6 +12,7 @@ shift 2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck disable=SC2054  # the commas are inside one argument (--layers 784,16,10)
 tiny=(--layers 784,16,10 --batch 32 --epochs 1)
 case $case_name in
   test_shape)
