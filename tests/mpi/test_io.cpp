@@ -283,6 +283,13 @@ SHARD_MPI_TEST(Npy, ErrorsOnEveryRank) {
   on_root([&] { fs::resize_file(path, 128 + 20 * 3 * 4 - 5); });
   expect_error<IoError>([&] { io::load_npy<float>(path, s); }, {path, "truncated", "(20, 3)", "bytes"});
 
+  // Header shapes whose byte count overflows or nears int64 (an adversarial 176-byte file): the
+  // truncation check still answers, nothing is allocated.
+  on_root([&] { write_file(path, io::npy_header("<f4", {1152921504606846975}) + std::string(48, '\0')); });
+  expect_error<IoError>([&] { io::load_npy<float>(path, s); }, {path, "truncated", "(1152921504606846975,)"});
+  on_root([&] { write_file(path, io::npy_header("<f4", {1152921504606846975, 16}) + std::string(48, '\0')); });
+  expect_error<IoError>([&] { io::load_npy<float>(path, s); }, {path, "too large"});
+
   on_root([&] { write_file(path, "PK\x03\x04 this is a zip file, not a .npy"); });
   expect_error<IoError>([&] { io::load_npy<float>(path, s); }, {path, "not a valid .npy file", "magic"});
 
