@@ -448,6 +448,16 @@ TYPED_TEST(Collectives, Ppermute) { for_every_mesh<TypeParam>(500, {kPpermute});
 // Large sums: on one node with one device per rank they go through group-shared memory
 // (collective_exec.cpp), otherwise through MPI; the results are the same sums, and the two
 // alternating windows keep repeated calls of different sizes apart.
+/// group_of by mesh-order index: the indices (into mesh.device_ids()) of the devices in the
+/// group over `axes` of the device at index d, in position order.
+std::vector<int> group_indices(const Mesh& mesh, int d, const SpecEntry& axes) {
+  const auto& ids = mesh.device_ids();
+  std::vector<int> out;
+  for (int dev : group_of(mesh, ids[static_cast<std::size_t>(d)], Axes(axes)))
+    out.push_back(static_cast<int>(std::find(ids.begin(), ids.end(), dev) - ids.begin()));
+  return out;
+}
+
 SHARD_MPI_TEST(Collectives, LargeSumsOnEveryAxis) {
   const int n = runtime().device_count();
   const auto f2 = factorisations(n, 2);
@@ -465,17 +475,7 @@ SHARD_MPI_TEST(Collectives, LargeSumsOnEveryAxis) {
       const Tensor<double> got = std::get<0>(out).to_host(), got_mean = std::get<1>(out).to_host();
       // The reference: the sum over the devices of each group (same coordinates off `axes`).
       for (int d = 0; d < n; ++d) {
-        const auto cd = mesh.coords(mesh.device_ids()[d]);
-        std::vector<int> members;
-        for (int e = 0; e < n; ++e) {
-          const auto ce = mesh.coords(mesh.device_ids()[e]);
-          bool same = true;
-          for (int k = 0; k < 2; ++k) {
-            const bool in = std::find(axes.axes().begin(), axes.axes().end(), mesh.axis_names()[k]) != axes.axes().end();
-            if (!in && ce[k] != cd[k]) same = false;
-          }
-          if (same) members.push_back(e);
-        }
+        const std::vector<int> members = group_indices(mesh, d, axes);
         double worst = 0;
         for (std::int64_t i = 0; i < len; ++i) {
           double want = 0;
@@ -510,17 +510,7 @@ SHARD_MPI_TEST(Collectives, LargeScattersAndGathersOnEveryAxis) {
       })(x);
       const Tensor<double> scattered = std::get<0>(out).to_host(), gathered = std::get<1>(out).to_host();
       for (int d = 0; d < n; ++d) {
-        const auto cd = mesh.coords(mesh.device_ids()[d]);
-        std::vector<int> members;  // d's group in position order
-        for (int e = 0; e < n; ++e) {
-          const auto ce = mesh.coords(mesh.device_ids()[e]);
-          bool same = true;
-          for (int k = 0; k < 2; ++k) {
-            const bool in = std::find(axes.axes().begin(), axes.axes().end(), mesh.axis_names()[k]) != axes.axes().end();
-            if (!in && ce[k] != cd[k]) same = false;
-          }
-          if (same) members.push_back(e);
-        }
+        const std::vector<int> members = group_indices(mesh, d, axes);  // in position order
         const auto g = static_cast<std::int64_t>(members.size());
         const std::int64_t pos = std::find(members.begin(), members.end(), d) - members.begin();
         const std::int64_t chunk = rows / g;
