@@ -7,11 +7,22 @@
 
 namespace shard {
 
+namespace {
+
+/// An axis name in quotes: single quotes as Python prints them, double quotes when the name holds
+/// a single quote (a name parsed from either kind of quotes prints back to the same name).
+std::string quoted(const std::string& name) {
+  const char q = name.find('\'') == std::string::npos ? '\'' : '"';
+  return q + name + q;
+}
+
+}  // namespace
+
 std::string SpecEntry::to_string() const {
   if (axes_.empty()) return "None";
-  if (axes_.size() == 1) return "'" + axes_[0] + "'";
+  if (axes_.size() == 1) return quoted(axes_[0]);
   std::string s = "(";
-  for (std::size_t i = 0; i < axes_.size(); ++i) s += (i ? ",'" : "'") + axes_[i] + "'";
+  for (std::size_t i = 0; i < axes_.size(); ++i) s += (i ? "," : "") + quoted(axes_[i]);
   return s + ")";
 }
 

@@ -44,6 +44,9 @@ Dataset parse_fashion_mnist(const std::vector<std::uint8_t>& images, const std::
       __builtin_mul_overflow(d.count, d.features, &pixels))
     shard::raise<shard::IoError>(image_path, " has a header of impossible sizes (", d.count, " images of ",
                                  big_endian(images.data() + 8), " x ", big_endian(images.data() + 12), ")");
+  if (d.features == 0 && d.count > 0)  // found by fuzz/fuzz_idx: images of 0 x 28 pixels
+    shard::raise<shard::IoError>(image_path, " has images of ", big_endian(images.data() + 8), " x ",
+                                 big_endian(images.data() + 12), " pixels: a model needs at least one input");
   if (big_endian(labels.data() + 4) != d.count)
     shard::raise<shard::IoError>(label_path, " has ", big_endian(labels.data() + 4), " labels for ", d.count, " images");
   if (static_cast<std::int64_t>(images.size()) - 16 != pixels ||

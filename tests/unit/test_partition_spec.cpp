@@ -118,6 +118,7 @@ TEST(PartitionSpec, ParseRoundTripsToString) {
       P({"x", "y", "z"}, None, None, "w"),
       P(None, None),
       P("a", "b", "c", "d", "e"),
+      P("it's", {"b", "c'd"}),  // a name holding a single quote prints in double quotes
   };
   for (const auto& s : specs) {
     const std::string text = s.to_string();
@@ -126,6 +127,14 @@ TEST(PartitionSpec, ParseRoundTripsToString) {
     EXPECT_EQ(back.size(), s.size()) << text;  // parse keeps explicit trailing Nones
     EXPECT_EQ(back.to_string(), text);
   }
+}
+
+TEST(PartitionSpec, NameWithTheOtherQuoteRoundTrips) {
+  // Found by fuzz/fuzz_partition_spec: "b',')" is one axis name, printed once as 'b',')'.
+  const P spec = P::parse("\"b',')\"");
+  ASSERT_EQ(spec.size(), 1);
+  EXPECT_EQ(spec[0].axes(), Axes{"b',')"});
+  EXPECT_EQ(P::parse(spec.to_string()), spec) << spec.to_string();
 }
 
 TEST(PartitionSpec, ParseErrors) {
