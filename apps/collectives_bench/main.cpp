@@ -18,6 +18,7 @@
 
 #include "common/bench.hpp"
 #include "common/cli.hpp"
+#include "shard/detail/env.hpp"
 #include "shard/detail/mesh_comms.hpp"
 #include "shard/shard.hpp"
 
@@ -221,11 +222,13 @@ struct Bench {
       // on one node: slot order), so their floating sums agree to rounding; everything else bit
       // for bit.
       int same = got == left() ? 1 : 0;
+      // Every rank takes part in the allreduce below, also those whose result is equal bit for
+      // bit (the others may differ in the last bit: a nonblocking reduction adds in its own order).
+      double big = 0;
+      for (const T v : x) big = std::max(big, std::abs(static_cast<double>(v)));
+      MPI_Allreduce(MPI_IN_PLACE, &big, 1, MPI_DOUBLE, MPI_MAX, comm);
       if (!same && (c == "psum" || c == "psum_scatter") && std::is_floating_point_v<T> && got.shape() == left().shape()) {
         // Rounding of a sum of n terms: n eps of the largest term, whatever their signs.
-        double big = 0;
-        for (const T v : x) big = std::max(big, std::abs(static_cast<double>(v)));
-        MPI_Allreduce(MPI_IN_PLACE, &big, 1, MPI_DOUBLE, MPI_MAX, comm);
         const double eps = std::is_same_v<T, float> ? 6e-8 : 1.2e-16;
         same = 1;
         for (std::int64_t i = 0; i < got.size(); ++i)
@@ -297,8 +300,12 @@ int main(int argc, char** argv) {
   // policy Shard's Runtime normally sets at start-up is switched on after that phase.
   shard::RuntimeOptions runtime_options;
   runtime_options.keep_freed_memory = false;
-  const char* keep_env = std::getenv("SHARD_KEEP_FREED_MEMORY");
-  const bool keep_policy = !(keep_env && std::string(keep_env) == "0");
+  // (a bad value is raised by the Runtime, which reads the same variable)
+  bool keep_policy = true;
+  try {
+    keep_policy = shard::detail::env_flag("SHARD_KEEP_FREED_MEMORY").value_or(true);
+  } catch (const shard::Error&) {
+  }
   return shard::apps::run_app(argc, argv, [&](shard::Runtime& rt) {
     namespace po = shard::apps::po;
     std::string mesh_text, axes_text, dtype, sizes_text, colls_text;
@@ -327,7 +334,7 @@ int main(int argc, char** argv) {
     const shard::Mesh mesh = shard::make_mesh(shape, names);
     const auto axis_list = split(axes_text, ',');
     const shard::Axes axes = axis_list.empty() ? shard::Axes(names[0]) : shard::Axes(axis_list);
-    if (repeats < 0) shard::raise<shard::ValueError>("--repeats must be >= 0 (0: by size), got ", repeats);
+    shard::apps::check_at_least("repeats", repeats, 0, "(0: by size)");
     std::vector<std::int64_t> sizes;
     for (const auto& s : split(sizes_text, ',')) sizes.push_back(parse_size(s));
     if (sizes.empty()) shard::raise<shard::ValueError>("--sizes '", sizes_text, "' names no size; write e.g. 8,64K,16M");
@@ -336,16 +343,15 @@ int main(int argc, char** argv) {
       shard::raise<shard::ValueError>("--collectives '", colls_text,
                                       "' names no collective; choose from psum,all_gather,psum_scatter,all_to_all,ppermute,ppermute_chain");
     for (const auto& c : colls)
-      if (c != "psum" && c != "all_gather" && c != "psum_scatter" && c != "all_to_all" && c != "ppermute" &&
-          c != "ppermute_chain")
-        shard::raise<shard::ValueError>("unknown collective '", c, "'");
+      shard::apps::check_choice("collectives", c,
+                                {"psum", "all_gather", "psum_scatter", "all_to_all", "ppermute", "ppermute_chain"});
+    shard::apps::check_choice("dtype", dtype, {"float32", "float64", "int32", "int64"});
 
     std::vector<Row> rows;
     if (dtype == "float32") rows = run_all<float>(mesh, axes, colls, sizes, repeats, keep_policy);
     else if (dtype == "float64") rows = run_all<double>(mesh, axes, colls, sizes, repeats, keep_policy);
     else if (dtype == "int32") rows = run_all<std::int32_t>(mesh, axes, colls, sizes, repeats, keep_policy);
-    else if (dtype == "int64") rows = run_all<std::int64_t>(mesh, axes, colls, sizes, repeats, keep_policy);
-    else shard::raise<shard::ValueError>("unknown --dtype '", dtype, "'");
+    else rows = run_all<std::int64_t>(mesh, axes, colls, sizes, repeats, keep_policy);
 
     std::ostringstream os;
     char line[256];
