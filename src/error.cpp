@@ -1,5 +1,7 @@
 #include "shard/error.hpp"
 
+#include <cmath>
+
 #include <mpi.h>
 
 #include <atomic>
@@ -25,6 +27,13 @@ std::string rank_prefix() {
   int rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return "[rank " + std::to_string(rank) + "] ";
+}
+
+void check_finite_in(const std::string& what, double v, double lo, double hi, bool lo_open, bool hi_open) {
+  const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  if (!ok)
+    throw ValueError(cat(what, " must be a finite number in ", lo_open ? "(" : "[", lo, ", ", hi, hi_open ? ")" : "]",
+                         ", got ", v));
 }
 
 }  // namespace detail

@@ -14,12 +14,16 @@ namespace shard::optim {
 
 // ---------------------------------------------------------------- schedules
 
-Schedule::Schedule(double lr) : fn_([lr](std::int64_t) { return lr; }) {}
+Schedule::Schedule(double lr) : fn_([lr](std::int64_t) { return lr; }) {
+  detail::check_finite_in("optim: a constant learning rate", lr, -1e30, 1e30);
+}
 
 Schedule constant(double lr) { return Schedule(lr); }
 
 Schedule cosine_decay(double lr, std::int64_t decay_steps, double alpha) {
   if (decay_steps < 1) raise<ValueError>("cosine_decay: decay_steps must be >= 1, got ", decay_steps);
+  detail::check_finite_in("cosine_decay: lr", lr, -1e30, 1e30);
+  detail::check_finite_in("cosine_decay: alpha", alpha, 0, 1);
   return Schedule([=](std::int64_t t) {
     const double frac = static_cast<double>(std::min(t, decay_steps)) / static_cast<double>(decay_steps);
     return lr * ((1.0 - alpha) * 0.5 * (1.0 + std::cos(std::numbers::pi * frac)) + alpha);
@@ -28,6 +32,7 @@ Schedule cosine_decay(double lr, std::int64_t decay_steps, double alpha) {
 
 Schedule linear_warmup(Schedule after, std::int64_t warmup_steps, double init) {
   if (warmup_steps < 0) raise<ValueError>("linear_warmup: warmup_steps must be >= 0, got ", warmup_steps);
+  detail::check_finite_in("linear_warmup: init", init, -1e30, 1e30);
   return Schedule([after = std::move(after), warmup_steps, init](std::int64_t t) {
     if (t >= warmup_steps) return after(t - warmup_steps);
     const double peak = after(0);
@@ -47,7 +52,7 @@ Schedule warmup_cosine_decay(double init, double peak, std::int64_t warmup_steps
 // ---------------------------------------------------------------- construction
 
 Optimizer& Optimizer::clip_by_global_norm(double max_norm) {
-  if (!(max_norm > 0)) raise<ValueError>("clip_by_global_norm: max_norm must be > 0, got ", max_norm);
+  detail::check_finite_in("clip_by_global_norm: max_norm", max_norm, 0, 1e30, true);
   c_.max_norm = max_norm;
   return *this;
 }
@@ -63,7 +68,8 @@ Optimizer& Optimizer::shard_state_over(std::string axis) {
 }
 
 Optimizer sgd(Schedule lr, double momentum, bool nesterov, double weight_decay) {
-  if (!(momentum >= 0)) raise<ValueError>("sgd: momentum must be >= 0, got ", momentum);
+  detail::check_finite_in("sgd: momentum", momentum, 0, 1);
+  detail::check_finite_in("sgd: weight_decay", weight_decay, 0, 1e30);
   if (nesterov && momentum == 0) raise<ValueError>("sgd: nesterov needs a momentum > 0");
   Optimizer::Config c;
   c.kind = Optimizer::Kind::kSgd;
@@ -75,6 +81,9 @@ Optimizer sgd(Schedule lr, double momentum, bool nesterov, double weight_decay) 
 }
 
 Optimizer adam(Schedule lr, double b1, double b2, double eps) {
+  detail::check_finite_in("adam: b1", b1, 0, 1, false, true);
+  detail::check_finite_in("adam: b2", b2, 0, 1, false, true);
+  detail::check_finite_in("adam: eps", eps, 0, 1e30);
   Optimizer::Config c;
   c.kind = Optimizer::Kind::kAdam;
   c.lr = std::move(lr);
@@ -85,6 +94,7 @@ Optimizer adam(Schedule lr, double b1, double b2, double eps) {
 }
 
 Optimizer adamw(Schedule lr, double weight_decay, double b1, double b2, double eps) {
+  detail::check_finite_in("adamw: weight_decay", weight_decay, 0, 1e30);
   Optimizer o = adam(std::move(lr), b1, b2, eps);
   Optimizer::Config c = o.config();
   c.kind = Optimizer::Kind::kAdamW;
@@ -261,6 +271,8 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
   if (c_.if_finite && !std::isfinite(norm)) return norm;  // parameters, state and step count unchanged
   if (c_.max_norm > 0 && norm > c_.max_norm) scale = c_.max_norm / norm;
   const double lr = c_.lr(state.step);
+  if (!std::isfinite(lr)) [[unlikely]]
+    raise<ValueError>("optimizer update: the learning-rate schedule gave ", lr, " at step ", state.step);
   for (std::size_t i = 0; i < params.size(); ++i) {
     ShardedArray<T>& p = params[i];
     ShardedArray<T>* s0 = names.empty() ? nullptr : &state.arrays.at(key(names[0], i));

@@ -35,8 +35,8 @@ if(SHARD_BUILD_APPS)
                   shard_info --devices-per-rank=-2)
 
   # sharding_tour (app.error.bad_flag, bad_spec, unknown_axis and wrong_device_count are in CMakeLists.txt)
-  shard_app_error(tour_size_zero "--size must be positive, got 0" sharding_tour --devices-per-rank 4 --size 0)
-  shard_app_error(tour_size_negative "--size must be positive, got -3" sharding_tour --devices-per-rank 4 --size=-3)
+  shard_app_error(tour_size_zero "--size must be >= 1, got 0" sharding_tour --devices-per-rank 4 --size 0)
+  shard_app_error(tour_size_negative "--size must be >= 1, got -3" sharding_tour --devices-per-rank 4 --size=-3)
   shard_app_error(tour_size_malformed "bad command line: the argument \\('12q'\\) for option '--size' is invalid"
                   sharding_tour --size 12q)
 
@@ -50,8 +50,8 @@ if(SHARD_BUILD_APPS)
   shard_app_error(coll_no_sizes "--sizes ',' names no size" collectives_bench --sizes ,)
   shard_app_error(coll_negative_repeats "--repeats must be >= 0 \\(0: by size\\), got -1" collectives_bench --repeats=-1)
   shard_app_error(coll_unknown_axis "unknown mesh axis 'zz'" collectives_bench --sizes 8 --axes zz)
-  shard_app_error(coll_unknown_collective "unknown collective 'bcast'" collectives_bench --sizes 8 --collectives psum,bcast)
-  shard_app_error(coll_dtype "unknown --dtype 'f16'" collectives_bench --sizes 8 --dtype f16)
+  shard_app_error(coll_unknown_collective "--collectives 'bcast': choose psum, all_gather" collectives_bench --sizes 8 --collectives psum,bcast)
+  shard_app_error(coll_dtype "--dtype 'f16': choose float32, float64, int32 or int64" collectives_bench --sizes 8 --dtype f16)
 
   # reshard_bench
   shard_app_error(reshard_bad_flag "${_bad_flag}" reshard_bench --no-such-flag)
@@ -65,10 +65,10 @@ if(SHARD_BUILD_APPS)
 
   # elementwise_bench
   shard_app_error(elem_bad_flag "${_bad_flag}" elementwise_bench --no-such-flag)
-  shard_app_error(elem_zero_n "--n must be at least 1, got 0" elementwise_bench --n 0)
-  shard_app_error(elem_negative_n "--n must be at least 1, got -5" elementwise_bench --n=-5)
+  shard_app_error(elem_zero_n "--n must be >= 1, got 0" elementwise_bench --n 0)
+  shard_app_error(elem_negative_n "--n must be >= 1, got -5" elementwise_bench --n=-5)
   shard_app_error(elem_malformed_n "bad command line: the argument \\('1M'\\) for option '--n' is invalid" elementwise_bench --n 1M)
-  shard_app_error(elem_repeats "--repeats must be at least 1, got 0" elementwise_bench --repeats 0)
+  shard_app_error(elem_repeats "--repeats must be >= 1, got 0" elementwise_bench --repeats 0)
 
   # matmul_bench (cannon_not_square, mesh, sizes and algorithm are in CMakeLists.txt)
   shard_app_error(matmul_bad_flag "${_bad_flag}" matmul_bench --no-such-flag)
@@ -77,7 +77,7 @@ if(SHARD_BUILD_APPS)
   shard_app_error(matmul_negative_size "bad --n '-64': write sizes like 1024,4096" matmul_bench --n=-64)
   shard_app_error(matmul_repeats "--repeats must be >= 1, got 0" matmul_bench --n 64 --repeats 0)
   shard_app_error(matmul_panel "--summa-panel must be >= 0 \\(0: 256\\), got -1" matmul_bench --n 64 --summa-panel=-1)
-  shard_app_error(matmul_dtype "--dtype 'int8': choose float64 or float32" matmul_bench --n 64 --dtype int8)
+  shard_app_error(matmul_dtype "--dtype 'int8': choose float64, f64, double, float32, f32 or float" matmul_bench --n 64 --dtype int8)
 
   # train_mlp (train_mesh, train_batch, train_hidden and train_data_dir are in CMakeLists.txt)
   set(_tiny --dataset synthetic --layers 16,8,4 --epochs 1)

@@ -86,9 +86,9 @@ int main(int argc, char** argv) {
                                          "Usage: mpirun -n N autodiff_bench [options]\n"
                                          "Times autodiff's bookkeeping per recorded op against eager ops."))
       return 0;
-    if (ops < 3) shard::raise<shard::ValueError>("--ops must be at least 3, got ", ops);
-    if (n < 1) shard::raise<shard::ValueError>("--n must be at least 1, got ", n);
-    if (repeats < 1) shard::raise<shard::ValueError>("--repeats must be at least 1, got ", repeats);
+    shard::apps::check_at_least("ops", ops, 3);
+    shard::apps::check_at_least("n", n, 1);
+    shard::apps::check_at_least("repeats", repeats, 1);
     const int links = ops / 3;
     const shard::Tensor<double> host = shard::random::normal_box<double>(shard::random::key(1), {n}, shard::full_box({n}));
     const shard::Mesh mesh = shard::make_mesh({rt.device_count()}, {"a"});

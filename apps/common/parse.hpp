@@ -2,6 +2,7 @@
 // The apps' parsers of flag values that need no runtime (parse.cpp; fuzzed by fuzz/fuzz_int_list.cpp).
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -11,5 +12,21 @@ namespace shard::apps {
 /// ValueError "bad --<flag> '<text>': write sizes like <example>" (the same on every rank).
 std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& flag, const std::string& example,
                                          std::int64_t min);
+
+// One check per kind of flag value, each raising ValueError naming the flag (every rank parses
+// the same command line, so every rank raises the same error).
+
+/// `value` is one of `choices`, else "--<flag> '<value>': choose a, b or c".
+void check_choice(const std::string& flag, const std::string& value, std::initializer_list<const char*> choices);
+
+/// `value` >= `min`, else "--<flag> must be >= <min>, got <value>" (`note` appended if given).
+void check_at_least(const std::string& flag, std::int64_t value, std::int64_t min, const std::string& note = "");
+
+/// `value` finite and in [lo, hi], else "--<flag> must be a finite number in [lo, hi], got v".
+void check_finite_in(const std::string& flag, double value, double lo, double hi);
+
+/// The whole of `text` as a finite float (e.g. "1e-3"), else "bad --<flag> '<text>': write a
+/// number like <example>".
+double parse_finite(const std::string& text, const std::string& flag, const std::string& example);
 
 }  // namespace shard::apps

@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
                                          "Usage: mpirun -n N elementwise_bench [options]\n"
                                          "Times shard::axpy and alpha * x + y against STREAM's triad."))
       return 0;
-    if (n < 1) shard::raise<shard::ValueError>("--n must be at least 1, got ", n);
-    if (repeats < 1) shard::raise<shard::ValueError>("--repeats must be at least 1, got ", repeats);
+    shard::apps::check_at_least("n", n, 1);
+    shard::apps::check_at_least("repeats", repeats, 1);
 
     MPI_Comm world = rt.world().get();
     const shard::Mesh mesh = shard::make_mesh({rt.device_count()}, {"a"});

@@ -295,12 +295,10 @@ int main(int argc, char** argv) {
     o.json = vm.count("json") > 0;
     o.sizes = shard::apps::parse_int_list(sizes, "n", "1024,4096", 1);
     if (o.sizes.empty()) shard::raise<shard::ValueError>("--n needs at least one size");
-    if (o.repeats < 1) shard::raise<shard::ValueError>("--repeats must be >= 1, got ", o.repeats);
-    if (o.cannon_panels < 0)
-      shard::raise<shard::ValueError>("--cannon-panels must be >= 0 (0: from the block size), got ", o.cannon_panels);
-    if (o.summa_panel < 0)
-      shard::raise<shard::ValueError>("--summa-panel must be >= 0 (0: 256), got ", o.summa_panel);
-    if (o.host_limit < 0) shard::raise<shard::ValueError>("--host-check-limit must be >= 0, got ", o.host_limit);
+    shard::apps::check_at_least("repeats", o.repeats, 1);
+    shard::apps::check_at_least("cannon-panels", o.cannon_panels, 0, "(0: from the block size)");
+    shard::apps::check_at_least("summa-panel", o.summa_panel, 0, "(0: 256)");
+    shard::apps::check_at_least("host-check-limit", o.host_limit, 0);
     std::vector<int> shape;
     if (mesh_text.empty()) {
       const int d = rt.device_count();
@@ -334,8 +332,8 @@ int main(int argc, char** argv) {
         o.algorithms.push_back(a);
       }
     }
+    shard::apps::check_choice("dtype", dtype, {"float64", "f64", "double", "float32", "f32", "float"});
     if (dtype == "float64" || dtype == "f64" || dtype == "double") return run<double>(rt, mesh, o);
-    if (dtype == "float32" || dtype == "f32" || dtype == "float") return run<float>(rt, mesh, o);
-    shard::raise<shard::ValueError>("--dtype '", dtype, "': choose float64 or float32");
+    return run<float>(rt, mesh, o);
   });
 }

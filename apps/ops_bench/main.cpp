@@ -218,12 +218,12 @@ int main(int argc, char** argv) {
                                          "Usage: mpirun -n N ops_bench [options]\n"
                                          "Times the op set on sharded arrays against STREAM's triad and a read loop."))
       return 0;
-    if (n < 1) shard::raise<shard::ValueError>("--n must be at least 1, got ", n);
-    if (repeats < 1) shard::raise<shard::ValueError>("--repeats must be at least 1, got ", repeats);
+    shard::apps::check_at_least("n", n, 1);
+    shard::apps::check_at_least("repeats", repeats, 1);
     std::vector<std::string> types;
     std::stringstream ss(dtypes);
     for (std::string t; std::getline(ss, t, ',');) {
-      if (t != "float32" && t != "float64") shard::raise<shard::ValueError>("--dtype '", t, "': choose float32 or float64");
+      shard::apps::check_choice("dtype", t, {"float32", "float64"});
       types.push_back(t);
     }
     std::ostringstream os;

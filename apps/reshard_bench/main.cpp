@@ -131,8 +131,8 @@ int main(int argc, char** argv) {
                                          "Usage: mpirun -n N reshard_bench [--size S] [--mesh AxB]\n"
                                          "Times reshards against raw MPI collectives moving the same bytes."))
       return 0;
-    if (size < 2) shard::raise<shard::ValueError>("--size must be >= 2, got ", size);
-    if (repeats < 1) shard::raise<shard::ValueError>("--repeats must be >= 1, got ", repeats);
+    shard::apps::check_at_least("size", size, 2);
+    shard::apps::check_at_least("repeats", repeats, 1);
     const std::vector<int> shape = shard::apps::mesh_shape_from(mesh_text, rt.device_count());
     if (shape.size() > 3)
       shard::raise<shard::ValueError>("--mesh ", mesh_text, ": reshard_bench takes a mesh of 1 to 3 axes, got ",

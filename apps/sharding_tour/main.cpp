@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
                                          "Needs 8 devices in all: -n 8, -n 4 --devices-per-rank 2, -n 2 "
                                          "--devices-per-rank 4 or -n 1 --devices-per-rank 8."))
       return 0;
-    if (size < 1) shard::raise<shard::ValueError>("--size must be positive, got ", size);
+    shard::apps::check_at_least("size", size, 1);
     if (rt.device_count() != 8)
       shard::raise<shard::ValueError>("sharding_tour uses the tutorial's 8 devices but this job has ",
                                       rt.device_count(), " (", rt.process_count(), " ranks x ", rt.devices_per_rank(),

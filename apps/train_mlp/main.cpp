@@ -344,36 +344,26 @@ int main(int argc, char** argv) {
     c.json = vm.count("json") > 0;
     c.resume = vm.count("resume") > 0;
     c.shard_optimizer_state = vm.count("shard-optimizer-state") > 0;
-    if (c.step != "autodiff" && c.step != "hand")
-      shard::raise<shard::ValueError>("--step '", c.step, "': choose autodiff or hand");
-    if (c.on_nan != "stop" && c.on_nan != "skip")
-      shard::raise<shard::ValueError>("--on-nan '", c.on_nan, "': choose stop or skip");
+    using shard::apps::check_at_least;
+    using shard::apps::check_choice;
+    using shard::apps::check_finite_in;
+    check_choice("step", c.step, {"autodiff", "hand"});
+    check_choice("on-nan", c.on_nan, {"stop", "skip"});
     if (c.on_nan == "skip" && c.step == "hand")
       shard::raise<shard::ValueError>("--on-nan skip needs the autodiff step (the hand-written step updates as it goes)");
     c.hyper.skip_nonfinite = c.on_nan == "skip";
-    if (c.grad_sync != "auto" && c.grad_sync != "shared-memory" && c.grad_sync != "mpi")
-      shard::raise<shard::ValueError>("--grad-sync '", c.grad_sync, "': choose auto, shared-memory or mpi");
+    check_choice("grad-sync", c.grad_sync, {"auto", "shared-memory", "mpi"});
+    check_choice("dataset", c.dataset, {"fashion-mnist", "synthetic"});
     const bool synthetic = c.dataset == "synthetic";
-    if (!synthetic && c.dataset != "fashion-mnist")
-      shard::raise<shard::ValueError>("--dataset '", c.dataset, "': choose fashion-mnist or synthetic");
     c.hyper.classify = !synthetic;
     if (c.layers_text.empty()) c.layers_text = synthetic ? "784,8192,8192,8192,10" : "784,1024,1024,10";
     if (c.batch == 0) c.batch = synthetic ? 8192 : 256;
     if (c.epochs == 0) c.epochs = synthetic ? 30 : 12;
     if (synthetic && vm["momentum"].defaulted()) c.hyper.momentum = 0.0f;
     c.hyper.optimizer = optimizer.empty() ? (synthetic ? "sgd" : "adam") : optimizer;
-    if (c.hyper.optimizer != "adam" && c.hyper.optimizer != "sgd")
-      shard::raise<shard::ValueError>("--optimizer '", c.hyper.optimizer, "': choose adam or sgd");
+    check_choice("optimizer", c.hyper.optimizer, {"adam", "sgd"});
     c.hyper.lr = c.hyper.optimizer == "adam" ? 1e-3f : 1e-5f;
-    if (!lr.empty()) {
-      std::size_t used = 0;
-      try {
-        c.hyper.lr = std::stof(lr, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != lr.size()) shard::raise<shard::ValueError>("bad --lr '", lr, "': write a number like 1e-3");
-    }
+    if (!lr.empty()) c.hyper.lr = static_cast<float>(shard::apps::parse_finite(lr, "lr", "1e-3"));
     for (const auto& [flag, value, min] : {std::tuple<const char*, std::int64_t, std::int64_t>{"batch", c.batch, 1},
                                            {"epochs", c.epochs, 1},
                                            {"samples", c.samples, 1},
@@ -381,16 +371,13 @@ int main(int argc, char** argv) {
                                            {"max-steps", c.max_steps, 0},
                                            {"checkpoint-every", c.checkpoint_every, 0},
                                            {"log-every", c.log_every, 0}})
-      if (value < min) shard::raise<shard::ValueError>("--", flag, " must be >= ", min, ", got ", value);
-    if (!(c.hyper.momentum >= 0 && c.hyper.momentum <= 1))
-      shard::raise<shard::ValueError>("--momentum must be in [0, 1], got ", c.hyper.momentum);
-    if (!(c.hyper.weight_decay >= 0) || !std::isfinite(c.hyper.weight_decay))
-      shard::raise<shard::ValueError>("--weight-decay must be a finite number >= 0, got ", c.hyper.weight_decay);
-    if (!(c.hyper.lr > 0) || !std::isfinite(c.hyper.lr))
+      check_at_least(flag, value, min);
+    check_finite_in("momentum", c.hyper.momentum, 0, 1);
+    check_finite_in("weight-decay", c.hyper.weight_decay, 0, 1e6);
+    if (!(c.hyper.lr > 0) || !std::isfinite(c.hyper.lr))  // a float: 1e39 parses as a double but not a float
       shard::raise<shard::ValueError>("--lr must be a finite number > 0, got ", lr);
     if (c.lr_schedule.empty()) c.lr_schedule = synthetic ? "constant" : "cosine";
-    if (c.lr_schedule != "constant" && c.lr_schedule != "cosine")
-      shard::raise<shard::ValueError>("--lr-schedule '", c.lr_schedule, "': choose constant or cosine");
+    check_choice("lr-schedule", c.lr_schedule, {"constant", "cosine"});
     if (c.resume && c.checkpoint_dir.empty()) shard::raise<shard::ValueError>("--resume needs --checkpoint-dir");
     return run(rt, c);
   });

@@ -75,6 +75,12 @@ std::string cat(Args&&... args) {
   return os.str();
 }
 
+/// An API argument that must be a finite number in [lo, hi] (an open end with `lo_open` /
+/// `hi_open`): ValueError "<what> must be a finite number in [lo, hi], got v" otherwise. The
+/// library's one check of float arguments (optimizer hyperparameters, schedules, ...).
+void check_finite_in(const std::string& what, double v, double lo, double hi, bool lo_open = false,
+                     bool hi_open = false);
+
 }  // namespace detail
 
 /// Throws E with the rank prefix and the concatenated arguments as message.

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <random>
 
 #include "mpi_test.hpp"
@@ -261,6 +262,26 @@ SHARD_MPI_TEST(Optim, BadInputRaisesOnEveryRank) {
   auto other = optim::sgd(0.1, 0.9).init(w);
   expect_error<ValueError>([&] { opt.update(w, w, other); }, {"'mu/0'"});
   expect_error<ValueError>([&] { optim::adam(1e-3).shard_state_over("batch").init(w); }, {"shard_state_over('batch')"});
+  // Hyperparameters: each checked where it enters, naming the argument and the value.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  expect_error<ValueError>([&] { optim::sgd(nan); }, {"constant learning rate must be a finite number", "nan"});
+  expect_error<ValueError>([&] { optim::sgd(0.1, 1.5); }, {"sgd: momentum must be a finite number in [0, 1], got 1.5"});
+  expect_error<ValueError>([&] { optim::sgd(0.1, 0.9, false, inf); }, {"sgd: weight_decay", "inf"});
+  expect_error<ValueError>([&] { optim::adam(1e-3, 1.0); }, {"adam: b1 must be a finite number in [0, 1), got 1"});
+  expect_error<ValueError>([&] { optim::adam(1e-3, 0.9, -0.1); }, {"adam: b2", "got -0.1"});
+  expect_error<ValueError>([&] { optim::adam(1e-3, 0.9, 0.999, nan); }, {"adam: eps", "nan"});
+  expect_error<ValueError>([&] { optim::adamw(1e-3, -1e-4); }, {"adamw: weight_decay", "-0.0001"});
+  expect_error<ValueError>([&] { optim::adam(1e-3).clip_by_global_norm(0); }, {"max_norm must be a finite number in (0"});
+  expect_error<ValueError>([&] { optim::cosine_decay(1e-3, 10, 2.0); }, {"cosine_decay: alpha", "got 2"});
+  // A schedule of the user's own that returns a non-finite rate: raised at the step, not applied.
+  const auto bad_schedule = optim::adam(optim::Schedule([nan](std::int64_t t) { return t < 1 ? 1e-3 : nan; }));
+  auto bs = bad_schedule.init(w);
+  const std::vector<ShardedArray<float>> g4{device_put(random_tensor<float>({4}, 3), NamedSharding(mesh, P()))};
+  bad_schedule.update(w, g4, bs);
+  const Tensor<float> before = w[0].to_host();
+  expect_error<ValueError>([&] { bad_schedule.update(w, g4, bs); }, {"the learning-rate schedule gave nan at step 1"});
+  const Tensor<float> after = w[0].to_host();
+  for (std::int64_t i = 0; i < 4; ++i) EXPECT_EQ(after.data()[i], before.data()[i]);
 }
 
 }  // namespace
