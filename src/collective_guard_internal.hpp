@@ -19,11 +19,23 @@ namespace shard::detail {
 void guard_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
                       const std::source_location& where);
 
-/// Waits for requests of a collective's MPI call under the watchdog; aborts on timeout.
+/// Waits for requests of a collective's MPI call under the guard: aborts when the watchdog's
+/// deadline passes, raises a failure another rank announced (announce_failure).
 void watchdog_wait(int n, MPI_Request* r, const CollectiveSpec& s, const DeviceGroup& g, const char* routine);
 
-/// Runs a collective's MPI call: the blocking form, or under the watchdog the nonblocking
-/// form polled until the deadline.
+/// Runs a collective's MPI call in its nonblocking form, polled until it completes (or the
+/// watchdog's deadline passes), raising meanwhile a failure another rank announced.
+template <typename Start>
+void polled_call(const CollectiveSpec& s, const DeviceGroup& g, const char* routine, Start&& start) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  mpi::check(start(&r), routine);
+  watchdog_wait(1, &r, s, g, routine);
+}
+
+/// Runs a collective's MPI call: the blocking form, or under the watchdog the polled
+/// nonblocking form. (Under the check alone the blocking form too: every rank has passed the
+/// check's polled allreduce just before, so none is missing, and a blocking reduction adds in
+/// the same order as without the check.)
 template <typename Blocking, typename Start>
 void mpi_call(const CollectiveSpec& s, const DeviceGroup& g, const char* routine, Blocking&& blocking,
               Start&& start) {
@@ -31,10 +43,7 @@ void mpi_call(const CollectiveSpec& s, const DeviceGroup& g, const char* routine
     mpi::check(blocking(), routine);
     return;
   }
-  MPI_Request r = MPI_REQUEST_NULL;
-  mpi::check(start(&r), routine);
-  watchdog_wait(1, &r, s, g, routine);
+  polled_call(s, g, routine, start);
 }
-
 
 }  // namespace shard::detail

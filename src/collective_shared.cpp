@@ -21,13 +21,13 @@ namespace shard::detail {
 /// pmean or a psum_scatter over dim 0 (contiguous chunks); SHARD_SHARED_REDUCE=0 turns it off.
 /// (An all_gather through the window copies twice where MPI's single-copy transfer copies once:
 /// measured 1.0-1.4x slower, so it stays with MPI.)
+bool g_shared_reduce = true;
+
+void set_shared_reduce(bool on) { g_shared_reduce = on; }
+
 bool use_shared_memory(const Mesh& mesh, const CollectiveSpec& s, bool is_bool) {
   // Called by every rank of the mesh for the same collective (before its groups are walked).
-  static const bool enabled = [] {
-    const char* e = std::getenv("SHARD_SHARED_REDUCE");
-    return !(e && std::string(e) == "0");
-  }();
-  if (!enabled || s.group_size < 2) return false;
+  if (!g_shared_reduce || s.group_size < 2) return false;
   switch (s.kind) {
     case CollectiveKind::kReduce:
       if (is_bool || (s.op != ReduceOp::kSum && s.op != ReduceOp::kMean)) return false;

@@ -15,6 +15,10 @@ namespace shard::detail {
 /// Blocks of at least this many bytes go through group-shared memory when the group allows it.
 inline constexpr std::size_t kSharedReduceMin = std::size_t{64} << 10;
 
+/// SHARD_SHARED_REDUCE=0 turns the group-shared collectives off (the Runtime sets this, agreed
+/// over the ranks: off if any rank asked).
+void set_shared_reduce(bool on);
+
 /// Whether collective `s` may go through group-shared memory (see the definition). Collective
 /// over the mesh's ranks the first time for s.axes.
 bool use_shared_memory(const Mesh& mesh, const CollectiveSpec& s, bool is_bool);

@@ -5,6 +5,8 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -17,8 +19,11 @@
 
 #include "shard/detail/collective_guard.hpp"
 #include "shard/detail/device_executor.hpp"
+#include "shard/detail/env.hpp"
 #include "shard/error.hpp"
 #include "shard/tensor.hpp"
+
+#include "collective_shared.hpp"
 
 namespace shard {
 
@@ -27,17 +32,7 @@ namespace {
 Runtime* g_current = nullptr;
 
 int parse_positive(const std::string& text, const char* source) {
-  std::size_t used = 0;
-  long v = 0;
-  try {
-    v = std::stol(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || v < 1 || v > 4096)
-    raise<RuntimeError>("devices per rank from ", source, " must be an integer in [1, 4096], got '",
-                        text, "'");
-  return static_cast<int>(v);
+  return static_cast<int>(detail::parse_integer(text, detail::cat("devices per rank from ", source), 1, 4096));
 }
 
 /// Devices per rank: the option, else `--devices-per-rank` in argv, else the environment.
@@ -54,9 +49,7 @@ int devices_per_rank_from(const RuntimeOptions& options, int argc, char** argv) 
     }
     if (a.rfind(flag + "=", 0) == 0) return parse_positive(a.substr(flag.size() + 1), "--devices-per-rank");
   }
-  if (const char* env = std::getenv("SHARD_DEVICES_PER_RANK"); env && *env)
-    return parse_positive(env, "SHARD_DEVICES_PER_RANK");
-  return 1;
+  return static_cast<int>(detail::env_integer("SHARD_DEVICES_PER_RANK", 1, 4096).value_or(1));
 }
 
 }  // namespace
@@ -82,8 +75,15 @@ Runtime::Runtime(RuntimeOptions options) { init(nullptr, nullptr, options); }
 void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
   if (g_current) raise<RuntimeError>("a shard::Runtime already exists; create exactly one per process");
   uncaught_at_start_ = std::uncaught_exceptions();
-  const char* keep_env = std::getenv("SHARD_KEEP_FREED_MEMORY");
-  if (options.keep_freed_memory && !(keep_env && std::string(keep_env) == "0")) set_keep_freed_memory(true);
+  // Read before MPI starts (its buffers follow the policy); a bad value is raised once MPI is up.
+  std::string keep_error;
+  bool keep = options.keep_freed_memory;
+  try {
+    keep = keep && detail::env_flag("SHARD_KEEP_FREED_MEMORY").value_or(true);
+  } catch (const Error& e) {
+    keep_error = e.message();
+  }
+  if (keep) set_keep_freed_memory(true);
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) {
@@ -127,22 +127,29 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
                                           "); pass the same --devices-per-rank or SHARD_DEVICES_PER_RANK to all ranks");
     topology_.devices_per_rank = k;
 
-    // Collective checking and the watchdog change which MPI calls a collective makes, so every
-    // rank must run the same setting: the most checking and the longest timeout any rank asked for.
-    bool check = false;
-    double timeout = 0;
-    std::string guard_error;
+    // The environment's settings that change which MPI calls a collective makes (checking, the
+    // watchdog, group-shared memory) must be the same on every rank: the most checking, the
+    // longest timeout and grace any rank asked for, shared memory off if any rank turned it off.
+    bool check = false, shared_reduce = true;
+    double timeout = 0, grace = 5.0;
+    std::string env_error;
     try {
       detail::configure_collective_guard_from_env(check, timeout);
+      grace = detail::env_seconds("SHARD_ABORT_GRACE", 1e6).value_or(5.0);
+      shared_reduce = detail::env_flag("SHARD_SHARED_REDUCE").value_or(true);
     } catch (const Error& e) {
-      guard_error = e.message();
+      env_error = e.message();
     }
-    long long guard[3] = {check ? 1 : 0, static_cast<long long>(timeout * 1000.0 + 0.5), guard_error.empty() ? 0 : 1};
-    mpi::check(MPI_Allreduce(MPI_IN_PLACE, guard, 3, MPI_LONG_LONG, MPI_MAX, world_.get()), "MPI_Allreduce");
-    if (!guard_error.empty()) raise<RuntimeError>(guard_error);
-    if (guard[2]) raise<RuntimeError>("another rank has an invalid SHARD_CHECK_COLLECTIVES or SHARD_COLLECTIVE_TIMEOUT");
-    detail::set_collective_guard(guard[0] != 0, static_cast<double>(guard[1]) / 1000.0);
-    if (guard[1] > 0) detail::open_watchdog_comm(world_);
+    if (!keep_error.empty()) env_error = keep_error;
+    long long env[5] = {check ? 1 : 0, static_cast<long long>(timeout * 1000.0 + 0.5),
+                        static_cast<long long>(grace * 1000.0 + 0.5), shared_reduce ? 0 : 1, env_error.empty() ? 0 : 1};
+    mpi::check(MPI_Allreduce(MPI_IN_PLACE, env, 5, MPI_LONG_LONG, MPI_MAX, world_.get()), "MPI_Allreduce");
+    if (!env_error.empty()) raise<RuntimeError>(env_error);
+    if (env[4]) raise<RuntimeError>("another rank has an invalid SHARD_* environment variable (see its error)");
+    detail::set_collective_guard(env[0] != 0, static_cast<double>(env[1]) / 1000.0);
+    detail::set_abort_grace_seconds(static_cast<double>(env[2]) / 1000.0);
+    detail::set_shared_reduce(env[3] == 0);
+    detail::open_watchdog_comm(world_);
     // Device threads call OpenBLAS at the same time: one OpenBLAS thread per call (DESIGN.md).
     if (k > 1) set_blas_threads(1);
 
@@ -218,21 +225,72 @@ void abort_job(const std::exception& e, int code) {
   std::exit(code);
 }
 
+namespace {
+
+/// An error escaped the program on this rank: print its line, announce it to the other ranks,
+/// and wait (at most SHARD_ABORT_GRACE s) until every rank has failed too. Returns 1 then, so
+/// every rank exits 1 after printing its own line (none is lost to another's MPI_Abort);
+/// aborts the job if some rank is still working.
+int fail_job(const std::exception_ptr& err) {
+  std::string msg = "the program threw an exception that is not a std::exception (e.g. throw 42)";
+  try {
+    std::rethrow_exception(err);
+  } catch (const Error& e) {
+    msg = e.message();
+  } catch (const std::exception& e) {
+    msg = e.what();
+  } catch (...) {
+  }
+  std::fprintf(stderr, "%serror: %s\n", detail::rank_prefix().c_str(), msg.c_str());
+  std::fflush(stderr);
+  if (!mpi::is_active()) std::exit(1);
+  detail::announce_failure(err);
+  if (!detail::wait_for_every_rank_to_fail(detail::abort_grace_seconds())) MPI_Abort(MPI_COMM_WORLD, 1);
+  return 1;
+}
+
+/// The Runtime failed to start: print the line; settings are agreed there, so usually every
+/// rank fails: wait (at most 5 s) for all on MPI_COMM_WORLD, then finalize and exit 1 on every
+/// rank, or abort the job if some rank started.
+[[noreturn]] void fail_start(const std::exception_ptr& err) {
+  std::string msg = "an exception that is not a std::exception escaped while starting the runtime";
+  try {
+    std::rethrow_exception(err);
+  } catch (const Error& e) {
+    msg = e.message();
+  } catch (const std::exception& e) {
+    msg = e.what();
+  } catch (...) {
+  }
+  std::fprintf(stderr, "%serror: %s\n", detail::rank_prefix().c_str(), msg.c_str());
+  std::fflush(stderr);
+  if (!mpi::is_active()) std::exit(1);
+  MPI_Request all_failed = MPI_REQUEST_NULL;
+  int done = 0;
+  if (MPI_Ibarrier(MPI_COMM_WORLD, &all_failed) == MPI_SUCCESS) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (MPI_Test(&all_failed, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!done) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Finalize();
+  std::exit(1);
+}
+
+}  // namespace
+
 int guarded_main(int argc, char** argv, const std::function<int(Runtime&)>& body, RuntimeOptions options) {
   int rc = 0;
   try {
     Runtime rt(argc, argv, options);
     try {
       rc = body(rt);
-    } catch (const std::exception& e) {
-      abort_job(e);
-    } catch (...) {  // throw 42, a library's own exception type: still one clear line, then the job ends
-      abort_job(std::runtime_error("the program threw an exception that is not a std::exception (e.g. throw 42)"));
+    } catch (...) {  // also throw 42 or a library's own exception type: still one clear line
+      rc = fail_job(std::current_exception());
     }
-  } catch (const std::exception& e) {  // the Runtime itself failed to start
-    abort_job(e);
-  } catch (...) {
-    abort_job(std::runtime_error("an exception that is not a std::exception escaped while starting the runtime"));
+  } catch (...) {  // the Runtime itself failed to start (a bad flag or environment variable)
+    fail_start(std::current_exception());
   }
   return rc;
 }

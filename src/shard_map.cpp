@@ -516,11 +516,22 @@ void run_on_devices(const Mesh& mesh, const std::function<void(DeviceContext&)>&
   } catch (...) {
     err = std::current_exception();
   }
-  if (err) [[unlikely]] {
-    const AbortUnlessAgreed watch(err, abort_grace_seconds());
-    mpi::raise_if_any(Runtime::current().world(), err);  // throws on every rank
+  const mpi::Communicator& world = Runtime::current().world();
+  std::exception_ptr agreed;
+  try {
+    if (err) [[unlikely]] {
+      detail::announce_failure(err);  // a rank waiting in a collective of the body raises it (under the guard)
+      const AbortUnlessAgreed watch(err, abort_grace_seconds());
+      mpi::raise_if_any(world, err);  // throws on every rank
+    }
+    mpi::raise_if_any(world, err);  // a failure on any rank fails every rank
+  } catch (...) {
+    agreed = std::current_exception();
   }
-  mpi::raise_if_any(Runtime::current().world(), err);  // a failure on any rank fails every rank
+  if (agreed) [[unlikely]] {
+    detail::retire_failure_notices(world);  // every rank is here: none of them is left to hear of it
+    std::rethrow_exception(agreed);
+  }
 }
 
 std::vector<Shape> agree_block_shapes(const std::vector<std::vector<Shape>>& per_device, bool have) {

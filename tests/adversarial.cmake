@@ -7,38 +7,60 @@ if(SHARD_BUILD_APPS)
   set(_adv_run ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${SHARD_MPIEXEC_FLAGS})
   set(_adv_cases ${CMAKE_CURRENT_SOURCE_DIR}/adversarial/train_cases.sh)
 
-  # shard_adversarial(<name> <regex> COMMAND...)
-  function(shard_adversarial name regex)
-    add_test(NAME adversarial.${name} COMMAND ${_adv_fail} "${regex}" ${ARGN})
+  # shard_adversarial(<name> <regexes> COMMAND...): <regexes> is a list, each must match.
+  function(shard_adversarial name regexes)
+    set(_e)
+    foreach(r IN LISTS regexes)
+      list(APPEND _e -e "${r}")
+    endforeach()
+    add_test(NAME adversarial.${name} COMMAND ${_adv_fail} ${_e} ${ARGN})
     set_tests_properties(adversarial.${name} PROPERTIES TIMEOUT 10 LABELS "mpi;adversarial"
                          ENVIRONMENT "${SHARD_MPI_TEST_ENV}")
   endfunction()
 
   # Data that does not fit the model: a test set of 28x29 images, an empty test set.
   shard_adversarial(train_test_shape
-    "rank 1\\] error: --layers starts with 784 and ends with 10 but the test set has 812 inputs and 10 outputs"
+    "rank 1. error: --layers starts with 784 and ends with 10 but the test set has 812 inputs and 10 outputs;rank 0. error: --layers starts with 784 and ends with 10 but the test set has 812 inputs and 10 outputs"
     ${_adv_cases} test_shape $<TARGET_FILE:train_mlp> ${_adv_run})
-  shard_adversarial(train_test_empty "rank 1\\] error: the test set has no rows"
+  shard_adversarial(train_test_empty "rank 1. error: the test set has no rows;rank 0. error: the test set has no rows"
     ${_adv_cases} test_empty $<TARGET_FILE:train_mlp> ${_adv_run})
   # Flags: a non-finite float, an axis given twice.
-  shard_adversarial(train_weight_decay_inf "rank 1\\] error: --weight-decay must be a finite number >= 0, got inf"
+  shard_adversarial(train_weight_decay_inf "rank 1. error: --weight-decay must be a finite number in .0, 1e.06., got inf;rank 0. error: --weight-decay must be a finite number"
     ${_adv_run} $<TARGET_FILE:train_mlp> --dataset synthetic --layers 16,8,4 --epochs 1 --weight-decay inf)
-  shard_adversarial(train_mesh_twice "rank 1\\] error: bad --mesh 'data=2,data=1': 'data' is given twice"
+  shard_adversarial(train_mesh_twice "rank 1. error: bad --mesh 'data=2,data=1': 'data' is given twice;rank 0. error: bad --mesh 'data=2,data=1': 'data' is given twice"
     ${_adv_run} $<TARGET_FILE:train_mlp> --dataset synthetic --layers 16,8,4 --epochs 1 --mesh data=2,data=1)
   # A damaged manifest: optimizer_step "abc".
   shard_adversarial(train_manifest_step
-    "rank 1\\] error: checkpoint of step [0-9]+: metadata 'optimizer_step' is 'abc', not an integer"
+    "rank 1. error: checkpoint of step [0-9]+: metadata 'optimizer_step' is 'abc', not an integer;rank 0. error: checkpoint of step [0-9]+: metadata 'optimizer_step' is 'abc', not an integer"
     ${_adv_cases} manifest_step $<TARGET_FILE:train_mlp> ${_adv_run})
   # Divergence: stops with the step and keeps the last good checkpoint (checked by the script).
-  shard_adversarial(train_diverges "rank 1\\] error: training diverged: the loss is inf at step 2"
+  shard_adversarial(train_diverges "rank 1. error: training diverged: the loss is inf at step 2;rank 0. error: training diverged: the loss is inf at step 2"
     ${_adv_cases} diverge $<TARGET_FILE:train_mlp> ${_adv_run})
-  # A throw that is not a std::exception on one rank: one clear line, the job ends.
-  shard_adversarial(throw_int "rank 1\\] error: the program threw an exception that is not a std::exception"
+  # A throw that is not a std::exception on one rank: one clear line, and rank 0 (waiting in a
+  # psum) raises it too.
+  shard_adversarial(throw_int
+    "rank 1. error: the program threw an exception that is not a std::exception;rank 0. error: rank 1 failed: an exception that is not a std::exception"
     ${_adv_run} $<TARGET_FILE:fault_injection> throw_int)
   # Host arrays of different ndim passed to device_put: the error on every rank.
-  # (rank 0 passed a fitting array and raises rank 1's message through the agreement; both
-  # raise, and the first MPI_Abort can end the other before it prints, so either line counts)
   shard_adversarial(device_put_ndim
-    "rank (0\\] error: rank 1 failed|1\\] error): NamedSharding: P\\('a', None\\) has 2 entries but the array of shape \\([0-9]+,\\) has only 1 dims"
+    "rank 1. error: NamedSharding: P.'a', None. has 2 entries but the array of shape .[0-9]+,. has only 1 dims;rank 0. error: rank 1 failed: NamedSharding: P.'a', None. has 2 entries"
     ${_adv_run} $<TARGET_FILE:fault_injection> device_put_ndim)
+  # An allocation that fails on one rank: the sizes on that rank and on the one waiting for it.
+  shard_adversarial(alloc_fail
+    "rank 1. error: cannot allocate 4398046511104 bytes for a float32.1099511627776,. array on this rank;rank 0. error: rank 1 failed: cannot allocate 4398046511104 bytes for a float32.1099511627776,. array .*waiting in psum over 'a'"
+    ${_adv_run} $<TARGET_FILE:fault_injection> alloc_fail)
+  # An MPI call that fails on one rank only: the routine and the MPI message on both ranks.
+  shard_adversarial(mpi_error
+    "rank 1. error: MPI_Bcast failed: .*MPI error code;rank 0. error: rank 1 failed: MPI_Bcast failed: "
+    ${_adv_run} $<TARGET_FILE:fault_injection> mpi_error)
+  # Environment variables, one per kind of value (flag, seconds, integer): every rank names it.
+  shard_adversarial(env_flag
+    "rank 1. error: SHARD_CHECK_COLLECTIVES must be 1 or 0 .on/off, true/false, yes/no., got 'maybe';rank 0. error: SHARD_CHECK_COLLECTIVES must be 1 or 0"
+    ${CMAKE_COMMAND} -E env SHARD_CHECK_COLLECTIVES=maybe ${_adv_run} $<TARGET_FILE:shard_info>)
+  shard_adversarial(env_seconds
+    "rank 1. error: SHARD_ABORT_GRACE must be a number of seconds in .0, 1e.06., got 'inf';rank 0. error: SHARD_ABORT_GRACE must be"
+    ${CMAKE_COMMAND} -E env SHARD_ABORT_GRACE=inf ${_adv_run} $<TARGET_FILE:shard_info>)
+  shard_adversarial(env_integer
+    "rank 1. error: SHARD_DEVICES_PER_RANK must be an integer in .1, 4096., got '2x';rank 0. error: SHARD_DEVICES_PER_RANK must be"
+    ${CMAKE_COMMAND} -E env SHARD_DEVICES_PER_RANK=2x ${_adv_run} $<TARGET_FILE:shard_info>)
 endif()

@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
-# expect_failure.sh REGEX COMMAND...: passes iff COMMAND exits non-zero within its ctest
-# TIMEOUT and its output (stdout + stderr) matches the extended REGEX.
+# expect_failure.sh REGEX COMMAND...
+# expect_failure.sh -e REGEX [-e REGEX ...] COMMAND...
+# Passes iff COMMAND exits non-zero within its ctest TIMEOUT and its output (stdout + stderr)
+# matches every extended REGEX (each on some line: e.g. one per rank's error line).
 set -u
-regex=$1
-shift
+regexes=()
+if [ "${1:-}" = "-e" ]; then
+  while [ "${1:-}" = "-e" ]; do
+    regexes+=("$2")
+    shift 2
+  done
+else
+  regexes+=("$1")
+  shift
+fi
 out=$("$@" 2>&1)
 rc=$?
 printf '%s\n' "$out"
@@ -11,8 +21,10 @@ if [ "$rc" -eq 0 ]; then
   echo "expect_failure: command exited 0, expected a failure" >&2
   exit 1
 fi
-if ! grep -Eq -- "$regex" <<<"$out"; then
-  echo "expect_failure: output does not match /$regex/" >&2
-  exit 1
-fi
-echo "expect_failure: exit code $rc and /$regex/ found, as expected"
+for regex in "${regexes[@]}"; do
+  if ! grep -Eq -- "$regex" <<<"$out"; then
+    echo "expect_failure: output does not match /$regex/" >&2
+    exit 1
+  fi
+done
+echo "expect_failure: exit code $rc and ${#regexes[@]} pattern(s) found, as expected"

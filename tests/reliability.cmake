@@ -10,10 +10,15 @@ add_executable(fault_injection mpi/fault_injection.cpp)
 target_link_libraries(fault_injection PRIVATE shard::shard shard_warnings)
 
 set(_rel_fail ${CMAKE_CURRENT_SOURCE_DIR}/expect_failure.sh)
-# shard_reliability_test(<name> <devices per rank> <timeout> <extra env> <regex> <mode>)
-function(shard_reliability_test name k timeout env regex mode)
+# shard_reliability_test(<name> <devices per rank> <timeout> <extra env> <regexes> <mode>):
+# <regexes> is a list; the output must match each (e.g. one per rank's error line).
+function(shard_reliability_test name k timeout env regexes mode)
+  set(_e)
+  foreach(r IN LISTS regexes)
+    list(APPEND _e -e "${r}")
+  endforeach()
   add_test(NAME reliability.${name}.np2.dpr${k}
-           COMMAND ${_rel_fail} "${regex}"
+           COMMAND ${_rel_fail} ${_e}
                    ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${SHARD_MPIEXEC_FLAGS} $<TARGET_FILE:fault_injection> ${mode})
   set_tests_properties(reliability.${name}.np2.dpr${k} PROPERTIES TIMEOUT ${timeout} LABELS "mpi;reliability"
     ENVIRONMENT "${SHARD_MPI_TEST_ENV};SHARD_DEVICES_PER_RANK=${k};${env}")
@@ -26,9 +31,15 @@ foreach(k 1 2)
   set_tests_properties(reliability.ok.np2.dpr${k} PROPERTIES TIMEOUT 60 LABELS "mpi;reliability"
     ENVIRONMENT "${SHARD_MPI_TEST_ENV};SHARD_DEVICES_PER_RANK=${k};SHARD_COLLECTIVE_TIMEOUT=30"
     PASS_REGULAR_EXPRESSION "fault_injection ok: 2 ranks x ${k} devices")
-  # Rank 1's body throws while rank 0 waits in the psum: rank 1 aborts the job after the grace.
-  shard_reliability_test(throw_in_psum ${k} 40 "SHARD_ABORT_GRACE=3"
-    "\\[rank 1\\] error: injected failure on rank 1 inside shard_map, before its psum" throw_in_psum)
+  # Rank 1's body throws while rank 0 waits in the psum: rank 1 announces its error, rank 0
+  # (polling its psum under SHARD_CHECK_COLLECTIVES) raises it, both print and exit 1.
+  shard_reliability_test(throw_in_psum ${k} 40 "SHARD_ABORT_GRACE=20"
+    "\\[rank 1\\] error: injected failure on rank 1 inside shard_map, before its psum;\\[rank 0\\] error: rank 1 failed: injected failure on rank 1 inside shard_map, before its psum \\(this rank learned of it waiting in psum over 'a' of float64"
+    throw_in_psum)
+  # Without the check rank 0 waits in a blocking psum: rank 1 aborts the job after the grace.
+  shard_reliability_test(throw_in_psum_unchecked ${k} 40 "SHARD_ABORT_GRACE=3;SHARD_CHECK_COLLECTIVES=0"
+    "\\[rank 1\\] error: injected failure on rank 1 inside shard_map, before its psum;\\[rank 1\\] error: the other ranks did not reach the end of shard_map within 3 s"
+    throw_in_psum)
   # Ranks call psum over different axes (different group communicators): the check names both sites.
   shard_reliability_test(axes_mismatch ${k} 40 "SHARD_CHECK_COLLECTIVES=1"
     "\\[rank [01]\\] error: collective mismatch on mesh .*rank 0 called psum over 'a' .*fault_injection.cpp:[0-9]+ .*but rank 1 called psum over 'b' .*fault_injection.cpp:[0-9]+"
@@ -39,13 +50,19 @@ foreach(k 1 2)
     sleep)
 endforeach()
 # A worker device thread (device 1 of rank 0) throws inside shard_map.
-shard_reliability_test(device_throw 2 40 "SHARD_ABORT_GRACE=3"
-  "\\[rank 0\\] error: injected failure on device 1 \\(rank 0, thread 1\\) inside shard_map" device_throw)
+shard_reliability_test(device_throw 2 40 "SHARD_ABORT_GRACE=20"
+  "\\[rank 0\\] error: injected failure on device 1 \\(rank 0, thread 1\\) inside shard_map;\\[rank 1\\] error: rank 0 failed: injected failure on device 1"
+  device_throw)
 # psum on one rank, pmax on the other over the same axis: a wrong result without the check.
 shard_reliability_test(op_mismatch 1 40 "SHARD_CHECK_COLLECTIVES=1"
   "error: collective mismatch .*rank 0 called psum over 'a' .*but rank 1 called pmax over 'a'" op_mismatch)
 # An exception in application code on rank 1 while rank 0 waits in an array-level psum.
-shard_reliability_test(app_throw 1 40 ""
+# Rank 0 raises rank 1's error (both lines, exit 1); without the check the job is aborted
+# after the grace with rank 1's line.
+shard_reliability_test(app_throw 1 40 "SHARD_ABORT_GRACE=20"
+  "\\[rank 1\\] error: injected failure in application code on rank 1;\\[rank 0\\] error: rank 1 failed: injected failure in application code on rank 1"
+  app_throw)
+shard_reliability_test(app_throw_unchecked 1 40 "SHARD_ABORT_GRACE=3;SHARD_CHECK_COLLECTIVES=0"
   "\\[rank 1\\] error: injected failure in application code on rank 1" app_throw)
 
 # The nonblocking (watchdog) forms of every collective give the same results as the blocking ones.

@@ -14,12 +14,11 @@ namespace shard::apps {
 
 namespace po = boost::program_options;
 
-/// shard::guarded_main for the apps, with errors every rank reports: an exception escaping
-/// `body` prints "[rank r] error: <message>" on stderr, then the rank waits (at most 10 s, on
-/// a communicator of its own) until every rank has failed too. Bad command lines and Shard's
-/// usage errors fail on every rank, so every rank prints its line and they all exit with code
-/// 1 (no rank's line is lost to another's MPI_Abort). If some rank does not fail in time, the
-/// job is aborted (MPI_Abort): it never hangs and never exits 0 after an error.
+/// shard::guarded_main for the apps: an exception escaping `body` prints "[rank r] error:
+/// <message>" on stderr on the rank it escaped from; bad command lines and Shard's usage errors
+/// fail on every rank, so every rank prints its line and they all exit with code 1. If some rank
+/// does not fail in time (SHARD_ABORT_GRACE), the job is aborted (MPI_Abort): it never hangs and
+/// never exits 0 after an error.
 int run_app(int argc, char** argv, const std::function<int(Runtime&)>& body, RuntimeOptions options = {});
 
 /// Adds --help and --devices-per-rank (read by the Runtime itself) to `options`.

@@ -77,9 +77,14 @@ class Runtime {
   std::unique_ptr<detail::DeviceExecutor> executor_;
 };
 
-/// Runs `body` under a Runtime and turns any exception that escapes it into
-/// "[rank r] error: ..." on stderr and MPI_Abort with exit code 1, so no rank ever waits
-/// for a failed one. Returns body's result. The standard main() of every Shard app.
+/// Runs `body` under a Runtime and turns anything that escapes it (any exception, also one
+/// that is not a std::exception) into "[rank r] error: ..." on stderr and exit code 1, so no
+/// rank ever waits for a failed one: the failing rank announces its error to the others (a
+/// rank waiting in a collective under SHARD_CHECK_COLLECTIVES or the watchdog raises it as
+/// "rank R failed: ..."), then waits at most SHARD_ABORT_GRACE seconds (default 5) for every
+/// rank to fail too -- then every rank has printed its line and they all exit 1 -- and
+/// otherwise ends the job with MPI_Abort. Returns body's result. The standard main() of every
+/// Shard app.
 int guarded_main(int argc, char** argv, const std::function<int(Runtime&)>& body,
                  RuntimeOptions options = {});
 

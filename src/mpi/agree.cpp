@@ -4,15 +4,17 @@
 #include <string>
 #include <vector>
 
+#include "shard/detail/collective_guard.hpp"
 #include "shard/error.hpp"
 
 namespace shard::mpi {
 
 namespace {
+enum Kind : int { kGeneric = 0, kSharding, kShape, kValue, kMesh, kMpi, kRuntime, kIo, kAllocation, kMismatch };
+}  // namespace
 
-enum Kind : int { kGeneric = 0, kSharding, kShape, kValue, kMesh, kMpi, kRuntime, kIo };
-
-Kind kind_of(const std::exception& e) {
+int error_kind(const std::exception& e) {
+  if (dynamic_cast<const CollectiveMismatchError*>(&e)) return kMismatch;  // before its base ValueError
   if (dynamic_cast<const ShardingError*>(&e)) return kSharding;
   if (dynamic_cast<const ShapeError*>(&e)) return kShape;
   if (dynamic_cast<const ValueError*>(&e)) return kValue;
@@ -20,10 +22,11 @@ Kind kind_of(const std::exception& e) {
   if (dynamic_cast<const MpiError*>(&e)) return kMpi;
   if (dynamic_cast<const RuntimeError*>(&e)) return kRuntime;
   if (dynamic_cast<const IoError*>(&e)) return kIo;
+  if (dynamic_cast<const AllocationError*>(&e)) return kAllocation;
   return kGeneric;
 }
 
-[[noreturn]] void throw_kind(int kind, const std::string& msg) {
+void throw_error_of_kind(int kind, const std::string& msg) {
   switch (kind) {
     case kSharding: throw ShardingError(msg);
     case kShape: throw ShapeError(msg);
@@ -31,11 +34,11 @@ Kind kind_of(const std::exception& e) {
     case kMesh: throw MeshMismatchError(msg);
     case kRuntime: throw RuntimeError(msg);
     case kIo: throw IoError(msg);
+    case kAllocation: throw AllocationError(msg);
+    case kMismatch: throw CollectiveMismatchError(msg);
     default: throw Error(msg);
   }
 }
-
-}  // namespace
 
 void raise_if_any(const Communicator& comm, std::exception_ptr local) {
   const int me = comm.rank();
@@ -49,7 +52,7 @@ void raise_if_any(const Communicator& comm, std::exception_ptr local) {
       std::rethrow_exception(local);
     } catch (const Error& e) {
       msg = e.message();
-      header[0] = kind_of(e);
+      header[0] = error_kind(e);
     } catch (const std::exception& e) {
       msg = e.what();
     } catch (...) {
@@ -61,7 +64,7 @@ void raise_if_any(const Communicator& comm, std::exception_ptr local) {
   msg.resize(static_cast<std::size_t>(header[1]));
   check(MPI_Bcast(msg.data(), header[1], MPI_CHAR, first, comm.get()), "MPI_Bcast");
   if (local) std::rethrow_exception(local);
-  throw_kind(header[0], "rank " + std::to_string(first) + " failed: " + msg);
+  throw_error_of_kind(header[0], "rank " + std::to_string(first) + " failed: " + msg);
 }
 
 }  // namespace shard::mpi

@@ -9,6 +9,12 @@
 //   op_mismatch     rank 0 calls psum, rank 1 pmax over the same axis (SHARD_CHECK_COLLECTIVES=1)
 //   sleep           rank 1 sleeps 30 s before the psum (SHARD_COLLECTIVE_TIMEOUT=2)
 //   app_throw       rank 1 throws in application code while rank 0 is in an array-level psum
+//   throw_int       rank 1 throws 42 (not a std::exception) while rank 0 is in a psum
+//   device_put_ndim rank 1 passes a 1-D host array to device_put, rank 0 a 2-D one
+//   alloc_fail      rank 1 cannot allocate its block (an AllocationError) while rank 0 goes on to a psum
+//   mpi_error       an MPI call fails on rank 1 only (an MpiError) while rank 0 goes on to a psum
+// Under SHARD_CHECK_COLLECTIVES=1 (the test suite's setting) every rank prints an error line:
+// the failing rank its own, the others "rank 1 failed: ..." (announced to the waiting ranks).
 
 #include <chrono>
 #include <cstdio>
@@ -77,6 +83,24 @@ int run(shard::Runtime& rt, const std::string& mode) {
     const std::int64_t rows = 2 * rt.device_count();
     const Tensor<double> host(rank == 1 ? shard::Shape{rows * 3} : shard::Shape{rows, 3}, 1.5);
     (void)shard::device_put(host, shard::NamedSharding(mesh1, shard::P("a", shard::None)));
+    return 0;
+  }
+  if (mode == "alloc_fail") {
+    // 2^40 float32 elements per device on rank 1 (4 TiB: more than this machine has), 4 on rank 0.
+    const std::int64_t per = rank == 1 ? (std::int64_t{1} << 40) : 4;
+    const Tensor<float> block({per});
+    (void)block;
+    (void)shard::psum(shard::zeros<double>({4, 3}, shard::NamedSharding(mesh1, shard::P())), "a");
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 0;
+  }
+  if (mode == "mpi_error") {
+    if (rank == 1) {  // a negative count: MPI_ERR_COUNT, returned (not fatal) on the Runtime's world
+      int dummy = 0;
+      shard::mpi::check(MPI_Bcast(&dummy, -1, MPI_INT, 0, rt.world().get()), "MPI_Bcast");
+    }
+    (void)shard::psum(shard::zeros<double>({4, 3}, shard::NamedSharding(mesh1, shard::P())), "a");
+    std::this_thread::sleep_for(std::chrono::seconds(60));
     return 0;
   }
   if (mode == "app_throw") {

@@ -47,6 +47,11 @@ class MeshComms {
   /// watchdog's arrival messages run. Collective over those ranks on first use; not counted
   /// in communicators_created().
   const DeviceGroup& guard_group();
+  /// Whether guard_group's communicator exists yet (creating it waits for every rank).
+  bool guard_group_built() {
+    std::lock_guard lock(mutex_);
+    return guard_built_;
+  }
   /// The next number of the per-mesh collective sequence (consistency check and watchdog).
   long next_sequence() { return ++sequence_; }
 

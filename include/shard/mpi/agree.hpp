@@ -2,6 +2,7 @@
 /// \file Turning an error that only some ranks see into the same error on every rank.
 
 #include <exception>
+#include <string>
 
 #include "shard/mpi/communicator.hpp"
 
@@ -11,6 +12,11 @@ namespace shard::mpi {
 /// The lowest failing rank's message is broadcast; a failing rank rethrows its own exception,
 /// the others throw the same shard::Error subclass with "rank R failed: <message>".
 void raise_if_any(const Communicator& comm, std::exception_ptr local);
+
+/// A small integer naming the shard::Error subclass of `e` (0 for others), and an exception of
+/// that subclass carrying `message`: how an error travels from one rank to the others.
+int error_kind(const std::exception& e);
+[[noreturn]] void throw_error_of_kind(int kind, const std::string& message);
 
 /// Runs `fn` and agrees on its outcome over `comm` (see raise_if_any).
 template <typename F>
