@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <optional>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -492,11 +493,10 @@ ShardedArray<T> prepare_argument(const Mesh& mesh, const PartitionSpec& spec, co
   return x.sharding() == want ? x.alias() : reshard(x, want);  // the body reads its blocks: no copy
 }
 
-void run_on_devices(const Mesh& mesh, const std::function<void(DeviceContext&)>& body) {
+std::exception_ptr run_bodies(const Mesh& mesh, const std::function<void(DeviceContext&)>& body) {
   const std::vector<int> local = mesh.local_device_ids();
   const int n = static_cast<int>(local.size());
   auto state = std::make_shared<SpmdState>(mesh, local);
-  std::exception_ptr err;
   try {
     Runtime::current().executor().run(
         n,
@@ -514,64 +514,108 @@ void run_on_devices(const Mesh& mesh, const std::function<void(DeviceContext&)>&
         },
         [&](int li) { state->fail(li); });
   } catch (...) {
-    err = std::current_exception();
+    return std::current_exception();
   }
-  const mpi::Communicator& world = Runtime::current().world();
-  std::exception_ptr agreed;
-  try {
-    if (err) [[unlikely]] {
-      detail::announce_failure(err);  // a rank waiting in a collective of the body raises it (under the guard)
-      const AbortUnlessAgreed watch(err, abort_grace_seconds());
-      mpi::raise_if_any(world, err);  // throws on every rank
+  return nullptr;
+}
+
+namespace {
+
+/// The block shapes flattened: a count, then (rank, dims...) per block.
+std::vector<std::int64_t> shape_code(const std::vector<Shape>& shapes) {
+  std::vector<std::int64_t> code{static_cast<std::int64_t>(shapes.size())};
+  for (const auto& s : shapes) {
+    code.push_back(static_cast<std::int64_t>(s.size()));
+    code.insert(code.end(), s.begin(), s.end());
+  }
+  return code;
+}
+
+std::int64_t hash_code(const std::vector<std::int64_t>& code) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const std::int64_t v : code)
+    for (int b = 0; b < 8; ++b) {
+      h ^= static_cast<std::uint64_t>(v) >> (8 * b) & 0xffu;
+      h *= 1099511628211ULL;
     }
-    mpi::raise_if_any(world, err);  // a failure on any rank fails every rank
-  } catch (...) {
-    agreed = std::current_exception();
+  return static_cast<std::int64_t>(h);
+}
+
+[[noreturn]] void raise_different_shapes() {
+  raise<ShapeError>("shard_map: devices returned blocks of different shapes (or lists of different lengths); every "
+                    "device must return the same shapes");
+}
+
+/// Ranks without a device of the mesh learn the shapes from the others (max over the ranks
+/// with devices of code and -code: equal iff all agree).
+std::vector<std::int64_t> share_code(const mpi::Communicator& world, const std::vector<std::int64_t>& code, bool have,
+                                     std::int64_t len) {
+  std::vector<std::int64_t> v(2 * static_cast<std::size_t>(len)), r(v.size());
+  for (std::int64_t k = 0; k < len; ++k) {
+    v[k] = have ? code[k] : LLONG_MIN;
+    v[len + k] = have ? -code[k] : LLONG_MIN;
   }
-  if (agreed) [[unlikely]] {
+  mpi::check(MPI_Allreduce(v.data(), r.data(), static_cast<int>(r.size()), MPI_INT64_T, MPI_MAX, world.get()),
+             "MPI_Allreduce");
+  for (std::int64_t k = 0; k < len; ++k)
+    if (r[k] != -r[len + k]) raise_different_shapes();
+  r.resize(static_cast<std::size_t>(len));
+  return r;
+}
+
+}  // namespace
+
+std::vector<Shape> agree_after_bodies(const std::exception_ptr& err, const std::vector<std::vector<Shape>>& per_device,
+                                      bool have) {
+  const mpi::Communicator& world = Runtime::current().world();
+  std::optional<AbortUnlessAgreed> watch;
+  if (err) [[unlikely]] {
+    detail::announce_failure(err);  // a rank waiting in a collective of the body raises it (under the guard)
+    watch.emplace(err, abort_grace_seconds());  // the others may never get here: abort after the grace
+  }
+  const bool mine = have && !err && !per_device.empty();
+  bool same = true;
+  for (std::size_t li = 1; mine && li < per_device.size(); ++li) same = same && per_device[li] == per_device[0];
+  const std::vector<std::int64_t> code = mine ? shape_code(per_device[0]) : std::vector<std::int64_t>{};
+  const std::int64_t len = static_cast<std::int64_t>(code.size()), h = mine ? hash_code(code) : 0;
+  // One allreduce (max) decides everything: the lowest failing rank (as -rank), the longest and
+  // shortest code, whether a rank's own devices differ, the shapes' hash (max of h and of ~h:
+  // equal iff every h is), and whether some rank holds no device (it must be told the shapes).
+  std::int64_t v[7] = {err ? -static_cast<std::int64_t>(world.rank()) : -LLONG_MAX,
+                       mine ? len : LLONG_MIN,
+                       mine ? -len : LLONG_MIN,
+                       same ? 0 : 1,
+                       mine ? h : LLONG_MIN,
+                       mine ? ~h : LLONG_MIN,
+                       !have && !err ? 1 : 0};
+  mpi::check(MPI_Allreduce(MPI_IN_PLACE, v, 7, MPI_INT64_T, MPI_MAX, world.get()), "MPI_Allreduce");
+  if (v[0] != -LLONG_MAX) [[unlikely]] {  // some rank failed: every rank raises
+    std::exception_ptr agreed;
+    try {
+      mpi::raise_failure_of(world, static_cast<int>(-v[0]), err);
+    } catch (...) {
+      agreed = std::current_exception();
+    }
+    watch.reset();
     detail::retire_failure_notices(world);  // every rank is here: none of them is left to hear of it
     std::rethrow_exception(agreed);
   }
-}
-
-std::vector<Shape> agree_block_shapes(const std::vector<std::vector<Shape>>& per_device, bool have) {
-  const auto& world = Runtime::current().world();
-  bool same = true;
-  for (std::size_t li = 1; li < per_device.size(); ++li) same = same && per_device[li] == per_device[0];
-  // The layout of the flattened shapes: a count, then (rank, dims...) per block.
-  std::vector<std::int64_t> code;
-  if (have) {
-    code.push_back(static_cast<std::int64_t>(per_device[0].size()));
-    for (const auto& s : per_device[0]) {
-      code.push_back(static_cast<std::int64_t>(s.size()));
-      code.insert(code.end(), s.begin(), s.end());
-    }
-  }
-  const std::int64_t len = have ? static_cast<std::int64_t>(code.size()) : -1;
-  const std::int64_t max_len = world.allreduce<std::int64_t>(len, MPI_MAX);
-  const std::int64_t min_len = world.allreduce<std::int64_t>(have ? len : max_len, MPI_MIN);
-  if (world.any(!same) || min_len != max_len)
-    raise<ShapeError>("shard_map: devices returned blocks of different shapes (or lists of different lengths); every "
-                      "device must return the same shapes");
-  std::vector<std::int64_t> v(2 * static_cast<std::size_t>(max_len));
-  for (std::int64_t k = 0; k < max_len; ++k) {
-    v[k] = have ? code[k] : LLONG_MIN;           // max over ranks with devices
-    v[max_len + k] = have ? -code[k] : LLONG_MIN;  // -min
-  }
-  std::vector<std::int64_t> r(v.size());
-  mpi::check(MPI_Allreduce(v.data(), r.data(), static_cast<int>(r.size()), MPI_INT64_T, MPI_MAX, world.get()),
-             "MPI_Allreduce");
-  for (std::int64_t k = 0; k < max_len; ++k)
-    if (r[k] != -r[max_len + k])
-      raise<ShapeError>("shard_map: devices returned blocks of different shapes; every device must return one shape");
+  if (v[3] != 0 || v[1] != -v[2] || v[4] != ~v[5]) raise_different_shapes();
+  const std::vector<std::int64_t> all = v[6] ? share_code(world, code, mine, v[1]) : code;
   std::vector<Shape> out;
-  std::int64_t k = 1;
-  for (std::int64_t b = 0; b < r[0]; ++b) {
-    const std::int64_t rank = r[k++];
-    out.emplace_back(r.begin() + k, r.begin() + k + rank);
+  std::size_t k = 1;
+  for (std::int64_t b = 0; b < all[0]; ++b) {
+    const auto rank = static_cast<std::size_t>(all[k++]);
+    out.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(k), all.begin() + static_cast<std::ptrdiff_t>(k + rank));
     k += rank;
   }
   return out;
+}
+
+void run_on_devices(const Mesh& mesh, const std::function<void(DeviceContext&)>& body) {
+  const bool have = !mesh.local_device_ids().empty();
+  (void)agree_after_bodies(run_bodies(mesh, body), have ? std::vector<std::vector<Shape>>(1) : std::vector<std::vector<Shape>>{},
+                           have);
 }
 
 Mesh pmap_mesh(int n, const std::string& name) {

@@ -4,6 +4,7 @@
 /// all_gather, psum_scatter, all_to_all, ppermute, axis_index, axis_size).
 
 #include <array>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -215,14 +216,22 @@ class SpecTree {
 namespace detail {
 
 /// Runs body(ctx) once per local device of `mesh` (k threads for k devices, device 0 on the
-/// calling thread), with the thread's device_context() set. A failure on any device of any
-/// rank raises an error on every rank (a rank whose body failed aborts the job if the others
-/// cannot join the agreement within SHARD_ABORT_GRACE seconds).
-void run_on_devices(const Mesh& mesh, const std::function<void(DeviceContext&)>& body);
+/// calling thread), with the thread's device_context() set. Returns this rank's first failure
+/// (null if none); nothing is agreed yet: agree_after_bodies follows on every rank.
+std::exception_ptr run_bodies(const Mesh& mesh, const std::function<void(DeviceContext&)>& body);
 
-/// Collective over all ranks: the block shapes (flattened over all outputs) that the devices
-/// returned, checked equal on every device. `mine`: this rank's (absent without devices).
-std::vector<Shape> agree_block_shapes(const std::vector<std::vector<Shape>>& per_device, bool have_devices);
+/// Collective over all ranks, after run_bodies: ONE allreduce decides whether any rank failed
+/// (then every rank raises: the failing ones their own error, the others "rank R failed: ...";
+/// a failing rank aborts the job if the others cannot join within SHARD_ABORT_GRACE seconds)
+/// and whether every device returned the same block shapes (flattened over all outputs; a
+/// second allreduce runs only when some rank holds no device of the mesh, to tell it the
+/// shapes). Returns the agreed shapes. `per_device`: this rank's devices' shapes (empty after a
+/// failure or without devices).
+std::vector<Shape> agree_after_bodies(const std::exception_ptr& err, const std::vector<std::vector<Shape>>& per_device,
+                                      bool have_devices);
+
+/// run_bodies, then agree_after_bodies for a body without outputs.
+void run_on_devices(const Mesh& mesh, const std::function<void(DeviceContext&)>& body);
 
 /// An argument checked against its in_spec on `mesh` (same device set, dims divisible) and
 /// resharded to it if needed.
@@ -508,7 +517,7 @@ class ShardMapped {
       ad = std::make_shared<detail::ShardMapAd>(mesh_, *outer);
       (detail::AdArg<Args>::link(*ad, std::get<I>(prepared), in_[I], I), ...);
     }
-    detail::run_on_devices(mesh_, [&](DeviceContext& ctx) {
+    const std::exception_ptr err = detail::run_bodies(mesh_, [&](DeviceContext& ctx) {
       const int li = ctx.local_index();
       if (ad) {
         detail::Tape& tape = *ad->tapes[li];
@@ -531,14 +540,15 @@ class ShardMapped {
       else
         results[li] = invoke_body(ctx, detail::ArgTraits<Args>::block(std::get<I>(prepared), li)...);
     });
-    if (ad) ad->outer->append(ad);  // after the arguments' nodes, before the outputs'
-
-    // Every device's block shapes, flattened over the outputs; agreed over all ranks.
-    std::vector<std::vector<Shape>> shapes(static_cast<std::size_t>(n));
-    for (int li = 0; li < n; ++li)
+    // Every device's block shapes, flattened over the outputs; agreed over all ranks together
+    // with the failures (one allreduce).
+    std::vector<std::vector<Shape>> shapes(err ? 0 : static_cast<std::size_t>(n));
+    for (int li = 0; !err && li < n; ++li)
       std::apply([&](const auto&... r) { (detail::OutTraits<std::decay_t<decltype(r)>>::shapes(r, shapes[li]), ...); },
                  *results[li]);
-    const std::vector<Shape> agreed = detail::agree_block_shapes(shapes, n > 0);
+    const std::vector<Shape> agreed = detail::agree_after_bodies(err, shapes, n > 0);
+    if (ad) ad->outer->append(ad);  // after the arguments' nodes, before the outputs'
+
     std::size_t at = 0;
     auto outputs = build(std::make_index_sequence<M>{}, results, agreed, at);
     if (ad) {

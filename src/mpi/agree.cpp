@@ -41,10 +41,14 @@ void throw_error_of_kind(int kind, const std::string& msg) {
 }
 
 void raise_if_any(const Communicator& comm, std::exception_ptr local) {
-  const int me = comm.rank();
-  const int first = comm.allreduce<int>(local ? me : INT_MAX, MPI_MIN);
+  const int first = comm.allreduce<int>(local ? comm.rank() : INT_MAX, MPI_MIN);
   if (first == INT_MAX) return;
+  raise_failure_of(comm, first, local);
+}
+
+void raise_failure_of(const Communicator& comm, int first, std::exception_ptr local) {
   // The lowest failing rank tells the others what happened.
+  const int me = comm.rank();
   int header[2] = {0, 0};  // kind, message length
   std::string msg;
   if (me == first) {

@@ -13,6 +13,10 @@ namespace shard::mpi {
 /// the others throw the same shard::Error subclass with "rank R failed: <message>".
 void raise_if_any(const Communicator& comm, std::exception_ptr local);
 
+/// The second half of raise_if_any, for callers that learned `first` (the lowest failing rank)
+/// from an agreement of their own: broadcasts its message and throws on every rank.
+[[noreturn]] void raise_failure_of(const Communicator& comm, int first, std::exception_ptr local);
+
 /// A small integer naming the shard::Error subclass of `e` (0 for others), and an exception of
 /// that subclass carrying `message`: how an error travels from one rank to the others.
 int error_kind(const std::exception& e);
