@@ -45,9 +45,9 @@ if(SHARD_BUILD_APPS)
   shard_adversarial(device_put_ndim
     "rank 1. error: NamedSharding: P.'a', None. has 2 entries but the array of shape .[0-9]+,. has only 1 dims;rank 0. error: rank 1 failed: NamedSharding: P.'a', None. has 2 entries"
     ${_adv_run} $<TARGET_FILE:fault_injection> device_put_ndim)
-  # An allocation that fails on one rank: the sizes on that rank and on the one waiting for it.
+  # An allocation that fails on one rank (2^60 bytes): the sizes on that rank and on the one waiting for it.
   shard_adversarial(alloc_fail
-    "rank 1. error: cannot allocate 4398046511104 bytes for a float32.1099511627776,. array on this rank;rank 0. error: rank 1 failed: cannot allocate 4398046511104 bytes for a float32.1099511627776,. array .*waiting in psum over 'a'"
+    "rank 1. error: cannot allocate 1152921504606846976 bytes for a float32.288230376151711744,. array on this rank;rank 0. error: rank 1 failed: cannot allocate 1152921504606846976 bytes for a float32.288230376151711744,. array .*waiting in psum over 'a'"
     ${_adv_run} $<TARGET_FILE:fault_injection> alloc_fail)
   # An MPI call that fails on one rank only: the routine and the MPI message on both ranks.
   shard_adversarial(mpi_error

@@ -86,8 +86,9 @@ int run(shard::Runtime& rt, const std::string& mode) {
     return 0;
   }
   if (mode == "alloc_fail") {
-    // 2^40 float32 elements per device on rank 1 (4 TiB: more than this machine has), 4 on rank 0.
-    const std::int64_t per = rank == 1 ? (std::int64_t{1} << 40) : 4;
+    // 2^58 float32 elements on rank 1 (2^60 bytes: beyond any x86-64 address space, so the
+    // allocation fails even where the kernel overcommits memory), 4 on rank 0.
+    const std::int64_t per = rank == 1 ? (std::int64_t{1} << 58) : 4;
     const Tensor<float> block({per});
     (void)block;
     (void)shard::psum(shard::zeros<double>({4, 3}, shard::NamedSharding(mesh1, shard::P())), "a");
