@@ -25,3 +25,8 @@ if(TARGET train_mlp)
     PASS_REGULAR_EXPRESSION "mesh data=2,model=2.*Mesh\\('data': 2, 'model': 2\\).*done: 5 steps"
     FAIL_REGULAR_EXPRESSION "returned a non-zero exit code|exited on signal|error:")
 endif()
+
+# scripts.mpi_layer: no MPI call outside the comm layer beyond the listed files (a ratchet,
+# tests/check_mpi_layer.sh; issue 19 moves the rest).
+add_test(NAME scripts.mpi_layer COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_mpi_layer.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(scripts.mpi_layer PROPERTIES TIMEOUT 30 LABELS scripts)

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# tests/check_mpi_layer.sh [repo]: every MPI call goes through the comm layer (issue 19).
+# Counts the lines calling MPI routines (MPI_Xxx( ... ), not the clock MPI_Wtime or MPI_Get_*
+# queries) in src/, include/ and apps/ outside the layers allowed to make them:
+#   the comm layer     src/collective_*, src/mesh_comms.cpp, src/mpi/, include/shard/mpi/
+#   start-up / errors  src/runtime.cpp (MPI_Init, the world, the topology), src/error.cpp
+#   benchmarks         apps/*_bench (their raw-MPI baselines are what they measure against)
+# Files still to move behind the comm layer are listed below with their count today: the check
+# fails if any of them gains a call or another file makes one (a ratchet: lower the counts,
+# then drop the lines, as the files move).
+set -euo pipefail
+cd "${1:-$(dirname "${BASH_SOURCE[0]}")/..}"
+declare -A pending=(
+  [src/cannon.cpp]=4          # Irecv/Isend shifts on the world, Waitall/Testall
+  [src/summa.cpp]=3           # Ibcast by hand, Waitall/Testall
+  [src/redistribute.cpp]=1    # the general reshard's Alltoallv on the world
+  [src/sharded_array.cpp]=3   # gather / to_host (Allgatherv, Gatherv), an agreement
+  [src/checkpoint.cpp]=2      # the manifest's Bcast
+  [src/print.cpp]=1           # Gatherv of the printed blocks
+  [src/shard_map.cpp]=2       # the agreement after the bodies
+  [src/io.cpp]=18             # MPI-IO (collective file access, agreed per step)
+)
+pattern='MPI_[A-Z][a-z_]*\('
+fail=0
+while IFS= read -r f; do
+  case "$f" in
+    src/collective_*|src/mesh_comms.cpp|src/mpi/*|include/shard/mpi/*|src/runtime.cpp|src/error.cpp|apps/*_bench/*) continue ;;
+  esac
+  n=$(grep -E "$pattern" "$f" | grep -cvE 'MPI_Wtime\(|MPI_Get_[a-z_]*\(' || true)
+  [ "$n" -eq 0 ] && continue
+  max=${pending[$f]:-0}
+  if [ "$n" -gt "$max" ]; then
+    echo "check_mpi_layer: $f has $n lines calling MPI (allowed: $max); go through the comm layer (shard/detail/collective.hpp)" >&2
+    grep -nE "$pattern" "$f" | grep -vE 'MPI_Wtime\(|MPI_Get_[a-z_]*\(' >&2
+    fail=1
+  fi
+done < <(grep -rlE "$pattern" src include apps | sort)
+total=0
+for f in "${!pending[@]}"; do total=$((total + pending[$f])); done
+echo "check_mpi_layer: still to move behind the comm layer: ${#pending[@]} files, $total lines calling MPI (calls through mpi::Communicator's own wrappers, e.g. world().allreduce, are not counted yet)"
+exit $fail
