@@ -246,16 +246,13 @@ void announce_failure(const std::exception_ptr& err) {
   if (!err || g_watchdog_comm.is_null() || g_failure_sent || g_failures_received > 0) return;
   g_failure_sent = true;
   char kind = 0;
-  std::string text = "an exception that is not a std::exception";
   try {
     std::rethrow_exception(err);
-  } catch (const Error& e) {
-    kind = static_cast<char>(mpi::error_kind(e));
-    text = e.message();
   } catch (const std::exception& e) {
-    text = e.what();
+    kind = static_cast<char>(mpi::error_kind(e));
   } catch (...) {
   }
+  const std::string text = error_message(err, "an exception that is not a std::exception");
   g_failure_message.assign(1, kind);
   g_failure_message.insert(g_failure_message.end(), text.begin(), text.end());
   const int me = g_watchdog_comm.rank(), n = g_watchdog_comm.size();
@@ -299,10 +296,10 @@ void raise_if_poisoned() {
                         "); this job cannot run more collectives: let the error end it (guarded_main)");
 }
 
-bool wait_for_every_rank_to_fail(double seconds) {
-  if (g_watchdog_comm.is_null()) return false;
+bool wait_for_every_rank_to_fail(double seconds, MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL && g_watchdog_comm.is_null()) return false;
   MPI_Request all_failed = MPI_REQUEST_NULL;
-  if (MPI_Ibarrier(g_watchdog_comm.get(), &all_failed) != MPI_SUCCESS) return false;
+  if (MPI_Ibarrier(comm == MPI_COMM_NULL ? g_watchdog_comm.get() : comm, &all_failed) != MPI_SUCCESS) return false;
   const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   int done = 0;
   while (MPI_Test(&all_failed, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && Clock::now() < deadline)

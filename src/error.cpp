@@ -29,6 +29,18 @@ std::string rank_prefix() {
   return "[rank " + std::to_string(rank) + "] ";
 }
 
+std::string error_message(const std::exception_ptr& err, const std::string& fallback) {
+  try {
+    std::rethrow_exception(err);
+  } catch (const Error& e) {
+    return e.message();
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+  }
+  return fallback;
+}
+
 void check_finite_in(const std::string& what, double v, double lo, double hi, bool lo_open, bool hi_open) {
   const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
   if (!ok)

@@ -5,8 +5,6 @@
 #include <malloc.h>
 
 #include <algorithm>
-#include <chrono>
-#include <thread>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -69,6 +67,8 @@ void set_keep_freed_memory(bool keep) {
 
 bool keep_freed_memory() { return g_keep_freed; }
 
+bool keep_freed_memory_from_env() { return detail::env_flag("SHARD_KEEP_FREED_MEMORY").value_or(true); }
+
 Runtime::Runtime(int& argc, char**& argv, RuntimeOptions options) { init(&argc, &argv, options); }
 Runtime::Runtime(RuntimeOptions options) { init(nullptr, nullptr, options); }
 
@@ -79,7 +79,7 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
   std::string keep_error;
   bool keep = options.keep_freed_memory;
   try {
-    keep = keep && detail::env_flag("SHARD_KEEP_FREED_MEMORY").value_or(true);
+    keep = keep && keep_freed_memory_from_env();
   } catch (const Error& e) {
     keep_error = e.message();
   }
@@ -232,15 +232,8 @@ namespace {
 /// every rank exits 1 after printing its own line (none is lost to another's MPI_Abort);
 /// aborts the job if some rank is still working.
 int fail_job(const std::exception_ptr& err) {
-  std::string msg = "the program threw an exception that is not a std::exception (e.g. throw 42)";
-  try {
-    std::rethrow_exception(err);
-  } catch (const Error& e) {
-    msg = e.message();
-  } catch (const std::exception& e) {
-    msg = e.what();
-  } catch (...) {
-  }
+  const std::string msg =
+      detail::error_message(err, "the program threw an exception that is not a std::exception (e.g. throw 42)");
   std::fprintf(stderr, "%serror: %s\n", detail::rank_prefix().c_str(), msg.c_str());
   std::fflush(stderr);
   if (!mpi::is_active()) std::exit(1);
@@ -253,27 +246,12 @@ int fail_job(const std::exception_ptr& err) {
 /// rank fails: wait (at most 5 s) for all on MPI_COMM_WORLD, then finalize and exit 1 on every
 /// rank, or abort the job if some rank started.
 [[noreturn]] void fail_start(const std::exception_ptr& err) {
-  std::string msg = "an exception that is not a std::exception escaped while starting the runtime";
-  try {
-    std::rethrow_exception(err);
-  } catch (const Error& e) {
-    msg = e.message();
-  } catch (const std::exception& e) {
-    msg = e.what();
-  } catch (...) {
-  }
+  const std::string msg =
+      detail::error_message(err, "an exception that is not a std::exception escaped while starting the runtime");
   std::fprintf(stderr, "%serror: %s\n", detail::rank_prefix().c_str(), msg.c_str());
   std::fflush(stderr);
   if (!mpi::is_active()) std::exit(1);
-  MPI_Request all_failed = MPI_REQUEST_NULL;
-  int done = 0;
-  if (MPI_Ibarrier(MPI_COMM_WORLD, &all_failed) == MPI_SUCCESS) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (MPI_Test(&all_failed, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
-           std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (!done) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (!detail::wait_for_every_rank_to_fail(5.0, MPI_COMM_WORLD)) MPI_Abort(MPI_COMM_WORLD, 1);
   MPI_Finalize();
   std::exit(1);
 }

@@ -407,16 +407,7 @@ std::string axes_tuple(const SpecEntry& e) {
 class AbortUnlessAgreed {
  public:
   AbortUnlessAgreed(const std::exception_ptr& err, double grace) {
-    std::string msg = "unknown exception";
-    try {
-      std::rethrow_exception(err);
-    } catch (const Error& e) {
-      msg = e.message();
-    } catch (const std::exception& e) {
-      msg = e.what();
-    } catch (...) {
-    }
-    msg = detail::rank_prefix() + "error: " + msg + "\n" + detail::rank_prefix() +
+    std::string msg = detail::rank_prefix() + "error: " + detail::error_message(err, "unknown exception") + "\n" + detail::rank_prefix() +
           "error: the other ranks did not reach the end of shard_map within " + detail::cat(grace) +
           " s (SHARD_ABORT_GRACE) after this failure; they wait in a collective this rank will not join: "
           "aborting the job\n";

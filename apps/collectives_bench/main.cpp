@@ -18,7 +18,6 @@
 
 #include "common/bench.hpp"
 #include "common/cli.hpp"
-#include "shard/detail/env.hpp"
 #include "shard/detail/mesh_comms.hpp"
 #include "shard/shard.hpp"
 
@@ -303,7 +302,7 @@ int main(int argc, char** argv) {
   // (a bad value is raised by the Runtime, which reads the same variable)
   bool keep_policy = true;
   try {
-    keep_policy = shard::detail::env_flag("SHARD_KEEP_FREED_MEMORY").value_or(true);
+    keep_policy = shard::keep_freed_memory_from_env();
   } catch (const shard::Error&) {
   }
   return shard::apps::run_app(argc, argv, [&](shard::Runtime& rt) {

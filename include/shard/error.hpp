@@ -2,6 +2,7 @@
 /// \file Typed exceptions. Every message starts with "[rank r] " (the MPI rank that raised
 /// it, or "[rank ?]" before MPI is up) and names what is wrong and how to fix it.
 
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -74,6 +75,10 @@ std::string cat(Args&&... args) {
   (os << ... << std::forward<Args>(args));
   return os.str();
 }
+
+/// The message of a caught exception: Error::message() (no rank prefix), what() for other
+/// std::exceptions, `fallback` for anything else (throw 42).
+std::string error_message(const std::exception_ptr& err, const std::string& fallback);
 
 /// An API argument that must be a finite number in [lo, hi] (an open end with `lo_open` /
 /// `hi_open`): ValueError "<what> must be a finite number in [lo, hi], got v" otherwise. The

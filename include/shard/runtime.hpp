@@ -32,6 +32,10 @@ struct RuntimeOptions {
 void set_keep_freed_memory(bool keep);
 /// Whether the policy is on.
 bool keep_freed_memory();
+/// Whether a Runtime with RuntimeOptions::keep_freed_memory = true switches the policy on:
+/// env SHARD_KEEP_FREED_MEMORY (1/0, on/off, true/false, yes/no; default on). RuntimeError
+/// naming the variable and its value when it is none of these.
+bool keep_freed_memory_from_env();
 
 /// The process-wide runtime: initialises MPI (thread level funneled or better) unless it is
 /// already initialised, sets MPI_ERRORS_RETURN, discovers hosts and owns the device list.

@@ -65,9 +65,9 @@ void announce_failure(const std::exception_ptr& err);
 void retire_failure_notices(const mpi::Communicator& world);
 /// RuntimeError if an earlier failure left a collective unfinished.
 void raise_if_poisoned();
-/// After a failure: joins the other failed ranks (a nonblocking barrier on the world's
-/// duplicate) and says whether every rank got there within `seconds`.
-bool wait_for_every_rank_to_fail(double seconds);
+/// After a failure: joins the other failed ranks (a nonblocking barrier on `comm`, by default
+/// the world's duplicate) and says whether every rank got there within `seconds`.
+bool wait_for_every_rank_to_fail(double seconds, MPI_Comm comm = MPI_COMM_NULL);
 
 /// Seconds a rank whose shard_map body failed waits for the other ranks to reach the
 /// agreement at the end of shard_map before it aborts the job, and a rank whose program failed
