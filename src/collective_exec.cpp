@@ -453,6 +453,7 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
     const int to = comm_rank_of(g, topo.owner(g.devices[dst]));
     const int from = comm_rank_of(g, topo.owner(g.devices[src]));
     if (!collective_watchdog_on()) [[likely]] {
+      const BlockingWait wait("MPI_Sendrecv", s, g.ranks);
       mpi::check(MPI_Sendrecv(ins[mm.local].data(), count, mpi::datatype<T>(), to, dst, outs[mm.local].data(), count,
                               mpi::datatype<T>(), from, mm.pos, g.comm.get(), MPI_STATUS_IGNORE),
                  "MPI_Sendrecv");
@@ -494,10 +495,12 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
     }
   }
   if (!requests.empty()) {
-    if (!collective_watchdog_on()) [[likely]]
+    if (!collective_watchdog_on()) [[likely]] {
+      const BlockingWait wait("MPI_Waitall", s, g.ranks);
       mpi::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
-    else
+    } else {
       watchdog_wait(static_cast<int>(requests.size()), requests.data(), s, g, "MPI_Isend/MPI_Irecv");
+    }
     if (sent > 0) comm_stats().record(s.name, s.axes_text, sent);
   }
 }

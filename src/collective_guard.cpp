@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "shard/detail/collective.hpp"
@@ -29,6 +30,7 @@ namespace {
 
 double g_timeout = 0;
 mpi::Communicator g_watchdog_comm;  // a duplicate of the world for the arrival messages
+DeviceGroup g_world;                // the Runtime's world (not owned): where whole-world checks run
 thread_local const std::source_location* t_call_site = nullptr;
 
 using Clock = std::chrono::steady_clock;
@@ -39,8 +41,10 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return out;
 }
 
-/// The collective as the messages name it: "psum over 'a' of float64(2,3)".
+}  // namespace
+
 std::string collective_text(const CollectiveSpec& s) {
+  if (s.dtype.empty()) return s.name;
   std::string t = s.name + " over " + s.axes_text + " of " + s.dtype + to_string(s.in_shape);
   if (s.kind == CollectiveKind::kAllGather || s.kind == CollectiveKind::kPsumScatter)
     t += cat(" (dim ", s.dim, s.tiled ? ", tiled" : "", ")");
@@ -54,6 +58,8 @@ std::string collective_text(const CollectiveSpec& s) {
   return t;
 }
 
+namespace {
+
 [[noreturn]] void watchdog_abort(const std::string& msg) {
   std::fprintf(stderr, "%serror: collective watchdog: %s\n", rank_prefix().c_str(), msg.c_str());
   std::fflush(stderr);
@@ -64,35 +70,61 @@ std::string collective_text(const CollectiveSpec& s) {
 constexpr int kArrivalTag = 1;
 constexpr int kFailureTag = 2;
 
-// Failure announcements (main thread only): what this rank sent, what it received, and
-// whether it left a collective unfinished to raise one (then no collective may run again).
+// Failure announcements (main thread only): one message per failure to every other rank,
+// [Error kind][1 if the sender is ending the job][text]. What this rank sent, what it received
+// (by sender), and whether it left a collective unfinished to raise one (then no collective may
+// run again).
+struct Announcement {
+  int kind = 0;
+  bool exiting = false;
+  std::string text;
+};
 bool g_failure_sent = false;
 int g_failures_received = 0;
+std::map<int, Announcement> g_received;  // by sender, since the last retire_failure_notices
 std::vector<char> g_failure_message;  // the text sent (alive until the sends finish)
 std::vector<MPI_Request> g_failure_sends;
 std::string g_poisoned;  // non-empty: why no more collectives can run in this job
+int g_learned_from = -1;  // the rank whose announced failure this rank raised (-1: none)
+bool g_job_failing = false;  // guarded_main is ending the job with an error
 
-/// Raises the failure another rank announced (announce_failure), if one has arrived: the same
+const Announcement& receive_announcement(int source, const MPI_Status* probed) {
+  MPI_Status st;
+  if (probed) st = *probed;
+  else mpi::check(MPI_Probe(source, kFailureTag, g_watchdog_comm.get(), &st), "MPI_Probe");
+  int len = 0;
+  MPI_Get_count(&st, MPI_CHAR, &len);
+  std::vector<char> buf(static_cast<std::size_t>(std::max(len, 2)), 0);
+  mpi::check(MPI_Recv(buf.data(), len, MPI_CHAR, st.MPI_SOURCE, kFailureTag, g_watchdog_comm.get(), MPI_STATUS_IGNORE),
+             "MPI_Recv");
+  ++g_failures_received;
+  Announcement a;
+  a.kind = buf[0];
+  a.exiting = buf[1] != 0;
+  a.text.assign(buf.begin() + 2, buf.begin() + std::max(len, 2));
+  return g_received[st.MPI_SOURCE] = std::move(a);
+}
+
+/// Raises the failure rank `source` announced (receiving it first if needed): the same
 /// shard::Error subclass, "rank R failed: <its message>", and what this rank was waiting in.
+[[noreturn]] void raise_announced(int source, const std::string& waiting_in, const MPI_Status* probed = nullptr) {
+  auto it = g_received.find(source);
+  const Announcement& a = it != g_received.end() ? it->second : receive_announcement(source, probed);
+  g_learned_from = source;
+  mpi::throw_error_of_kind(a.kind, cat("rank ", source, " failed: ", a.text, " (this rank learned of it waiting in ",
+                                       waiting_in, ")"));
+}
+
+/// Raises the failure another rank announced (announce_failure), if one has arrived (polled
+/// mode: the collective this rank waited in stays posted, so no collective may run again).
 void raise_if_failure_announced(const std::string& waiting_in) {
   if (g_watchdog_comm.is_null()) return;
   int flag = 0;
   MPI_Status st;
   mpi::check(MPI_Iprobe(MPI_ANY_SOURCE, kFailureTag, g_watchdog_comm.get(), &flag, &st), "MPI_Iprobe");
   if (!flag) return;
-  int len = 0;
-  MPI_Get_count(&st, MPI_CHAR, &len);
-  std::vector<char> buf(static_cast<std::size_t>(std::max(len, 1)));
-  mpi::check(MPI_Recv(buf.data(), len, MPI_CHAR, st.MPI_SOURCE, kFailureTag, g_watchdog_comm.get(), MPI_STATUS_IGNORE),
-             "MPI_Recv");
-  ++g_failures_received;
-  const int kind = len > 0 ? buf[0] : 0;
-  const std::string text(buf.begin() + (len > 0 ? 1 : 0), buf.begin() + std::max(len, 0));
-  const std::string msg =
-      cat("rank ", st.MPI_SOURCE, " failed: ", text, " (this rank learned of it waiting in ", waiting_in, ")");
-  // The collective this rank waited in stays posted: the communicators cannot be used again.
-  if (g_poisoned.empty()) g_poisoned = msg;
-  mpi::throw_error_of_kind(kind, msg);
+  if (g_poisoned.empty()) g_poisoned = cat("rank ", st.MPI_SOURCE, " failed while this rank waited in ", waiting_in);
+  raise_announced(st.MPI_SOURCE, waiting_in, &st);
 }
 
 /// Polls `n` requests until all complete or `timeout` seconds pass (0: no limit); done[i] says
@@ -173,71 +205,252 @@ void await_arrival(const Mesh& mesh, const CollectiveSpec& s, long seq, const st
                        " s"));
 }
 
-std::uint64_t fnv1a(const std::string& text) {
+// ---- The guarded exchange: one MPI_MAX allreduce of kWords int64 that every check, shard_map's
+// end, the program's end and a failing rank's failure mark use on a guard communicator, so
+// any of them can meet any other and tell what the other rank is doing.
+constexpr int kPayload = 6;
+constexpr int kWords = 4 + kPayload;  // fingerprint, ~fingerprint, -(failed rank), exiting, payload
+constexpr std::int64_t kNone = INT64_MIN;
+
+struct Outcome {
+  bool same = true;  // every rank passed the same fingerprint
+  int failed = -1;   // the lowest rank that marked a failure (-1: none)
+  bool exiting = false;  // some rank is ending the job (its failure exchange)
+  std::int64_t payload[kPayload] = {};
+  std::vector<std::string> descriptions;  // by communicator rank, when !same && failed < 0
+};
+
+struct Fingerprint {
   std::uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ULL;
+  void add(std::uint64_t v) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (v >> (8 * b)) & 0xffu;
+      h *= 1099511628211ULL;
+    }
   }
-  return h;
+  void add(const std::string& t) {
+    for (unsigned char c : t) {
+      h ^= c;
+      h *= 1099511628211ULL;
+    }
+    add(t.size());
+  }
+};
+
+/// What a collective's check compares: everything that must match for the call to be the same
+/// collective, and the line and column of its call site (the file is the same binary).
+std::uint64_t fingerprint_of(const CollectiveSpec& s, const std::source_location& where) {
+  Fingerprint f;
+  f.add(static_cast<std::uint64_t>(s.kind));
+  f.add(static_cast<std::uint64_t>(s.op));
+  f.add(s.name);
+  f.add(s.axes_text);
+  f.add(s.dtype);
+  f.add(static_cast<std::uint64_t>(s.group_size));
+  for (const auto d : s.in_shape) f.add(static_cast<std::uint64_t>(d));
+  f.add(static_cast<std::uint64_t>(s.in_shape.size()));
+  f.add(static_cast<std::uint64_t>(s.dim) << 32 | static_cast<std::uint32_t>(s.concat_dim));
+  f.add(s.tiled ? 1 : 0);
+  for (const auto& [a, b] : s.perm) f.add(static_cast<std::uint64_t>(a) << 32 | static_cast<std::uint32_t>(b));
+  f.add(static_cast<std::uint64_t>(where.line()) << 32 | where.column());
+  return f.h;
 }
 
-/// Consistency check: one MPI_Allreduce (MAX of h and ~h) tells every rank whether all
-/// fingerprints agree; on a mismatch the descriptions are gathered and every rank throws.
-void check_fingerprint(const Mesh& mesh, const DeviceGroup& g, const CollectiveSpec& s, long seq,
-                       const std::string& where) {
-  const std::string desc = cat(collective_text(s), " (collective #", seq, " on this mesh) at ", where);
-  const std::uint64_t h = fnv1a(desc);
-  std::uint64_t v[2] = {h, ~h};
-  // Polled: a rank that failed before this collective never joins; the others hear of it here.
-  polled_call(s, g, "MPI_Allreduce (SHARD_CHECK_COLLECTIVES)",
-              [&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, v, 2, MPI_UINT64_T, MPI_MAX, g.comm.get(), r); });
-  if (v[0] == ~v[1]) return;  // max(h) == min(h): every rank issued this collective
+std::uint64_t fingerprint_of(const std::string& what) {
+  Fingerprint f;
+  f.add(what);
+  return f.h;
+}
+
+/// Every rank's description, by communicator rank (after a mismatch: every participant calls it).
+std::vector<std::string> gather_descriptions(const DeviceGroup& g, const std::string& mine, const CollectiveSpec& s) {
   const int n = static_cast<int>(g.ranks.size());
-  int len = static_cast<int>(desc.size());
+  int len = static_cast<int>(mine.size());
   std::vector<int> lens(static_cast<std::size_t>(n)), displs(static_cast<std::size_t>(n));
-  mpi::check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, g.comm.get()), "MPI_Allgather");
+  {
+    const BlockingWait wait("MPI_Allgather (the check's descriptions)", s, g.ranks);
+    mpi::check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, g.comm.get()), "MPI_Allgather");
+  }
   int total = 0;
   for (int j = 0; j < n; ++j) {
     displs[j] = total;
     total += lens[j];
   }
   std::string all(static_cast<std::size_t>(total), '\0');
-  mpi::check(MPI_Allgatherv(desc.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
-                            g.comm.get()),
-             "MPI_Allgatherv");
-  auto desc_of = [&](int j) { return all.substr(static_cast<std::size_t>(displs[j]), static_cast<std::size_t>(lens[j])); };
-  int other = 1;
-  while (other < n && desc_of(other) == desc_of(0)) ++other;
+  {
+    const BlockingWait wait("MPI_Allgatherv (the check's descriptions)", s, g.ranks);
+    mpi::check(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
+                              g.comm.get()),
+               "MPI_Allgatherv");
+  }
+  std::vector<std::string> out;
+  for (int j = 0; j < n; ++j)
+    out.push_back(all.substr(static_cast<std::size_t>(displs[j]), static_cast<std::size_t>(lens[j])));
+  return out;
+}
+
+/// One guarded exchange on `g` (blocking, or polled under SHARD_COLLECTIVE_TIMEOUT). `failed`:
+/// the rank whose failure this rank marks (-1: none). On a fingerprint mismatch with no
+/// failure, every participant exchanges descriptions (`describe` gives this rank's).
+Outcome exchange(const DeviceGroup& g, const CollectiveSpec& s, std::uint64_t fp, int failed, bool exiting,
+                 const std::int64_t* payload, const std::function<std::string()>& describe) {
+  std::int64_t v[kWords];
+  v[0] = static_cast<std::int64_t>(fp);
+  v[1] = ~v[0];
+  v[2] = failed >= 0 ? -static_cast<std::int64_t>(failed) : kNone;
+  v[3] = exiting ? 1 : 0;
+  for (int i = 0; i < kPayload; ++i) v[4 + i] = payload ? payload[i] : 0;
+  if (collective_watchdog_on()) {
+    polled_call(s, g, "MPI_Allreduce (the collective check)", [&](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, v, kWords, MPI_INT64_T, MPI_MAX, g.comm.get(), r);
+    });
+  } else {
+    const BlockingWait wait("MPI_Allreduce (the collective check)", s, g.ranks);
+    mpi::check(MPI_Allreduce(MPI_IN_PLACE, v, kWords, MPI_INT64_T, MPI_MAX, g.comm.get()),
+               "MPI_Allreduce (the collective check)");
+  }
+  Outcome o;
+  o.same = v[0] == ~v[1];  // max(h) == min(h)
+  o.failed = v[2] == kNone ? -1 : static_cast<int>(-v[2]);
+  o.exiting = v[3] != 0;
+  for (int i = 0; i < kPayload; ++i) o.payload[i] = v[4 + i];
+  if (!o.same && o.failed < 0) o.descriptions = gather_descriptions(g, describe(), s);
+  return o;
+}
+
+/// "rank 0 called X, but rank 1 called Y" from the descriptions of a mismatch.
+std::string mismatch_text(const DeviceGroup& g, const std::vector<std::string>& d) {
+  const std::size_t n = d.size();
+  std::size_t other = 1;
+  while (other < n && d[other] == d[0]) ++other;
   if (other == n) other = n - 1;  // a hash collision cannot make equal texts differ; be safe anyway
-  raise<CollectiveMismatchError>("collective mismatch on mesh ", mesh.to_string(), ": rank ", g.ranks[0], " called ",
-                                 desc_of(0), ", but rank ", g.ranks[other], " called ", desc_of(other),
-                                 "; every rank of the mesh must issue the same collectives in the same order "
-                                 "(found by SHARD_CHECK_COLLECTIVES)");
+  return cat("rank ", g.ranks[0], " called ", d[0], ", but rank ", g.ranks[other], " called ", d[other],
+             "; every rank must issue the same collectives in the same order (found by SHARD_CHECK_COLLECTIVES)");
+}
+
+/// The spec that names a whole-world exchange in messages ("the end of shard_map").
+CollectiveSpec world_spec(const char* name) {
+  CollectiveSpec s;
+  s.name = name;
+  s.axes_text = "every rank";
+  return s;
+}
+
+bool spans_world(const Mesh& mesh) {
+  return !g_world.comm.is_null() && mesh.comms().spans_world(static_cast<int>(g_world.ranks.size()));
 }
 
 }  // namespace
 
-/// Before a collective: the watchdog's arrival messages and the consistency check, on the
-/// communicator of all the mesh's ranks (ranks that call collectives over different axes use
-/// different group communicators, so only this one can see that they disagree).
+/// Before a collective: the watchdog's arrival messages and the consistency check. The check
+/// runs on the world when the mesh spans every rank (so it meets shard_map's and the program's
+/// ends), else on the communicator of all the mesh's ranks (ranks that call collectives over
+/// different axes use different group communicators, so only this one can see that they
+/// disagree).
 void guard_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
                       const std::source_location& where) {
   if (devices.empty()) return;  // this rank holds no device of the mesh
   raise_if_poisoned();
   MeshComms& comms = mesh.comms();
   const long seq = comms.next_sequence();
-  const std::string site = call_site_text(t_call_site ? *t_call_site : where);
+  const std::source_location& site = t_call_site ? *t_call_site : where;
+  const bool world = spans_world(mesh);
   // The arrival messages come before any communicator creation (which waits for every rank
   // inside MPI): under the watchdog always, under the check until the mesh's guard
   // communicator exists, so a rank that failed before its first collective is still heard of.
-  if (collective_watchdog_on() || !comms.guard_group_built()) await_arrival(mesh, s, seq, site);
+  if (collective_watchdog_on() || (!world && collective_check_on() && !comms.guard_group_built()))
+    await_arrival(mesh, s, seq, call_site_text(site));
   if (!collective_check_on()) return;
-  const DeviceGroup& g = comms.guard_group();
+  const DeviceGroup& g = world ? g_world : comms.guard_group();
   if (g.comm.is_null()) return;  // the mesh lives on this rank alone
-  check_fingerprint(mesh, g, s, seq, site);
+  const Outcome o = exchange(g, s, fingerprint_of(s, site), -1, false, nullptr, [&] {
+    return cat(collective_text(s), " (collective #", seq, " on mesh ", mesh.to_string(), ") at ", call_site_text(site));
+  });
+  if (o.failed >= 0) raise_announced(o.failed, collective_text(s));
+  if (!o.same)
+    raise<CollectiveMismatchError>("collective mismatch on mesh ", mesh.to_string(), ": ",
+                                   mismatch_text(g, o.descriptions));
 }
 
+Agreement agree_at_end_of_shard_map(std::exception_ptr& err, const std::int64_t (&words)[6],
+                                    const std::function<void(const std::exception_ptr&)>& on_failure) {
+  static const CollectiveSpec spec = world_spec("the end of shard_map (the agreement after the bodies)");
+  static const std::uint64_t fp = fingerprint_of(spec.name);
+  const int me = g_world.comm.is_null() ? 0 : g_world.comm.rank();
+  for (;;) {
+    Outcome o;
+    if (g_world.comm.is_null() || !collective_check_on()) {
+      // Without the check: the plain allreduce (the words and the failure only).
+      std::int64_t v[7] = {err ? -static_cast<std::int64_t>(g_learned_from >= 0 ? g_learned_from : me) : kNone};
+      std::copy(std::begin(words), std::end(words), v + 1);
+      if (!g_world.comm.is_null()) {
+        const BlockingWait wait("MPI_Allreduce", spec, g_world.ranks);
+        mpi::check(MPI_Allreduce(MPI_IN_PLACE, v, 7, MPI_INT64_T, MPI_MAX, g_world.comm.get()), "MPI_Allreduce");
+      }
+      Agreement a;
+      a.failed = v[0] == kNone ? -1 : static_cast<int>(-v[0]);
+      std::copy(v + 1, v + 7, a.words);
+      return a;
+    }
+    o = exchange(g_world, spec, fp, err ? (g_learned_from >= 0 ? g_learned_from : me) : -1, false, words,
+                 [&] { return spec.name; });
+    if (o.same) {
+      Agreement a;
+      a.failed = o.failed;
+      std::copy(o.payload, o.payload + kPayload, a.words);
+      return a;
+    }
+    // Some rank is elsewhere.
+    if (o.exiting) raise_announced(o.failed, spec.name);  // it ends the job: it will not come here
+    if (o.failed < 0 && !err) {  // it called a collective this rank's body did not: a mismatch, ours too
+      try {
+        raise<CollectiveMismatchError>("collective mismatch: ", mismatch_text(g_world, o.descriptions));
+      } catch (...) {
+        err = std::current_exception();
+      }
+      on_failure(err);
+    }
+    // Its collective raised (the failure mark, or the same mismatch) and it comes here: again.
+  }
+}
+
+bool agree_at_end_of_program() {
+  if (g_world.comm.is_null() || !collective_check_on() || g_job_failing) return true;
+  static const CollectiveSpec spec = world_spec("the end of the program (shard::Runtime's destructor)");
+  const Outcome o = exchange(g_world, spec, fingerprint_of(spec.name), -1, false, nullptr,
+                             [&] { return spec.name; });
+  if (o.same) return true;
+  std::exception_ptr err;
+  try {
+    if (o.failed >= 0) raise_announced(o.failed, spec.name);
+    raise<CollectiveMismatchError>("collective mismatch: ", mismatch_text(g_world, o.descriptions));
+  } catch (...) {
+    err = std::current_exception();
+  }
+  std::fprintf(stderr, "%serror: %s\n", rank_prefix().c_str(), error_message(err, "unknown error").c_str());
+  std::fflush(stderr);
+  mark_failure_for_exit(err);
+  if (!wait_for_every_rank_to_fail(abort_grace_seconds())) MPI_Abort(MPI_COMM_WORLD, 1);
+  return false;
+}
+
+void mark_failure_for_exit(const std::exception_ptr& err) {
+  g_job_failing = true;
+  announce_failure(err);
+  if (g_world.comm.is_null() || !collective_check_on() || g_failures_received > 0) return;
+  // Not learned from another rank: join the others' next exchange with the failure mark, in
+  // the same form as theirs (MPI matches blocking and nonblocking collectives separately). A
+  // rank that never comes to one leaves this rank waiting: end the process after the grace.
+  static const CollectiveSpec spec = world_spec("a failed rank's mark (ending the job)");
+  const ExitUnlessDoneWithin limit(
+      abort_grace_seconds(), cat("the other ranks did not reach a collective check within ", abort_grace_seconds(),
+                                 " s (SHARD_ABORT_GRACE) after this failure: aborting the job"));
+  try {
+    (void)exchange(g_world, spec, fingerprint_of(spec.name), g_world.comm.rank(), true, nullptr,
+                   [&] { return spec.name; });
+  } catch (...) {  // another rank's failure heard meanwhile: this rank's own is already printed
+  }
+}
 
 double collective_timeout() { return g_timeout; }
 
@@ -253,7 +466,7 @@ void announce_failure(const std::exception_ptr& err) {
   } catch (...) {
   }
   const std::string text = error_message(err, "an exception that is not a std::exception");
-  g_failure_message.assign(1, kind);
+  g_failure_message.assign({kind, static_cast<char>(g_job_failing ? 1 : 0)});
   g_failure_message.insert(g_failure_message.end(), text.begin(), text.end());
   const int me = g_watchdog_comm.rank(), n = g_watchdog_comm.size();
   g_failure_sends.assign(static_cast<std::size_t>(std::max(n - 1, 0)), MPI_REQUEST_NULL);
@@ -271,22 +484,15 @@ void retire_failure_notices(const mpi::Communicator& world) {
   int sum[2] = {0, 0};
   mpi::check(MPI_Allreduce(v, sum, 2, MPI_INT, MPI_SUM, world.get()), "MPI_Allreduce");
   // Receive the announcements not yet received (sent eagerly or waiting for this receive).
-  for (int left = sum[0] - v[0] - g_failures_received; left > 0; --left) {
-    MPI_Status st;
-    mpi::check(MPI_Probe(MPI_ANY_SOURCE, kFailureTag, g_watchdog_comm.get(), &st), "MPI_Probe");
-    int len = 0;
-    MPI_Get_count(&st, MPI_CHAR, &len);
-    std::vector<char> buf(static_cast<std::size_t>(std::max(len, 1)));
-    mpi::check(MPI_Recv(buf.data(), len, MPI_CHAR, st.MPI_SOURCE, kFailureTag, g_watchdog_comm.get(),
-                        MPI_STATUS_IGNORE),
-               "MPI_Recv");
-  }
+  for (int left = sum[0] - v[0] - g_failures_received; left > 0; --left) (void)receive_announcement(MPI_ANY_SOURCE, nullptr);
   if (!g_failure_sends.empty())
     mpi::check(MPI_Waitall(static_cast<int>(g_failure_sends.size()), g_failure_sends.data(), MPI_STATUSES_IGNORE),
                "MPI_Waitall");
   g_failure_sends.clear();
   g_failure_sent = false;
   g_failures_received = 0;
+  g_received.clear();
+  g_learned_from = -1;
   if (sum[1] > 0 && g_poisoned.empty()) g_poisoned = "another rank left a collective unfinished after a failure";
 }
 
@@ -309,8 +515,14 @@ bool wait_for_every_rank_to_fail(double seconds, MPI_Comm comm) {
 
 void open_watchdog_comm(const mpi::Communicator& world) {
   if (g_watchdog_comm.is_null()) g_watchdog_comm = world.dup();
+  g_world.comm = mpi::Communicator::attach(world.get());
+  g_world.ranks.resize(static_cast<std::size_t>(world.size()));
+  for (int r = 0; r < world.size(); ++r) g_world.ranks[static_cast<std::size_t>(r)] = r;
 }
-void close_watchdog_comm() { g_watchdog_comm = mpi::Communicator(); }
+void close_watchdog_comm() {
+  g_watchdog_comm = mpi::Communicator();
+  g_world = DeviceGroup();
+}
 
 void set_collective_guard(bool check, double timeout_seconds) {
   g_timeout = timeout_seconds > 0 ? timeout_seconds : 0;
@@ -318,12 +530,8 @@ void set_collective_guard(bool check, double timeout_seconds) {
 }
 
 void configure_collective_guard_from_env(bool& check, double& timeout_seconds) {
-#ifdef NDEBUG
-  check = env_flag("SHARD_CHECK_COLLECTIVES").value_or(false);
-#else
   check = env_flag("SHARD_CHECK_COLLECTIVES").value_or(true);
-#endif
-  timeout_seconds = env_seconds("SHARD_COLLECTIVE_TIMEOUT", 1e6).value_or(0.0);  // 0: no watchdog
+  timeout_seconds = env_seconds("SHARD_COLLECTIVE_TIMEOUT", 1e6).value_or(-1.0);  // -1: the watcher's default
 }
 
 void shared_window_barrier(const Mesh& mesh, const SharedWindow& w, const std::string& name,

@@ -40,6 +40,7 @@ template <typename Blocking, typename Start>
 void mpi_call(const CollectiveSpec& s, const DeviceGroup& g, const char* routine, Blocking&& blocking,
               Start&& start) {
   if (!collective_watchdog_on()) [[likely]] {
+    const BlockingWait wait(routine, s, g.ranks);
     mpi::check(blocking(), routine);
     return;
   }

@@ -18,6 +18,14 @@ detail::MeshComms& Mesh::comms() const {
 
 namespace detail {
 
+MeshComms::MeshComms(std::vector<int> shape, std::vector<int> devices, Topology topology)
+    : shape_(std::move(shape)), devices_(std::move(devices)), topology_(std::move(topology)) {
+  std::vector<int> owners;
+  for (int d : devices_) owners.push_back(topology_.owner(d));
+  std::sort(owners.begin(), owners.end());
+  ranks_ = static_cast<int>(std::unique(owners.begin(), owners.end()) - owners.begin());
+}
+
 MeshComms::~MeshComms() {
   if (!mpi::is_active()) return;
   for (auto& [key, w] : windows_) {  // collective over each window's group (see group_shared.hpp)

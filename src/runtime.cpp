@@ -131,7 +131,7 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
     // watchdog, group-shared memory) must be the same on every rank: the most checking, the
     // longest timeout and grace any rank asked for, shared memory off if any rank turned it off.
     bool check = false, shared_reduce = true;
-    double timeout = 0, grace = 5.0;
+    double timeout = -1, grace = 5.0;
     std::string env_error;
     try {
       detail::configure_collective_guard_from_env(check, timeout);
@@ -146,7 +146,9 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
     mpi::check(MPI_Allreduce(MPI_IN_PLACE, env, 5, MPI_LONG_LONG, MPI_MAX, world_.get()), "MPI_Allreduce");
     if (!env_error.empty()) raise<RuntimeError>(env_error);
     if (env[4]) raise<RuntimeError>("another rank has an invalid SHARD_* environment variable (see its error)");
+    // Timeout: unset on every rank (-1) is the watcher thread's default; 0 turns both off.
     detail::set_collective_guard(env[0] != 0, static_cast<double>(env[1]) / 1000.0);
+    if (env[1] < 0) detail::start_collective_watch(detail::kDefaultCollectiveTimeout);
     detail::set_abort_grace_seconds(static_cast<double>(env[2]) / 1000.0);
     detail::set_shared_reduce(env[3] == 0);
     detail::open_watchdog_comm(world_);
@@ -176,6 +178,7 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
           static_cast<int>(std::lower_bound(unique.begin(), unique.end(), leaders[p]) - unique.begin()));
   } catch (...) {
     g_current = nullptr;
+    detail::stop_collective_watch();
     detail::close_watchdog_comm();
     world_ = mpi::Communicator();
     throw;
@@ -189,13 +192,18 @@ Runtime::~Runtime() {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  // Every rank must be here, not in a collective (a rank that skipped one would leave the
+  // others waiting forever): with the check on, one exchange tells.
+  const bool agreed = std::uncaught_exceptions() > uncaught_at_start_ || detail::agree_at_end_of_program();
   executor_.reset();
+  detail::stop_collective_watch();
   detail::set_collective_guard(false, 0);
   detail::close_watchdog_comm();
   world_ = mpi::Communicator();
   detail::remember_world_rank(-1);
   g_current = nullptr;
   if (owns_mpi_ && mpi::is_active()) MPI_Finalize();
+  if (!agreed) std::exit(1);
 }
 
 Runtime& Runtime::current() {
@@ -237,7 +245,7 @@ int fail_job(const std::exception_ptr& err) {
   std::fprintf(stderr, "%serror: %s\n", detail::rank_prefix().c_str(), msg.c_str());
   std::fflush(stderr);
   if (!mpi::is_active()) std::exit(1);
-  detail::announce_failure(err);
+  detail::mark_failure_for_exit(err);
   if (!detail::wait_for_every_rank_to_fail(detail::abort_grace_seconds())) MPI_Abort(MPI_COMM_WORLD, 1);
   return 1;
 }

@@ -397,45 +397,18 @@ std::string axes_tuple(const SpecEntry& e) {
   return s + (e.axes().size() == 1 ? ",)" : ")");
 }
 
-/// Armed on a rank whose shard_map failed while it waits for the other ranks at the agreement
+/// What a rank whose shard_map failed prints if it waits for the other ranks at the agreement
 /// that turns its error into an error on every rank. The failure may be one the other ranks
-/// cannot see (a body that threw on this rank only): they then wait forever in a collective
-/// this rank will never join. If the agreement has not completed within the grace period
-/// (SHARD_ABORT_GRACE, default 5 s), the helper thread prints "[rank r] error: ..." and ends
-/// the process; mpirun then ends the whole job with a non-zero code. The helper never calls
-/// MPI (the main thread is inside MPI; the thread level is MPI_THREAD_FUNNELED).
-class AbortUnlessAgreed {
- public:
-  AbortUnlessAgreed(const std::exception_ptr& err, double grace) {
-    std::string msg = detail::rank_prefix() + "error: " + detail::error_message(err, "unknown exception") + "\n" + detail::rank_prefix() +
-          "error: the other ranks did not reach the end of shard_map within " + detail::cat(grace) +
-          " s (SHARD_ABORT_GRACE) after this failure; they wait in a collective this rank will not join: "
-          "aborting the job\n";
-    thread_ = std::thread([this, grace, msg = std::move(msg)] {
-      std::unique_lock lock(mutex_);
-      if (cv_.wait_for(lock, std::chrono::duration<double>(grace), [&] { return done_; })) return;
-      std::fputs(msg.c_str(), stderr);
-      std::fflush(stderr);
-      std::_Exit(1);
-    });
-  }
-  ~AbortUnlessAgreed() {
-    {
-      std::lock_guard lock(mutex_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  AbortUnlessAgreed(const AbortUnlessAgreed&) = delete;
-  AbortUnlessAgreed& operator=(const AbortUnlessAgreed&) = delete;
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
+/// cannot see (a body that threw on this rank only, a collective check they are not in): they
+/// then wait forever in a collective this rank will never join. After the grace period
+/// (SHARD_ABORT_GRACE, default 5 s) the process prints both lines and ends (mpirun then ends
+/// the whole job with a non-zero code; see detail::ExitUnlessDoneWithin).
+std::string unagreed_failure_text(const std::exception_ptr& err, double grace) {
+  return detail::cat(detail::error_message(err, "unknown exception"), "\n", detail::rank_prefix(),
+                     "error: the other ranks did not reach the end of shard_map within ", grace,
+                     " s (SHARD_ABORT_GRACE) after this failure; they wait in a collective this rank will not join: "
+                     "aborting the job");
+}
 
 }  // namespace
 
@@ -559,38 +532,42 @@ std::vector<std::int64_t> share_code(const mpi::Communicator& world, const std::
 std::vector<Shape> agree_after_bodies(const std::exception_ptr& err, const std::vector<std::vector<Shape>>& per_device,
                                       bool have) {
   const mpi::Communicator& world = Runtime::current().world();
-  std::optional<AbortUnlessAgreed> watch;
-  if (err) [[unlikely]] {
-    detail::announce_failure(err);  // a rank waiting in a collective of the body raises it (under the guard)
-    watch.emplace(err, abort_grace_seconds());  // the others may never get here: abort after the grace
-  }
-  const bool mine = have && !err && !per_device.empty();
+  std::exception_ptr failure = err;
+  std::optional<detail::ExitUnlessDoneWithin> watch;
+  const auto on_failure = [&](const std::exception_ptr& e) {
+    detail::announce_failure(e);  // a rank waiting in a collective of the body raises it
+    watch.reset();
+    // The others may never get here: abort after the grace.
+    watch.emplace(abort_grace_seconds(), unagreed_failure_text(e, abort_grace_seconds()));
+  };
+  if (failure) [[unlikely]]
+    on_failure(failure);
+  const bool mine = have && !failure && !per_device.empty();
   bool same = true;
   for (std::size_t li = 1; mine && li < per_device.size(); ++li) same = same && per_device[li] == per_device[0];
   const std::vector<std::int64_t> code = mine ? shape_code(per_device[0]) : std::vector<std::int64_t>{};
   const std::int64_t len = static_cast<std::int64_t>(code.size()), h = mine ? hash_code(code) : 0;
-  // One allreduce (max) decides everything: the lowest failing rank (as -rank), the longest and
+  // One exchange (max) decides everything, with the lowest failing rank: the longest and
   // shortest code, whether a rank's own devices differ, the shapes' hash (max of h and of ~h:
   // equal iff every h is), and whether some rank holds no device (it must be told the shapes).
-  std::int64_t v[7] = {err ? -static_cast<std::int64_t>(world.rank()) : -LLONG_MAX,
-                       mine ? len : LLONG_MIN,
-                       mine ? -len : LLONG_MIN,
-                       same ? 0 : 1,
-                       mine ? h : LLONG_MIN,
-                       mine ? ~h : LLONG_MIN,
-                       !have && !err ? 1 : 0};
-  mpi::check(MPI_Allreduce(MPI_IN_PLACE, v, 7, MPI_INT64_T, MPI_MAX, world.get()), "MPI_Allreduce");
-  if (v[0] != -LLONG_MAX) [[unlikely]] {  // some rank failed: every rank raises
-    std::exception_ptr agreed;
+  // It is the collective check's exchange: a rank still in a collective of its body meets it.
+  const std::int64_t words[6] = {mine ? len : LLONG_MIN, mine ? -len : LLONG_MIN, same ? 0 : 1,
+                                 mine ? h : LLONG_MIN,   mine ? ~h : LLONG_MIN,   !have && !failure ? 1 : 0};
+  const detail::Agreement agreed =
+      detail::agree_at_end_of_shard_map(failure, words, on_failure);
+  if (agreed.failed >= 0) [[unlikely]] {  // some rank failed: every rank raises
+    std::exception_ptr raised;
     try {
-      mpi::raise_failure_of(world, static_cast<int>(-v[0]), err);
+      mpi::raise_failure_of(world, agreed.failed, failure);
     } catch (...) {
-      agreed = std::current_exception();
+      raised = std::current_exception();
     }
     watch.reset();
     detail::retire_failure_notices(world);  // every rank is here: none of them is left to hear of it
-    std::rethrow_exception(agreed);
+    std::rethrow_exception(raised);
   }
+  std::int64_t v[7] = {0};  // v[1..6]: the words above, reduced
+  std::copy(std::begin(agreed.words), std::end(agreed.words), v + 1);
   if (v[3] != 0 || v[1] != -v[2] || v[4] != ~v[5]) raise_different_shapes();
   const std::vector<std::int64_t> all = v[6] ? share_code(world, code, mine, v[1]) : code;
   std::vector<Shape> out;

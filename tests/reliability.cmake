@@ -65,6 +65,46 @@ shard_reliability_test(app_throw 1 40 "SHARD_ABORT_GRACE=20"
 shard_reliability_test(app_throw_unchecked 1 40 "SHARD_ABORT_GRACE=3;SHARD_CHECK_COLLECTIVES=0"
   "\\[rank 1\\] error: injected failure in application code on rank 1" app_throw)
 
+# Default settings (no SHARD_* variable): a mismatched collective never returns wrong data
+# and never hangs; every rank prints the error and the job exits non-zero within seconds.
+function(shard_default_settings_test name k timeout regexes mode)
+  set(_e)
+  foreach(r IN LISTS regexes)
+    list(APPEND _e -e "${r}")
+  endforeach()
+  add_test(NAME reliability.default.${name}.np2.dpr${k}
+           COMMAND ${_rel_fail} ${_e} env -u SHARD_CHECK_COLLECTIVES -u SHARD_COLLECTIVE_TIMEOUT -u SHARD_ABORT_GRACE
+                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${SHARD_MPIEXEC_FLAGS} $<TARGET_FILE:fault_injection> ${mode})
+  set_tests_properties(reliability.default.${name}.np2.dpr${k} PROPERTIES TIMEOUT ${timeout} LABELS "mpi;reliability"
+    ENVIRONMENT "${SHARD_MPI_TEST_ENV};SHARD_DEVICES_PER_RANK=${k}")
+endfunction()
+foreach(k 1 2)
+  shard_default_settings_test(op_mismatch ${k} 30
+    "\\[rank 0\\] error: collective mismatch on mesh .*rank 0 called psum over 'a' .*but rank 1 called pmax over 'a';\\[rank 1\\] error: collective mismatch"
+    op_mismatch)
+  shard_default_settings_test(kind_mismatch ${k} 30
+    "\\[rank 0\\] error: collective mismatch on mesh .*rank 0 called psum over 'a' .*but rank 1 called all_gather over 'a';\\[rank 1\\] error: collective mismatch"
+    kind_mismatch)
+  shard_default_settings_test(shape_mismatch ${k} 30
+    "\\[rank 0\\] error: collective mismatch on mesh .*rank 0 called psum over 'a' of float64\\(2, 3\\).*but rank 1 called psum over 'a' of float64\\(1, 3\\);\\[rank 1\\] error: collective mismatch"
+    shape_mismatch)
+  shard_default_settings_test(axes_mismatch ${k} 30
+    "\\[rank [01]\\] error: collective mismatch on mesh .*rank 0 called psum over 'a' .*but rank 1 called psum over 'b'"
+    axes_mismatch)
+  shard_default_settings_test(skip ${k} 30
+    "\\[rank 0\\] error: collective mismatch: rank 0 called the end of the program .*but rank 1 called psum over 'a';\\[rank 1\\] error: collective mismatch on mesh .*rank 0 called the end of the program"
+    skip)
+  shard_default_settings_test(early_return ${k} 30
+    "\\[rank 0\\] error: collective mismatch on mesh .*rank 0 called psum over 'a' .*but rank 1 called the end of shard_map;\\[rank 1\\] error: collective mismatch.*rank 0 called psum over 'a'"
+    early_return)
+  shard_default_settings_test(app_throw ${k} 30
+    "\\[rank 1\\] error: injected failure in application code on rank 1;\\[rank 0\\] error: rank 1 failed: injected failure in application code on rank 1"
+    app_throw)
+  shard_default_settings_test(watch ${k} 30
+    "\\[rank 0\\] error: collective watchdog: psum over 'a' of float64\\(4, 3\\) \\(MPI_Allreduce \\(the collective check\\) on ranks 0, 1\\) has not completed after 2 s"
+    watch)
+endforeach()
+
 # The nonblocking (watchdog) forms of every collective give the same results as the blocking ones.
 foreach(t test_collectives test_reliability)
   foreach(k 1 2)

@@ -13,6 +13,13 @@
 //   device_put_ndim rank 1 passes a 1-D host array to device_put, rank 0 a 2-D one
 //   alloc_fail      rank 1 cannot allocate its block (an AllocationError) while rank 0 goes on to a psum
 //   mpi_error       an MPI call fails on rank 1 only (an MpiError) while rank 0 goes on to a psum
+// Modes for the default settings (no SHARD_* variable set; tests/reliability.cmake):
+//   kind_mismatch   rank 0 calls psum, rank 1 all_gather over the same axis inside shard_map
+//   shape_mismatch  rank 0 calls psum of its block, rank 1 of the block's first row
+//   skip            rank 0 skips an array-level psum and ends; rank 1 calls it
+//   early_return    rank 1's shard_map body returns before the psum rank 0 calls
+//   watch           the watcher thread (limit set to 2 s here): rank 1 computes for 60 s while
+//                   rank 0 waits in a psum
 // Under SHARD_CHECK_COLLECTIVES=1 (the test suite's setting) every rank prints an error line:
 // the failing rank its own, the others "rank 1 failed: ..." (announced to the waiting ranks).
 
@@ -22,6 +29,7 @@
 #include <string>
 #include <thread>
 
+#include "shard/detail/collective_guard.hpp"
 #include "shard/shard.hpp"
 
 namespace {
@@ -45,6 +53,15 @@ int run(shard::Runtime& rt, const std::string& mode) {
       throw std::runtime_error("injected failure on device " + std::to_string(ctx.device()) + " (rank 0, thread " +
                                std::to_string(local) + ") inside shard_map");
     if (mode == "sleep" && rank == 1) std::this_thread::sleep_for(std::chrono::seconds(30));
+    if (mode == "kind_mismatch") {
+      if (rank == 0) return ctx.psum(b, "a");
+      return ctx.all_gather(b, "a", 0, true);
+    }
+    if (mode == "shape_mismatch") {
+      if (rank == 0) return ctx.psum(b, "a");
+      return ctx.psum(b[{shard::Slice(0, 1)}], "a");
+    }
+    if (mode == "early_return" && rank == 1) return b;
     if (mode == "op_mismatch") {
       if (rank == 0) return ctx.psum(b, "a");  // FAULT-SITE-PSUM
       return ctx.pmax(b, "a");                 // FAULT-SITE-PMAX
@@ -104,6 +121,18 @@ int run(shard::Runtime& rt, const std::string& mode) {
     std::this_thread::sleep_for(std::chrono::seconds(60));
     return 0;
   }
+  if (mode == "skip") {
+    const auto r = shard::zeros<double>({4, 3}, shard::NamedSharding(mesh1, shard::P()));
+    if (rank == 1) (void)shard::psum(r, "a");
+    return 0;
+  }
+  if (mode == "watch") {
+    shard::detail::start_collective_watch(2.0);
+    const auto r = shard::zeros<double>({4, 3}, shard::NamedSharding(mesh1, shard::P()));
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(60));
+    (void)shard::psum(r, "a");
+    return 0;
+  }
   if (mode == "app_throw") {
     const auto r = shard::zeros<double>({4, 3}, shard::NamedSharding(mesh1, shard::P()));
     if (rank == 1) throw std::runtime_error("injected failure in application code on rank 1");
@@ -117,7 +146,8 @@ int run(shard::Runtime& rt, const std::string& mode) {
     if (rank == 0) std::printf("fault_injection ok: %d ranks x %d devices\n", rt.process_count(), k);
     return 0;
   }
-  if (mode == "throw_in_psum" || mode == "device_throw" || mode == "sleep" || mode == "op_mismatch")
+  if (mode == "throw_in_psum" || mode == "device_throw" || mode == "sleep" || mode == "op_mismatch" ||
+      mode == "kind_mismatch" || mode == "shape_mismatch" || mode == "early_return")
     throw std::runtime_error("mode " + mode + ": the failure did not stop the job");
   throw std::runtime_error("unknown mode '" + mode + "'");
 }

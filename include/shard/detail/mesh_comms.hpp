@@ -29,8 +29,7 @@ struct DeviceGroup {
 
 class MeshComms {
  public:
-  MeshComms(std::vector<int> shape, std::vector<int> devices, Topology topology)
-      : shape_(std::move(shape)), devices_(std::move(devices)), topology_(std::move(topology)) {}
+  MeshComms(std::vector<int> shape, std::vector<int> devices, Topology topology);
   /// Frees the cached BLACS grids (Cblacs_gridexit) while MPI is still active.
   ~MeshComms();
   MeshComms(const MeshComms&) = delete;
@@ -52,6 +51,9 @@ class MeshComms {
     std::lock_guard lock(mutex_);
     return guard_built_;
   }
+  /// Whether the mesh's devices are spread over all `world_size` ranks (then the consistency
+  /// check runs on the world). No communication.
+  bool spans_world(int world_size) const { return ranks_ == world_size; }
   /// The next number of the per-mesh collective sequence (consistency check and watchdog).
   long next_sequence() { return ++sequence_; }
 
@@ -83,6 +85,7 @@ class MeshComms {
   std::vector<int> shape_;
   std::vector<int> devices_;
   Topology topology_;
+  int ranks_ = 0;  // distinct ranks owning a device of the mesh
   std::mutex mutex_;
   std::vector<DeviceGroup> build_groups(const std::vector<int>& axes, bool count);
 
