@@ -5,7 +5,9 @@
 //              now device (i, j) holds A(i, i + j) and B(i + j, j)
 //   q steps:   C(i, j) += A_cur @ B_cur   (OpenBLAS, in row panels)
 //              meanwhile A_cur moves one device left along c, B_cur one device up along r,
-//              posted before the product, progressed by MPI_Testall between panels
+//              posted before the product, progressed by test() between panels
+// Every transfer is a comm verb on the group communicator of the axis it moves along (A along
+// c, B along r), checked once per call (comm_verbs.hpp).
 // All indices mod q. Transfers between devices of one rank are memory copies. Batched
 // operands A[.., M, K] (batch dims sharded over other mesh axes) carry all of a device's
 // batch elements in one message; each step runs one product per batch element.
@@ -13,7 +15,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "shard/comm_stats.hpp"
+#include "shard/detail/comm_verbs.hpp"
 #include "shard/detail/local_gemm.hpp"
 #include "shard/error.hpp"
 #include "shard/linalg.hpp"
@@ -42,49 +44,44 @@ Shape with_matrix(Shape shape, std::int64_t rows, std::int64_t cols) {
   return shape;
 }
 
-/// One exchange of blocks between devices: local device l sends cur[l] to device to[l] and
-/// receives into next[l] from device from[l]. Copies between devices of this rank happen now;
-/// the MPI requests are returned to be completed later.
+/// One exchange of blocks between devices along mesh axis `axis` (on that axis's group
+/// communicators): local device l sends cur[l] to device to[l] and receives into next[l] from
+/// device from[l]; a message's tag is its receiving device's position in the group. Copies
+/// between devices of this rank happen now; the transfers are returned to be completed later.
 template <typename T>
-std::vector<MPI_Request> start_exchange(const Topology& topo, const std::vector<int>& local, std::vector<Tensor<T>>& cur,
-                                        std::vector<Tensor<T>>& next, const std::vector<int>& to,
-                                        const std::vector<int>& from, int tag_base, MPI_Comm comm) {
-  const int k = topo.devices_per_rank;
+detail::PendingTransfer start_exchange(const Mesh& mesh, int axis, const std::vector<int>& local,
+                                       std::vector<Tensor<T>>& cur, std::vector<Tensor<T>>& next,
+                                       const std::vector<int>& to, const std::vector<int>& from,
+                                       const detail::CommOp& op) {
+  const Topology& topo = mesh.topology();
   const int me = topo.process_index;
-  std::vector<MPI_Request> req;
-  std::int64_t sent = 0;
-  auto local_index = [&](int device) {
-    return static_cast<int>(std::find(local.begin(), local.end(), device) - local.begin());
+  const auto& groups = mesh.comms().groups({axis});
+  auto group_of = [&](int device) -> const detail::DeviceGroup& {
+    for (const auto& g : groups)
+      if (std::find(g.devices.begin(), g.devices.end(), device) != g.devices.end()) return g;
+    raise<Error>("cannon: device ", device, " is in no group of this rank");
   };
+  auto position = [](const std::vector<int>& v, int x) {
+    return static_cast<int>(std::find(v.begin(), v.end(), x) - v.begin());
+  };
+  detail::PendingTransfer req;
   for (std::size_t l = 0; l < local.size(); ++l) {
     if (topo.owner(from[l]) == me) continue;
-    req.emplace_back();
-    mpi::check(MPI_Irecv(next[l].data(), static_cast<int>(next[l].size()), mpi::datatype<T>(), topo.owner(from[l]),
-                         tag_base + local[l] % k, comm, &req.back()),
-               "MPI_Irecv");
+    const auto& g = group_of(local[l]);
+    req.merge(detail::irecv(g, op, next[l].data(), detail::transfer_count(next[l].size(), op),
+                            position(g.ranks, topo.owner(from[l])), position(g.devices, local[l])));
   }
   for (std::size_t l = 0; l < local.size(); ++l) {
     if (topo.owner(to[l]) == me) {
-      const int dst = local_index(to[l]);
+      const int dst = position(local, to[l]);
       std::copy(cur[l].begin(), cur[l].end(), next[dst].begin());
       continue;
     }
-    req.emplace_back();
-    mpi::check(MPI_Isend(cur[l].data(), static_cast<int>(cur[l].size()), mpi::datatype<T>(), topo.owner(to[l]),
-                         tag_base + to[l] % k, comm, &req.back()),
-               "MPI_Isend");
-    sent += static_cast<std::int64_t>(cur[l].bytes());
+    const auto& g = group_of(local[l]);
+    req.merge(detail::isend(g, op, cur[l].data(), detail::transfer_count(cur[l].size(), op),
+                            position(g.ranks, topo.owner(to[l])), position(g.devices, to[l])));
   }
-  if (sent > 0) comm_stats().record("cannon", "", sent);
   return req;
-}
-
-void wait_all(std::vector<MPI_Request>& req) {
-  if (req.empty()) return;
-  const double t0 = MPI_Wtime();
-  mpi::check(MPI_Waitall(static_cast<int>(req.size()), req.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
-  comm_stats().record_wait("cannon", MPI_Wtime() - t0);
-  req.clear();
 }
 
 }  // namespace
@@ -119,7 +116,6 @@ ShardedArray<T> cannon(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Ca
   const std::int64_t M = a.shape()[ra - 2], K = a.shape()[ra - 1], N = b.shape()[rb - 1];
   const std::int64_t mb = (M + q - 1) / q, kb = (K + q - 1) / q, nb = (N + q - 1) / q;
 
-  const Topology& topo = mesh.topology();
   const std::vector<int> local = mesh.local_device_ids();
   const std::size_t n = local.size();
   std::vector<Tensor<T>> acur, anext, bcur, bnext, c;
@@ -145,8 +141,9 @@ ShardedArray<T> cannon(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Ca
     ti[l] = co[rpos];
     tj[l] = co[cpos];
   }
-  const MPI_Comm comm = Runtime::current().world().get();
-  const int kdev = topo.devices_per_rank;
+  const detail::CommOp op{"cannon", detail::cat(dtype_name<T>(), to_string(a.shape()), " @ ", dtype_name<T>(), to_string(b.shape()),
+                                                " on ", s.to_string())};
+  detail::check_mesh_transfer(mesh, op);
 
   // Skew: A(i, j) -> (i, j - i); B(i, j) -> (i - j, j).
   {
@@ -158,17 +155,16 @@ ShardedArray<T> cannon(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Ca
       to_b[l] = at(local[l], i - j, j);
       from_b[l] = at(local[l], i + j, j);
     }
-    auto req = start_exchange(topo, local, acur, anext, to_a, from_a, 0, comm);
-    auto rb = start_exchange(topo, local, bcur, bnext, to_b, from_b, kdev, comm);
-    req.insert(req.end(), rb.begin(), rb.end());
-    wait_all(req);
+    auto req = start_exchange(mesh, cpos, local, acur, anext, to_a, from_a, op);  // along c
+    req.merge(start_exchange(mesh, rpos, local, bcur, bnext, to_b, from_b, op));  // along r
+    req.wait();
     std::swap(acur, anext);
     std::swap(bcur, bnext);
   }
   const int panels = options.panels > 0 ? options.panels
                                         : static_cast<int>(std::clamp<std::int64_t>(mb / 128, 1, 8));
   for (int t = 0; t < q; ++t) {
-    std::vector<MPI_Request> req;
+    detail::PendingTransfer req;
     if (t + 1 < q) {  // post the next shift: A one device left along c, B one device up along r
       std::vector<int> to_a(n), from_a(n), to_b(n), from_b(n);
       for (std::size_t l = 0; l < n; ++l) {
@@ -178,10 +174,8 @@ ShardedArray<T> cannon(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Ca
         to_b[l] = at(local[l], i - 1, j);
         from_b[l] = at(local[l], i + 1, j);
       }
-      const int tag = 2 * (t + 1) * kdev;
-      req = start_exchange(topo, local, acur, anext, to_a, from_a, tag, comm);
-      auto rb = start_exchange(topo, local, bcur, bnext, to_b, from_b, tag + kdev, comm);
-      req.insert(req.end(), rb.begin(), rb.end());
+      req = start_exchange(mesh, cpos, local, acur, anext, to_a, from_a, op);
+      req.merge(start_exchange(mesh, rpos, local, bcur, bnext, to_b, from_b, op));
     }
     // C += A_cur @ B_cur, panel by panel, letting MPI progress the shift in between.
     for (std::size_t l = 0; l < n; ++l) {
@@ -193,16 +187,10 @@ ShardedArray<T> cannon(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Ca
           const T* pa = acur[l].data() + (e * mb + r0) * kb;
           const T* pb = bcur[l].data() + (batched_b ? e * kb * nb : 0);
           detail::gemm_acc(r1 - r0, nb, kb, pa, kb, pb, nb, c[l].data() + (e * mb + r0) * nb, nb);
-          if (!req.empty()) {
-            int done = 0;
-            const double t0 = MPI_Wtime();
-            mpi::check(MPI_Testall(static_cast<int>(req.size()), req.data(), &done, MPI_STATUSES_IGNORE),
-                       "MPI_Testall");
-            comm_stats().record_wait("cannon", MPI_Wtime() - t0);
-          }
+          if (!req.empty()) (void)req.test();
         }
     }
-    wait_all(req);
+    req.wait();
     if (t + 1 < q) {
       std::swap(acur, anext);
       std::swap(bcur, bnext);

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "json.hpp"
+#include "shard/detail/comm_verbs.hpp"
 #include "shard/error.hpp"
 #include "shard/io.hpp"
 #include "shard/mpi/agree.hpp"
@@ -108,10 +109,11 @@ std::vector<std::pair<std::int64_t, fs::path>> list_steps(const fs::path& dir, s
 
 /// Rank 0 sends a string to every rank.
 std::string broadcast(std::string s) {
-  int n = static_cast<int>(s.size());
-  mpi::check(MPI_Bcast(&n, 1, MPI_INT, 0, world().get()), "MPI_Bcast");
+  const detail::CommOp op{"checkpoint", "the manifest from rank 0"};
+  std::int64_t n = static_cast<std::int64_t>(s.size());
+  detail::broadcast(detail::world_group(), op, &n, 1, 0);
   s.resize(static_cast<std::size_t>(n));
-  mpi::check(MPI_Bcast(s.data(), n, MPI_CHAR, 0, world().get()), "MPI_Bcast");
+  detail::broadcast(detail::world_group(), op, s.data(), detail::transfer_count(n, op), 0);
   return s;
 }
 

@@ -167,20 +167,14 @@ namespace {
 /// Watchdog: tells every other rank of the mesh that this one arrived (one small message each,
 /// on a duplicate of the world made at start-up, so no communicator has to be created first:
 /// creating one would wait for the missing rank) and waits for theirs until the deadline.
-void await_arrival(const Mesh& mesh, const CollectiveSpec& s, long seq, const std::string& where) {
-  const Topology& topo = mesh.topology();
-  std::vector<int> ranks;  // the mesh's ranks, by first device
-  for (int d : mesh.device_ids()) {
-    const int r = topo.owner(d);
-    if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) ranks.push_back(r);
-  }
+void await_arrival(const std::vector<int>& ranks, int me, const CollectiveSpec& s, long seq, const std::string& where) {
   if (ranks.size() < 2 || g_watchdog_comm.is_null()) return;
   std::vector<long> token_in(ranks.size(), 0);
   long token_out = seq;
   std::vector<MPI_Request> recvs, sends;
   std::vector<int> peer;
   for (std::size_t j = 0; j < ranks.size(); ++j) {
-    if (ranks[j] == topo.process_index) continue;
+    if (ranks[j] == me) continue;
     peer.push_back(ranks[j]);
     recvs.emplace_back();
     mpi::check(MPI_Irecv(&token_in[j], 1, MPI_LONG, ranks[j], kArrivalTag, g_watchdog_comm.get(), &recvs.back()),
@@ -195,7 +189,7 @@ void await_arrival(const Mesh& mesh, const CollectiveSpec& s, long seq, const st
     for (std::size_t i = 0; i < done.size(); ++i)
       if (!done[i]) missing.push_back(peer[i]);
     watchdog_abort(cat(collective_text(s), " (collective #", seq,
-                       " on this mesh, at ", where, ") did not complete within ", g_timeout,
+                       " here, at ", where, ") did not complete within ", g_timeout,
                        " s (SHARD_COLLECTIVE_TIMEOUT): rank", missing.size() > 1 ? "s " : " ", ranks_text(missing),
                        " had not arrived; ranks ", ranks_text(ranks), " take part"));
   }
@@ -204,6 +198,19 @@ void await_arrival(const Mesh& mesh, const CollectiveSpec& s, long seq, const st
     watchdog_abort(cat(s.name, " over ", s.axes_text, ": the arrival messages were not delivered within ", g_timeout,
                        " s"));
 }
+
+/// The arrival messages over the ranks of a mesh (by first device).
+void await_arrival(const Mesh& mesh, const CollectiveSpec& s, long seq, const std::string& where) {
+  const Topology& topo = mesh.topology();
+  std::vector<int> ranks;
+  for (int d : mesh.device_ids()) {
+    const int r = topo.owner(d);
+    if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) ranks.push_back(r);
+  }
+  await_arrival(ranks, topo.process_index, s, seq, where);
+}
+
+long g_world_transfers = 0;  // transfers checked over the world (numbers them in messages)
 
 // ---- The guarded exchange: one MPI_MAX allreduce of kWords int64 that every check, shard_map's
 // end, the program's end and a failing rank's failure mark use on a guard communicator, so
@@ -370,6 +377,23 @@ void guard_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vect
   if (!o.same)
     raise<CollectiveMismatchError>("collective mismatch on mesh ", mesh.to_string(), ": ",
                                    mismatch_text(g, o.descriptions));
+}
+
+void check_world_transfer(const CollectiveSpec& s, const std::source_location& where) {
+  raise_if_poisoned();
+  if (g_world.comm.is_null() || g_world.ranks.size() < 2) return;
+  if (collective_watchdog_on())
+    await_arrival(g_world.ranks, g_world.comm.rank(), s, ++g_world_transfers, call_site_text(where));
+  if (!collective_check_on()) return;
+  const Outcome o = exchange(g_world, s, fingerprint_of(s, where), -1, false, nullptr,
+                             [&] { return cat(collective_text(s), " at ", call_site_text(where)); });
+  if (o.failed >= 0) raise_announced(o.failed, collective_text(s));
+  if (!o.same) raise<CollectiveMismatchError>("collective mismatch: ", mismatch_text(g_world, o.descriptions));
+}
+
+const DeviceGroup& world_device_group() {
+  if (g_world.comm.is_null()) raise<RuntimeError>("no shard::Runtime exists; create one at the start of main()");
+  return g_world;
 }
 
 Agreement agree_at_end_of_shard_map(std::exception_ptr& err, const std::int64_t (&words)[6],

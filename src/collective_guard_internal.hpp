@@ -19,6 +19,11 @@ namespace shard::detail {
 void guard_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
                       const std::source_location& where);
 
+/// The consistency check of a transfer over every rank of the world (the world's exchange).
+void check_world_transfer(const CollectiveSpec& s, const std::source_location& where);
+/// The Runtime's world as a group (not owned). RuntimeError without a Runtime.
+const DeviceGroup& world_device_group();
+
 /// Waits for requests of a collective's MPI call under the guard: aborts when the watchdog's
 /// deadline passes, raises a failure another rank announced (announce_failure).
 void watchdog_wait(int n, MPI_Request* r, const CollectiveSpec& s, const DeviceGroup& g, const char* routine);

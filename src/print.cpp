@@ -13,7 +13,7 @@
 #include <sstream>
 #include <vector>
 
-#include "shard/comm_stats.hpp"
+#include "shard/detail/comm_verbs.hpp"
 #include "shard/error.hpp"
 #include "shard/runtime.hpp"
 
@@ -312,7 +312,8 @@ std::string to_string(const Tensor<T>& x, const PrintOptions& o) {
 
 template <Dtype T>
 std::string to_string(const ShardedArray<T>& x, const PrintOptions& o) {
-  const auto& world = Runtime::current().world();
+  const detail::CommOp op{"print", detail::cat(dtype_name<T>(), to_string(x.shape()), " ", x.sharding().to_string())};
+  detail::check_transfer(op);
   const Topology& topo = x.mesh().topology();
   const bool summarise = x.size() > o.threshold;
   const auto shown = shown_indices(x.shape(), summarise, o.edgeitems);
@@ -346,10 +347,8 @@ std::string to_string(const ShardedArray<T>& x, const PrintOptions& o) {
     total += c;
   }
   Tensor<T> recv({root ? total : 0});
-  mpi::check(MPI_Gatherv(send.data(), static_cast<int>(send.size()), mpi::datatype<T>(), recv.data(), counts.data(),
-                         displs.data(), mpi::datatype<T>(), 0, world.get()),
-             "MPI_Gatherv");
-  comm_stats().record("print", "", static_cast<std::int64_t>(send.bytes()));
+  detail::gatherv(detail::world_group(), op, send.data(), detail::transfer_count(send.size(), op), recv.data(), counts,
+                  displs, 0);
   if (!root) return "";
   std::vector<T> values(static_cast<std::size_t>(total));
   std::int64_t at = 0;

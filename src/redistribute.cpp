@@ -7,9 +7,8 @@
 #include <climits>
 #include <map>
 
-#include "shard/comm_stats.hpp"
+#include "shard/detail/comm_verbs.hpp"
 #include "shard/error.hpp"
-#include "shard/runtime.hpp"
 
 namespace shard::detail {
 
@@ -64,6 +63,9 @@ ShardedArray<T> redistribute(const Shape& shape, const NamedSharding& to, const 
   const Topology& topo = mesh.topology();
   const int me = topo.process_index;
   const int ranks = topo.process_count;
+  // Every rank takes part in one exchange (even with nothing to send): check it is this one.
+  const CommOp op{name, cat(dtype_name<T>(), to_string(shape), " to ", to.to_string())};
+  check_transfer(op);
   const auto plan = plan_transfers(shape, to, pieces);
 
   std::vector<Shard<T>> shards;
@@ -117,11 +119,7 @@ ShardedArray<T> redistribute(const Shape& shape, const NamedSharding& to, const 
   }
   if (any_remote) {
     Tensor<T> recv({rt});
-    const auto& world = Runtime::current().world();
-    mpi::check(MPI_Alltoallv(send.data(), sc.data(), sd.data(), mpi::datatype<T>(), recv.data(), rc.data(),
-                             rd.data(), mpi::datatype<T>(), world.get()),
-               "MPI_Alltoallv");
-    if (st > 0) comm_stats().record(name, "", st * static_cast<std::int64_t>(sizeof(T)));
+    alltoallv(world_group(), op, send.data(), sc, sd, recv.data(), rc, rd, st * static_cast<std::int64_t>(sizeof(T)));
     std::vector<std::int64_t> roff(rd.begin(), rd.end());
     for (const auto& t : plan) {
       const int rs = topo.owner(t.src), rdst = topo.owner(t.dst);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "shard/detail/collective_guard.hpp"
+#include "shard/detail/comm_verbs.hpp"
 #include "shard/detail/device_executor.hpp"
 #include "shard/detail/mesh_comms.hpp"
 #include "shard/error.hpp"
@@ -512,15 +513,14 @@ std::int64_t hash_code(const std::vector<std::int64_t>& code) {
 
 /// Ranks without a device of the mesh learn the shapes from the others (max over the ranks
 /// with devices of code and -code: equal iff all agree).
-std::vector<std::int64_t> share_code(const mpi::Communicator& world, const std::vector<std::int64_t>& code, bool have,
-                                     std::int64_t len) {
-  std::vector<std::int64_t> v(2 * static_cast<std::size_t>(len)), r(v.size());
+std::vector<std::int64_t> share_code(const std::vector<std::int64_t>& code, bool have, std::int64_t len) {
+  std::vector<std::int64_t> r(2 * static_cast<std::size_t>(len));
   for (std::int64_t k = 0; k < len; ++k) {
-    v[k] = have ? code[k] : LLONG_MIN;
-    v[len + k] = have ? -code[k] : LLONG_MIN;
+    r[k] = have ? code[k] : LLONG_MIN;
+    r[len + k] = have ? -code[k] : LLONG_MIN;
   }
-  mpi::check(MPI_Allreduce(v.data(), r.data(), static_cast<int>(r.size()), MPI_INT64_T, MPI_MAX, world.get()),
-             "MPI_Allreduce");
+  detail::allreduce_max(detail::world_group(), detail::CommOp{"shard_map", "the block shapes, for ranks without a device"},
+                        r.data(), static_cast<int>(r.size()));
   for (std::int64_t k = 0; k < len; ++k)
     if (r[k] != -r[len + k]) raise_different_shapes();
   r.resize(static_cast<std::size_t>(len));
@@ -569,7 +569,7 @@ std::vector<Shape> agree_after_bodies(const std::exception_ptr& err, const std::
   std::int64_t v[7] = {0};  // v[1..6]: the words above, reduced
   std::copy(std::begin(agreed.words), std::end(agreed.words), v + 1);
   if (v[3] != 0 || v[1] != -v[2] || v[4] != ~v[5]) raise_different_shapes();
-  const std::vector<std::int64_t> all = v[6] ? share_code(world, code, mine, v[1]) : code;
+  const std::vector<std::int64_t> all = v[6] ? share_code(code, mine, v[1]) : code;
   std::vector<Shape> out;
   std::size_t k = 1;
   for (std::int64_t b = 0; b < all[0]; ++b) {

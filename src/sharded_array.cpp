@@ -5,7 +5,7 @@
 #include <climits>
 #include <map>
 
-#include "shard/comm_stats.hpp"
+#include "shard/detail/comm_verbs.hpp"
 #include "shard/detail/vjp_rules.hpp"
 #include "shard/error.hpp"
 #include "shard/mpi/agree.hpp"
@@ -144,13 +144,13 @@ Tensor<T> ShardedArray<T>::to_host() const {
     return detail::finish(*tape, "to_host", std::move(out), make, *this);
   }
   const auto& comm = world();
+  const detail::CommOp op{"to_host", detail::cat(dtype_name<T>(), to_string(shape_), " ", sharding_.to_string())};
+  detail::check_transfer(op);
   const HostPlan p = host_plan(sharding_, shape_, comm.size());
   const Tensor<T> send = pack_primaries(*this, p.devices_of_rank[comm.rank()]);
   Tensor<T> recv({p.total});
-  mpi::check(MPI_Allgatherv(send.data(), static_cast<int>(send.size()), mpi::datatype<T>(), recv.data(),
-                            p.counts.data(), p.displs.data(), mpi::datatype<T>(), comm.get()),
-             "MPI_Allgatherv");
-  comm_stats().record("to_host", "", static_cast<std::int64_t>(send.bytes()));
+  detail::allgatherv(detail::world_group(), op, send.data(), detail::transfer_count(send.size(), op), recv.data(),
+                     p.counts, p.displs);
   Tensor<T> out(shape_);
   unpack_boxes(p, sharding_, shape_, recv.data(), out);
   return out;
@@ -161,14 +161,15 @@ Tensor<T> ShardedArray<T>::gather(int root) const {
   const auto& comm = world();
   if (root < 0 || root >= comm.size())
     raise<ValueError>("gather: root ", root, " is not a rank (there are ", comm.size(), " ranks)");
+  const detail::CommOp op{"gather",
+                          detail::cat(dtype_name<T>(), to_string(shape_), " ", sharding_.to_string(), " to rank ", root)};
+  detail::check_transfer(op);
   const HostPlan p = host_plan(sharding_, shape_, comm.size());
   const Tensor<T> send = pack_primaries(*this, p.devices_of_rank[comm.rank()]);
   const bool is_root = comm.rank() == root;
   Tensor<T> recv({is_root ? p.total : 0});
-  mpi::check(MPI_Gatherv(send.data(), static_cast<int>(send.size()), mpi::datatype<T>(), recv.data(),
-                         p.counts.data(), p.displs.data(), mpi::datatype<T>(), root, comm.get()),
-             "MPI_Gatherv");
-  comm_stats().record("gather", "", static_cast<std::int64_t>(send.bytes()));
+  detail::gatherv(detail::world_group(), op, send.data(), detail::transfer_count(send.size(), op), recv.data(),
+                  p.counts, p.displs, root);
   if (!is_root) return Tensor<T>();
   Tensor<T> out(shape_);
   unpack_boxes(p, sharding_, shape_, recv.data(), out);
@@ -183,9 +184,8 @@ ShardedArray<T> device_put(const Tensor<T>& host, const NamedSharding& sharding)
   // Every rank must have passed the same global array shape: compare a hash of it.
   std::uint64_t h = 1469598103934665603ull ^ shape.size();
   for (auto d : shape) h = (h ^ static_cast<std::uint64_t>(d)) * 1099511628211ull;
-  std::int64_t v[2] = {static_cast<std::int64_t>(h >> 1), -static_cast<std::int64_t>(h >> 1)};
-  std::int64_t r[2] = {0, 0};
-  mpi::check(MPI_Allreduce(v, r, 2, MPI_INT64_T, MPI_MIN, world().get()), "MPI_Allreduce");
+  std::int64_t r[2] = {static_cast<std::int64_t>(h >> 1), -static_cast<std::int64_t>(h >> 1)};
+  detail::allreduce_min(detail::world_group(), detail::CommOp{"device_put", "its host array's shape"}, r, 2);
   if (r[0] != -r[1])
     raise<ShapeError>("device_put: ranks passed host arrays of different shapes (this rank: ", to_string(shape),
                       "); every rank must pass the same global array");

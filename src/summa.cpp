@@ -9,7 +9,7 @@
 #include <map>
 #include <optional>
 
-#include "shard/comm_stats.hpp"
+#include "shard/detail/comm_verbs.hpp"
 #include "shard/detail/local_gemm.hpp"
 #include "shard/detail/mesh_comms.hpp"
 #include "shard/error.hpp"
@@ -24,7 +24,7 @@ namespace {
 template <typename T>
 struct Panel {
   std::map<int, Tensor<T>> a, b;  // group id -> panel
-  std::vector<MPI_Request> req;
+  detail::PendingTransfer req;
 };
 
 }  // namespace
@@ -51,6 +51,9 @@ ShardedArray<T> summa(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Sum
   const std::int64_t width = options.panel > 0 ? options.panel : 256;
   const Topology& topo = mesh.topology();
   const int me = topo.process_index;
+  const detail::CommOp op{"summa", detail::cat(dtype_name<T>(), to_string(a.shape()), " @ ", dtype_name<T>(), to_string(b.shape()), " on ",
+                                               s.to_string(), ", panel ", width)};
+  detail::check_mesh_transfer(mesh, op);
 
   const auto& rows = mesh.comms().groups({cpos});  // devices along c: one mesh row each
   const auto& cols = mesh.comms().groups({rpos});  // devices along r: one mesh column each
@@ -67,17 +70,12 @@ ShardedArray<T> summa(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Sum
   }
   auto post = [&](std::int64_t k0, std::int64_t w) {
     Panel<T> pan;
-    std::int64_t sent = 0;
     // Posts the broadcast of `buf` from device `root` over group g (nothing for a one-rank group).
     auto broadcast = [&](const detail::DeviceGroup& g, int root, Tensor<T>& buf, Panel<T>& into) {
       if (g.comm.is_null()) return;
       const int owner = topo.owner(root);
       const int root_rank = static_cast<int>(std::find(g.ranks.begin(), g.ranks.end(), owner) - g.ranks.begin());
-      into.req.emplace_back();
-      mpi::check(MPI_Ibcast(buf.data(), static_cast<int>(buf.size()), mpi::datatype<T>(), root_rank, g.comm.get(),
-                            &into.req.back()),
-                 "MPI_Ibcast");
-      if (owner == me) sent += static_cast<std::int64_t>(buf.bytes());
+      into.req.merge(detail::ibroadcast(g, op, buf.data(), detail::transfer_count(buf.size(), op), root_rank));
     };
     const int jc = static_cast<int>(k0 / kba), ir = static_cast<int>(k0 / kbb);
     for (const auto& g : rows) {  // A panel of this mesh row, from the device in column jc
@@ -106,7 +104,6 @@ ShardedArray<T> summa(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Sum
       broadcast(g, root, buf, pan);
       pan.b.emplace(g.id, std::move(buf));
     }
-    if (sent > 0) comm_stats().record("summa", "", sent);
     return pan;
   };
   // The group a local device belongs to, in `groups`.
@@ -119,11 +116,7 @@ ShardedArray<T> summa(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Sum
   if (!panels.empty()) {
     Panel<T> cur = post(panels[0].first, panels[0].second);
     for (std::size_t t = 0; t < panels.size(); ++t) {
-      if (!cur.req.empty()) {
-        const double t0 = MPI_Wtime();
-        mpi::check(MPI_Waitall(static_cast<int>(cur.req.size()), cur.req.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
-        comm_stats().record_wait("summa", MPI_Wtime() - t0);
-      }
+      cur.req.wait();
       Panel<T> next;
       if (t + 1 < panels.size()) next = post(panels[t + 1].first, panels[t + 1].second);
       const std::int64_t w = panels[t].second;
@@ -132,13 +125,7 @@ ShardedArray<T> summa(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Sum
         const Tensor<T>& bp = cur.b.at(group_of(cols, local[l]));
         const std::int64_t m = c[l].shape()[0], n = c[l].shape()[1];
         detail::gemm_acc(m, n, w, ap.data(), w, bp.data(), n, c[l].data(), n);
-        if (!next.req.empty()) {
-          int done = 0;
-          const double t0 = MPI_Wtime();
-          mpi::check(MPI_Testall(static_cast<int>(next.req.size()), next.req.data(), &done, MPI_STATUSES_IGNORE),
-                     "MPI_Testall");
-          comm_stats().record_wait("summa", MPI_Wtime() - t0);
-        }
+        if (!next.req.empty()) (void)next.req.test();
       }
       cur = std::move(next);
     }

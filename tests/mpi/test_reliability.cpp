@@ -3,10 +3,14 @@
 // a hang or a wrong result; consistent programs are unaffected and the job goes on after a
 // caught mismatch. (The abort paths are driven through fault_injection in reliability.cmake.)
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "mpi_test.hpp"
+#include "shard/comm_stats.hpp"
 #include "shard/detail/collective_guard.hpp"
+#include "shard/linalg.hpp"
 #include "test_util.hpp"
 
 namespace shard::testing {
@@ -115,6 +119,88 @@ SHARD_MPI_TEST(Reliability, CallSiteOfArrayLevelCollectives) {
         }
       },
       {"collective mismatch", "test_reliability.cpp:" + std::to_string(line)});
+}
+
+// Transfers outside the named-axis collectives go through the comm verbs, which take part in
+// the same check: a reshard on one rank against a to_host on another, reshards of different
+// shapes, gathers to different roots, Cannon against SUMMA are each a CollectiveMismatchError
+// on every rank, before any data moves; the ranks stay in step afterwards.
+SHARD_MPI_TEST(Reliability, MismatchedTransfersAreCaught) {
+  if (runtime().process_count() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const CheckOn on;
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const NamedSharding rows(mesh, P("a", None)), cols(mesh, P(None, "a"));
+  const auto x = device_put(random_tensor<double>({2 * n, 2 * n}, 7), rows);
+  const auto y = device_put(random_tensor<double>({n, 2 * n}, 8), rows);
+  // The general reshard (one Alltoallv): onto the same devices in the reverse order.
+  std::vector<int> reversed = mesh.device_ids();
+  std::reverse(reversed.begin(), reversed.end());
+  const NamedSharding rows_rev(Mesh({n}, {"a"}, reversed), P("a", None));
+  const std::string big = std::to_string(2 * n) + ", " + std::to_string(2 * n);
+  expect_error<CollectiveMismatchError>(
+      [&] {
+        if (rank() == 0) (void)reshard(x, rows_rev);
+        else (void)x.to_host();
+      },
+      {"collective mismatch", "rank 0 called reshard of float64(" + big + ") to ", "called to_host of float64(" + big});
+  expect_error<CollectiveMismatchError>(
+      [&] { (void)reshard(rank() == 0 ? x : y, rows_rev); },
+      {"collective mismatch", "reshard of float64(" + big + ")",
+       "reshard of float64(" + std::to_string(n) + ", " + std::to_string(2 * n) + ")"});
+  // A reshard by a collective rule (all_to_all) against a to_host.
+  expect_error<CollectiveMismatchError>(
+      [&] {
+        if (rank() == 0) (void)reshard(x, cols);
+        else (void)x.to_host();
+      },
+      {"collective mismatch", "rank 0 called reshard over 'a'", "called to_host of float64(" + big});
+  expect_error<CollectiveMismatchError>([&] { (void)x.gather(rank() == 0 ? 0 : 1); },
+                                        {"collective mismatch", "gather of", "to rank 0", "to rank 1"});
+  if (n == 4) {  // a 2 x 2 grid: Cannon on rank 0, SUMMA on the others
+    const Mesh grid = make_mesh({2, 2}, {"x", "y"});
+    const NamedSharding s(grid, P("x", "y"));
+    const auto a = device_put(random_tensor<double>({8, 8}, 9), s);
+    expect_error<CollectiveMismatchError>(
+        [&] {
+          if (rank() == 0) (void)linalg::cannon(a, a);
+          else (void)linalg::summa(a, a);
+        },
+        {"collective mismatch", "cannon of float64(8, 8) @ float64(8, 8)", "summa of float64(8, 8) @ float64(8, 8)"});
+  }
+  // In step afterwards: consistent reshards and to_host give the host reference.
+  const Tensor<double> want = random_tensor<double>({2 * n, 2 * n}, 7);
+  for (const auto& to : {cols, rows_rev}) {
+    const auto back = reshard(x, to).to_host();
+    for (std::int64_t i = 0; i < want.size(); ++i) ASSERT_EQ(back.data()[i], want.data()[i]);
+  }
+}
+
+// CommStats sees every transfer of the verbs, with the bytes the plan sends from this rank.
+SHARD_MPI_TEST(Reliability, TransfersCountThePlannedBytes) {
+  const int n = runtime().device_count(), k = runtime().devices_per_rank();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const std::int64_t r = 2 * n, c = 3 * n;
+  const auto x = device_put(random_tensor<double>({r, c}, 11), NamedSharding(mesh, P("a", None)));
+  comm_stats().reset();
+  (void)reshard(x, NamedSharding(mesh, P(None, "a")));
+  // Each of this rank's k blocks (r/n x c) splits into n column pieces; n - k go to other ranks.
+  EXPECT_EQ(comm_stats().get("reshard").bytes, k * (n - k) * (r / n) * (c / n) * 8) << comm_stats().to_string();
+  comm_stats().reset();
+  (void)x.to_host();
+  EXPECT_EQ(comm_stats().get("to_host").bytes, k * (r / n) * c * 8) << comm_stats().to_string();
+  comm_stats().reset();
+  (void)x.gather(0);
+  EXPECT_EQ(comm_stats().get("gather").bytes, k * (r / n) * c * 8) << comm_stats().to_string();
+  if (runtime().process_count() == 2 && k == 2) {
+    // A 2 x 2 grid, rank p holding row p: A moves along 'y' (inside a rank: copies); B along 'x'
+    // crosses ranks: the skew moves column 1's block, the one shift both columns' blocks.
+    const Mesh grid = make_mesh({2, 2}, {"x", "y"});
+    const auto a = device_put(random_tensor<double>({8, 8}, 12), NamedSharding(grid, P("x", "y")));
+    comm_stats().reset();
+    (void)linalg::cannon(a, a);
+    EXPECT_EQ(comm_stats().get("cannon").bytes, 3 * 4 * 4 * 8) << comm_stats().to_string();
+  }
 }
 
 }  // namespace
