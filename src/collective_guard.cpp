@@ -87,6 +87,17 @@ std::vector<MPI_Request> g_failure_sends;
 std::string g_poisoned;  // non-empty: why no more collectives can run in this job
 int g_learned_from = -1;  // the rank whose announced failure this rank raised (-1: none)
 bool g_job_failing = false;  // guarded_main is ending the job with an error
+// Whether a polled wait raises another rank's announced failure. Not in the exchanges every
+// rank comes to anyway (shard_map's and the program's ends, a failure mark): there the failure
+// arrives as the mark, and leaving the exchange half done would poison the job.
+bool g_listening = true;
+struct NotListening {
+  bool before = g_listening;
+  NotListening() { g_listening = false; }
+  ~NotListening() { g_listening = before; }
+  NotListening(const NotListening&) = delete;
+  NotListening& operator=(const NotListening&) = delete;
+};
 
 const Announcement& receive_announcement(int source, const MPI_Status* probed) {
   MPI_Status st;
@@ -145,7 +156,7 @@ bool poll_requests(int n, MPI_Request* r, std::vector<char>& done, double timeou
     }
     if (left == 0) return true;
     if (Clock::now() >= deadline) return false;
-    if (spin % 64 == 63) raise_if_failure_announced(collective_text(s));
+    if (spin % 64 == 63 && g_listening) raise_if_failure_announced(collective_text(s));
     if (spin < 2000) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
@@ -416,8 +427,11 @@ Agreement agree_at_end_of_shard_map(std::exception_ptr& err, const std::int64_t 
       std::copy(v + 1, v + 7, a.words);
       return a;
     }
-    o = exchange(g_world, spec, fp, err ? (g_learned_from >= 0 ? g_learned_from : me) : -1, false, words,
-                 [&] { return spec.name; });
+    {
+      const NotListening quiet;
+      o = exchange(g_world, spec, fp, err ? (g_learned_from >= 0 ? g_learned_from : me) : -1, false, words,
+                   [&] { return spec.name; });
+    }
     if (o.same) {
       Agreement a;
       a.failed = o.failed;
@@ -441,6 +455,7 @@ Agreement agree_at_end_of_shard_map(std::exception_ptr& err, const std::int64_t 
 bool agree_at_end_of_program() {
   if (g_world.comm.is_null() || !collective_check_on() || g_job_failing) return true;
   static const CollectiveSpec spec = world_spec("the end of the program (shard::Runtime's destructor)");
+  const NotListening quiet;
   const Outcome o = exchange(g_world, spec, fingerprint_of(spec.name), -1, false, nullptr,
                              [&] { return spec.name; });
   if (o.same) return true;
@@ -470,6 +485,7 @@ void mark_failure_for_exit(const std::exception_ptr& err) {
       abort_grace_seconds(), cat("the other ranks did not reach a collective check within ", abort_grace_seconds(),
                                  " s (SHARD_ABORT_GRACE) after this failure: aborting the job"));
   try {
+    const NotListening quiet;
     (void)exchange(g_world, spec, fingerprint_of(spec.name), g_world.comm.rank(), true, nullptr,
                    [&] { return spec.name; });
   } catch (...) {  // another rank's failure heard meanwhile: this rank's own is already printed

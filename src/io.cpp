@@ -1,7 +1,6 @@
 #include "shard/io.hpp"
 
 #include <fcntl.h>
-#include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,8 @@
 #include <map>
 #include <vector>
 
+#include "mpi/file.hpp"
+#include "shard/detail/comm_verbs.hpp"
 #include "shard/error.hpp"
 #include "shard/mpi/agree.hpp"
 #include "shard/runtime.hpp"
@@ -34,7 +35,6 @@ const char* npy_descr() {
 
 namespace {
 
-constexpr std::int64_t kMaxRunBytes = 1 << 30;     // MPI block lengths are ints: split longer runs
 constexpr std::int64_t kMaxHeaderBytes = 1 << 20;  // numpy itself refuses headers over 10000 bytes
 
 const char* dtype_of_descr(const std::string& descr) {
@@ -48,12 +48,6 @@ const char* dtype_of_descr(const std::string& descr) {
 
 /// A cursor over the Python literal dict of a .npy header; errors name the file.
 
-/// A contiguous piece of the file and where its bytes live in this process's memory.
-struct Run {
-  MPI_Offset file;
-  std::int64_t bytes;
-  MPI_Aint mem;
-};
 
 /// Calls fn(file element offset, box element offset, element count) for each contiguous row
 /// run of `box` in the row-major array of `shape`; trailing dims the box spans whole merge
@@ -86,12 +80,10 @@ void for_each_run(const Shape& shape, const Box& box, F&& fn) {
 
 template <typename T>
 void add_runs(const Shape& shape, const Box& box, std::int64_t data_offset, const T* data,
-              std::vector<Run>& runs) {
+              std::vector<mpi::FileRun>& runs) {
   for_each_run(shape, box, [&](std::int64_t file, std::int64_t mem, std::int64_t len) {
-    MPI_Aint addr = 0;
-    mpi::check(MPI_Get_address(data + mem, &addr), "MPI_Get_address");
-    runs.push_back(Run{data_offset + file * static_cast<std::int64_t>(sizeof(T)),
-                       len * static_cast<std::int64_t>(sizeof(T)), addr});
+    runs.push_back(mpi::FileRun{data_offset + file * static_cast<std::int64_t>(sizeof(T)),
+                                len * static_cast<std::int64_t>(sizeof(T)), mpi::address_of(data + mem)});
   });
 }
 
@@ -121,122 +113,6 @@ void reserve_blocks(const std::string& path, std::int64_t bytes, const std::stri
     raise<IoError>(op, ": cannot allocate the ", bytes, " bytes of '", path, "': ", std::strerror(err), "; ",
                    space_hint(path, bytes));
 }
-
-std::string mpi_error_text(int rc) {
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int len = 0;
-  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return "MPI error code " + std::to_string(rc);
-  return std::string(text, static_cast<std::size_t>(len));
-}
-
-/// A committed MPI datatype, freed on scope exit unless `leak` is set. ROMIO (Open MPI's
-/// io/romio321) caches flattened datatypes by handle and skips the clean-up when a
-/// collective transfer fails; freeing the type would let the next type reuse the handle and
-/// hit the stale entry (reads then returned wrong bytes), so after a failure it is leaked.
-struct Datatype {
-  MPI_Datatype t = MPI_DATATYPE_NULL;
-  bool leak = false;
-  Datatype() = default;
-  Datatype(const Datatype&) = delete;
-  Datatype& operator=(const Datatype&) = delete;
-  ~Datatype() {
-    if (t != MPI_DATATYPE_NULL && !leak) MPI_Type_free(&t);
-  }
-};
-
-/// A file opened collectively over the world. Every step agrees on its outcome, so an error
-/// unwinds every rank at the same point and the destructor's collective close is matched.
-class File {
- public:
-  /// `write_bytes`: the size the file will have (writes), for the free-space hint of errors.
-  File(const mpi::Communicator& world, std::string path, int amode, std::string op, std::int64_t write_bytes = -1)
-      : world_(world), path_(std::move(path)), op_(std::move(op)), write_bytes_(write_bytes) {
-    const int rc = MPI_File_open(world_.get(), path_.c_str(), amode, MPI_INFO_NULL, &fh_);
-    // If only some ranks opened the file, closing it (collective) on those could hang:
-    // they forget the handle instead, a leak only in that rare case.
-    if (world_.any(rc != MPI_SUCCESS)) fh_ = MPI_FILE_NULL;
-    agree(rc, "MPI_File_open",
-          (amode & MPI_MODE_RDONLY) ? "cannot open for reading" : "cannot open for writing");
-  }
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-  ~File() {
-    if (fh_ != MPI_FILE_NULL) MPI_File_close(&fh_);
-  }
-
-  MPI_File get() const { return fh_; }
-  /// Every rank raises IoError if `rc` failed on any rank.
-  void agree(int rc, const char* routine, const char* doing) const {
-    mpi::agreed(world_, [&] {
-      if (rc != MPI_SUCCESS)
-        raise<IoError>(op_, ": ", doing, " '", path_, "': ", routine, ": ", mpi_error_text(rc), hint());
-    });
-  }
-  /// "; <space_hint>" for a file being written, else "".
-  std::string hint() const { return write_bytes_ < 0 ? "" : "; " + space_hint(path_, write_bytes_); }
-  void close() {
-    const int rc = MPI_File_close(&fh_);
-    fh_ = MPI_FILE_NULL;
-    agree(rc, "MPI_File_close", "cannot close");
-  }
-
-  /// One collective read or write of this rank's runs (sorted by file offset, as a file
-  /// view requires) through a file view and a memory datatype of absolute addresses, so
-  /// nothing is packed. A rank without runs takes part with zero bytes.
-  void transfer(std::vector<Run> runs, bool write) {
-    Datatype file_type, mem_type;
-    std::int64_t total = 0;
-    mpi::agreed(world_, [&] {
-      std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.file < b.file; });
-      std::vector<int> lens;
-      std::vector<MPI_Aint> file_disp, mem_disp;
-      for (const Run& r : runs)
-        for (std::int64_t done = 0; done < r.bytes; done += kMaxRunBytes) {
-          lens.push_back(static_cast<int>(std::min(kMaxRunBytes, r.bytes - done)));
-          file_disp.push_back(static_cast<MPI_Aint>(r.file + done));
-          mem_disp.push_back(MPI_Aint_add(r.mem, static_cast<MPI_Aint>(done)));
-          total += lens.back();
-        }
-      if (lens.size() > static_cast<std::size_t>(INT_MAX))
-        raise<IoError>(
-            op_, ": '", path_, "': this rank's shards form ", lens.size(),
-            " row runs, more than one MPI datatype can describe; use a spec that splits major dims");
-      if (lens.empty()) return;
-      const int n = static_cast<int>(lens.size());
-      mpi::check(MPI_Type_create_hindexed(n, lens.data(), file_disp.data(), MPI_BYTE, &file_type.t),
-                 "MPI_Type_create_hindexed");
-      mpi::check(MPI_Type_commit(&file_type.t), "MPI_Type_commit");
-      mpi::check(MPI_Type_create_hindexed(n, lens.data(), mem_disp.data(), MPI_BYTE, &mem_type.t),
-                 "MPI_Type_create_hindexed");
-      mpi::check(MPI_Type_commit(&mem_type.t), "MPI_Type_commit");
-    });
-    const bool any = total > 0;
-    agree(MPI_File_set_view(fh_, 0, MPI_BYTE, any ? file_type.t : MPI_BYTE, "native", MPI_INFO_NULL),
-          "MPI_File_set_view", write ? "cannot write" : "cannot read");
-    MPI_Status status{};
-    const MPI_Datatype mt = any ? mem_type.t : MPI_BYTE;
-    const int rc = write ? MPI_File_write_at_all(fh_, 0, MPI_BOTTOM, any ? 1 : 0, mt, &status)
-                         : MPI_File_read_at_all(fh_, 0, MPI_BOTTOM, any ? 1 : 0, mt, &status);
-    file_type.leak = mem_type.leak = rc != MPI_SUCCESS;
-    agree(rc, write ? "MPI_File_write_at_all" : "MPI_File_read_at_all",
-          write ? "cannot write" : "cannot read");
-    // OMPIO reports a short write only here; ROMIO leaves the status of a 0-byte call unset.
-    MPI_Count moved = 0;
-    const int rc2 = any ? MPI_Get_elements_x(&status, mt, &moved) : MPI_SUCCESS;
-    mpi::agreed(world_, [&] {
-      if (rc2 == MPI_SUCCESS && moved != total)
-        raise<IoError>(op_, ": '", path_, "': ", write ? "wrote " : "read ", moved, " of ", total, " bytes",
-                       write ? "; " + space_hint(path_, write_bytes_)
-                             : std::string(" (the file is shorter than its header says)"));
-    });
-  }
-
- private:
-  const mpi::Communicator& world_;
-  std::string path_, op_;
-  std::int64_t write_bytes_ = -1;
-  MPI_File fh_ = MPI_FILE_NULL;
-};
 
 /// Rank 0's view of a .npy file: the header and the file size, checked against T.
 template <typename T>
@@ -273,21 +149,19 @@ void save_npy(const ShardedArray<T>& x, const std::string& path) {
   const mpi::Communicator& world = Runtime::current().world();
   const std::string op = std::string("save_npy<") + dtype_name<T>() + ">";
   const std::string header = npy_header(npy_descr<T>(), x.shape());  // metadata: same on every rank
-  std::vector<Run> runs;
+  std::vector<mpi::FileRun> runs;
   mpi::agreed(world, [&] {
     // Rank 0's header goes into the same collective write as the data.
-    if (world.rank() == 0) {
-      MPI_Aint addr = 0;
-      mpi::check(MPI_Get_address(header.data(), &addr), "MPI_Get_address");
-      runs.push_back(Run{0, static_cast<std::int64_t>(header.size()), addr});
-    }
+    if (world.rank() == 0)
+      runs.push_back(mpi::FileRun{0, static_cast<std::int64_t>(header.size()), mpi::address_of(header.data())});
     for (const auto& s : x.addressable_shards())
       if (x.sharding().replica_index(s.device) == 0)
         add_runs(x.shape(), s.box, static_cast<std::int64_t>(header.size()), s.data.data(), runs);
   });
   const std::int64_t expected = static_cast<std::int64_t>(header.size() + x.size() * sizeof(T));
-  File f(world, path, MPI_MODE_CREATE | MPI_MODE_WRONLY, op, expected);
-  f.agree(MPI_File_set_size(f.get(), 0), "MPI_File_set_size", "cannot truncate");
+  const auto hint = [&] { return space_hint(path, expected); };
+  mpi::File f(world, path, mpi::File::Mode::kWrite, op, hint);
+  f.truncate();
   // Rank 0 reserves the file's blocks with POSIX calls first, so a full disk, a quota or a
   // file size limit fails here, cleanly and the same on every rank, and not inside the
   // collective write: Open MPI 4.1's OMPIO can drop that error, and with 3 or more ranks its
@@ -297,15 +171,14 @@ void save_npy(const ShardedArray<T>& x, const std::string& path) {
     if (world.rank() == 0) reserve_blocks(path, expected, op);
   });
   f.transfer(std::move(runs), true);
-  f.agree(MPI_File_sync(f.get()), "MPI_File_sync", "cannot flush");
+  f.sync();
   // Open MPI 4.1's OMPIO collective writers (fcoll vulcan, dynamic, two_phase) drop the error
   // of a failed pwritev and report success: a full disk shows up only as a short file.
-  MPI_Offset size = 0;
-  f.agree(MPI_File_get_size(f.get(), &size), "MPI_File_get_size", "cannot check");
+  const std::int64_t size = f.size();
   mpi::agreed(world, [&] {
     if (size != expected)
       raise<IoError>(op, ": '", path, "' has ", size, " bytes after writing but needs ", expected,
-                     " (the MPI-IO layer did not report the failed write); ", f.hint().substr(2));
+                     " (the MPI-IO layer did not report the failed write); ", hint());
   });
   f.close();
 }
@@ -322,10 +195,11 @@ ShardedArray<T> load_npy(const std::string& path, const NamedSharding& sharding)
     meta = {h.data_offset, static_cast<std::int64_t>(h.shape.size())};
     meta.insert(meta.end(), h.shape.begin(), h.shape.end());
   });
-  int n = static_cast<int>(meta.size());
-  mpi::check(MPI_Bcast(&n, 1, MPI_INT, 0, world.get()), "MPI_Bcast");
+  const detail::CommOp meta_op{"load_npy", "the header of '" + path + "' from rank 0"};
+  std::int64_t n = static_cast<std::int64_t>(meta.size());
+  detail::broadcast(detail::world_group(), meta_op, &n, 1, 0);
   meta.resize(static_cast<std::size_t>(n));
-  mpi::check(MPI_Bcast(meta.data(), n, MPI_INT64_T, 0, world.get()), "MPI_Bcast");
+  detail::broadcast(detail::world_group(), meta_op, meta.data(), detail::transfer_count(n, meta_op), 0);
   const std::int64_t data_offset = meta[0];
   const Shape shape(meta.begin() + 2, meta.end());
   checked_num_elements(shape, sizeof(T), op.c_str());  // metadata: the same error on every rank
@@ -334,7 +208,7 @@ ShardedArray<T> load_npy(const std::string& path, const NamedSharding& sharding)
   // One buffer per distinct box of this rank's devices; replicas on this rank copy it after.
   std::vector<Shard<T>> shards;
   std::map<Box, std::size_t> first_with_box;
-  std::vector<Run> runs;
+  std::vector<mpi::FileRun> runs;
   mpi::agreed(world, [&] {
     for (int d : sharding.mesh().local_device_ids()) {
       Box b = sharding.box(d, shape);
@@ -348,7 +222,7 @@ ShardedArray<T> load_npy(const std::string& path, const NamedSharding& sharding)
       shards.push_back(Shard<T>{d, std::move(b), std::move(t)});
     }
   });
-  File f(world, path, MPI_MODE_RDONLY, op);
+  mpi::File f(world, path, mpi::File::Mode::kRead, op);
   f.transfer(std::move(runs), false);
   f.close();
   for (auto& s : shards)
