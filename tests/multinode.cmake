@@ -8,3 +8,12 @@ foreach(case collectives train separate killed)
     LABELS multinode TIMEOUT 180 SKIP_RETURN_CODE 77 RESOURCE_LOCK multinode_netns
     FAIL_REGULAR_EXPRESSION "FAIL:")
 endforeach()
+# The multi-host benchmark (tests/multinode/bench.sh; README "Multi-host"), in its quick form:
+# the unshaped link, 64 KiB collectives and a few training steps, to keep it running.
+if(SHARD_BUILD_APPS)
+  add_test(NAME multinode.bench_quick
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/multinode/bench.sh ${CMAKE_BINARY_DIR} --quick)
+  set_tests_properties(multinode.bench_quick PROPERTIES
+    LABELS multinode TIMEOUT 180 SKIP_RETURN_CODE 77 RESOURCE_LOCK multinode_netns
+    PASS_REGULAR_EXPRESSION "bench: ran \\(quick\\)")
+endif()
