@@ -18,7 +18,7 @@
 
 #include "common/bench.hpp"
 #include "common/cli.hpp"
-#include "shard/detail/mesh_comms.hpp"
+#include "shard/interop.hpp"
 #include "shard/shard.hpp"
 
 namespace {
@@ -258,14 +258,16 @@ struct Bench {
 template <typename T>
 std::vector<Row> run_all(const shard::Mesh& mesh, const shard::Axes& axes, const std::vector<std::string>& colls,
                          const std::vector<std::int64_t>& sizes, int repeats_opt, bool keep_policy) {
-  std::vector<int> positions;
-  for (const auto& a : axes.axes()) positions.push_back(mesh.axis_position(a));
-  const auto& groups = mesh.comms().groups(positions);
-  const bool comparable = groups.size() == 1 && groups[0].ranks.size() == groups[0].devices.size() &&
-                          !groups[0].comm.is_null();
+  // The raw calls run on Shard's own communicator of the group (one device per rank along the
+  // axes); otherwise there is no single MPI call to compare with.
+  MPI_Comm raw_comm = MPI_COMM_NULL;
+  try {
+    raw_comm = shard::axis_communicator(mesh, axes);
+  } catch (const shard::ValueError&) {
+  }
   std::vector<Row> rows;
   auto body = [&](shard::DeviceContext& ctx, const Tensor<T>&) {
-    Bench b{ctx, axes, comparable ? groups[0].comm.get() : MPI_COMM_NULL, ctx.axis_size(axes)};
+    Bench b{ctx, axes, raw_comm, ctx.axis_size(axes)};
     std::vector<Row> mine;
     auto reps_for = [&](std::int64_t bytes) {
       return repeats_opt > 0 ? repeats_opt : bytes <= 65536 ? 400 : bytes <= 4194304 ? 100 : 41;

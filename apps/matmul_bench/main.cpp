@@ -19,7 +19,7 @@
 
 #include "common/bench.hpp"
 #include "common/cli.hpp"
-#include "shard/detail/local_gemm.hpp"
+#include "shard/blas.hpp"
 #include "shard/shard.hpp"
 
 namespace {
@@ -89,7 +89,7 @@ struct LocalRate {
     if (rt.process_index() == 0) {
       std::fill(c.begin(), c.end(), T(0));
       const double t0 = MPI_Wtime();
-      shard::detail::gemm_acc(n, n, n, a.data(), n, b.data(), n, c.data(), n);
+      shard::gemm_acc(n, n, n, a.data(), n, b.data(), n, c.data(), n);
       t = MPI_Wtime() - t0;
     }
     quiet_barrier(comm);
@@ -122,7 +122,7 @@ Check check_result(const shard::Runtime& rt, const shard::ShardedArray<T>& a, co
       for (std::int64_t k = 0; k < n; ++k)
         for (std::int64_t j = 0; j < w; ++j)
           bc[static_cast<std::size_t>(k * w + j)] = static_cast<T>(value_at(2, k, s.box.offset[1] + j));
-      shard::detail::gemm_acc(m, w, n, ar.data(), n, bc.data(), w, ref.data(), w);
+      shard::gemm_acc(m, w, n, ar.data(), n, bc.data(), w, ref.data(), w);
       for (std::int64_t i = 0; i < m * w; ++i) {
         err = std::max(err, std::abs(static_cast<double>(s.data[i]) - ref[static_cast<std::size_t>(i)]));
         norm = std::max(norm, std::abs(ref[static_cast<std::size_t>(i)]));

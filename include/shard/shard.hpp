@@ -8,6 +8,7 @@
 #include "shard/device.hpp"
 #include "shard/error.hpp"
 #include "shard/group_shared.hpp"
+#include "shard/interop.hpp"
 #include "shard/io.hpp"
 #include "shard/linalg.hpp"
 #include "shard/matmul.hpp"

@@ -114,3 +114,42 @@ SHARD_MPI_TEST(Mpi, CheckNamesRoutineAndRank) {
 
 }  // namespace
 }  // namespace shard::testing
+
+namespace shard::testing {
+namespace {
+
+// axis_communicator: Shard's own communicator of this rank's group, usable for raw MPI calls.
+SHARD_MPI_TEST(Interop, AxisCommunicatorIsTheGroupsCommunicator) {
+  const int ranks = runtime().process_count(), k = runtime().devices_per_rank();
+  // Rank r holds row r of a (ranks, k) mesh: 'a' crosses ranks, 'b' stays on this rank.
+  const Mesh mesh = make_mesh({ranks, k}, {"a", "b"});
+  if (k == 1) {
+    const MPI_Comm c = axis_communicator(mesh, "a");
+    if (ranks == 1) {
+      EXPECT_EQ(c, MPI_COMM_NULL);
+    } else {
+      int size = 0, rank = -1;
+      MPI_Comm_size(c, &size);
+      MPI_Comm_rank(c, &rank);
+      EXPECT_EQ(size, ranks);
+      EXPECT_EQ(rank, mesh.coords(mesh.local_device_ids()[0])[0]);  // communicator rank = axis index
+      // A raw call on it sums over the axis like psum.
+      double v = runtime().process_index() + 0.25, sum = 0;
+      MPI_Allreduce(&v, &sum, 1, MPI_DOUBLE, MPI_SUM, c);
+      EXPECT_DOUBLE_EQ(sum, ranks * (ranks - 1) / 2.0 + 0.25 * ranks);
+    }
+  } else {
+    // Several groups along 'a' hold devices of this rank (one per 'b' index): refused.
+    expect_error<ValueError>([&] { (void)axis_communicator(mesh, "a"); }, {"groups along those axes"});
+  }
+  // 'b' stays on this rank: one group, living here alone: no communicator.
+  EXPECT_EQ(axis_communicator(mesh, "b"), MPI_COMM_NULL);
+  // All devices on one axis, 2 per rank: one group whose devices share ranks.
+  if (k > 1 && ranks > 1) {
+    const Mesh flat = make_mesh({ranks * k}, {"x"});
+    expect_error<ValueError>([&] { (void)axis_communicator(flat, "x"); }, {"one device per rank"});
+  }
+}
+
+}  // namespace
+}  // namespace shard::testing
