@@ -5,8 +5,9 @@
 # sch_netem gets the rate only and the table says so) and 1 Gbit/s (tbf):
 #   collectives   collectives_bench across the hosts: Shard and the raw MPI call on the same link,
 #                 their ratio, and the bus bandwidth against the link's rate
-#   train         train_mlp --mesh data=2 across the hosts against 1 rank on one host (samples/s),
-#                 with the gradient reduction's exposed time per step
+#   matmul        matmul_bench across the hosts: SUMMA (1x2, 1 rank per host) and Cannon (2x2,
+#                 2 ranks per host, oversubscribed) against ScaLAPACK's pdgemm on the same ranks
+#   train         train_mlp --mesh data=2 across the hosts against 1 rank on one host (samples/s)
 #   bench.sh BUILD_DIR [--quick] [--links none,10g,1g] [--sizes 1M,4M,16M] [--steps N]
 # --quick (what ctest runs): the unshaped link only, 64K, a few steps; it checks the bench runs.
 # Exits 77 (ctest: skipped) with the reason when it cannot make namespaces or shape links.
@@ -23,10 +24,12 @@ links=none,10g,1g
 sizes=1M,4M,16M
 collectives=psum,all_gather,psum_scatter,ppermute
 steps=300
+matmul_n=2048
 quick=0
 while [ $# -gt 0 ]; do
   case $1 in
-    --quick) quick=1; links=none; sizes=64K; collectives=psum,ppermute; steps=20 ;;
+    --quick) quick=1; links=none; sizes=64K; collectives=psum,ppermute; steps=20; matmul_n=256 ;;
+    --matmul-n) matmul_n=$2; shift ;;
     --links) links=$2; shift ;;
     --sizes) sizes=$2; shift ;;
     --collectives) collectives=$2; shift ;;
@@ -57,12 +60,15 @@ mn_setup 2
 netem=0
 have_netem && netem=1
 printf 'node0 slots=1\nnode1 slots=1\n' > "$work/hosts"
+printf 'node0 slots=2\nnode1 slots=2\n' > "$work/hosts2"
 net="${MN_SUBNET}.0/24"
 
-across() {
-  mn_exec node0 mpirun --hostfile "$work/hosts" --mca plm rsh --mca plm_rsh_agent "$here/launcher.sh" \
+across() {  # RANKS=4 for 2 ranks per host
+  local hosts=$work/hosts
+  [ "${RANKS:-2}" = 4 ] && hosts=$work/hosts2
+  mn_exec node0 mpirun --hostfile "$hosts" --mca plm rsh --mca plm_rsh_agent "$here/launcher.sh" \
     --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$net" --mca oob_tcp_if_include "$net" \
-    -x OPENBLAS_NUM_THREADS=1 -n 2 --map-by node --bind-to none "$@"
+    -x OPENBLAS_NUM_THREADS=1 -x OMPI_MCA_mpi_yield_when_idle=1 -n "${RANKS:-2}" --map-by node --bind-to none "$@"
 }
 
 # Whether this kernel has netem (the delay); tbf (the rate) is checked when shaping.
@@ -134,6 +140,31 @@ for line in open(path):
     of = f"{100 * r['busbw_GBps'] * 1e9 / float(rate):.0f}%" if rate else "-"
     print(f"| {name} | {r['collective']} | {r['bytes']} | {r['shard_us']:.0f} | {r['raw_us']:.0f} | "
           f"{r['shard_us'] / r['raw_us']:.3f} | {r['busbw_GBps']:.3f} | {of} |")
+EOF
+done
+echo
+echo "| link | matmul n=$matmul_n float64 | ranks | s | GFLOP/s | vs pdgemm | exposed wait s |"
+echo "|---|---|---:|---:|---:|---:|---:|"
+for link in "${link_list[@]}"; do
+  shape "$link"
+  RANKS=2 across "$build/apps/matmul_bench" --n "$matmul_n" --mesh 1x2 --repeats 3 --algorithms summa,scalapack --json \
+    > "$work/mm2_$link.jsonl"
+  RANKS=4 across "$build/apps/matmul_bench" --n "$matmul_n" --mesh 2x2 --repeats 3 --algorithms cannon,summa,scalapack --json \
+    > "$work/mm4_$link.jsonl"
+  $python - "$(link_name "$link")" "$work/mm2_$link.jsonl" "$work/mm4_$link.jsonl" <<'EOF'
+import json, sys
+name = sys.argv[1]
+for path in sys.argv[2:]:
+    for line in open(path):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        if not r.get("ok", False):
+            print(f"FAIL: {r['algorithm']} on {r['mesh']} gave a wrong product")
+            sys.exit(1)
+        print(f"| {name} | {r['algorithm']} on {r['mesh']} ({r['ranks'] // 2} per host) | {r['ranks']} | {r['median_s']:.3f} | "
+              f"{r['gflops']:.1f} | {r['vs_pdgemm']:.2f}x | {r['wait_s']:.3f} |")
 EOF
 done
 echo
