@@ -110,6 +110,7 @@ std::vector<std::pair<std::int64_t, fs::path>> list_steps(const fs::path& dir, s
 /// Rank 0 sends a string to every rank.
 std::string broadcast(std::string s) {
   const detail::CommOp op{"checkpoint", "the manifest from rank 0"};
+  detail::check_transfer(op);
   std::int64_t n = static_cast<std::int64_t>(s.size());
   detail::broadcast(detail::world_group(), op, &n, 1, 0);
   s.resize(static_cast<std::size_t>(n));

@@ -30,7 +30,9 @@ namespace {
 
 double g_timeout = 0;
 mpi::Communicator g_watchdog_comm;  // a duplicate of the world for the arrival messages
-DeviceGroup g_world;                // the Runtime's world (not owned): where whole-world checks run
+DeviceGroup g_world;       // a duplicate of the world: the exchanges of meshes spanning every rank, shard_map's
+                           // and the program's ends, failure marks (never met by a data transfer)
+DeviceGroup g_world_data;  // the Runtime's world (not owned): the comm verbs' whole-world transfers
 thread_local const std::source_location* t_call_site = nullptr;
 
 using Clock = std::chrono::steady_clock;
@@ -86,6 +88,8 @@ std::vector<char> g_failure_message;  // the text sent (alive until the sends fi
 std::vector<MPI_Request> g_failure_sends;
 std::string g_poisoned;  // non-empty: why no more collectives can run in this job
 int g_learned_from = -1;  // the rank whose announced failure this rank raised (-1: none)
+bool g_learned_by_exchange = false;  // ... met as a failure mark in an exchange (not by polling)
+bool g_peer_exiting = false;  // an exchange met a rank's failure mark: that rank takes part in no more
 bool g_job_failing = false;  // guarded_main is ending the job with an error
 // Whether a polled wait raises another rank's announced failure. Not in the exchanges every
 // rank comes to anyway (shard_map's and the program's ends, a failure mark): there the failure
@@ -122,6 +126,7 @@ const Announcement& receive_announcement(int source, const MPI_Status* probed) {
   auto it = g_received.find(source);
   const Announcement& a = it != g_received.end() ? it->second : receive_announcement(source, probed);
   g_learned_from = source;
+  g_learned_by_exchange = probed == nullptr;
   mpi::throw_error_of_kind(a.kind, cat("rank ", source, " failed: ", a.text, " (this rank learned of it waiting in ",
                                        waiting_in, ")"));
 }
@@ -227,13 +232,13 @@ long g_world_transfers = 0;  // transfers checked over the world (numbers them i
 // end, the program's end and a failing rank's failure mark use on a guard communicator, so
 // any of them can meet any other and tell what the other rank is doing.
 constexpr int kPayload = 6;
-constexpr int kWords = 4 + kPayload;  // fingerprint, ~fingerprint, -(failed rank), exiting, payload
+constexpr int kWords = 4 + kPayload;  // fingerprint, ~fingerprint, -(failed rank), exiting rank + 1, payload
 constexpr std::int64_t kNone = INT64_MIN;
 
 struct Outcome {
   bool same = true;  // every rank passed the same fingerprint
   int failed = -1;   // the lowest rank that marked a failure (-1: none)
-  bool exiting = false;  // some rank is ending the job (its failure exchange)
+  int exiting = -1;  // a rank ending the job (its failure mark), or -1
   std::int64_t payload[kPayload] = {};
   std::vector<std::string> descriptions;  // by communicator rank, when !same && failed < 0
 };
@@ -256,8 +261,9 @@ struct Fingerprint {
 };
 
 /// What a collective's check compares: everything that must match for the call to be the same
-/// collective, and the line and column of its call site (the file is the same binary).
-std::uint64_t fingerprint_of(const CollectiveSpec& s, const std::source_location& where) {
+/// collective. Not its call site (named in the messages only): ranks may reach the same
+/// collective from different lines, as in `rank == 0 ? psum(2 * x) : psum(x)`.
+std::uint64_t fingerprint_of(const CollectiveSpec& s) {
   Fingerprint f;
   f.add(static_cast<std::uint64_t>(s.kind));
   f.add(static_cast<std::uint64_t>(s.op));
@@ -270,7 +276,6 @@ std::uint64_t fingerprint_of(const CollectiveSpec& s, const std::source_location
   f.add(static_cast<std::uint64_t>(s.dim) << 32 | static_cast<std::uint32_t>(s.concat_dim));
   f.add(s.tiled ? 1 : 0);
   for (const auto& [a, b] : s.perm) f.add(static_cast<std::uint64_t>(a) << 32 | static_cast<std::uint32_t>(b));
-  f.add(static_cast<std::uint64_t>(where.line()) << 32 | where.column());
   return f.h;
 }
 
@@ -310,13 +315,14 @@ std::vector<std::string> gather_descriptions(const DeviceGroup& g, const std::st
 /// One guarded exchange on `g` (blocking, or polled under SHARD_COLLECTIVE_TIMEOUT). `failed`:
 /// the rank whose failure this rank marks (-1: none). On a fingerprint mismatch with no
 /// failure, every participant exchanges descriptions (`describe` gives this rank's).
+template <typename Describe>
 Outcome exchange(const DeviceGroup& g, const CollectiveSpec& s, std::uint64_t fp, int failed, bool exiting,
-                 const std::int64_t* payload, const std::function<std::string()>& describe) {
+                 const std::int64_t* payload, Describe&& describe) {
   std::int64_t v[kWords];
   v[0] = static_cast<std::int64_t>(fp);
   v[1] = ~v[0];
   v[2] = failed >= 0 ? -static_cast<std::int64_t>(failed) : kNone;
-  v[3] = exiting ? 1 : 0;
+  v[3] = exiting ? g.comm.rank() + 1 : 0;
   for (int i = 0; i < kPayload; ++i) v[4 + i] = payload ? payload[i] : 0;
   if (collective_watchdog_on()) {
     polled_call(s, g, "MPI_Allreduce (the collective check)", [&](MPI_Request* r) {
@@ -330,7 +336,8 @@ Outcome exchange(const DeviceGroup& g, const CollectiveSpec& s, std::uint64_t fp
   Outcome o;
   o.same = v[0] == ~v[1];  // max(h) == min(h)
   o.failed = v[2] == kNone ? -1 : static_cast<int>(-v[2]);
-  o.exiting = v[3] != 0;
+  o.exiting = static_cast<int>(v[3]) - 1;
+  if (o.exiting >= 0) g_peer_exiting = true;  // every rank of this exchange saw it
   for (int i = 0; i < kPayload; ++i) o.payload[i] = v[4 + i];
   if (!o.same && o.failed < 0) o.descriptions = gather_descriptions(g, describe(), s);
   return o;
@@ -380,8 +387,8 @@ void guard_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vect
     await_arrival(mesh, s, seq, call_site_text(site));
   if (!collective_check_on()) return;
   const DeviceGroup& g = world ? g_world : comms.guard_group();
-  if (g.comm.is_null()) return;  // the mesh lives on this rank alone
-  const Outcome o = exchange(g, s, fingerprint_of(s, site), -1, false, nullptr, [&] {
+  if (g.comm.is_null() || g.ranks.size() < 2) return;  // the mesh lives on this rank alone
+  const Outcome o = exchange(g, s, fingerprint_of(s), -1, false, nullptr, [&] {
     return cat(collective_text(s), " (collective #", seq, " on mesh ", mesh.to_string(), ") at ", call_site_text(site));
   });
   if (o.failed >= 0) raise_announced(o.failed, collective_text(s));
@@ -396,15 +403,15 @@ void check_world_transfer(const CollectiveSpec& s, const std::source_location& w
   if (collective_watchdog_on())
     await_arrival(g_world.ranks, g_world.comm.rank(), s, ++g_world_transfers, call_site_text(where));
   if (!collective_check_on()) return;
-  const Outcome o = exchange(g_world, s, fingerprint_of(s, where), -1, false, nullptr,
+  const Outcome o = exchange(g_world, s, fingerprint_of(s), -1, false, nullptr,
                              [&] { return cat(collective_text(s), " at ", call_site_text(where)); });
   if (o.failed >= 0) raise_announced(o.failed, collective_text(s));
   if (!o.same) raise<CollectiveMismatchError>("collective mismatch: ", mismatch_text(g_world, o.descriptions));
 }
 
 const DeviceGroup& world_device_group() {
-  if (g_world.comm.is_null()) raise<RuntimeError>("no shard::Runtime exists; create one at the start of main()");
-  return g_world;
+  if (g_world_data.comm.is_null()) raise<RuntimeError>("no shard::Runtime exists; create one at the start of main()");
+  return g_world_data;
 }
 
 Agreement agree_at_end_of_shard_map(std::exception_ptr& err, const std::int64_t (&words)[6],
@@ -412,6 +419,11 @@ Agreement agree_at_end_of_shard_map(std::exception_ptr& err, const std::int64_t 
   static const CollectiveSpec spec = world_spec("the end of shard_map (the agreement after the bodies)");
   static const std::uint64_t fp = fingerprint_of(spec.name);
   const int me = g_world.comm.is_null() ? 0 : g_world.comm.rank();
+  // This rank's error came from a rank that is ending the job: it will not come here either.
+  if (err && g_learned_from >= 0) {
+    auto it = g_received.find(g_learned_from);
+    if (it != g_received.end() && it->second.exiting) std::rethrow_exception(err);
+  }
   for (;;) {
     Outcome o;
     if (g_world.comm.is_null() || !collective_check_on()) {
@@ -439,7 +451,10 @@ Agreement agree_at_end_of_shard_map(std::exception_ptr& err, const std::int64_t 
       return a;
     }
     // Some rank is elsewhere.
-    if (o.exiting) raise_announced(o.failed, spec.name);  // it ends the job: it will not come here
+    if (o.exiting >= 0) {  // it ends the job: it will not come here
+      if (err) std::rethrow_exception(err);  // this rank's own error is the one to print here
+      raise_announced(o.exiting, spec.name);
+    }
     if (o.failed < 0 && !err) {  // it called a collective this rank's body did not: a mismatch, ours too
       try {
         raise<CollectiveMismatchError>("collective mismatch: ", mismatch_text(g_world, o.descriptions));
@@ -476,7 +491,12 @@ bool agree_at_end_of_program() {
 void mark_failure_for_exit(const std::exception_ptr& err) {
   g_job_failing = true;
   announce_failure(err);
-  if (g_world.comm.is_null() || !collective_check_on() || g_failures_received > 0) return;
+  // A failure met as another rank's mark: that mark is taken. One heard by polling (under
+  // SHARD_COLLECTIVE_TIMEOUT) still waits for an exchange: join it.
+  // A rank whose mark was met takes part in no more exchanges: nobody would meet this one.
+  if (g_world.comm.is_null() || !collective_check_on() || (g_learned_from >= 0 && g_learned_by_exchange) ||
+      g_peer_exiting)
+    return;
   // Not learned from another rank: join the others' next exchange with the failure mark, in
   // the same form as theirs (MPI matches blocking and nonblocking collectives separately). A
   // rank that never comes to one leaves this rank waiting: end the process after the grace.
@@ -533,6 +553,7 @@ void retire_failure_notices(const mpi::Communicator& world) {
   g_failures_received = 0;
   g_received.clear();
   g_learned_from = -1;
+  g_learned_by_exchange = false;
   if (sum[1] > 0 && g_poisoned.empty()) g_poisoned = "another rank left a collective unfinished after a failure";
 }
 
@@ -555,13 +576,16 @@ bool wait_for_every_rank_to_fail(double seconds, MPI_Comm comm) {
 
 void open_watchdog_comm(const mpi::Communicator& world) {
   if (g_watchdog_comm.is_null()) g_watchdog_comm = world.dup();
-  g_world.comm = mpi::Communicator::attach(world.get());
+  g_world.comm = world.dup();
+  g_world_data.comm = mpi::Communicator::attach(world.get());
   g_world.ranks.resize(static_cast<std::size_t>(world.size()));
   for (int r = 0; r < world.size(); ++r) g_world.ranks[static_cast<std::size_t>(r)] = r;
+  g_world_data.ranks = g_world.ranks;
 }
 void close_watchdog_comm() {
   g_watchdog_comm = mpi::Communicator();
   g_world = DeviceGroup();
+  g_world_data = DeviceGroup();
 }
 
 void set_collective_guard(bool check, double timeout_seconds) {

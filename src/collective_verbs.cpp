@@ -31,12 +31,7 @@ CollectiveSpec spec_of(const CommOp& t) {
 template <typename Blocking, typename Start>
 void run(const DeviceGroup& g, const CommOp& t, const char* routine, Blocking&& blocking, Start&& start) {
   if (!collective_watchdog_on()) [[likely]] {
-    if (!collective_watch_seconds()) [[unlikely]] {
-      mpi::check(blocking(), routine);
-      return;
-    }
-    const CollectiveSpec s = spec_of(t);
-    const BlockingWait wait(routine, s, g.ranks);
+    const BlockingWait wait(routine, t, g.ranks);
     mpi::check(blocking(), routine);
     return;
   }
@@ -48,10 +43,14 @@ void run(const DeviceGroup& g, const CommOp& t, const char* routine, Blocking&& 
 const DeviceGroup& world_group() { return world_device_group(); }
 
 void check_transfer(const CommOp& t) {
+  raise_if_poisoned();
+  if (!collective_guard_on()) return;
   check_world_transfer(spec_of(t), scoped_call_site() ? *scoped_call_site() : t.where);
 }
 
 void check_mesh_transfer(const Mesh& mesh, const CommOp& t) {
+  raise_if_poisoned();
+  if (!collective_guard_on()) return;
   guard_collective(mesh, spec_of(t), mesh.local_device_ids(), t.where);
 }
 
@@ -142,17 +141,27 @@ void allreduce_min(const DeviceGroup& g, const CommOp& t, std::int64_t* v, int n
 
 // ---- Nonblocking verbs.
 
-PendingTransfer::PendingTransfer(const DeviceGroup& g, const CommOp& t)
-    : spec_(std::make_shared<CollectiveSpec>(spec_of(t))), kind_(t.kind), group_(&g) {}
+PendingTransfer::PendingTransfer(const DeviceGroup& g, const CommOp& t) : op_(&t), group_(&g) {}
+
+namespace {
+/// Completes requests MPI still owns (their buffers are about to go): after an error this rank
+/// may be the only one left, so it waits at most SHARD_ABORT_GRACE s, then ends the process.
+void drain(std::vector<MPI_Request>& requests, const CommOp* op) {
+  if (requests.empty()) return;
+  const ExitUnlessDoneWithin limit(
+      abort_grace_seconds(),
+      cat("a transfer of ", op ? op->kind : std::string("the comm layer"), " left in flight (after an error) did not ",
+          "complete within ", abort_grace_seconds(), " s (SHARD_ABORT_GRACE): aborting the job"));
+  MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  requests.clear();
+}
+}  // namespace
 
 PendingTransfer& PendingTransfer::operator=(PendingTransfer&& other) noexcept {
   if (this != &other) {
-    if (!requests_.empty()) {  // complete what this one still holds (MPI owns its buffers)
-      MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
-    }
+    drain(requests_, op_);  // complete what this one still holds (MPI owns its buffers)
     requests_ = std::move(other.requests_);
-    spec_ = std::move(other.spec_);
-    kind_ = std::move(other.kind_);
+    op_ = other.op_;
     group_ = other.group_;
     other.requests_.clear();
   }
@@ -160,16 +169,15 @@ PendingTransfer& PendingTransfer::operator=(PendingTransfer&& other) noexcept {
 }
 
 PendingTransfer::~PendingTransfer() {
-  // Buffers must outlive their requests: never leave one posted (errors are already being
-  // raised if this runs during unwinding; MPI's result is ignored then).
-  if (!requests_.empty()) MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  // Buffers must outlive their requests: never leave one posted. Reached with requests only
+  // when an error unwinds past the transfer (wait() and test() clear them).
+  drain(requests_, op_);
 }
 
 void PendingTransfer::merge(PendingTransfer&& other) {
   if (other.requests_.empty()) return;
-  if (!spec_) {
-    spec_ = other.spec_;
-    kind_ = other.kind_;
+  if (!op_) {
+    op_ = other.op_;
     group_ = other.group_;
   }
   requests_.insert(requests_.end(), other.requests_.begin(), other.requests_.end());
@@ -182,7 +190,7 @@ bool PendingTransfer::test() {
   const double t0 = MPI_Wtime();
   mpi::check(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE),
              "MPI_Testall");
-  comm_stats().record_wait(kind_, MPI_Wtime() - t0);
+  comm_stats().record_wait(op_->kind, MPI_Wtime() - t0);
   if (done) requests_.clear();
   return done != 0;
 }
@@ -191,13 +199,14 @@ void PendingTransfer::wait() {
   if (requests_.empty()) return;
   const double t0 = MPI_Wtime();
   if (collective_watchdog_on()) {
-    watchdog_wait(static_cast<int>(requests_.size()), requests_.data(), *spec_, *group_, "MPI_Waitall");
+    const CollectiveSpec s = spec_of(*op_);
+    watchdog_wait(static_cast<int>(requests_.size()), requests_.data(), s, *group_, "MPI_Waitall");
   } else {
-    const BlockingWait wait("MPI_Waitall", *spec_, group_->ranks);
+    const BlockingWait wait("MPI_Waitall", *op_, group_->ranks);
     mpi::check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
                "MPI_Waitall");
   }
-  comm_stats().record_wait(kind_, MPI_Wtime() - t0);
+  comm_stats().record_wait(op_->kind, MPI_Wtime() - t0);
   requests_.clear();
 }
 

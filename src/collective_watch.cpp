@@ -19,6 +19,7 @@
 
 #include "shard/detail/collective.hpp"
 #include "shard/detail/collective_guard.hpp"
+#include "shard/detail/comm_verbs.hpp"
 #include "shard/error.hpp"
 
 namespace shard::detail {
@@ -37,7 +38,8 @@ struct Watch {
   unsigned long generation = 0;  // one per call
   bool waiting = false;
   const char* routine = nullptr;
-  const CollectiveSpec* spec = nullptr;
+  const CollectiveSpec* spec = nullptr;  // one of these two names it
+  const CommOp* op = nullptr;
   const std::vector<int>* ranks = nullptr;
 };
 
@@ -72,12 +74,16 @@ void watch_loop() {
     const double waited = std::chrono::duration<double>(Clock::now() - since).count();
     if (waited + std::chrono::duration<double>(tick).count() < g_watch.seconds) continue;
     // The same call has waited at least the limit (measured from the first tick that saw it).
+    const std::string what = g_watch.spec ? collective_text(*g_watch.spec)
+                             : g_watch.op->what.empty() ? g_watch.op->kind
+                                                        : g_watch.op->kind + " of " + g_watch.op->what;
     const std::string msg = cat(
-        collective_text(*g_watch.spec), " (", g_watch.routine, " on ranks ", ranks_list(*g_watch.ranks),
+        what, " (", g_watch.routine, " on ranks ", ranks_list(*g_watch.ranks),
         ") has not completed after ", g_watch.seconds,
         " s (SHARD_COLLECTIVE_TIMEOUT unset: the default limit): a rank of these did not reach it (it skipped it, "
         "waits in another collective, or is still computing). Set SHARD_COLLECTIVE_TIMEOUT=<seconds> to change the "
         "limit and have every collective name the ranks that did not arrive (0: no limit)");
+    std::fflush(stdout);  // the program's own output so far (the main thread is inside MPI)
     std::fprintf(stderr, "%serror: collective watchdog: %s\n", rank_prefix().c_str(), msg.c_str());
     std::fflush(stderr);
     // Let the other ranks' watchers print their side before mpirun ends them.
@@ -123,6 +129,19 @@ BlockingWait::BlockingWait(const char* routine, const CollectiveSpec& s, const s
   g_watch.waiting = true;
   g_watch.routine = routine;
   g_watch.spec = &s;
+  g_watch.op = nullptr;
+  g_watch.ranks = &ranks;
+}
+
+BlockingWait::BlockingWait(const char* routine, const CommOp& op, const std::vector<int>& ranks)
+    : on_(g_watch_on.load(std::memory_order_relaxed)) {
+  if (!on_) return;
+  std::lock_guard lock(g_watch.mutex);
+  ++g_watch.generation;
+  g_watch.waiting = true;
+  g_watch.routine = routine;
+  g_watch.spec = nullptr;
+  g_watch.op = &op;
   g_watch.ranks = &ranks;
 }
 

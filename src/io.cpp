@@ -149,6 +149,8 @@ void save_npy(const ShardedArray<T>& x, const std::string& path) {
   const mpi::Communicator& world = Runtime::current().world();
   const std::string op = std::string("save_npy<") + dtype_name<T>() + ">";
   const std::string header = npy_header(npy_descr<T>(), x.shape());  // metadata: same on every rank
+  detail::check_transfer(detail::CommOp{"save_npy", detail::cat(dtype_name<T>(), to_string(x.shape()), " ",
+                                                                x.sharding().to_string())});
   std::vector<mpi::FileRun> runs;
   mpi::agreed(world, [&] {
     // Rank 0's header goes into the same collective write as the data.
@@ -195,7 +197,8 @@ ShardedArray<T> load_npy(const std::string& path, const NamedSharding& sharding)
     meta = {h.data_offset, static_cast<std::int64_t>(h.shape.size())};
     meta.insert(meta.end(), h.shape.begin(), h.shape.end());
   });
-  const detail::CommOp meta_op{"load_npy", "the header of '" + path + "' from rank 0"};
+  const detail::CommOp meta_op{"load_npy", std::string(dtype_name<T>()) + " from a file, onto " + sharding.to_string()};
+  detail::check_transfer(meta_op);
   std::int64_t n = static_cast<std::int64_t>(meta.size());
   detail::broadcast(detail::world_group(), meta_op, &n, 1, 0);
   meta.resize(static_cast<std::size_t>(n));

@@ -185,7 +185,9 @@ ShardedArray<T> device_put(const Tensor<T>& host, const NamedSharding& sharding)
   std::uint64_t h = 1469598103934665603ull ^ shape.size();
   for (auto d : shape) h = (h ^ static_cast<std::uint64_t>(d)) * 1099511628211ull;
   std::int64_t r[2] = {static_cast<std::int64_t>(h >> 1), -static_cast<std::int64_t>(h >> 1)};
-  detail::allreduce_min(detail::world_group(), detail::CommOp{"device_put", "its host array's shape"}, r, 2);
+  const detail::CommOp op{"device_put", "a host array onto " + sharding.to_string()};
+  detail::check_transfer(op);
+  detail::allreduce_min(detail::world_group(), op, r, 2);
   if (r[0] != -r[1])
     raise<ShapeError>("device_put: ranks passed host arrays of different shapes (this rank: ", to_string(shape),
                       "); every rank must pass the same global array");

@@ -100,6 +100,10 @@ foreach(k 1 2)
   shard_default_settings_test(app_throw ${k} 30
     "\\[rank 1\\] error: injected failure in application code on rank 1;\\[rank 0\\] error: rank 1 failed: injected failure in application code on rank 1"
     app_throw)
+  # Each rank prints its own error (rank 0's body, rank 1's application code); no MPI_Abort.
+  shard_default_settings_test(both_throw ${k} 30
+    "\\[rank 0\\] error: injected failure in rank 0's shard_map body;\\[rank 1\\] error: injected failure in application code on rank 1"
+    both_throw)
   shard_default_settings_test(watch ${k} 30
     "\\[rank 0\\] error: collective watchdog: psum over 'a' of float64\\(4, 3\\) \\(MPI_Allreduce \\(the collective check\\) on ranks 0, 1\\) has not completed after 2 s"
     watch)

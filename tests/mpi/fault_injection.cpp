@@ -18,6 +18,7 @@
 //   shape_mismatch  rank 0 calls psum of its block, rank 1 of the block's first row
 //   skip            rank 0 skips an array-level psum and ends; rank 1 calls it
 //   early_return    rank 1's shard_map body returns before the psum rank 0 calls
+//   both_throw      rank 1 throws in application code while rank 0's shard_map body throws
 //   watch           the watcher thread (limit set to 2 s here): rank 1 computes for 60 s while
 //                   rank 0 waits in a psum
 // Under SHARD_CHECK_COLLECTIVES=1 (the test suite's setting) every rank prints an error line:
@@ -62,6 +63,7 @@ int run(shard::Runtime& rt, const std::string& mode) {
       return ctx.psum(b[{shard::Slice(0, 1)}], "a");
     }
     if (mode == "early_return" && rank == 1) return b;
+    if (mode == "both_throw") throw std::runtime_error("injected failure in rank 0's shard_map body");
     if (mode == "op_mismatch") {
       if (rank == 0) return ctx.psum(b, "a");  // FAULT-SITE-PSUM
       return ctx.pmax(b, "a");                 // FAULT-SITE-PMAX
@@ -133,6 +135,7 @@ int run(shard::Runtime& rt, const std::string& mode) {
     (void)shard::psum(r, "a");
     return 0;
   }
+  if (mode == "both_throw" && rank == 1) throw std::runtime_error("injected failure in application code on rank 1");
   if (mode == "app_throw") {
     const auto r = shard::zeros<double>({4, 3}, shard::NamedSharding(mesh1, shard::P()));
     if (rank == 1) throw std::runtime_error("injected failure in application code on rank 1");
@@ -147,7 +150,7 @@ int run(shard::Runtime& rt, const std::string& mode) {
     return 0;
   }
   if (mode == "throw_in_psum" || mode == "device_throw" || mode == "sleep" || mode == "op_mismatch" ||
-      mode == "kind_mismatch" || mode == "shape_mismatch" || mode == "early_return")
+      mode == "kind_mismatch" || mode == "shape_mismatch" || mode == "early_return" || mode == "both_throw")
     throw std::runtime_error("mode " + mode + ": the failure did not stop the job");
   throw std::runtime_error("unknown mode '" + mode + "'");
 }

@@ -5,16 +5,17 @@
 /// returns wrong data and never waits forever.
 ///
 /// SHARD_CHECK_COLLECTIVES (default 1; 0 turns it off): before each collective, the ranks of
-/// the mesh compare a 64-bit fingerprint of it (kind, axes, dtype, shapes, dims, permutation,
-/// call site line) in one small blocking MPI_Allreduce, on the Runtime's world communicator
-/// when the mesh spans every rank (else on a communicator of the mesh's ranks). The ends of
+/// the mesh compare a 64-bit fingerprint of it (kind, axes, dtype, shapes, dims, permutation;
+/// not the call site, named in messages only) in one small blocking MPI_Allreduce, on a
+/// duplicate of the world kept for these exchanges when the mesh spans every rank (else on a
+/// communicator of the mesh's ranks). The ends of
 /// shard_map and of the program take part in the same exchange, so a rank that skipped a
 /// collective, or whose shard_map body returned early, meets the others' collective there. A
 /// mismatch raises CollectiveMismatchError on every rank naming each side's collective and
 /// call site. About 1 us per collective.
 ///
 /// SHARD_COLLECTIVE_TIMEOUT: unset, a watcher thread ends the job when one blocking MPI call
-/// of the comm layer has waited 300 s (collective_watch.cpp; no cost per call but two
+/// of the comm layer has waited 600 s (collective_watch.cpp; no cost per call but two
 /// uncontended mutex operations). Set to seconds > 0, each rank first tells the other ranks of
 /// the mesh that it has arrived (a small message to each) and every MPI call of the collective
 /// runs in its nonblocking form, polled with MPI_Test until that deadline: a collective that
@@ -63,7 +64,7 @@ double collective_timeout();
 /// thread is separate: start_collective_watch).
 void set_collective_guard(bool check, double timeout_seconds);
 /// The watcher's default limit when SHARD_COLLECTIVE_TIMEOUT is unset.
-inline constexpr double kDefaultCollectiveTimeout = 300.0;
+inline constexpr double kDefaultCollectiveTimeout = 600.0;
 /// The watchdog's arrival messages and the failure announcements travel on a duplicate of
 /// `world` (collective over the world; the Runtime opens it at start and closes it before
 /// MPI_Finalize).
@@ -100,11 +101,14 @@ class ExitUnlessDoneWithin {
 };
 
 struct CollectiveSpec;
+struct CommOp;
 /// While alive, this thread waits in a blocking MPI call of the comm layer: the watcher
-/// reports `routine` for `s` on world `ranks` if it lasts too long. Both must outlive it.
+/// reports `routine` for `s` (or `op`) on world `ranks` if it lasts too long. They must outlive
+/// it. Nothing is formatted unless the watcher fires.
 class BlockingWait {
  public:
   BlockingWait(const char* routine, const CollectiveSpec& s, const std::vector<int>& ranks);
+  BlockingWait(const char* routine, const CommOp& op, const std::vector<int>& ranks);
   ~BlockingWait();
   BlockingWait(const BlockingWait&) = delete;
   BlockingWait& operator=(const BlockingWait&) = delete;

@@ -63,7 +63,9 @@ void allreduce_min(const DeviceGroup& g, const CommOp& t, std::int64_t* v, int n
 
 /// A transfer in flight (the nonblocking verbs): test() progresses it, wait() completes it
 /// (under the watchdog, or the watcher thread); time spent in both goes to CommStats'
-/// exposed-wait time of its kind. Movable; waits in its destructor if still pending.
+/// exposed-wait time of its kind. Movable. Its CommOp and group must outlive it. If an error
+/// unwinds past it while requests are pending, its destructor completes them (the buffers are
+/// about to go) within SHARD_ABORT_GRACE s, or ends the process.
 class PendingTransfer {
  public:
   PendingTransfer() = default;
@@ -90,8 +92,7 @@ class PendingTransfer {
   PendingTransfer(const DeviceGroup& g, const CommOp& t);
 
   std::vector<MPI_Request> requests_;
-  std::shared_ptr<CollectiveSpec> spec_;  // names it in watchdog messages
-  std::string kind_;                      // CommStats kind of the wait time
+  const CommOp* op_ = nullptr;  // names it in messages and CommStats
   const DeviceGroup* group_ = nullptr;
 };
 
