@@ -468,7 +468,7 @@ Agreement agree_at_end_of_shard_map(std::exception_ptr& err, const std::int64_t 
 }
 
 bool agree_at_end_of_program() {
-  if (g_world.comm.is_null() || !collective_check_on() || g_job_failing) return true;
+  if (g_world.comm.is_null() || !collective_check_on() || g_job_failing || !mpi::is_active()) return true;
   static const CollectiveSpec spec = world_spec("the end of the program (shard::Runtime's destructor)");
   const NotListening quiet;
   const Outcome o = exchange(g_world, spec, fingerprint_of(spec.name), -1, false, nullptr,
