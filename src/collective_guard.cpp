@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <thread>
 
 #include "shard/detail/collective.hpp"
@@ -171,6 +172,10 @@ bool poll_requests(int n, MPI_Request* r, std::vector<char>& done, double timeou
 
 /// Waits for requests of a collective's MPI call under the watchdog; aborts on timeout.
 void watchdog_wait(int n, MPI_Request* r, const CollectiveSpec& s, const DeviceGroup& g, const char* routine) {
+  // Not listening for announced failures here: raising would leave the call posted over
+  // buffers the caller frees. A failure reaches this rank at the arrival messages before a
+  // collective, or as a failure mark in the next exchange.
+  const NotListening quiet;
   std::vector<char> done;
   if (poll_requests(n, r, done, g_timeout, s)) return;
   watchdog_abort(cat(collective_text(s), " (", routine, " on ranks ",
@@ -185,34 +190,46 @@ namespace {
 /// creating one would wait for the missing rank) and waits for theirs until the deadline.
 void await_arrival(const std::vector<int>& ranks, int me, const CollectiveSpec& s, long seq, const std::string& where) {
   if (ranks.size() < 2 || g_watchdog_comm.is_null()) return;
-  std::vector<long> token_in(ranks.size(), 0);
-  long token_out = seq;
-  std::vector<MPI_Request> recvs, sends;
+  // On the heap: if a failure announced meanwhile is raised, the messages stay posted and MPI
+  // may still write into the buffers: they are leaked then, never freed under MPI.
+  struct Arrival {
+    std::vector<long> in;
+    long out = 0;
+    std::vector<MPI_Request> recvs, sends;
+  };
+  auto a = std::make_unique<Arrival>();
+  a->in.assign(ranks.size(), 0);
+  a->out = seq;
   std::vector<int> peer;
   for (std::size_t j = 0; j < ranks.size(); ++j) {
     if (ranks[j] == me) continue;
     peer.push_back(ranks[j]);
-    recvs.emplace_back();
-    mpi::check(MPI_Irecv(&token_in[j], 1, MPI_LONG, ranks[j], kArrivalTag, g_watchdog_comm.get(), &recvs.back()),
+    a->recvs.emplace_back();
+    mpi::check(MPI_Irecv(&a->in[j], 1, MPI_LONG, ranks[j], kArrivalTag, g_watchdog_comm.get(), &a->recvs.back()),
                "MPI_Irecv");
-    sends.emplace_back();
-    mpi::check(MPI_Isend(&token_out, 1, MPI_LONG, ranks[j], kArrivalTag, g_watchdog_comm.get(), &sends.back()),
+    a->sends.emplace_back();
+    mpi::check(MPI_Isend(&a->out, 1, MPI_LONG, ranks[j], kArrivalTag, g_watchdog_comm.get(), &a->sends.back()),
                "MPI_Isend");
   }
-  std::vector<char> done;
-  if (!poll_requests(static_cast<int>(recvs.size()), recvs.data(), done, g_timeout, s)) {
-    std::vector<int> missing;
-    for (std::size_t i = 0; i < done.size(); ++i)
-      if (!done[i]) missing.push_back(peer[i]);
-    watchdog_abort(cat(collective_text(s), " (collective #", seq,
-                       " here, at ", where, ") did not complete within ", g_timeout,
-                       " s (SHARD_COLLECTIVE_TIMEOUT): rank", missing.size() > 1 ? "s " : " ", ranks_text(missing),
-                       " had not arrived; ranks ", ranks_text(ranks), " take part"));
+  try {
+    std::vector<char> done;
+    if (!poll_requests(static_cast<int>(a->recvs.size()), a->recvs.data(), done, g_timeout, s)) {
+      std::vector<int> missing;
+      for (std::size_t i = 0; i < done.size(); ++i)
+        if (!done[i]) missing.push_back(peer[i]);
+      watchdog_abort(cat(collective_text(s), " (collective #", seq,
+                         " here, at ", where, ") did not complete within ", g_timeout,
+                         " s (SHARD_COLLECTIVE_TIMEOUT): rank", missing.size() > 1 ? "s " : " ", ranks_text(missing),
+                         " had not arrived; ranks ", ranks_text(ranks), " take part"));
+    }
+    std::vector<char> sent;
+    if (!poll_requests(static_cast<int>(a->sends.size()), a->sends.data(), sent, g_timeout, s))
+      watchdog_abort(cat(s.name, " over ", s.axes_text, ": the arrival messages were not delivered within ",
+                         g_timeout, " s"));
+  } catch (...) {
+    (void)a.release();  // MPI still owns the buffers
+    throw;
   }
-  std::vector<char> sent;
-  if (!poll_requests(static_cast<int>(sends.size()), sends.data(), sent, g_timeout, s))
-    watchdog_abort(cat(s.name, " over ", s.axes_text, ": the arrival messages were not delivered within ", g_timeout,
-                       " s"));
 }
 
 /// The arrival messages over the ranks of a mesh (by first device).
