@@ -121,28 +121,27 @@ void stop_collective_watch() {
 
 double collective_watch_seconds() { return g_watch_on.load(std::memory_order_acquire) ? g_watch.seconds : 0.0; }
 
-BlockingWait::BlockingWait(const char* routine, const CollectiveSpec& s, const std::vector<int>& ranks)
-    : on_(g_watch_on.load(std::memory_order_relaxed)) {
-  if (!on_) return;
+namespace {
+/// Records the blocking call in progress (named by `spec` or `op`) for the watcher.
+void begin_wait(const char* routine, const CollectiveSpec* spec, const CommOp* op, const std::vector<int>& ranks) {
   std::lock_guard lock(g_watch.mutex);
   ++g_watch.generation;
   g_watch.waiting = true;
   g_watch.routine = routine;
-  g_watch.spec = &s;
-  g_watch.op = nullptr;
+  g_watch.spec = spec;
+  g_watch.op = op;
   g_watch.ranks = &ranks;
+}
+}  // namespace
+
+BlockingWait::BlockingWait(const char* routine, const CollectiveSpec& s, const std::vector<int>& ranks)
+    : on_(g_watch_on.load(std::memory_order_relaxed)) {
+  if (on_) begin_wait(routine, &s, nullptr, ranks);
 }
 
 BlockingWait::BlockingWait(const char* routine, const CommOp& op, const std::vector<int>& ranks)
     : on_(g_watch_on.load(std::memory_order_relaxed)) {
-  if (!on_) return;
-  std::lock_guard lock(g_watch.mutex);
-  ++g_watch.generation;
-  g_watch.waiting = true;
-  g_watch.routine = routine;
-  g_watch.spec = nullptr;
-  g_watch.op = &op;
-  g_watch.ranks = &ranks;
+  if (on_) begin_wait(routine, nullptr, &op, ranks);
 }
 
 BlockingWait::~BlockingWait() {

@@ -1,14 +1,11 @@
 #include "shard/shard_map.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <optional>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
-#include <thread>
 
 #include "shard/detail/collective_guard.hpp"
 #include "shard/detail/comm_verbs.hpp"
