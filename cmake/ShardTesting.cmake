@@ -1,4 +1,5 @@
-# shard_add_mpi_test(<target> [RANKS n...] [DEVICES k...] [TIMEOUT s] [ARGS a...])
+# shard_add_mpi_test(<target> [RANKS n...] [DEVICES k...] [TIMEOUT s] [ARGS a...] [ENV VAR=value...]
+#                    [SUFFIX s])
 #
 # Registers the test binary <target> under mpiexec once per (rank count, devices per rank)
 # pair, as ctest tests named <target>.np<n>.dpr<k>, each with a TIMEOUT (a deadlock is a
@@ -31,7 +32,7 @@ set(SHARD_MPI_TEST_ENV
   SHARD_CHECK_COLLECTIVES=1)
 
 function(shard_add_mpi_test target)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "RANKS;DEVICES;ARGS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT;SUFFIX" "RANKS;DEVICES;ARGS;ENV" ${ARGN})
   if(NOT ARG_RANKS)
     set(ARG_RANKS ${SHARD_TEST_RANKS})
   endif()
@@ -43,14 +44,14 @@ function(shard_add_mpi_test target)
   endif()
   foreach(n IN LISTS ARG_RANKS)
     foreach(k IN LISTS ARG_DEVICES)
-      set(name ${target}.np${n}.dpr${k})
+      set(name ${target}${ARG_SUFFIX}.np${n}.dpr${k})
       add_test(NAME ${name}
         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${SHARD_MPIEXEC_FLAGS} ${MPIEXEC_PREFLAGS}
                 $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS} ${ARG_ARGS})
       set_tests_properties(${name} PROPERTIES
         TIMEOUT ${ARG_TIMEOUT}
         LABELS "mpi"
-        ENVIRONMENT "${SHARD_MPI_TEST_ENV};SHARD_DEVICES_PER_RANK=${k}")
+        ENVIRONMENT "${SHARD_MPI_TEST_ENV};SHARD_DEVICES_PER_RANK=${k};${ARG_ENV}")
     endforeach()
   endforeach()
 endfunction()

@@ -17,7 +17,10 @@ Tape::Tape(bool device_view, std::uint64_t parent)
 
 void Tape::backward(bool keep) {
   Pause pause;
-  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) (*it)->backward(keep);
+  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+    (*it)->backward(keep);
+    progress_reductions();  // the gradients' sums in flight (grad_reduce.hpp)
+  }
 }
 
 void Tape::reset() {

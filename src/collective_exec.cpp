@@ -20,6 +20,7 @@
 #include "shard/comm_stats.hpp"
 #include "shard/detail/collective.hpp"
 #include "shard/detail/collective_guard.hpp"
+#include "shard/detail/comm_verbs.hpp"
 #include "shard/detail/mesh_comms.hpp"
 #include "shard/error.hpp"
 #include "shard/group_shared.hpp"
@@ -595,6 +596,92 @@ void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& s, cons
   }
 }
 
+// ---- start_psum_rows: the nonblocking psum of a row range (the backward pass's gradient buckets).
+struct PendingPsum::State {
+  Mesh mesh;         // keeps the groups' communicators alive
+  CommOp op;         // names the transfers (outlives them: declared first)
+  struct Part {
+    PendingTransfer transfer;
+    std::function<void()> finish;  // copies the sum to the group's other local members
+  };
+  std::vector<Part> parts;
+};
+
+PendingPsum::PendingPsum() = default;
+PendingPsum::PendingPsum(PendingPsum&&) noexcept = default;
+PendingPsum& PendingPsum::operator=(PendingPsum&&) noexcept = default;
+PendingPsum::~PendingPsum() = default;
+
+bool PendingPsum::done() const { return !state_ || state_->parts.empty(); }
+
+bool PendingPsum::test() {
+  if (done()) return true;
+  for (auto& p : state_->parts)
+    if (!p.transfer.test()) return false;
+  for (auto& p : state_->parts)
+    if (p.finish) p.finish();
+  state_->parts.clear();
+  return true;
+}
+
+void PendingPsum::wait() {
+  if (done()) return;
+  for (auto& p : state_->parts) {
+    p.transfer.wait();
+    if (p.finish) p.finish();
+    p.finish = nullptr;
+  }
+  state_->parts.clear();
+}
+
+template <typename T>
+PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
+                            std::vector<Tensor<T>>& blocks, std::int64_t r0, std::int64_t r1,
+                            const std::source_location& where) {
+  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
+    raise<ValueError>("start_psum_rows: float32 and float64 only");
+  } else {
+    if (s.kind != CollectiveKind::kReduce || s.op != ReduceOp::kSum || s.in_shape.size() != 2 ||
+        s.in_shape[0] != r1 - r0)
+      raise<ValueError>("start_psum_rows: the spec must be a psum of the ", r1 - r0, " rows");
+    if (collective_guard_on()) [[unlikely]]
+      guard_collective(mesh, s, devices, where);
+    PendingPsum out;
+    out.state_ = std::make_unique<PendingPsum::State>(
+        PendingPsum::State{mesh, CommOp{s.name, s.dtype + to_string(s.in_shape) + " over " + s.axes_text, where}, {}});
+    auto& st = *out.state_;
+    const std::int64_t n = s.in_shape[1], count = (r1 - r0) * n;
+    const bool shared_ok = use_shared_memory(mesh, s, false);
+    auto rows = [&](int local) { return blocks[local].data() + r0 * n; };
+    for (const auto& g : st.mesh.comms().groups(s.axes)) {
+      const auto m = members_of(g, devices);
+      if (m.empty() || count == 0) continue;
+      T* acc = rows(m[0].local);
+      for (std::size_t i = 1; i < m.size(); ++i) {
+        const T* x = rows(m[i].local);
+        for (std::int64_t e = 0; e < count; ++e) acc[e] += x[e];
+      }
+      std::vector<T*> others;
+      for (std::size_t i = 1; i < m.size(); ++i) others.push_back(rows(m[i].local));
+      auto finish = [acc, others, count] {
+        for (T* o : others) std::memcpy(o, acc, static_cast<std::size_t>(count) * sizeof(T));
+      };
+      if (g.comm.is_null()) {
+        finish();
+      } else if (shared_ok && static_cast<std::size_t>(count) * sizeof(T) >= kSharedReduceMin) {
+        Tensor<T> view = Tensor<T>::borrow(acc, Shape{r1 - r0, n});
+        shared_reduce(mesh, s, view, where);
+        comm_stats().record(s.name, s.axes_text, count * static_cast<std::int64_t>(sizeof(T)));
+        finish();
+      } else {
+        st.parts.push_back(PendingPsum::State::Part{iallreduce_sum(g, st.op, s.axes_text, acc, count_of(count, s)),
+                                                    others.empty() ? std::function<void()>() : finish});
+      }
+    }
+    return out;
+  }
+}
+
 template <typename T>
 T* collective_staging(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices) {
   if (s.kind != CollectiveKind::kPsumScatter || devices.size() != 1) return nullptr;
@@ -618,6 +705,12 @@ T* collective_staging(const Mesh& mesh, const CollectiveSpec& s, const std::vect
   template void execute_all_gather_in_place<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,        \
                                                const std::vector<Tensor<T>*>&, const std::source_location&);       \
   template T* collective_staging<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&);
+template PendingPsum start_psum_rows<float>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
+                                           std::vector<Tensor<float>>&, std::int64_t, std::int64_t,
+                                           const std::source_location&);
+template PendingPsum start_psum_rows<double>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
+                                            std::vector<Tensor<double>>&, std::int64_t, std::int64_t,
+                                            const std::source_location&);
 SHARD_INSTANTIATE_EXEC(bool)
 SHARD_INSTANTIATE_EXEC(float)
 SHARD_INSTANTIATE_EXEC(double)

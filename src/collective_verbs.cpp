@@ -237,6 +237,18 @@ PendingTransfer ibroadcast(const DeviceGroup& g, const CommOp& t, T* buf, int co
   return p;
 }
 
+template <typename T>
+PendingTransfer iallreduce_sum(const DeviceGroup& g, const CommOp& t, const std::string& axes, T* buf, int count) {
+  PendingTransfer p(g, t);
+  p.requests_.emplace_back();
+  mpi::check(MPI_Iallreduce(MPI_IN_PLACE, buf, count, mpi::datatype<T>(), MPI_SUM, g.comm.get(), &p.requests_.back()),
+             "MPI_Iallreduce");
+  comm_stats().record(t.kind, axes, static_cast<std::int64_t>(count) * static_cast<std::int64_t>(sizeof(T)));
+  return p;
+}
+template PendingTransfer iallreduce_sum<float>(const DeviceGroup&, const CommOp&, const std::string&, float*, int);
+template PendingTransfer iallreduce_sum<double>(const DeviceGroup&, const CommOp&, const std::string&, double*, int);
+
 #define SHARD_INSTANTIATE_VERBS(T)                                                                               \
   template void alltoallv<T>(const DeviceGroup&, const CommOp&, const T*, const std::vector<int>&,               \
                              const std::vector<int>&, T*, const std::vector<int>&, const std::vector<int>&,        \

@@ -42,6 +42,8 @@ struct Config {
   std::string grad_sync = "auto";  ///< auto, shared-memory or mpi
   std::string step = "autodiff";   ///< autodiff or hand
   std::string on_nan = "stop";     ///< stop or skip
+  std::string overlap = "on";      ///< the gradients' sums behind the backward pass (autodiff step)
+  double bucket_mb = 1.0;          ///< their chunk size
   train::Hyper hyper;
 };
 
@@ -191,7 +193,9 @@ int run(shard::Runtime& rt, Config& c) {
   const std::int64_t last_step = c.max_steps > 0 ? std::min<std::int64_t>(c.max_steps, c.epochs * steps_per_epoch)
                                                  : c.epochs * steps_per_epoch;
   double total_train_s = 0;
-  std::int64_t total_samples = 0, total_skipped = 0;
+  std::int64_t total_samples = 0, total_skipped = 0, total_steps = 0;
+  // The time spent waiting for the gradients' sums (the part the backward pass did not hide).
+  const double wait0 = shard::comm_stats().wait_seconds("psum");
   char line[512];
   while (step < last_step) {
     const int epoch = static_cast<int>(step / steps_per_epoch);
@@ -237,6 +241,7 @@ int run(shard::Runtime& rt, Config& c) {
     progress.end_line();
     total_train_s += epoch_s;
     total_samples += epoch_steps * c.batch;
+    total_steps += epoch_steps;
     // Evaluation: the test set (Fashion-MNIST) or the training rows (synthetic), batch by batch.
     const Dataset& eval_set = c.hyper.classify ? test_set : train_set;
     std::vector<std::int64_t> eval_order(static_cast<std::size_t>(eval_set.count));
@@ -274,17 +279,23 @@ int run(shard::Runtime& rt, Config& c) {
       train::save(c.checkpoint_dir, c.keep, m, c.hyper, step, c.seed, c.layers_text);
   }
   const double sps = total_train_s > 0 ? static_cast<double>(total_samples) / total_train_s : 0;
+  const double wait_ms =
+      total_steps > 0 ? 1e3 * (shard::comm_stats().wait_seconds("psum") - wait0) / static_cast<double>(total_steps) : 0;
   if (c.json) {
     std::snprintf(line, sizeof line,
                   "{\"summary\": true, \"steps\": %lld, \"samples\": %lld, \"train_seconds\": %.3f, "
                   "\"samples_per_second\": %.1f, \"mesh\": \"data=%d,model=%d\", \"ranks\": %d, \"devices_per_rank\": %d, "
-                  "\"peak_rss_mb\": %.1f, \"skipped_steps\": %lld, ",
+                  "\"peak_rss_mb\": %.1f, \"skipped_steps\": %lld, \"overlap\": \"%s\", \"bucket_mb\": %g, "
+                  "\"grad_wait_ms_per_step\": %.3f, ",
                   static_cast<long long>(step), static_cast<long long>(total_samples), total_train_s, sps, data, model,
-                  rt.process_count(), rt.devices_per_rank(), peak_rss_mb(), static_cast<long long>(total_skipped));
+                  rt.process_count(), rt.devices_per_rank(), peak_rss_mb(), static_cast<long long>(total_skipped),
+                  c.overlap.c_str(), c.bucket_mb, wait_ms);
     shard::apps::print0(rt, line + ("\"hosts_by_data\": \"" + placement + "\", \"grad_sync\": \"" + (data == 1 ? "none" : shared ? "shared-memory" : "mpi") + "\", \"step\": \"" + c.step + "\"}\n"));
   } else {
-    std::snprintf(line, sizeof line, "done: %lld steps, %.0f samples/s over %.2f s of training\n",
-                  static_cast<long long>(step), sps, total_train_s);
+    std::snprintf(line, sizeof line,
+                  "done: %lld steps, %.0f samples/s over %.2f s of training; waited %.3f ms per step for the "
+                  "gradients' sums (overlap %s)\n",
+                  static_cast<long long>(step), sps, total_train_s, wait_ms, c.overlap.c_str());
     shard::apps::print0(rt, line);
   }
   return 0;
@@ -335,6 +346,11 @@ int main(int argc, char** argv) {
         ("step", po::value(&c.step)->default_value("autodiff"),
          "autodiff (the model's forward pass, shard::grad and shard::optim) or hand (the hand-written backward "
          "pass and update, kept to compare)")
+        ("overlap", po::value(&c.overlap)->default_value("on"),
+         "on or off: reduce each gradient's chunks behind the rest of the backward pass (autodiff step, "
+         "shard::gradient_reduction().overlap), or wait for each right after starting it")
+        ("bucket-mb", po::value(&c.bucket_mb)->default_value(1.0, "1"),
+         "MiB of a gradient reduced in one call (shard::gradient_reduction().bucket_bytes)")
         ("json", "one JSON object per epoch (and per --log-every steps) and a summary, instead of text");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
@@ -353,6 +369,10 @@ int main(int argc, char** argv) {
       shard::raise<shard::ValueError>("--on-nan skip needs the autodiff step (the hand-written step updates as it goes)");
     c.hyper.skip_nonfinite = c.on_nan == "skip";
     check_choice("grad-sync", c.grad_sync, {"auto", "shared-memory", "mpi"});
+    check_choice("overlap", c.overlap, {"on", "off"});
+    check_finite_in("bucket-mb", c.bucket_mb, 1.0 / 1024, 1024);
+    shard::gradient_reduction().overlap = c.overlap == "on";
+    shard::gradient_reduction().bucket_bytes = static_cast<std::int64_t>(c.bucket_mb * 1024 * 1024);
     check_choice("dataset", c.dataset, {"fashion-mnist", "synthetic"});
     const bool synthetic = c.dataset == "synthetic";
     c.hyper.classify = !synthetic;

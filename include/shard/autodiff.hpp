@@ -246,6 +246,7 @@ auto run_value_and_grad(const F& f, const GradSharding& gs, const P& params, con
     else return result;
   }();
   check_scalar_output(value, "grad");
+  const DeferredReductionScope deferred;  // the parameters' sums run behind the pass
   backward_from(value, ones_like_value(value), tape);
   auto grads = ParamTraits<P>::grads(leaves, params);
   auto plain = stop_gradient(value);
@@ -316,6 +317,7 @@ auto vjp(F f, const Ps&... primals) {
   auto plain = stop_gradient(out);
   plain.set_ad(nullptr);
   auto fn = [tape, out, leaves, prims = std::make_tuple(primals...)](const decltype(out)& ct) {
+    const detail::DeferredReductionScope deferred;
     detail::backward_from(out, ct, *tape, /*keep=*/true);
     auto grads = std::apply(
         [&](const auto&... l) {

@@ -9,6 +9,7 @@
 #                 2 ranks per host, oversubscribed) against ScaLAPACK's pdgemm on the same ranks
 #   train         train_mlp --mesh data=2 across the hosts against 1 rank on one host (samples/s)
 #   bench.sh BUILD_DIR [--quick] [--links none,10g,1g] [--sizes 1M,4M,16M] [--steps N]
+#            [--parts collectives,matmul,train]
 # --quick (what ctest runs): the unshaped link only, 64K, a few steps; it checks the bench runs.
 # Exits 77 (ctest: skipped) with the reason when it cannot make namespaces or shape links.
 set -euo pipefail
@@ -25,6 +26,7 @@ sizes=1M,4M,16M
 collectives=psum,all_gather,psum_scatter,ppermute
 steps=300
 matmul_n=2048
+parts=collectives,matmul,train
 quick=0
 while [ $# -gt 0 ]; do
   case $1 in
@@ -34,6 +36,7 @@ while [ $# -gt 0 ]; do
     --sizes) sizes=$2; shift ;;
     --collectives) collectives=$2; shift ;;
     --steps) steps=$2; shift ;;
+    --parts) parts=$2; shift ;;
     *) echo "bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -57,8 +60,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 mn_setup 2
-netem=0
-have_netem && netem=1
 printf 'node0 slots=1\nnode1 slots=1\n' > "$work/hosts"
 printf 'node0 slots=2\nnode1 slots=2\n' > "$work/hosts2"
 net="${MN_SUBNET}.0/24"
@@ -103,6 +104,9 @@ shape() {
   done
 }
 
+netem=0
+have_netem && netem=1
+
 link_name() {
   case $1 in
     10g) if [ "$netem" = 1 ]; then echo "10 Gbit/s + 50 us"; else echo "10 Gbit/s (no delay: no sch_netem)"; fi ;;
@@ -122,10 +126,12 @@ dataset=(--dataset fashion-mnist)
   dataset=(--dataset synthetic --samples 8192)
 
 echo "multi-host benchmark: 2 namespace hosts x 1 rank, TCP over veth; $(nproc) cores; OpenBLAS core ${OPENBLAS_CORETYPE:-auto-detected}"
+has_part() { [[ ",$parts," == *",$1,"* ]]; }
+IFS=, read -r -a link_list <<< "$links"
+if has_part collectives; then
 echo
 echo "| link | collective | bytes | Shard µs | raw MPI µs | Shard/raw | bus GB/s | of link rate |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|"
-IFS=, read -r -a link_list <<< "$links"
 for link in "${link_list[@]}"; do
   shape "$link"
   across "$build/apps/collectives_bench" --sizes "$sizes" --collectives "$collectives" --json > "$work/coll_$link.jsonl"
@@ -142,6 +148,8 @@ for line in open(path):
           f"{r['shard_us'] / r['raw_us']:.3f} | {r['busbw_GBps']:.3f} | {of} |")
 EOF
 done
+fi
+if has_part matmul; then
 echo
 echo "| link | matmul n=$matmul_n float64 | ranks | s | GFLOP/s | vs pdgemm | exposed wait s |"
 echo "|---|---|---:|---:|---:|---:|---:|"
@@ -167,6 +175,8 @@ for path in sys.argv[2:]:
               f"{r['gflops']:.1f} | {r['vs_pdgemm']:.2f}x | {r['wait_s']:.3f} |")
 EOF
 done
+fi
+if has_part train; then
 echo
 echo "| link | train_mlp | samples/s | vs 1 rank |"
 echo "|---|---|---:|---:|"
@@ -181,5 +191,6 @@ for link in "${link_list[@]}"; do
   two=$($python -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and "samples_per_second" in l][-1]["samples_per_second"])' "$work/two_$link.jsonl")
   echo "| $(link_name "$link") | data=2, 2 hosts x 1 rank | $two | $($python -c "print(f'{$two / $one:.2f}')") |"
 done
+fi
 shape none
 if [ "$quick" = 1 ]; then echo "bench: ran (quick)"; fi

@@ -2,6 +2,8 @@
 /// \file Device-group collectives (comm layer internals): a validated description of one
 /// collective, and its execution for all of this rank's devices at once.
 
+#include <cstdint>
+#include <memory>
 #include <source_location>
 #include <string>
 #include <utility>
@@ -83,5 +85,41 @@ void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& spec, c
 /// run in between; the block is then a Tensor::borrow of the slot.
 template <typename T>
 T* collective_staging(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices);
+
+class PendingTransfer;
+class PendingPsum;
+
+/// Starts the sum over spec.axes (spec: a psum of shape {r1 - r0, n}) of rows [r0, r1) of each
+/// local device's 2-D block (`blocks`, by index into `devices`), in place; the other rows are
+/// not touched. The consistency check runs now (the transfers are fingerprinted like psum);
+/// the sum goes out as one MPI_Iallreduce per group. Through group-shared memory (one node) or
+/// within a rank it completes before returning.
+template <typename T>
+PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices,
+                            std::vector<Tensor<T>>& blocks, std::int64_t r0, std::int64_t r1,
+                            const std::source_location& where = std::source_location::current());
+
+/// A psum started by start_psum_rows: wait() completes the transfers and hands the sum to every
+/// local member of each group; test() progresses them (true once the transfers are done).
+/// Movable; the blocks it was started on must outlive it. Destroyed while in flight (an error
+/// unwinding), it completes the transfers within SHARD_ABORT_GRACE (PendingTransfer).
+class PendingPsum {
+ public:
+  PendingPsum();
+  PendingPsum(PendingPsum&&) noexcept;
+  PendingPsum& operator=(PendingPsum&&) noexcept;
+  ~PendingPsum();
+  bool test();
+  void wait();
+  bool done() const;
+
+ private:
+  template <typename T>
+  friend PendingPsum start_psum_rows(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
+                                     std::vector<Tensor<T>>&, std::int64_t, std::int64_t,
+                                     const std::source_location&);
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace shard::detail

@@ -89,6 +89,8 @@ class PendingTransfer {
   friend PendingTransfer irecv(const DeviceGroup&, const CommOp&, T*, int, int, int);
   template <typename T>
   friend PendingTransfer ibroadcast(const DeviceGroup&, const CommOp&, T*, int, int);
+  template <typename T>
+  friend PendingTransfer iallreduce_sum(const DeviceGroup&, const CommOp&, const std::string&, T*, int);
   PendingTransfer(const DeviceGroup& g, const CommOp& t);
 
   std::vector<MPI_Request> requests_;
@@ -104,5 +106,10 @@ PendingTransfer irecv(const DeviceGroup& g, const CommOp& t, T* buf, int count, 
 /// MPI_Ibcast over `g` from communicator rank `root`.
 template <typename T>
 PendingTransfer ibroadcast(const DeviceGroup& g, const CommOp& t, T* buf, int count, int root);
+
+/// MPI_Iallreduce (sum, in place) of `count` elements over `g`; recorded in CommStats under
+/// t.kind and the mesh axes `axes`.
+template <typename T>
+PendingTransfer iallreduce_sum(const DeviceGroup& g, const CommOp& t, const std::string& axes, T* buf, int count);
 
 }  // namespace shard::detail

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "shard/detail/grad_reduce.hpp"
 #include "shard/detail/tape.hpp"
 #include "shard/error.hpp"
 #include "shard/ops.hpp"
@@ -86,7 +87,7 @@ struct Node final : NodeBase {
   Node(const char* op_, Tape& tape_, std::uint32_t vma_, NodeMeta<X> meta_)
       : NodeBase(op_), tape(&tape_), vma(vma_), meta(std::move(meta_)) {}
 
-  bool has_cotangent() const override { return ct.has_value() || !pending.empty(); }
+  bool has_cotangent() const override { return ct.has_value() || !pending.empty() || !deferred.empty(); }
 
   /// Adds a contribution that varies over the axes `ct_vma`; one that varies over axes the
   /// primal does not is summed over them when the node runs (the transpose of pvary).
@@ -111,12 +112,19 @@ struct Node final : NodeBase {
     pending.emplace_back(excess, std::move(v));
   }
 
-  /// The whole cotangent: pending contributions psummed over their extra axes and added.
+  /// A contribution whose reduction is in flight (a leaf's, grad_reduce.hpp): `take` waits
+  /// for it and returns it, sharded as the primal.
+  void defer(std::function<X()> take) { deferred.push_back(std::move(take)); }
+
+  /// The whole cotangent: pending contributions psummed over their extra axes and added, and
+  /// the deferred ones waited for.
   X& total() {
     if constexpr (is_tensor_v<X>) {
       for (auto& [mask, part] : pending) accumulate(ct, tape_psum(*tape, std::move(part), mask));
     }
     pending.clear();
+    for (auto& take : deferred) accumulate(ct, take());
+    deferred.clear();
     return *ct;
   }
 
@@ -135,6 +143,7 @@ struct Node final : NodeBase {
   void reset() override {
     ct.reset();
     pending.clear();
+    deferred.clear();
   }
 
   Tape* tape;
@@ -144,6 +153,7 @@ struct Node final : NodeBase {
   bool leaf = false;
   std::optional<X> ct;
   std::vector<std::pair<std::uint32_t, X>> pending;
+  std::vector<std::function<X()>> deferred;
 };
 
 template <typename X>
@@ -587,8 +597,15 @@ void matmul_transpose(const X& ct, const NodePtr<X>& an, const NodePtr<X>& bn, c
   if (b1) c2 = expand_dims(c2, -1);
   if (!a1 && !b1 && as.size() == 2 && bs.size() == 2) {  // the common case: no transpose copies
     if constexpr (is_sharded_v<X>) {  // each product lands where its node keeps its cotangent
-      if (an) push(an, matmul_t(c2, false, *bk, true, &an->meta.sharding), v);
-      if (bn) push(bn, matmul_t(*ak, true, c2, false, &bn->meta.sharding), v);
+      // A parameter's gradient: its psum over the contracting axes runs behind the rest of the
+      // backward pass where it can (grad_reduce.hpp).
+      auto product = [&](const NodePtr<X>& n, const X& l, bool tl, const X& r, bool tr) {
+        if (n->leaf)
+          if (auto take = matmul_t_deferred(l, tl, r, tr, n->meta.sharding)) return n->defer(std::move(take));
+        push(n, matmul_t(l, tl, r, tr, &n->meta.sharding), v);
+      };
+      if (an) product(an, c2, false, *bk, true);
+      if (bn) product(bn, *ak, true, c2, false);
     } else {
       if (an) push(an, matmul_t(c2, false, *bk, true), v);
       if (bn) push(bn, matmul_t(*ak, true, c2, false), v);
