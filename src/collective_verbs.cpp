@@ -246,6 +246,40 @@ PendingTransfer iallreduce_sum(const DeviceGroup& g, const CommOp& t, const std:
   comm_stats().record(t.kind, axes, static_cast<std::int64_t>(count) * static_cast<std::int64_t>(sizeof(T)));
   return p;
 }
+template <typename T>
+PendingTransfer ialltoallv(const DeviceGroup& g, const CommOp& t, const std::string& axes, const T* send,
+                           const std::vector<int>& send_counts, const std::vector<int>& send_displs, T* recv,
+                           const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) {
+  PendingTransfer p(g, t);
+  p.requests_.emplace_back();
+  mpi::check(MPI_Ialltoallv(send, send_counts.data(), send_displs.data(), mpi::datatype<T>(), recv, recv_counts.data(),
+                            recv_displs.data(), mpi::datatype<T>(), g.comm.get(), &p.requests_.back()),
+             "MPI_Ialltoallv");
+  std::int64_t out = 0;
+  for (std::size_t r = 0; r < send_counts.size(); ++r)
+    if (static_cast<int>(r) != g.comm.rank()) out += send_counts[r];
+  comm_stats().record(t.kind, axes, out * static_cast<std::int64_t>(sizeof(T)));
+  return p;
+}
+
+template <typename T>
+PendingTransfer iallgatherv(const DeviceGroup& g, const CommOp& t, const std::string& axes, const T* send, int count,
+                            T* recv, const std::vector<int>& counts, const std::vector<int>& displs) {
+  PendingTransfer p(g, t);
+  p.requests_.emplace_back();
+  mpi::check(MPI_Iallgatherv(send, count, mpi::datatype<T>(), recv, counts.data(), displs.data(), mpi::datatype<T>(),
+                             g.comm.get(), &p.requests_.back()),
+             "MPI_Iallgatherv");
+  comm_stats().record(t.kind, axes, static_cast<std::int64_t>(count) * static_cast<std::int64_t>(sizeof(T)));
+  return p;
+}
+template PendingTransfer ialltoallv<std::uint16_t>(const DeviceGroup&, const CommOp&, const std::string&,
+                                                   const std::uint16_t*, const std::vector<int>&,
+                                                   const std::vector<int>&, std::uint16_t*, const std::vector<int>&,
+                                                   const std::vector<int>&);
+template PendingTransfer iallgatherv<std::uint16_t>(const DeviceGroup&, const CommOp&, const std::string&,
+                                                    const std::uint16_t*, int, std::uint16_t*,
+                                                    const std::vector<int>&, const std::vector<int>&);
 template PendingTransfer iallreduce_sum<float>(const DeviceGroup&, const CommOp&, const std::string&, float*, int);
 template PendingTransfer iallreduce_sum<double>(const DeviceGroup&, const CommOp&, const std::string&, double*, int);
 

@@ -146,13 +146,13 @@ std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, boo
     }
     CollectiveSpec chunk = reduce_spec(mesh, ReduceOp::kSum, p.contract, Shape{r1 - r0, n});
     chunk.dtype = whole.dtype;
-    d->chunks_.push_back(start_psum_rows(mesh, chunk, devices, d->blocks_, r0, r1));
+    d->chunks_.push_back(start_psum_rows(mesh, chunk, devices, d->blocks_, r0, r1, settings.bfloat16));
     if (!settings.overlap) d->chunks_.back().wait();
   }
   if (block[0] == 0) {  // no rows: still one (empty) sum, so every rank makes the same calls
     CollectiveSpec chunk = reduce_spec(mesh, ReduceOp::kSum, p.contract, Shape{0, n});
     chunk.dtype = whole.dtype;
-    d->chunks_.push_back(start_psum_rows(mesh, chunk, devices, d->blocks_, 0, 0));
+    d->chunks_.push_back(start_psum_rows(mesh, chunk, devices, d->blocks_, 0, 0, settings.bfloat16));
   }
   register_in_flight(d);
   return [d] { return d->take(); };

@@ -44,6 +44,7 @@ struct Config {
   std::string on_nan = "stop";     ///< stop or skip
   std::string overlap = "on";      ///< the gradients' sums behind the backward pass (autodiff step)
   double bucket_mb = 1.0;          ///< their chunk size
+  std::string grad_dtype = "float32";  ///< float32 or bfloat16 (sent as, summed in float32)
   train::Hyper hyper;
 };
 
@@ -286,10 +287,10 @@ int run(shard::Runtime& rt, Config& c) {
                   "{\"summary\": true, \"steps\": %lld, \"samples\": %lld, \"train_seconds\": %.3f, "
                   "\"samples_per_second\": %.1f, \"mesh\": \"data=%d,model=%d\", \"ranks\": %d, \"devices_per_rank\": %d, "
                   "\"peak_rss_mb\": %.1f, \"skipped_steps\": %lld, \"overlap\": \"%s\", \"bucket_mb\": %g, "
-                  "\"grad_wait_ms_per_step\": %.3f, ",
+                  "\"grad_dtype\": \"%s\", \"grad_wait_ms_per_step\": %.3f, ",
                   static_cast<long long>(step), static_cast<long long>(total_samples), total_train_s, sps, data, model,
                   rt.process_count(), rt.devices_per_rank(), peak_rss_mb(), static_cast<long long>(total_skipped),
-                  c.overlap.c_str(), c.bucket_mb, wait_ms);
+                  c.overlap.c_str(), c.bucket_mb, c.grad_dtype.c_str(), wait_ms);
     shard::apps::print0(rt, line + ("\"hosts_by_data\": \"" + placement + "\", \"grad_sync\": \"" + (data == 1 ? "none" : shared ? "shared-memory" : "mpi") + "\", \"step\": \"" + c.step + "\"}\n"));
   } else {
     std::snprintf(line, sizeof line,
@@ -351,6 +352,9 @@ int main(int argc, char** argv) {
          "shard::gradient_reduction().overlap), or wait for each right after starting it")
         ("bucket-mb", po::value(&c.bucket_mb)->default_value(1.0, "1"),
          "MiB of a gradient reduced in one call (shard::gradient_reduction().bucket_bytes)")
+        ("grad-dtype", po::value(&c.grad_dtype)->default_value("float32"),
+         "float32 or bfloat16: how the gradients' chunks travel (bfloat16: half the bytes, summed in float32; "
+         "shard::gradient_reduction().bfloat16)")
         ("json", "one JSON object per epoch (and per --log-every steps) and a summary, instead of text");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
@@ -373,6 +377,8 @@ int main(int argc, char** argv) {
     check_finite_in("bucket-mb", c.bucket_mb, 1.0 / 1024, 1024);
     shard::gradient_reduction().overlap = c.overlap == "on";
     shard::gradient_reduction().bucket_bytes = static_cast<std::int64_t>(c.bucket_mb * 1024 * 1024);
+    check_choice("grad-dtype", c.grad_dtype, {"float32", "bfloat16"});
+    shard::gradient_reduction().bfloat16 = c.grad_dtype == "bfloat16";
     check_choice("dataset", c.dataset, {"fashion-mnist", "synthetic"});
     const bool synthetic = c.dataset == "synthetic";
     c.hyper.classify = !synthetic;

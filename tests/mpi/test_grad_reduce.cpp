@@ -10,6 +10,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+
+#include <mpi.h>
 
 #include "mpi_test.hpp"
 #include "shard/autodiff.hpp"
@@ -119,6 +122,43 @@ SHARD_MPI_TEST(GradReduce, OneSumPerChunk) {
   EXPECT_EQ(rec.calls, 1 + 4) << comm_stats().to_string();
   EXPECT_EQ(rec.bytes, static_cast<std::int64_t>(sizeof(double)) * (1 + d * o)) << comm_stats().to_string();
   EXPECT_GT(g.to_host().size(), 0);
+}
+
+SHARD_MPI_TEST(GradReduce, Bfloat16SumsAccumulateInFloat32) {
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"data"});
+  const std::int64_t b = 8 * n, d = 24, o = 40;
+  const Tensor<float> hx = random_values<float>({b, d}, 1, 1.0), hw = random_values<float>({d, o}, 2, 1.0);
+  const auto x = device_put(hx, NamedSharding(mesh, P("data")));
+  const auto w = device_put(hw, NamedSharding(mesh, P()));
+  auto f = [](const auto& p, const auto& xx) { return sum(square(matmul(xx, p))); };
+  const auto want = grad(f)(hw, hx);
+  const Settings keep;
+  gradient_reduction() = GradientReduction{true, 7 * o * 4, true};
+  const auto g = grad(f)(w, x);
+  const Tensor<float> got = g.to_host();
+  // bfloat16 keeps 8 significant bits: each device's partial sum and the total are rounded once,
+  // so an element is within 2^-8 of the sum of its terms' sizes, 2 |x|^T |x w| (dW = 2 x^T x w).
+  const Tensor<float> bound = grad([](const Tensor<float>& p, const Tensor<float>& xx) {
+    return sum(square(matmul(abs(xx), abs(p))));
+  })(abs(hw), hx);
+  for (std::int64_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got.data()[i], want.data()[i], bound.data()[i] * (1.0 / 128) + 1e-6) << "element " << i;
+  if (deferred_through_mpi()) {
+    EXPECT_GT(max_rel_diff(got, want), 0.0) << "the sums did not go through bfloat16";
+    // Every device holds the same values (the rounded sums were gathered, not recomputed).
+    std::uint64_t h = 1469598103934665603ull;
+    for (const auto& s : g.addressable_shards())
+      for (std::int64_t i = 0; i < s.data.size(); ++i) {
+        std::uint32_t u;
+        std::memcpy(&u, s.data.data() + i, 4);
+        h = (h ^ u) * 1099511628211ull;
+      }
+    std::uint64_t lo = 0, hi = 0;
+    MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(lo, hi);
+  }
 }
 
 SHARD_MPI_TEST(GradReduce, DifferentBucketSizesAreAMismatch) {

@@ -92,11 +92,13 @@ class PendingPsum;
 /// Starts the sum over spec.axes (spec: a psum of shape {r1 - r0, n}) of rows [r0, r1) of each
 /// local device's 2-D block (`blocks`, by index into `devices`), in place; the other rows are
 /// not touched. The consistency check runs now (the transfers are fingerprinted like psum);
-/// the sum goes out as one MPI_Iallreduce per group. Through group-shared memory (one node) or
-/// within a rank it completes before returning.
+/// the sum goes out as one MPI_Iallreduce per group, or, with `bf16` (float32 only), as
+/// bfloat16 with float32 accumulation (an Ialltoallv of each rank's share, a float32 sum,
+/// an Iallgatherv of the rounded sums: half the bytes; every rank gets the same values).
+/// Through group-shared memory (one node) or within a rank it completes before returning.
 template <typename T>
 PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices,
-                            std::vector<Tensor<T>>& blocks, std::int64_t r0, std::int64_t r1,
+                            std::vector<Tensor<T>>& blocks, std::int64_t r0, std::int64_t r1, bool bf16 = false,
                             const std::source_location& where = std::source_location::current());
 
 /// A psum started by start_psum_rows: wait() completes the transfers and hands the sum to every
@@ -116,9 +118,13 @@ class PendingPsum {
  private:
   template <typename T>
   friend PendingPsum start_psum_rows(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                     std::vector<Tensor<T>>&, std::int64_t, std::int64_t,
+                                     std::vector<Tensor<T>>&, std::int64_t, std::int64_t, bool,
                                      const std::source_location&);
-  struct State;
+
+ public:
+  struct State;  // collective_exec.cpp
+
+ private:
   std::unique_ptr<State> state_;
 };
 

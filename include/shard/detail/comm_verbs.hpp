@@ -91,6 +91,13 @@ class PendingTransfer {
   friend PendingTransfer ibroadcast(const DeviceGroup&, const CommOp&, T*, int, int);
   template <typename T>
   friend PendingTransfer iallreduce_sum(const DeviceGroup&, const CommOp&, const std::string&, T*, int);
+  template <typename T>
+  friend PendingTransfer ialltoallv(const DeviceGroup&, const CommOp&, const std::string&, const T*,
+                                    const std::vector<int>&, const std::vector<int>&, T*, const std::vector<int>&,
+                                    const std::vector<int>&);
+  template <typename T>
+  friend PendingTransfer iallgatherv(const DeviceGroup&, const CommOp&, const std::string&, const T*, int, T*,
+                                     const std::vector<int>&, const std::vector<int>&);
   PendingTransfer(const DeviceGroup& g, const CommOp& t);
 
   std::vector<MPI_Request> requests_;
@@ -111,5 +118,14 @@ PendingTransfer ibroadcast(const DeviceGroup& g, const CommOp& t, T* buf, int co
 /// t.kind and the mesh axes `axes`.
 template <typename T>
 PendingTransfer iallreduce_sum(const DeviceGroup& g, const CommOp& t, const std::string& axes, T* buf, int count);
+/// MPI_Ialltoallv and MPI_Iallgatherv over `g` (the count vectors must outlive the transfer);
+/// the elements leaving this rank are recorded under t.kind and `axes`.
+template <typename T>
+PendingTransfer ialltoallv(const DeviceGroup& g, const CommOp& t, const std::string& axes, const T* send,
+                           const std::vector<int>& send_counts, const std::vector<int>& send_displs, T* recv,
+                           const std::vector<int>& recv_counts, const std::vector<int>& recv_displs);
+template <typename T>
+PendingTransfer iallgatherv(const DeviceGroup& g, const CommOp& t, const std::string& axes, const T* send, int count,
+                            T* recv, const std::vector<int>& counts, const std::vector<int>& displs);
 
 }  // namespace shard::detail

@@ -33,6 +33,9 @@ struct GradientReduction {
   bool overlap = true;
   /// The largest chunk of one gradient reduced in one call (DDP's bucket_cap).
   std::int64_t bucket_bytes = std::int64_t{1} << 20;
+  /// Send float32 gradients as bfloat16 and accumulate them in float32 (half the bytes; each
+  /// sum is rounded to bfloat16's 8 significant bits, the same on every rank).
+  bool bfloat16 = false;
 };
 
 /// The settings in effect (modifiable: shard::gradient_reduction().overlap = false).

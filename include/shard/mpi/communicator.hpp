@@ -26,6 +26,7 @@ MPI_Datatype datatype() {
   else if constexpr (std::is_same_v<U, std::int64_t>) return MPI_INT64_T;
   else if constexpr (std::is_same_v<U, std::uint64_t>) return MPI_UINT64_T;
   else if constexpr (std::is_same_v<U, std::uint8_t>) return MPI_UINT8_T;
+  else if constexpr (std::is_same_v<U, std::uint16_t>) return MPI_UINT16_T;
   else if constexpr (std::is_same_v<U, char>) return MPI_CHAR;
   else static_assert(sizeof(U) == 0, "no MPI datatype for this type");
 }
