@@ -176,6 +176,7 @@ ShardedArray<T> cannon(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Ca
       }
       req = start_exchange(mesh, cpos, local, acur, anext, to_a, from_a, op);
       req.merge(start_exchange(mesh, rpos, local, bcur, bnext, to_b, from_b, op));
+      if (!options.overlap) req.wait();
     }
     // C += A_cur @ B_cur, panel by panel, letting MPI progress the shift in between.
     for (std::size_t l = 0; l < n; ++l) {

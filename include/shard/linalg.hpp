@@ -16,6 +16,9 @@ struct CannonOptions {
   /// shift of the next blocks progresses during the product (Open MPI has no progress
   /// thread). 0: choose from the block size.
   int panels = 0;
+  /// false: wait for each shift right after posting it, before the product (the same
+  /// transfers, unhidden: what the overlap saves is the difference).
+  bool overlap = true;
 };
 
 /// Cannon's algorithm for C = A @ B with A and B sharded P(r, c) on mesh axes r and c of
@@ -32,6 +35,8 @@ ShardedArray<T> cannon(const ShardedArray<T>& a, const ShardedArray<T>& b, Canno
 struct SummaOptions {
   /// Width of the K panels broadcast per step (clipped to block boundaries). 0: 256.
   std::int64_t panel = 0;
+  /// false: wait for each panel's broadcasts right after posting them (see CannonOptions).
+  bool overlap = true;
 };
 
 /// SUMMA for C = A @ B on any p x q pair of mesh axes (r, c) (taken from A's spec P(r, c);

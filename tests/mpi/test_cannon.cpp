@@ -26,7 +26,7 @@ Mesh square_mesh(int q) {
 }
 
 template <typename T>
-void check(int q, const Shape& as, const Shape& bs, std::uint64_t seed, int panels = 0) {
+void check(int q, const Shape& as, const Shape& bs, std::uint64_t seed, int panels = 0, bool overlap = true) {
   const Mesh mesh = square_mesh(q);
   const NamedSharding s(mesh, P("r", "c"));
   const Tensor<double> ha = random_tensor<double>(as, seed), hb = random_tensor<double>(bs, seed + 1);
@@ -37,7 +37,7 @@ void check(int q, const Shape& as, const Shape& bs, std::uint64_t seed, int pane
   for (std::int64_t i = 0; i < ta.size(); ++i) da[i] = static_cast<double>(ta[i]);
   for (std::int64_t i = 0; i < tb.size(); ++i) db[i] = static_cast<double>(tb[i]);
   const Tensor<double> ref = host_product(da, db);
-  const auto c = linalg::cannon(device_put(ta, s), device_put(tb, s), linalg::CannonOptions{panels});
+  const auto c = linalg::cannon(device_put(ta, s), device_put(tb, s), linalg::CannonOptions{panels, overlap});
   EXPECT_EQ(c.spec(), P("r", "c"));
   EXPECT_EQ(c.shape(), (Shape{as[0], bs[1]}));
   const MaxError me = max_error(c, ref);
@@ -61,6 +61,7 @@ SHARD_MPI_TEST(Cannon, SquareRectangularUnevenDouble) {
     check<double>(q, {13, 7}, {7, 11}, seed++);          // m != k != n, uneven
     check<double>(q, {5, 3 * q + 1}, {3 * q + 1, 2}, seed++);  // short and empty blocks
     check<double>(q, {40, 33}, {33, 29}, seed++, 3);     // panels
+    check<double>(q, {40, 33}, {33, 29}, seed++, 3, false);  // each shift waited at once
   }
 }
 

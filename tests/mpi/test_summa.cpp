@@ -11,7 +11,8 @@ namespace shard::testing {
 namespace {
 
 template <typename T>
-void check(const Mesh& mesh, const Shape& as, const Shape& bs, std::uint64_t seed, std::int64_t panel) {
+void check(const Mesh& mesh, const Shape& as, const Shape& bs, std::uint64_t seed, std::int64_t panel,
+           bool overlap = true) {
   const NamedSharding s(mesh, P("r", "c"));
   const Tensor<double> ha = random_tensor<double>(as, seed), hb = random_tensor<double>(bs, seed + 1);
   Tensor<T> ta(as), tb(bs);
@@ -24,7 +25,7 @@ void check(const Mesh& mesh, const Shape& as, const Shape& bs, std::uint64_t see
         ref(i, j) += static_cast<double>(ta(i, k)) * static_cast<double>(tb(k, j));
   // B arrives in another layout on purpose: summa reshards it to P('r', 'c').
   const auto c = linalg::summa(device_put(ta, s), device_put(tb, NamedSharding(mesh, P("c", None))),
-                               linalg::SummaOptions{panel});
+                               linalg::SummaOptions{panel, overlap});
   EXPECT_EQ(c.spec(), P("r", "c"));
   const MaxError me = max_error(c, ref);
   EXPECT_TRUE(me.boxes_ok);
@@ -43,6 +44,8 @@ SHARD_MPI_TEST(Summa, EveryGrid) {
     check<double>(mesh, {9, 17}, {17, 5}, seed++, 3);   // panels cut inside blocks
     check<double>(mesh, {3, 2}, {2, 3}, seed++, 1);     // empty blocks
     check<float>(mesh, {10, 14}, {14, 6}, seed++, 4);
+    check<double>(mesh, {300, 40}, {40, 20}, seed++, 8);         // several row pieces per update
+    check<double>(mesh, {300, 40}, {40, 20}, seed++, 8, false);  // each broadcast waited at once
   }
 }
 

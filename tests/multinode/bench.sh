@@ -151,8 +151,8 @@ done
 fi
 if has_part matmul; then
 echo
-echo "| link | matmul n=$matmul_n float64 | ranks | s | GFLOP/s | vs pdgemm | exposed wait s |"
-echo "|---|---|---:|---:|---:|---:|---:|"
+echo "| link | matmul n=$matmul_n float64 | ranks | s | GFLOP/s | vs pdgemm | exposed wait s | unoverlapped wait s | hidden |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
 for link in "${link_list[@]}"; do
   shape "$link"
   RANKS=2 across "$build/apps/matmul_bench" --n "$matmul_n" --mesh 1x2 --repeats 3 --algorithms summa,scalapack --json \
@@ -172,7 +172,8 @@ for path in sys.argv[2:]:
             print(f"FAIL: {r['algorithm']} on {r['mesh']} gave a wrong product")
             sys.exit(1)
         print(f"| {name} | {r['algorithm']} on {r['mesh']} ({r['ranks'] // 2} per host) | {r['ranks']} | {r['median_s']:.3f} | "
-              f"{r['gflops']:.1f} | {r['vs_pdgemm']:.2f}x | {r['wait_s']:.3f} |")
+              f"{r['gflops']:.1f} | {r['vs_pdgemm']:.2f}x | {r['wait_s']:.3f} | "
+              + (f"{r['wait_unoverlapped_s']:.3f} | {100 * r['overlapped']:.0f}% |" if r['algorithm'] != 'scalapack' else "- | - |"))
 EOF
 done
 fi
