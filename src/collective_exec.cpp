@@ -20,32 +20,18 @@
 #include "shard/comm_stats.hpp"
 #include "shard/detail/collective.hpp"
 #include "shard/detail/collective_guard.hpp"
-#include "shard/detail/comm_verbs.hpp"
 #include "shard/detail/mesh_comms.hpp"
 #include "shard/error.hpp"
 #include "shard/group_shared.hpp"
 #include "shard/mpi/communicator.hpp"
 
 #include "collective_guard_internal.hpp"
+#include "collective_members.hpp"
 #include "collective_shared.hpp"
 
 namespace shard::detail {
 
 namespace {
-
-struct Member {
-  int local;  // index into devices / ins / outs
-  int pos;    // position in the group (axis index over spec.axes)
-};
-
-/// This rank's devices in the group, by position.
-std::vector<Member> members_of(const DeviceGroup& g, const std::vector<int>& devices) {
-  std::vector<Member> out;
-  for (int p = 0; p < static_cast<int>(g.devices.size()); ++p)
-    for (int l = 0; l < static_cast<int>(devices.size()); ++l)
-      if (devices[l] == g.devices[p]) out.push_back({l, p});
-  return out;
-}
 
 /// Positions of the group owned by each of its ranks (in communicator order).
 std::vector<std::vector<int>> positions_by_rank(const DeviceGroup& g, const Topology& topo) {
@@ -62,12 +48,6 @@ int comm_rank_of(const DeviceGroup& g, int world_rank) {
   for (std::size_t r = 0; r < g.ranks.size(); ++r)
     if (g.ranks[r] == world_rank) return static_cast<int>(r);
   return -1;
-}
-
-int count_of(std::int64_t n, const CollectiveSpec& s) {
-  if (n > INT_MAX)
-    raise<ValueError>(s.name, " over ", s.axes_text, ": ", n, " elements in one MPI call exceed MPI's int count limit");
-  return static_cast<int>(n);
 }
 
 template <typename T>
@@ -596,180 +576,6 @@ void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& s, cons
   }
 }
 
-// ---- start_psum_rows: the nonblocking psum of a row range (the backward pass's gradient buckets).
-struct PendingPsum::State {
-  Mesh mesh;  // keeps the groups' communicators alive
-  CommOp op;  // names the transfers (outlives them: declared first)
-  /// One group's sum: a transfer in flight and what runs when it completes (which may start the
-  /// next phase). `next` (and the buffers it holds) is declared first: it outlives the transfer.
-  struct Part {
-    std::function<void(Part&)> next;
-    PendingTransfer transfer;
-  };
-  std::vector<Part> parts;
-};
-
-PendingPsum::PendingPsum() = default;
-PendingPsum::PendingPsum(PendingPsum&&) noexcept = default;
-PendingPsum& PendingPsum::operator=(PendingPsum&&) noexcept = default;
-PendingPsum::~PendingPsum() = default;
-
-bool PendingPsum::done() const { return !state_ || state_->parts.empty(); }
-
-namespace {
-/// Runs the part's next step once its transfer completed; true when nothing is left.
-bool advance(PendingPsum::State::Part& p, bool block) {
-  for (;;) {
-    if (block) p.transfer.wait();
-    else if (!p.transfer.test()) return false;
-    if (!p.next) return true;
-    auto next = std::move(p.next);
-    p.next = nullptr;
-    next(p);
-  }
-}
-}  // namespace
-
-bool PendingPsum::test() {
-  if (done()) return true;
-  bool all = true;
-  for (auto& p : state_->parts) all = advance(p, false) && all;
-  if (all) state_->parts.clear();
-  return all;
-}
-
-void PendingPsum::wait() {
-  if (done()) return;
-  for (auto& p : state_->parts) advance(p, true);
-  state_->parts.clear();
-}
-
-namespace {
-
-/// float32 -> bfloat16, rounded to nearest even (NaN stays NaN).
-std::uint16_t to_bf16(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-float from_bf16(std::uint16_t h) {
-  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-/// The bfloat16 sum of `count` floats at acc over g, accumulated in float32: each rank receives
-/// every rank's bfloat16 copy of its 1/P of the elements (Ialltoallv), sums them in float32,
-/// rounds the sum to bfloat16 and the ranks gather the sums (Iallgatherv): half the bytes of a
-/// float32 allreduce. Every rank ends with the same values.
-void start_bf16_sum(PendingPsum::State& st, PendingPsum::State::Part& part, const DeviceGroup& g,
-                    const std::string& axes, float* acc, std::int64_t count, std::function<void()> finish) {
-  struct Buffers {
-    std::vector<std::uint16_t> send, recv, gathered, mine;
-    std::vector<int> counts, displs, recv_counts, recv_displs;
-  };
-  auto b = std::make_shared<Buffers>();
-  const int p = g.comm.size(), me = g.comm.rank();
-  for (int r = 0; r < p; ++r) {  // rank r sums elements [displs[r], displs[r] + counts[r])
-    const std::int64_t lo = count * r / p, hi = count * (r + 1) / p;
-    b->displs.push_back(static_cast<int>(lo));
-    b->counts.push_back(static_cast<int>(hi - lo));
-  }
-  const int mine = b->counts[me];
-  for (int r = 0; r < p; ++r) {
-    b->recv_counts.push_back(mine);
-    b->recv_displs.push_back(r * mine);
-  }
-  b->send.resize(static_cast<std::size_t>(count));
-  for (std::int64_t e = 0; e < count; ++e) b->send[e] = to_bf16(acc[e]);
-  b->recv.resize(static_cast<std::size_t>(mine) * p);
-  part.transfer = ialltoallv(g, st.op, axes, b->send.data(), b->counts, b->displs, b->recv.data(), b->recv_counts,
-                             b->recv_displs);
-  part.next = [b, &g, &st, axes, acc, count, p, me, mine, finish](PendingPsum::State::Part& q) {
-    b->mine.resize(static_cast<std::size_t>(mine));
-    for (int e = 0; e < mine; ++e) {
-      float s = 0;
-      for (int r = 0; r < p; ++r) s += from_bf16(b->recv[static_cast<std::size_t>(r) * mine + e]);
-      b->mine[e] = to_bf16(s);
-    }
-    b->gathered.resize(static_cast<std::size_t>(count));
-    q.transfer = iallgatherv(g, st.op, axes, b->mine.data(), mine, b->gathered.data(), b->counts, b->displs);
-    (void)me;
-    q.next = [b, acc, count, finish](PendingPsum::State::Part&) {
-      for (std::int64_t e = 0; e < count; ++e) acc[e] = from_bf16(b->gathered[e]);
-      if (finish) finish();
-    };
-  };
-}
-
-}  // namespace
-
-template <typename T>
-PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
-                            std::vector<Tensor<T>>& blocks, std::int64_t r0, std::int64_t r1, bool bf16,
-                            const std::source_location& where) {
-  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
-    raise<ValueError>("start_psum_rows: float32 and float64 only");
-  } else {
-    if (s.kind != CollectiveKind::kReduce || s.op != ReduceOp::kSum || s.in_shape.size() != 2 ||
-        s.in_shape[0] != r1 - r0)
-      raise<ValueError>("start_psum_rows: the spec must be a psum of the ", r1 - r0, " rows");
-    bf16 = bf16 && std::is_same_v<T, float>;
-    CollectiveSpec checked = s;  // ranks that sum in bfloat16 must all do
-    if (bf16) checked.dtype = "bfloat16-compressed " + s.dtype;
-    if (collective_guard_on()) [[unlikely]]
-      guard_collective(mesh, checked, devices, where);
-    PendingPsum out;
-    out.state_ = std::make_unique<PendingPsum::State>(PendingPsum::State{
-        mesh, CommOp{s.name, checked.dtype + to_string(s.in_shape) + " over " + s.axes_text, where}, {}});
-    auto& st = *out.state_;
-    const std::int64_t n = s.in_shape[1], count = (r1 - r0) * n;
-    const bool shared_ok = use_shared_memory(mesh, s, false);
-    auto rows = [&](int local) { return blocks[local].data() + r0 * n; };
-    for (const auto& g : st.mesh.comms().groups(s.axes)) {
-      const auto m = members_of(g, devices);
-      if (m.empty() || count == 0) continue;
-      T* acc = rows(m[0].local);
-      for (std::size_t i = 1; i < m.size(); ++i) {
-        const T* x = rows(m[i].local);
-        for (std::int64_t e = 0; e < count; ++e) acc[e] += x[e];
-      }
-      std::vector<T*> others;
-      for (std::size_t i = 1; i < m.size(); ++i) others.push_back(rows(m[i].local));
-      std::function<void()> finish;
-      if (!others.empty())
-        finish = [acc, others, count] {
-          for (T* o : others) std::memcpy(o, acc, static_cast<std::size_t>(count) * sizeof(T));
-        };
-      if (g.comm.is_null()) {
-        if (finish) finish();
-      } else if (shared_ok && static_cast<std::size_t>(count) * sizeof(T) >= kSharedReduceMin) {
-        Tensor<T> view = Tensor<T>::borrow(acc, Shape{r1 - r0, n});
-        shared_reduce(mesh, s, view, where);
-        comm_stats().record(s.name, s.axes_text, count * static_cast<std::int64_t>(sizeof(T)));
-        if (finish) finish();
-      } else if constexpr (std::is_same_v<T, float>) {
-        if (bf16) {
-          st.parts.emplace_back();
-          start_bf16_sum(st, st.parts.back(), g, s.axes_text, acc, count, std::move(finish));
-          continue;
-        }
-        st.parts.push_back(PendingPsum::State::Part{
-            finish ? std::function<void(PendingPsum::State::Part&)>([finish](auto&) { finish(); }) : nullptr,
-            iallreduce_sum(g, st.op, s.axes_text, acc, count_of(count, s))});
-      } else {
-        st.parts.push_back(PendingPsum::State::Part{
-            finish ? std::function<void(PendingPsum::State::Part&)>([finish](auto&) { finish(); }) : nullptr,
-            iallreduce_sum(g, st.op, s.axes_text, acc, count_of(count, s))});
-      }
-    }
-    return out;
-  }
-}
-
 template <typename T>
 T* collective_staging(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices) {
   if (s.kind != CollectiveKind::kPsumScatter || devices.size() != 1) return nullptr;
@@ -793,12 +599,6 @@ T* collective_staging(const Mesh& mesh, const CollectiveSpec& s, const std::vect
   template void execute_all_gather_in_place<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,        \
                                                const std::vector<Tensor<T>*>&, const std::source_location&);       \
   template T* collective_staging<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&);
-template PendingPsum start_psum_rows<float>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                           std::vector<Tensor<float>>&, std::int64_t, std::int64_t, bool,
-                                           const std::source_location&);
-template PendingPsum start_psum_rows<double>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                            std::vector<Tensor<double>>&, std::int64_t, std::int64_t, bool,
-                                            const std::source_location&);
 SHARD_INSTANTIATE_EXEC(bool)
 SHARD_INSTANTIATE_EXEC(float)
 SHARD_INSTANTIATE_EXEC(double)

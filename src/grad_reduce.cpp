@@ -146,6 +146,8 @@ std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, boo
     }
     CollectiveSpec chunk = reduce_spec(mesh, ReduceOp::kSum, p.contract, Shape{r1 - r0, n});
     chunk.dtype = whole.dtype;
+    // The previous chunk's second phase (bfloat16) starts here, at the same point on every rank.
+    if (!d->chunks_.empty()) d->chunks_.back().post_next_phase();
     d->chunks_.push_back(start_psum_rows(mesh, chunk, devices, d->blocks_, r0, r1, settings.bfloat16));
     if (!settings.overlap) d->chunks_.back().wait();
   }

@@ -28,6 +28,12 @@
 ///     axis_index is a constant. An out_spec that omits an axis requires the output to be
 ///     invariant over it. So a data-parallel body psum(loss(x_block, W), "data") with W
 ///     replicated gets dW summed over 'data' by the transpose, in one psum.
+///   - Gradient reduction overlaps the backward pass (detail/grad_reduce.hpp, settings in
+///     shard::gradient_reduction()): a parameter's gradient whose product contracts over mesh
+///     axes is summed in row chunks (buckets) started as soon as their rows are computed and
+///     progressed behind the rest of the pass; grad returns once they completed. The values
+///     are the same as a blocking psum's (float32/float64 sums in MPI's order), or, with
+///     bfloat16 on, rounded to bfloat16 and accumulated in float32.
 ///   - grad inside a shard_map body differentiates the device's local program (its own
 ///     blocks; collectives transpose as above); reduce the gradients across devices yourself,
 ///     e.g. pmean over 'data' (seed 004).

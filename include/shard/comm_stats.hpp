@@ -24,9 +24,10 @@ class CommStats {
   CommRecord get(const std::string& kind, const std::string& axes = "") const;
   /// Everything recorded since the last reset.
   CommRecord total() const;
-  /// Seconds a nonblocking algorithm (Cannon, SUMMA) spent inside MPI_Testall/MPI_Waitall on
-  /// the transfers it had posted (shared-memory copies happen there): the communication its
-  /// block products did not hide.
+  /// Seconds spent inside MPI_Testall/MPI_Waitall on transfers posted earlier (shared-memory
+  /// copies happen there), by kind: Cannon's and SUMMA's ("cannon", "summa": what their block
+  /// products did not hide) and the backward pass's gradient sums ("psum": what the rest of
+  /// the pass did not hide; shard::gradient_reduction()).
   void record_wait(const std::string& kind, double seconds);
   double wait_seconds(const std::string& kind) const;
   void reset();

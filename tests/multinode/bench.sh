@@ -179,18 +179,27 @@ done
 fi
 if has_part train; then
 echo
-echo "| link | train_mlp | samples/s | vs 1 rank |"
-echo "|---|---|---:|---:|"
+echo "| link | train_mlp | gradient sums | samples/s | vs 1 rank | exposed sum wait ms/step |"
+echo "|---|---|---|---:|---:|---:|"
 train=("$build/apps/train_mlp" "${dataset[@]}" --max-steps "$steps" --json --seed 5)
+field() {  # field FILE KEY: KEY of the run's summary line
+  $python -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and "summary" in l][-1][sys.argv[2]])' "$1" "$2"
+}
 shape none
 mn_exec node0 mpirun -n 1 -x OPENBLAS_NUM_THREADS=1 "${train[@]}" > "$work/one.jsonl"
-one=$($python -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and "samples_per_second" in l][-1]["samples_per_second"])' "$work/one.jsonl")
-echo "| - | 1 rank, 1 host | $one | 1.00 |"
+one=$(field "$work/one.jsonl" samples_per_second)
+echo "| - | 1 rank, 1 host | - | $one | 1.00 | - |"
+variants=("--overlap off" "--overlap on" "--overlap on --grad-dtype bfloat16")
+[ "$quick" = 1 ] && variants=("--overlap on")
 for link in "${link_list[@]}"; do
   shape "$link"
-  across "${train[@]}" --mesh data=2 > "$work/two_$link.jsonl"
-  two=$($python -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and "samples_per_second" in l][-1]["samples_per_second"])' "$work/two_$link.jsonl")
-  echo "| $(link_name "$link") | data=2, 2 hosts x 1 rank | $two | $($python -c "print(f'{$two / $one:.2f}')") |"
+  for v in "${variants[@]}"; do
+    # shellcheck disable=SC2086  # the variant's flags are separate words
+    across "${train[@]}" --mesh data=2 $v > "$work/two_$link.jsonl"
+    two=$(field "$work/two_$link.jsonl" samples_per_second)
+    wait_ms=$(field "$work/two_$link.jsonl" grad_wait_ms_per_step)
+    echo "| $(link_name "$link") | data=2, 2 hosts x 1 rank | ${v#--} | $two | $($python -c "print(f'{$two / $one:.2f}')") | $wait_ms |"
+  done
 done
 fi
 shape none

@@ -102,7 +102,7 @@ PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& spec, const 
                             const std::source_location& where = std::source_location::current());
 
 /// A psum started by start_psum_rows: wait() completes the transfers and hands the sum to every
-/// local member of each group; test() progresses them (true once the transfers are done).
+/// local member of each group.
 /// Movable; the blocks it was started on must outlive it. Destroyed while in flight (an error
 /// unwinding), it completes the transfers within SHARD_ABORT_GRACE (PendingTransfer).
 class PendingPsum {
@@ -111,8 +111,14 @@ class PendingPsum {
   PendingPsum(PendingPsum&&) noexcept;
   PendingPsum& operator=(PendingPsum&&) noexcept;
   ~PendingPsum();
+  /// Progresses the transfers in flight; true once everything completed. Never starts a
+  /// transfer (a bfloat16 sum's second phase waits for post_next_phase() or wait()).
   bool test();
+  /// Completes everything, starting later phases as their inputs arrive.
   void wait();
+  /// Waits for the transfers whose completion starts another one and starts it (the bfloat16
+  /// sum's gather). Call it at the same point of the program on every rank.
+  void post_next_phase();
   bool done() const;
 
  private:
