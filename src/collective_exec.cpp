@@ -25,6 +25,7 @@
 #include "shard/group_shared.hpp"
 #include "shard/mpi/communicator.hpp"
 
+#include "collective_cma.hpp"
 #include "collective_guard_internal.hpp"
 #include "collective_members.hpp"
 #include "collective_shared.hpp"
@@ -274,7 +275,7 @@ void run_psum_scatter(const Mesh& mesh, const CollectiveSpec& s, const DeviceGro
 // ---- all_to_all: chunk p of every block goes to position p; Alltoall(v).
 template <typename T>
 void run_all_to_all(const CollectiveSpec& s, const DeviceGroup& g, const std::vector<Member>& m,
-                    const Topology& topo, const Inputs<T>& in, std::vector<Tensor<T>>& outs) {
+                    const Topology& topo, const Inputs<T>& in, std::vector<Tensor<T>>& outs, bool cma) {
   const std::int64_t extent = s.tiled ? s.in_shape[s.dim] / s.group_size : 1;
   Shape cshape = s.in_shape;  // a chunk as sent
   cshape[s.dim] = extent;
@@ -312,6 +313,15 @@ void run_all_to_all(const CollectiveSpec& s, const DeviceGroup& g, const std::ve
     copy_box(x.data(), s.in_shape, src_origin, out.data(), s.out_shape, Shape(s.out_shape.size(), 0), mine_out,
              sizeof(T));
     const int n = s.group_size;
+    if (cma && ce * static_cast<std::int64_t>(sizeof(T)) >= static_cast<std::int64_t>(kSharedReduceMin)) {
+      // One node: read the peers' chunks where they lie (no pack; collective_cma.cpp).
+      std::vector<Box> in_chunks, out_chunks;
+      for (int p = 0; p < n; ++p) {
+        in_chunks.push_back(chunk_box(s.in_shape, s.dim, extent, p));
+        out_chunks.push_back(chunk_box(s.out_shape, s.concat_dim, eshape[s.concat_dim], p));
+      }
+      if (all_to_all_by_cma(s, g, x, out, in_chunks, out_chunks)) return;
+    }
     std::vector<int> sc(n), sd(n), rc(n), rd(n);
     Tensor<T> send(s.dim == 0 ? Shape{0} : Shape{(n - 1) * ce});
     Tensor<T> recv(s.concat_dim == 0 ? Shape{0} : Shape{(n - 1) * ce});
@@ -498,6 +508,7 @@ void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::ve
   const Topology& topo = mesh.topology();
   const Inputs<T> in = [&](int l) -> const Tensor<T>& { return ins[l]; };
   const bool shared_ok = use_shared_memory(mesh, s, std::is_same_v<T, bool>);
+  const bool cma = cma_possible(mesh, s);
   for (const auto& g : mesh.comms().groups(s.axes)) {
     const auto m = members_of(g, devices);
     if (m.empty()) continue;
@@ -505,7 +516,7 @@ void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::ve
       case CollectiveKind::kReduce: run_reduce(mesh, s, g, m, ins, outs, shared_ok, where); break;
       case CollectiveKind::kAllGather: run_all_gather(s, g, m, topo, in, outs); break;
       case CollectiveKind::kPsumScatter: run_psum_scatter(mesh, s, g, m, ins, outs, shared_ok, where); break;
-      case CollectiveKind::kAllToAll: run_all_to_all(s, g, m, topo, in, outs); break;
+      case CollectiveKind::kAllToAll: run_all_to_all(s, g, m, topo, in, outs, cma); break;
       case CollectiveKind::kPpermute: run_ppermute(s, g, m, topo, ins, outs); break;
     }
   }
@@ -521,11 +532,12 @@ void execute_gather_like(const Mesh& mesh, const CollectiveSpec& s, const std::v
     guard_collective(mesh, s, devices, where);
   outs.resize(ins.size());
   const Inputs<T> in = [&](int l) -> const Tensor<T>& { return *ins[l]; };
+  const bool cma = cma_possible(mesh, s);
   for (const auto& g : mesh.comms().groups(s.axes)) {
     const auto m = members_of(g, devices);
     if (m.empty()) continue;
     if (s.kind == CollectiveKind::kAllGather) run_all_gather(s, g, m, mesh.topology(), in, outs);
-    else run_all_to_all(s, g, m, mesh.topology(), in, outs);
+    else run_all_to_all(s, g, m, mesh.topology(), in, outs, cma);
   }
 }
 

@@ -24,6 +24,7 @@ namespace shard::detail {
 bool g_shared_reduce = true;
 
 void set_shared_reduce(bool on) { g_shared_reduce = on; }
+bool shared_memory_allowed() { return g_shared_reduce; }
 
 bool use_shared_memory(const Mesh& mesh, const CollectiveSpec& s, bool is_bool) {
   // Called by every rank of the mesh for the same collective (before its groups are walked).

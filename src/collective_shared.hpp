@@ -18,6 +18,8 @@ inline constexpr std::size_t kSharedReduceMin = std::size_t{64} << 10;
 /// SHARD_SHARED_REDUCE=0 turns the group-shared collectives off (the Runtime sets this, agreed
 /// over the ranks: off if any rank asked).
 void set_shared_reduce(bool on);
+/// False under SHARD_SHARED_REDUCE=0: no transfer between ranks of a node bypasses MPI.
+bool shared_memory_allowed();
 
 /// Whether collective `s` may go through group-shared memory (see the definition). Collective
 /// over the mesh's ranks the first time for s.axes.

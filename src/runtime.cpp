@@ -3,9 +3,11 @@
 #include "shard/blas.hpp"
 
 #include <malloc.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +23,7 @@
 #include "shard/error.hpp"
 #include "shard/tensor.hpp"
 
+#include "collective_cma.hpp"
 #include "collective_shared.hpp"
 
 namespace shard {
@@ -176,6 +179,17 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
     for (int p = 0; p < process_count(); ++p)
       topology_.node_of_process.push_back(
           static_cast<int>(std::lower_bound(unique.begin(), unique.end(), leaders[p]) - unique.begin()));
+
+    // Whether a rank may read another rank's memory on its node (process_vm_readv; containers
+    // may forbid it): each reads a word of the next rank of its node; the world agrees.
+    long long mine[2] = {static_cast<long long>(getpid()),
+                         static_cast<long long>(reinterpret_cast<std::uintptr_t>(detail::cma_probe_word()))};
+    std::vector<long long> peers(2 * static_cast<std::size_t>(node.size()));
+    mpi::check(MPI_Allgather(mine, 2, MPI_LONG_LONG, peers.data(), 2, MPI_LONG_LONG, node.get()), "MPI_Allgather");
+    const int next = (node.rank() + 1) % node.size();
+    int cma_ok = node.size() < 2 || detail::cma_probe(peers[2 * next], peers[2 * next + 1]) ? 1 : 0;
+    mpi::check(MPI_Allreduce(MPI_IN_PLACE, &cma_ok, 1, MPI_INT, MPI_MIN, world_.get()), "MPI_Allreduce");
+    detail::set_cma_allowed(cma_ok != 0);
   } catch (...) {
     g_current = nullptr;
     detail::stop_collective_watch();

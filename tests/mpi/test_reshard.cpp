@@ -281,6 +281,27 @@ SHARD_MPI_TEST(Reshard, CollectiveRulesWithUnevenUntouchedDim) {
   }
 }
 
+// Chunks of >= 64 KiB between ranks of one node take the direct-read route (collective_cma.cpp:
+// each rank reads its chunks out of the peers' blocks, strided on both sides); the same cases
+// with SHARD_SHARED_REDUCE=0 (test_reshard.mpi) take MPI's.
+SHARD_MPI_TEST(Reshard, LargeAllToAllEveryLayout) {
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  struct Case {
+    PartitionSpec from, to;
+    Shape shape;
+  };
+  for (const Case& c : {Case{P("a", None), P(None, "a"), {64 * n, 128 * n}},        // rows -> columns
+                        Case{P(None, "a"), P("a", None), {64 * n, 128 * n}},        // columns -> rows
+                        Case{P("a", None, None), P(None, None, "a"), {8 * n, 32, 64 * n}},
+                        Case{P(None, "a", None), P(None, None, "a"), {3, 32 * n, 96 * n}}}) {
+    const Outcome o = check_reshard<double>(mesh, c.from, c.to, c.shape, 91);
+    EXPECT_EQ(o.problems, "") << describe(mesh, c.from, c.to, c.shape) << " (plan " << kind_name(o.kind) << ")";
+    const Outcome f = check_reshard<float>(mesh, c.from, c.to, c.shape, 92);
+    EXPECT_EQ(f.problems, "") << describe(mesh, c.from, c.to, c.shape) << " float32";
+  }
+}
+
 template <typename T>
 class ReshardTyped : public MpiTest {};
 using Types = ::testing::Types<float, double, std::int32_t, std::int64_t>;
