@@ -431,6 +431,28 @@ auto log_softmax(const X& x, int axis = -1) {
   return shifted - log(sum(exp(shifted), axis, true));
 }
 
+/// jax.nn.gelu: x Phi(x). approximate (JAX's default): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+/// x^3))); otherwise the exact 0.5 x (1 + erf(x / sqrt(2))). Elementwise: no communication.
+template <ArrayLike X>
+auto gelu(const X& x, bool approximate = true) {
+  using R = float_of_t<elem_t<X>>;
+  const auto xf = as_dtype<R>(x);
+  if (approximate) {
+    const R c = static_cast<R>(0.7978845608028654);  // sqrt(2 / pi)
+    return xf * R(0.5) * (tanh((xf + xf * xf * xf * R(0.044715)) * c) + R(1));
+  }
+  return xf * R(0.5) * (erf(xf * static_cast<R>(0.7071067811865476)) + R(1));
+}
+/// jax.nn.standardize: (x - mean) / sqrt(var + epsilon) along `axis` (a layer norm without
+/// its scale and bias). A split axis costs two small reductions.
+template <ArrayLike X>
+auto standardize(const X& x, int axis = -1, double epsilon = 1e-5) {
+  using R = float_of_t<elem_t<X>>;
+  const auto xf = as_dtype<R>(x);
+  const auto centred = xf - mean(xf, axis, true);
+  return centred * rsqrt(mean(square(centred), axis, true) + static_cast<R>(epsilon));
+}
+
 // ---------------------------------------------------------------- products
 
 /// numpy's matmul: 1-D operands are promoted to matrices and the added dim removed again;

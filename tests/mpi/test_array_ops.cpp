@@ -120,6 +120,10 @@ SHARD_MPI_TEST(ArrayOps, ReductionsOfEveryKind) {
       expect_matches(argmax(xd, 0, true), argmax(hd, 0, true), 0, w + " argmax keepdims");
       expect_matches(softmax(xd / 30.0, 0), softmax(hd / 30.0, 0), 1e-13, w + " softmax dim 0");
       expect_matches(log_softmax(xd / 30.0), log_softmax(hd / 30.0), 1e-13, w + " log_softmax");
+      expect_matches(gelu(xd / 300.0), gelu(hd / 300.0), 1e-13, w + " gelu");
+      expect_matches(gelu(xd / 300.0, false), gelu(hd / 300.0, false), 1e-13, w + " gelu exact");
+      expect_matches(standardize(xd, 0), standardize(hd, 0), 1e-12, w + " standardize dim 0");
+      expect_matches(standardize(xd), standardize(hd), 1e-12, w + " standardize");
     }
   }
 }

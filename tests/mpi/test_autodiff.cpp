@@ -74,10 +74,12 @@ X step(int op, const X& v, const std::vector<X>& p, const I& idx_rows, const I& 
     case 26: return expand_dims(sum(v, 1), 1) * 0.1 + v;
     case 27: return squeeze(expand_dims(v, 0), Dims{0}) - reciprocal(d * d + 1.0);
     case 28: return v * vdot(d, d) * 0.1;
+    case 29: return gelu(v * 3.0) + gelu(d, false);
+    case 30: return standardize(v * 2.0 + d, 1) * 0.5 + standardize(v, 0, 1e-3) * 0.1;
     default: return v;
   }
 }
-constexpr int kOps = 29;
+constexpr int kOps = 31;
 
 /// A whole program: v = A @ B (+ c), the steps, then a scalar loss.
 template <typename X, typename I>

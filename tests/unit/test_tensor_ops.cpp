@@ -559,6 +559,25 @@ TEST(TensorOps, ConcatenateStackTake) {
   EXPECT_EQ(oh, Tensor<float>({3, 4}, std::vector<float>{0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0}));
 }
 
+TEST(TensorOps, GeluAndStandardize) {
+  const Tensor<double> x = rnd<double>({5, 6}, 93, -4, 4);
+  const auto ga = gelu(x), ge = gelu(x, false);
+  const Tensor<float> xf = rnd<float>({3, 4}, 94, -4, 4);
+  static_assert(std::is_same_v<decltype(gelu(xf)), Tensor<float>>);
+  for (std::int64_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    EXPECT_NEAR(ga[i], 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))), 1e-14);
+    EXPECT_NEAR(ge[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-14);
+  }
+  const auto s = standardize(x, 1, 1e-5);
+  for (int i = 0; i < 5; ++i) {
+    double m = 0, var = 0;
+    for (int j = 0; j < 6; ++j) m += x(i, j) / 6;
+    for (int j = 0; j < 6; ++j) var += (x(i, j) - m) * (x(i, j) - m) / 6;
+    for (int j = 0; j < 6; ++j) EXPECT_NEAR(s(i, j), (x(i, j) - m) / std::sqrt(var + 1e-5), 1e-12);
+  }
+}
+
 TEST(TensorOps, SoftmaxFamily) {
   Tensor<float> x = rnd<float>({4, 7}, 91, -20, 20);
   for (int j = 0; j < 7; ++j) x(3, j) = -INFINITY;  // an all -inf row
