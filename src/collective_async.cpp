@@ -138,7 +138,7 @@ void start_bf16_sum(PendingPsum::State& st, PendingPsum::State::Part& part, cons
   part.transfer = ialltoallv(g, st.op, axes, b->send.data(), b->counts, b->displs, b->recv.data(), b->recv_counts,
                              b->recv_displs);
   part.next_posts = true;
-  part.next = [b, &g, &st, axes, acc, count, p, me, mine, finish](PendingPsum::State::Part& q) {
+  part.next = [b, &g, &st, axes, acc, count, p, mine, finish](PendingPsum::State::Part& q) {
     b->mine.resize(static_cast<std::size_t>(mine));
     for (int e = 0; e < mine; ++e) {
       float s = 0;
@@ -147,7 +147,6 @@ void start_bf16_sum(PendingPsum::State& st, PendingPsum::State::Part& part, cons
     }
     b->gathered.resize(static_cast<std::size_t>(count));
     q.transfer = iallgatherv(g, st.op, axes, b->mine.data(), mine, b->gathered.data(), b->counts, b->displs);
-    (void)me;
     q.next = [b, acc, count, finish](PendingPsum::State::Part&) {
       for (std::int64_t e = 0; e < count; ++e) acc[e] = from_bf16(b->gathered[e]);
       if (finish) finish();
