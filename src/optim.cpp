@@ -51,6 +51,11 @@ Schedule warmup_cosine_decay(double init, double peak, std::int64_t warmup_steps
 
 // ---------------------------------------------------------------- construction
 
+Optimizer& Optimizer::mask_weight_decay(std::function<bool(const Shape&)> decays) {
+  c_.decay_mask = std::move(decays);
+  return *this;
+}
+
 Optimizer& Optimizer::clip_by_global_norm(double max_norm) {
   detail::check_finite_in("clip_by_global_norm: max_norm", max_norm, 0, 1e30, true);
   c_.max_norm = max_norm;
@@ -178,9 +183,9 @@ SHARD_OPTIM_CLONES void adam_loop(std::int64_t n, T* __restrict w, const T* __re
 
 /// The elementwise update of n elements of w from g and the state slots s0, s1.
 template <typename T>
-void update_block(const Optimizer::Config& c, std::int64_t n, T* w, const T* g, T* s0, T* s1, double lr,
-                  double scale, std::int64_t t) {
-  const T l = static_cast<T>(lr), sc = static_cast<T>(scale), wd = static_cast<T>(c.weight_decay);
+void update_block(const Optimizer::Config& c, bool decays, std::int64_t n, T* w, const T* g, T* s0, T* s1,
+                  double lr, double scale, std::int64_t t) {
+  const T l = static_cast<T>(lr), sc = static_cast<T>(scale), wd = decays ? static_cast<T>(c.weight_decay) : T(0);
   if (c.kind == Optimizer::Kind::kSgd) {
     if (!s0) sgd_plain(n, w, g, l, sc, wd);
     else sgd_momentum(n, w, g, s0, l, sc, wd, static_cast<T>(c.momentum), c.nesterov);
@@ -278,6 +283,7 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
     ShardedArray<T>* s0 = names.empty() ? nullptr : &state.arrays.at(key(names[0], i));
     ShardedArray<T>* s1 = names.size() > 1 ? &state.arrays.at(key(names[1], i)) : nullptr;
     const bool split = s0 && !(s0->sharding() == p.sharding());
+    const bool decays = !c_.decay_mask || c_.decay_mask(p.shape());
     // Each device reads the gradient's rows of its state: from a gradient sharded like the
     // state (grad_sharding()) directly, else from its parameter-sharded block.
     const bool rows_only = split && grads[i].sharding() == s0->sharding();
@@ -292,7 +298,7 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
       T* m0 = s0 ? own(s0->addressable_shards()[k].data).data() : nullptr;
       T* m1 = s1 ? own(s1->addressable_shards()[k].data).data() : nullptr;
       if (!split) {
-        update_block(c_, w.size(), w.data(), gk.data(), m0, m1, lr, scale, state.step);
+        update_block(c_, decays, w.size(), w.data(), gk.data(), m0, m1, lr, scale, state.step);
         continue;
       }
       // ZeRO-1: this device's rows of the state are rows [r0, r0 + nr) of its parameter block.
@@ -300,7 +306,7 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
       const std::int64_t row = w.shape().empty() ? 1 : w.size() / std::max<std::int64_t>(w.shape()[0], 1);
       const std::int64_t r0 = sb.offset[0] - ps[k].box.offset[0];
       const std::int64_t nr = sb.extent[0];
-      update_block(c_, nr * row, w.data() + r0 * row, gk.data() + (rows_only ? 0 : r0 * row), m0, m1, lr, scale,
+      update_block(c_, decays, nr * row, w.data() + r0 * row, gk.data() + (rows_only ? 0 : r0 * row), m0, m1, lr, scale,
                    state.step);
     }
     if (split) {  // all_gather the updated rows over the state axis, in place in each block

@@ -87,9 +87,14 @@ class Optimizer {
     double max_norm = 0.0;      ///< clip_by_global_norm (0: off)
     std::string state_axis;     ///< shard_state_over (empty: off)
     bool if_finite = false;     ///< apply_if_finite
+    std::function<bool(const Shape&)> decay_mask;  ///< mask_weight_decay (empty: every parameter decays)
   };
   explicit Optimizer(Config c) : c_(std::move(c)) {}
 
+  /// optax's weight-decay `mask`: only parameters whose shape `decays` accepts are decayed
+  /// (e.g. `[](const Shape& s) { return s.size() >= 2; }`: matrices and embeddings, not biases
+  /// or LayerNorm gains, as PyTorch users do with two parameter groups). The same on every rank.
+  Optimizer& mask_weight_decay(std::function<bool(const Shape&)> decays);
   /// optax.clip_by_global_norm before the update: g *= max_norm / max(norm, max_norm).
   Optimizer& clip_by_global_norm(double max_norm);
   /// optax.apply_if_finite: an update whose gradients hold a NaN or an infinity (their global

@@ -1,0 +1,174 @@
+#include "gpt.hpp"
+
+#include <cmath>
+#include <sstream>
+
+namespace gpt {
+
+namespace {
+
+using Block = shard::Tensor<float>;
+using TokenBlock = shard::Tensor<std::int32_t>;
+using shard::None;
+using shard::P;
+
+constexpr int kPerLayer = 16;  // ln1 g b, wq bq, wk bk, wv bv, wo bo, ln2 g b, w1 b1, w2 b2
+
+Block layer_norm(const Block& x, const Block& g, const Block& b) { return shard::standardize(x, -1, 1e-5) * g + b; }
+
+/// Rows (b t, C) of this device's tokens -> rows (b T, C) of the whole sequence of its batch rows.
+Block gather_sequence(const Block& z, std::int64_t b, std::int64_t t, std::int64_t c) {
+  const Block whole = shard::all_gather(shard::reshape(z, {b, t, c}), "model", 1, true);
+  return shard::reshape(whole, {-1, c});
+}
+/// Partial sums (b T, C) over the 'model' group -> this device's tokens, summed: (b t, C).
+Block scatter_sequence(const Block& z, std::int64_t b, std::int64_t t, std::int64_t c) {
+  const auto m = static_cast<std::int64_t>(shard::axis_size("model"));
+  return shard::reshape(shard::psum_scatter(shard::reshape(z, {b, t * m, c}), "model", 1, true), {b * t, c});
+}
+
+/// 0 where position i may attend to j (j <= i), -1e9 elsewhere: added to the attention scores.
+Block causal_mask(std::int64_t T) {
+  Block m({T, T}, 0.0f);
+  for (std::int64_t i = 0; i < T; ++i)
+    for (std::int64_t j = i + 1; j < T; ++j) m(i, j) = -1e9f;
+  return m;
+}
+
+/// The final LayerNorm's output (b t, C) for this device's tokens x (b, t).
+Block hidden(const Config& cfg, const TokenBlock& x, const std::vector<Block>& p, const Block& causal) {
+  const auto m = static_cast<std::int64_t>(shard::axis_size("model"));
+  const std::int64_t b = x.shape()[0], t = x.shape()[1], T = t * m, C = cfg.d_model;
+  const std::int64_t hl = cfg.heads / m, dh = C / cfg.heads;  // this device's heads
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  // Token and position embeddings of this device's part of the sequence (wpe is split over 'model').
+  Block h = shard::reshape(shard::take(p[0], x, 0) + p[1], {b * t, C});
+  auto heads = [&](const Block& z) { return shard::reshape(z, {b, T, hl, dh}); };  // (b, T, hl, dh)
+  for (std::int64_t l = 0; l < cfg.layers; ++l) {
+    const Block* w = p.data() + 2 + kPerLayer * l;
+    // Causal self-attention over this device's heads on the whole sequence.
+    const Block a = gather_sequence(layer_norm(h, w[0], w[1]), b, t, C);       // (b T, C)
+    const Block q = shard::transpose(heads((shard::matmul(a, w[2]) + w[3]) * scale), {0, 2, 1, 3});
+    const Block k = shard::transpose(heads(shard::matmul(a, w[4]) + w[5]), {0, 2, 3, 1});
+    const Block v = shard::transpose(heads(shard::matmul(a, w[6]) + w[7]), {0, 2, 1, 3});
+    const Block attn = shard::softmax(shard::matmul(q, k) + causal, -1);       // (b, hl, T, T)
+    const Block o = shard::reshape(shard::transpose(shard::matmul(attn, v), {0, 2, 1, 3}), {b * T, hl * dh});
+    h = h + scatter_sequence(shard::matmul(o, w[8]), b, t, C) + w[9];
+    // MLP over this device's hidden columns.
+    const Block a2 = gather_sequence(layer_norm(h, w[10], w[11]), b, t, C);
+    const Block f = shard::gelu(shard::matmul(a2, w[12]) + w[13]);
+    h = h + scatter_sequence(shard::matmul(f, w[14]), b, t, C) + w[15];
+  }
+  const std::size_t last = 2 + kPerLayer * static_cast<std::size_t>(cfg.layers);
+  return layer_norm(h, p[last], p[last + 1]);
+}
+
+std::vector<shard::PartitionSpec> specs_of(const Config& cfg) {
+  std::vector<shard::PartitionSpec> out;
+  for (const auto& i : param_info(cfg)) out.push_back(i.spec);
+  return out;
+}
+
+}  // namespace
+
+std::string Config::to_string() const {
+  std::ostringstream s;
+  s << "layers=" << layers << ",d_model=" << d_model << ",heads=" << heads << ",context=" << context
+    << ",vocab=" << vocab;
+  return s.str();
+}
+
+void Config::check(int data, int model, std::int64_t batch) const {
+  if (layers < 1 || d_model < 1 || heads < 1 || context < 1 || vocab < 1)
+    shard::raise<shard::ValueError>("the model's sizes must be >= 1: ", to_string());
+  if (d_model % heads != 0)
+    shard::raise<shard::ValueError>("--d-model ", d_model, " is not divisible by --heads ", heads);
+  if (heads % model != 0)
+    shard::raise<shard::ValueError>("--heads ", heads, " is not divisible by model=", model,
+                                    " (each 'model' device runs whole heads)");
+  if (context % model != 0)
+    shard::raise<shard::ValueError>("--context ", context, " is not divisible by model=", model,
+                                    " (the sequence is split over 'model' between the blocks)");
+  if (batch % data != 0)
+    shard::raise<shard::ValueError>("--batch ", batch, " is not divisible by data=", data,
+                                    " (the batch is split evenly over 'data')");
+}
+
+std::vector<ParamInfo> param_info(const Config& c) {
+  const std::int64_t C = c.d_model;
+  const float std_w = 0.02f, std_proj = 0.02f / std::sqrt(2.0f * static_cast<float>(c.layers));
+  std::vector<ParamInfo> out{{"wte", {c.vocab, C}, P(), std_w}, {"wpe", {c.context, C}, P("model", None), std_w}};
+  for (std::int64_t l = 0; l < c.layers; ++l) {
+    const std::string h = "h" + std::to_string(l) + ".";
+    const std::vector<ParamInfo> layer{
+        {h + "ln1_g", {C}, P(), 0}, {h + "ln1_b", {C}, P(), 0},
+        {h + "wq", {C, C}, P(None, "model"), std_w}, {h + "bq", {C}, P("model"), 0},
+        {h + "wk", {C, C}, P(None, "model"), std_w}, {h + "bk", {C}, P("model"), 0},
+        {h + "wv", {C, C}, P(None, "model"), std_w}, {h + "bv", {C}, P("model"), 0},
+        {h + "wo", {C, C}, P("model", None), std_proj}, {h + "bo", {C}, P(), 0},
+        {h + "ln2_g", {C}, P(), 0}, {h + "ln2_b", {C}, P(), 0},
+        {h + "w1", {C, 4 * C}, P(None, "model"), std_w}, {h + "b1", {4 * C}, P("model"), 0},
+        {h + "w2", {4 * C, C}, P("model", None), std_proj}, {h + "b2", {C}, P(), 0}};
+    out.insert(out.end(), layer.begin(), layer.end());
+  }
+  out.push_back({"lnf_g", {C}, P(), 0});
+  out.push_back({"lnf_b", {C}, P(), 0});
+  return out;
+}
+
+std::vector<std::string> Model::names() const {
+  std::vector<std::string> out;
+  for (const auto& i : param_info(cfg)) out.push_back(i.name);
+  return out;
+}
+
+std::int64_t Model::parameter_count() const {
+  std::int64_t n = 0;
+  for (const auto& p : params) n += p.size();
+  return n;
+}
+
+Model init(const Config& cfg, const shard::Mesh& mesh, shard::random::Key key) {
+  Model m{cfg, mesh, {}};
+  const auto info = param_info(cfg);
+  for (std::size_t i = 0; i < info.size(); ++i) {
+    const shard::NamedSharding s(mesh, info[i].spec);
+    const bool gain = info[i].name.size() > 2 && info[i].name.ends_with("_g");
+    if (info[i].init_std > 0)
+      m.params.push_back(shard::random::normal<float>(shard::random::fold_in(key, static_cast<std::uint32_t>(i)),
+                                                       info[i].shape, s) * info[i].init_std);
+    else
+      m.params.push_back(shard::full<float>(info[i].shape, gain ? 1.0f : 0.0f, s));
+  }
+  return m;
+}
+
+Array loss(const Config& cfg, const shard::Mesh& mesh, const std::vector<Array>& params, const Tokens& x,
+           const Tokens& y) {
+  const Block causal = causal_mask(cfg.context);
+  const double count = static_cast<double>(x.size());
+  auto body = [&cfg, &causal, count](const TokenBlock& xb, const TokenBlock& yb, const std::vector<Block>& p) {
+    const Block hf = hidden(cfg, xb, p, causal);
+    const Block logp = shard::log_softmax(shard::matmul(hf, shard::transpose(p[0])), -1);  // tied output
+    const Block picked = shard::take_along_axis(logp, shard::reshape(yb, {-1, 1}), 1);
+    return shard::psum(-shard::sum(picked), {"data", "model"}) / static_cast<float>(count);
+  };
+  return shard::shard_map(mesh, {P("data", "model"), P("data", "model"), specs_of(cfg)}, P(), body)(x, y, params);
+}
+
+Array logits(const Config& cfg, const shard::Mesh& mesh, const std::vector<Array>& params, const Tokens& x) {
+  const Block causal = causal_mask(cfg.context);
+  auto body = [&cfg, &causal](const TokenBlock& xb, const std::vector<Block>& p) {
+    const Block z = shard::matmul(hidden(cfg, xb, p, causal), shard::transpose(p[0]));
+    return shard::reshape(z, {xb.shape()[0], xb.shape()[1], cfg.vocab});
+  };
+  return shard::shard_map(mesh, {P("data", "model"), specs_of(cfg)}, P("data", "model", None), body)(x, params);
+}
+
+double train_flops(const Config& c, double tokens) {
+  const double C = static_cast<double>(c.d_model), L = static_cast<double>(c.layers);
+  const double matrices = L * 12.0 * C * C + static_cast<double>(c.vocab) * C;
+  return tokens * (6.0 * matrices + 12.0 * L * static_cast<double>(c.context) * C);
+}
+
+}  // namespace gpt

@@ -1,0 +1,374 @@
+// train_gpt: a GPT-style character (byte) language model on Debian's fortunes, trained with
+// shard::value_and_grad and shard::optim::adamw over a ('data', 'model') mesh: the batch over
+// 'data', Megatron tensor parallelism with sequence parallelism over 'model' (gpt.hpp).
+//
+//   mpirun -n 2 train_gpt                                   # data=2, the default 4-layer model
+//   mpirun -n 4 train_gpt --mesh data=2,model=2 --steps 500 --checkpoint-dir ckpt
+//   mpirun -n 2 train_gpt --mesh model=2 --checkpoint-dir ckpt --resume      # any mesh
+//   mpirun -n 1 train_gpt --checkpoint-dir ckpt --sample --prompt "The " --temperature 0.8
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/cli.hpp"
+#include "corpus.hpp"
+#include "gpt.hpp"
+#include "shard/shard.hpp"
+
+namespace {
+
+using gpt::Array;
+using shard::None;
+using shard::P;
+
+struct Config {
+  gpt::Config model;
+  std::string mesh_text, data_dir = "/usr/share/games/fortunes", checkpoint_dir, dump_init, prompt = "The ";
+  std::int64_t batch = 32, steps = 2000, warmup = 100, seed = 0, eval_every = 200, val_windows = 256, log_every = 10;
+  std::int64_t checkpoint_every = 0, sample_tokens = 300;
+  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta2 = 0.99, clip = 1.0, max_seconds = 0, temperature = 0;
+  int keep = 2;
+  bool json = false, resume = false, sample = false, shard_state = false;
+};
+
+/// "data=2,model=2"; a missing axis takes the rest of the devices (default: data = all).
+std::pair<int, int> parse_mesh(const std::string& text, int devices) {
+  int data = 0, model = 0;
+  std::stringstream ss(text);
+  for (std::string t; std::getline(ss, t, ',');) {
+    const auto eq = t.find('=');
+    const std::string name = t.substr(0, eq);
+    if (eq == std::string::npos || (name != "data" && name != "model"))
+      shard::raise<shard::ValueError>("bad --mesh '", text, "': write it like data=2,model=2");
+    const auto v = shard::apps::parse_int_list(t.substr(eq + 1), "mesh", "data=2,model=2", 1);
+    if (v.size() != 1 || v[0] > 1 << 20) shard::raise<shard::ValueError>("bad --mesh '", text, "': write it like data=2,model=2");
+    (name == "data" ? data : model) = static_cast<int>(v[0]);
+  }
+  if (data == 0 && model == 0) data = devices;
+  if (data == 0) data = devices % model == 0 ? devices / model : -1;
+  if (model == 0) model = devices % data == 0 ? devices / data : -1;
+  if (data < 1 || model < 1 || data * model != devices)
+    shard::raise<shard::ValueError>("--mesh '", text, "' does not multiply to the ", devices,
+                                    " devices of this job (ranks x --devices-per-rank)");
+  return {data, model};
+}
+
+/// The cores' SGEMM rate in all (GFLOP/s): each rank times float32 products of 512 x 1024 x
+/// 1024 with its own OpenBLAS threads, all ranks at once; the sum over ranks. Collective.
+double measured_sgemm_gflops(const shard::Mesh& mesh) {
+  const std::int64_t m = 512, n = 1024, k = 1024;
+  std::vector<float> a(static_cast<std::size_t>(m * k), 0.5f), b(static_cast<std::size_t>(k * n), 0.25f),
+      c(static_cast<std::size_t>(m * n), 0.0f);
+  shard::gemm_acc(m, n, k, a.data(), k, b.data(), n, c.data(), n);  // warm-up
+  int reps = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  double s = 0;
+  while (s < 0.3) {
+    shard::gemm_acc(m, n, k, a.data(), k, b.data(), n, c.data(), n);
+    ++reps;
+    s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const double rate = 2.0 * static_cast<double>(m * n * k) * reps / s / 1e9;
+  // One value per rank (its first device's slot), summed.
+  const auto& ids = mesh.device_ids();
+  const auto local = mesh.local_device_ids();
+  const int first_local = local.empty() ? -1 : *std::min_element(local.begin(), local.end());
+  const shard::NamedSharding per_device(mesh, P(shard::SpecEntry(mesh.axis_names())));
+  const auto parts = shard::generate<double>({static_cast<std::int64_t>(ids.size())}, per_device, [&](const shard::Box& bx) {
+    shard::Tensor<double> t(bx.extent, 0.0);
+    for (std::int64_t i = 0; i < bx.extent[0]; ++i)
+      if (ids[static_cast<std::size_t>(bx.offset[0] + i)] == first_local) t[i] = rate;
+    return t;
+  });
+  return shard::sum(parts).to_host().item();
+}
+
+/// The mean loss over the validation windows (non-overlapping, from the start of the split).
+double validation_loss(const Config& c, const gpt::Model& m, const std::vector<std::uint8_t>& val,
+                       const shard::NamedSharding& tokens) {
+  const std::int64_t T = c.model.context;
+  const std::int64_t avail = (static_cast<std::int64_t>(val.size()) - 1) / T;
+  const std::int64_t windows = std::min(c.val_windows, avail) / c.batch * c.batch;
+  if (windows < c.batch)
+    shard::raise<shard::ValueError>("the validation split (", val.size(), " bytes) holds fewer than --batch ", c.batch,
+                                    " windows of ", T, " tokens");
+  double total = 0;
+  for (std::int64_t first = 0; first < windows; first += c.batch) {
+    std::vector<std::int64_t> offsets;
+    for (std::int64_t j = 0; j < c.batch; ++j) offsets.push_back((first + j) * T);
+    const auto [x, y] = shard::data::token_windows(val, offsets, T, tokens);
+    total += gpt::loss(c.model, m.mesh, m.params, x, y).to_host().item();
+  }
+  return total / static_cast<double>(windows / c.batch);
+}
+
+void save_checkpoint(const Config& c, const gpt::Model& m, const shard::optim::State<float>& st, std::int64_t step) {
+  if (!std::isfinite(shard::optim::global_norm(m.params)))
+    shard::raise<shard::ValueError>("training diverged: the parameters hold NaN or infinite values at step ", step,
+                                    "; no checkpoint written (lower --lr)");
+  shard::CheckpointWriter w(c.checkpoint_dir, c.keep);
+  const auto names = m.names();
+  for (std::size_t i = 0; i < names.size(); ++i) w.add(names[i], m.params[i]);
+  st.save(w);
+  w.set("model", c.model.to_string());
+  w.set("seed", std::to_string(c.seed));
+  w.commit(step);
+}
+
+/// Loads the newest checkpoint's parameters (and the optimizer's state when `st`); returns its step.
+std::int64_t load_checkpoint(const Config& c, gpt::Model& m, shard::optim::State<float>* st) {
+  const std::string path = shard::latest_checkpoint(c.checkpoint_dir);
+  if (path.empty()) shard::raise<shard::IoError>("no checkpoint in --checkpoint-dir ", c.checkpoint_dir);
+  const shard::CheckpointManifest man = shard::read_manifest(path);
+  const auto it = man.metadata.find("model");
+  if (it == man.metadata.end() || it->second != c.model.to_string())
+    shard::raise<shard::ValueError>(path, " holds the model ", it == man.metadata.end() ? "?" : it->second,
+                                    ", this run has ", c.model.to_string(), " (give the same --layers, --d-model, "
+                                    "--heads, --context)");
+  const auto names = m.names();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    m.params[i] = shard::load_checkpoint_array<float>(path, man, names[i], m.params[i].sharding(), m.params[i].shape());
+  if (st) st->load(path, man);
+  return man.step;
+}
+
+/// --sample: text generated from --prompt, one byte at a time (greedy at temperature 0).
+int sample(shard::Runtime& rt, const Config& c, gpt::Model& m, int data) {
+  const std::int64_t step = load_checkpoint(c, m, nullptr);
+  const std::int64_t T = c.model.context;
+  std::vector<std::int32_t> text(c.prompt.begin(), c.prompt.end());
+  for (auto& t : text) t &= 0xff;
+  if (text.empty()) text.push_back('\n');
+  std::mt19937_64 rng(static_cast<std::uint64_t>(c.seed));  // the same draws on every rank
+  const shard::NamedSharding tokens(m.mesh, P("data", "model"));
+  for (std::int64_t n = 0; n < c.sample_tokens; ++n) {
+    const std::int64_t start = std::max<std::int64_t>(0, static_cast<std::int64_t>(text.size()) - T);
+    const std::int64_t len = static_cast<std::int64_t>(text.size()) - start;
+    // Every 'data' row holds the window, padded on the right (causal: the padding is never seen).
+    const auto x = shard::generate<std::int32_t>({data, T}, tokens, [&](const shard::Box& b) {
+      shard::Tensor<std::int32_t> t(b.extent, 0);
+      for (std::int64_t r = 0; r < b.extent[0]; ++r)
+        for (std::int64_t j = 0; j < b.extent[1]; ++j)
+          if (b.offset[1] + j < len) t(r, j) = text[static_cast<std::size_t>(start + b.offset[1] + j)];
+      return t;
+    });
+    const Array z = gpt::logits(c.model, m.mesh, m.params, x);
+    const shard::Tensor<float> row = z[{0, len - 1}].to_host();
+    std::int32_t next = 0;
+    if (c.temperature <= 0) {
+      next = static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    } else {
+      const float top = *std::max_element(row.begin(), row.end());
+      std::vector<double> w(row.begin(), row.end());
+      for (auto& v : w) v = std::exp((v - top) / c.temperature);
+      next = static_cast<std::int32_t>(std::discrete_distribution<int>(w.begin(), w.end())(rng));
+    }
+    text.push_back(next);
+  }
+  std::string out(text.begin(), text.end());
+  if (c.json) {
+    std::string esc;
+    for (const char ch : out) {
+      if (ch == '"' || ch == '\\') esc += std::string("\\") + ch;
+      else if (ch == '\n') esc += "\\n";
+      else if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(ch));
+        esc += buf;
+      } else esc += ch;
+    }
+    shard::apps::print0(rt, "{\"sample\": \"" + esc + "\", \"step\": " + std::to_string(step) + ", \"temperature\": " +
+                                std::to_string(c.temperature) + "}\n");
+  } else {
+    shard::apps::print0(rt, "train_gpt: sample from " + shard::latest_checkpoint(c.checkpoint_dir) + " (temperature " +
+                                std::to_string(c.temperature) + ")\n" + out + "\n");
+  }
+  return 0;
+}
+
+int run(shard::Runtime& rt, Config& c) {
+  const auto [data, model] = parse_mesh(c.mesh_text, rt.device_count());
+  const shard::Mesh mesh = shard::make_mesh({data, model}, {"data", "model"});
+  c.model.check(data, model, c.batch);
+  gpt::Corpus corpus;
+  shard::mpi::agreed(rt.world(), [&] { corpus = gpt::read_fortunes(c.data_dir); });
+  const auto n_train = static_cast<std::int64_t>(corpus.train.size());
+  if (n_train <= c.model.context)
+    shard::raise<shard::ValueError>("--context ", c.model.context, " is longer than the training split");
+  gpt::Model m = gpt::init(c.model, mesh, shard::random::key(static_cast<std::uint64_t>(c.seed)));
+  if (c.sample) return sample(rt, c, m, data);
+  if (!c.dump_init.empty()) {  // the initial parameters, for benchmarks/torch_gpt.py --init-npy
+    if (rt.process_index() == 0) ::mkdir(c.dump_init.c_str(), 0755);
+    const auto names = m.names();
+    for (std::size_t i = 0; i < names.size(); ++i) shard::io::save_npy(m.params[i], c.dump_init + "/" + names[i] + ".npy");
+  }
+  auto opt = shard::optim::adamw(shard::optim::warmup_cosine_decay(0.0, c.lr, c.warmup, c.steps, c.min_lr),
+                                 c.weight_decay, 0.9, c.beta2, 1e-8)
+                 .mask_weight_decay([](const shard::Shape& s) { return s.size() >= 2; });
+  if (c.clip > 0) opt.clip_by_global_norm(c.clip);
+  if (c.shard_state) opt.shard_state_over("data");
+  auto state = opt.init(m.params);
+  std::int64_t step = 0;
+  if (c.resume) step = load_checkpoint(c, m, &state);
+  const shard::NamedSharding tokens(mesh, P("data", "model"));
+  const double peak = measured_sgemm_gflops(mesh);
+  if (!c.json) {
+    std::ostringstream s;
+    s << "train_gpt: " << rt.process_count() << " ranks x " << rt.devices_per_rank() << " devices, " << mesh.to_string()
+      << ", " << c.model.to_string() << " (" << m.parameter_count() << " parameters), batch " << c.batch << " x "
+      << c.model.context << " tokens, adamw lr " << c.lr << " (warm-up " << c.warmup << ", cosine to " << c.min_lr
+      << ")" << (step > 0 ? ", resumed at step " + std::to_string(step) : std::string()) << "\n"
+      << "data: " << corpus.files << " files, " << corpus.fortunes << " fortunes: " << corpus.train.size()
+      << " training and " << corpus.validation.size() << " validation bytes from " << c.data_dir << "\n"
+      << shard::blas_summary() << "; measured SGEMM " << peak << " GFLOP/s in all\n";
+    shard::apps::print0(rt, s.str());
+  }
+  char line[512];
+  std::int64_t val_step = -1;
+  auto print_val = [&](std::int64_t at) {
+    val_step = at;
+    const double v = validation_loss(c, m, corpus.validation, tokens);
+    if (c.json) std::snprintf(line, sizeof line, "{\"step\": %lld, \"val_loss\": %.6f}\n", static_cast<long long>(at), v);
+    else std::snprintf(line, sizeof line, "step %lld: validation loss %.4f\n", static_cast<long long>(at), v);
+    shard::apps::print0(rt, line);
+    return v;
+  };
+  double val = step == 0 || c.eval_every > 0 ? print_val(step) : std::nan("");
+  const double tokens_per_step = static_cast<double>(c.batch * c.model.context);
+  shard::ProgressBar bar("train_gpt", c.steps, "tok/s", rt.process_index() == 0 && !c.json, c.log_every > 0 ? c.log_every * 10 : 0);
+  double train_s = 0, last_loss = std::nan("");
+  std::int64_t trained = 0;
+  const auto started = std::chrono::steady_clock::now();
+  while (step < c.steps) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto offsets = shard::data::random_window_offsets(static_cast<std::uint64_t>(c.seed), step, c.batch, n_train,
+                                                            c.model.context);
+    const auto [x, y] = shard::data::token_windows(corpus.train, offsets, c.model.context, tokens);
+    auto f = [&](const std::vector<Array>& p) { return gpt::loss(c.model, mesh, p, x, y); };
+    auto [value, grads] = shard::value_and_grad(f, opt.grad_sharding())(m.params);
+    last_loss = value.to_host().item();
+    if (!std::isfinite(last_loss))
+      shard::raise<shard::ValueError>("training diverged: the loss is ", last_loss, " at step ", step + 1,
+                                      " (lower --lr)");
+    const double lr = opt.config().lr(state.step);
+    opt.update(m.params, grads, state);
+    ++step;
+    ++trained;
+    train_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double tps = static_cast<double>(trained) * tokens_per_step / train_s;
+    if (c.json && c.log_every > 0 && step % c.log_every == 0) {
+      std::snprintf(line, sizeof line, "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"tokens_per_second\": %.1f}\n",
+                    static_cast<long long>(step), last_loss, lr, tps);
+      shard::apps::print0(rt, line);
+    }
+    std::snprintf(line, sizeof line, "loss %.4f", last_loss);
+    bar.update(step, tps, tokens_per_step, line);
+    const bool out_of_time =
+        c.max_seconds > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() > c.max_seconds;
+    if ((c.eval_every > 0 && step % c.eval_every == 0 && step < c.steps) || out_of_time) {
+      bar.finish();
+      val = print_val(step);
+    }
+    if (!c.checkpoint_dir.empty() && c.checkpoint_every > 0 && step % c.checkpoint_every == 0) save_checkpoint(c, m, state, step);
+    // Every rank decides the same: rank 0's clock.
+    if (out_of_time && shard::sum(shard::full<float>(shard::Shape{}, rt.process_index() == 0 ? 1.0f : 0.0f,
+                                                     shard::NamedSharding(mesh, P()))).to_host().item() > 0) break;
+  }
+  bar.finish();
+  if (val_step != step) val = print_val(step);
+  if (!c.checkpoint_dir.empty() && (c.checkpoint_every <= 0 || step % c.checkpoint_every != 0)) save_checkpoint(c, m, state, step);
+  const double tps = train_s > 0 ? static_cast<double>(trained) * tokens_per_step / train_s : 0;
+  const double mfu = peak > 0 ? gpt::train_flops(c.model, tps) / 1e9 / peak : 0;
+  if (c.json)
+    std::snprintf(line, sizeof line,
+                  "{\"summary\": true, \"framework\": \"shard\", \"ranks\": %d, \"devices_per_rank\": %d, \"mesh\": "
+                  "\"data=%d,model=%d\", \"steps\": %lld, \"tokens_per_second\": %.1f, \"train_seconds\": %.3f, "
+                  "\"final_loss\": %.6f, \"final_val_loss\": %.6f, \"params\": %lld, \"mfu\": %.4f, \"sgemm_gflops\": %.1f}\n",
+                  rt.process_count(), rt.devices_per_rank(), data, model, static_cast<long long>(step), tps, train_s,
+                  last_loss, val, static_cast<long long>(m.parameter_count()), mfu, peak);
+  else
+    std::snprintf(line, sizeof line,
+                  "done: %lld steps, %.0f tokens/s over %.1f s of training, validation loss %.4f; model FLOP "
+                  "utilisation %.1f%% of the measured SGEMM rate (%.1f GFLOP/s)\n",
+                  static_cast<long long>(step), tps, train_s, val, 100 * mfu, peak);
+  shard::apps::print0(rt, line);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return shard::apps::run_app(argc, argv, [&](shard::Runtime& rt) {
+    namespace po = shard::apps::po;
+    Config c;
+    po::options_description options("train_gpt options");
+    shard::apps::add_common_options(options);
+    options.add_options()
+        ("mesh", po::value(&c.mesh_text)->default_value(""), "data=D,model=M with D*M = devices (default: data = all)")
+        ("data-dir", po::value(&c.data_dir)->default_value(c.data_dir), "the fortunes' directory (Debian's fortunes)")
+        ("layers", po::value(&c.model.layers)->default_value(c.model.layers), "transformer blocks")
+        ("d-model", po::value(&c.model.d_model)->default_value(c.model.d_model), "width of the residual stream")
+        ("heads", po::value(&c.model.heads)->default_value(c.model.heads), "attention heads (divisible by model)")
+        ("context", po::value(&c.model.context)->default_value(c.model.context), "tokens per sequence (divisible by model)")
+        ("batch", po::value(&c.batch)->default_value(c.batch), "sequences per step (divisible by data)")
+        ("steps", po::value(&c.steps)->default_value(c.steps), "optimizer steps in all (the cosine's length)")
+        ("lr", po::value(&c.lr)->default_value(c.lr), "peak learning rate")
+        ("min-lr", po::value(&c.min_lr)->default_value(c.min_lr), "learning rate at the end of the cosine")
+        ("warmup", po::value(&c.warmup)->default_value(c.warmup), "linear warm-up steps from 0")
+        ("weight-decay", po::value(&c.weight_decay)->default_value(c.weight_decay), "AdamW's decay of matrices and embeddings")
+        ("beta2", po::value(&c.beta2)->default_value(c.beta2), "AdamW's second-moment decay")
+        ("clip", po::value(&c.clip)->default_value(c.clip), "clip the gradients' global norm to this (0: off)")
+        ("seed", po::value(&c.seed)->default_value(c.seed), "parameters' and batches' seed")
+        ("eval-every", po::value(&c.eval_every)->default_value(c.eval_every), "steps between validation losses (0: at the end)")
+        ("val-windows", po::value(&c.val_windows)->default_value(c.val_windows), "validation windows of --context tokens")
+        ("log-every", po::value(&c.log_every)->default_value(c.log_every), "steps between --json loss rows")
+        ("max-seconds", po::value(&c.max_seconds)->default_value(0, "0"), "stop training after this long (0: no limit)")
+        ("checkpoint-dir", po::value(&c.checkpoint_dir)->default_value(""), "write checkpoints here (and --resume, --sample read them)")
+        ("checkpoint-every", po::value(&c.checkpoint_every)->default_value(0), "steps between checkpoints (0: at the end only)")
+        ("keep", po::value(&c.keep)->default_value(2), "checkpoints to keep")
+        ("resume", "continue from the newest checkpoint in --checkpoint-dir (any mesh, any rank count)")
+        ("shard-optimizer-state", "split AdamW's moments over 'data' (ZeRO-1)")
+        ("sample", "print text generated by the newest checkpoint in --checkpoint-dir instead of training")
+        ("prompt", po::value(&c.prompt)->default_value(c.prompt), "--sample: the text to continue")
+        ("sample-tokens", po::value(&c.sample_tokens)->default_value(c.sample_tokens), "--sample: bytes to generate")
+        ("temperature", po::value(&c.temperature)->default_value(0, "0"), "--sample: 0 greedy, else softmax(logits / t)")
+        ("dump-init", po::value(&c.dump_init)->default_value(""), "write the initial parameters as DIR/<name>.npy")
+        ("json", "one JSON object per line (losses, validation, summary) instead of text");
+    po::variables_map vm;
+    if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
+                                         "Usage: mpirun -n N train_gpt [--mesh data=D,model=M] [--steps S] ...\n"
+                                         "Trains a byte-level GPT on Debian's fortunes."))
+      return 0;
+    c.json = vm.count("json") > 0;
+    c.resume = vm.count("resume") > 0;
+    c.sample = vm.count("sample") > 0;
+    c.shard_state = vm.count("shard-optimizer-state") > 0;
+    using shard::apps::check_at_least;
+    using shard::apps::check_finite_in;
+    for (const auto& [flag, v, lo] : {std::tuple<const char*, std::int64_t, std::int64_t>{"layers", c.model.layers, 1},
+                                       {"d-model", c.model.d_model, 1}, {"heads", c.model.heads, 1},
+                                       {"context", c.model.context, 1}, {"batch", c.batch, 1}, {"steps", c.steps, 1},
+                                       {"warmup", c.warmup, 0}, {"seed", c.seed, 0}, {"eval-every", c.eval_every, 0},
+                                       {"val-windows", c.val_windows, 1}, {"log-every", c.log_every, 0},
+                                       {"checkpoint-every", c.checkpoint_every, 0}, {"keep", c.keep, 1},
+                                       {"sample-tokens", c.sample_tokens, 0}})
+      check_at_least(flag, v, lo);
+    check_finite_in("lr", c.lr, 1e-12, 10);
+    check_finite_in("min-lr", c.min_lr, 0, 10);
+    check_finite_in("weight-decay", c.weight_decay, 0, 1e3);
+    check_finite_in("beta2", c.beta2, 0, 0.999999);
+    check_finite_in("clip", c.clip, 0, 1e30);
+    check_finite_in("max-seconds", c.max_seconds, 0, 1e9);
+    check_finite_in("temperature", c.temperature, 0, 100);
+    if ((c.resume || c.sample) && c.checkpoint_dir.empty())
+      shard::raise<shard::ValueError>("--", c.resume ? "resume" : "sample", " needs --checkpoint-dir");
+    return run(rt, c);
+  });
+}
