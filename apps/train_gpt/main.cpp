@@ -32,7 +32,7 @@ struct Config {
   gpt::Config model;
   std::string mesh_text, data_dir = "/usr/share/games/fortunes", checkpoint_dir, dump_init, prompt = "The ";
   std::int64_t batch = 32, steps = 2000, warmup = 100, seed = 0, eval_every = 200, val_windows = 256, log_every = 10;
-  std::int64_t checkpoint_every = 0, sample_tokens = 300;
+  std::int64_t checkpoint_every = 0, sample_tokens = 300, max_steps = 0;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta2 = 0.99, clip = 1.0, max_seconds = 0, temperature = 0;
   int keep = 2;
   bool json = false, resume = false, sample = false, shard_state = false;
@@ -242,11 +242,12 @@ int run(shard::Runtime& rt, Config& c) {
   };
   double val = step == 0 || c.eval_every > 0 ? print_val(step) : std::nan("");
   const double tokens_per_step = static_cast<double>(c.batch * c.model.context);
-  shard::ProgressBar bar("train_gpt", c.steps, "tok/s", rt.process_index() == 0 && !c.json, c.log_every > 0 ? c.log_every * 10 : 0);
+  const std::int64_t last = c.max_steps > 0 ? std::min(c.max_steps, c.steps) : c.steps;
+  shard::ProgressBar bar("train_gpt", last, "tok/s", rt.process_index() == 0 && !c.json, c.log_every > 0 ? c.log_every * 10 : 0);
   double train_s = 0, last_loss = std::nan("");
   std::int64_t trained = 0;
   const auto started = std::chrono::steady_clock::now();
-  while (step < c.steps) {
+  while (step < last) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto offsets = shard::data::random_window_offsets(static_cast<std::uint64_t>(c.seed), step, c.batch, n_train,
                                                             c.model.context);
@@ -272,7 +273,7 @@ int run(shard::Runtime& rt, Config& c) {
     bar.update(step, tps, tokens_per_step, line);
     const bool out_of_time =
         c.max_seconds > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() > c.max_seconds;
-    if ((c.eval_every > 0 && step % c.eval_every == 0 && step < c.steps) || out_of_time) {
+    if ((c.eval_every > 0 && step % c.eval_every == 0 && step < last) || out_of_time) {
       bar.finish();
       val = print_val(step);
     }
@@ -329,6 +330,7 @@ int main(int argc, char** argv) {
         ("eval-every", po::value(&c.eval_every)->default_value(c.eval_every), "steps between validation losses (0: at the end)")
         ("val-windows", po::value(&c.val_windows)->default_value(c.val_windows), "validation windows of --context tokens")
         ("log-every", po::value(&c.log_every)->default_value(c.log_every), "steps between --json loss rows")
+        ("max-steps", po::value(&c.max_steps)->default_value(0), "stop after this many steps in all (0: --steps; the schedule still spans --steps)")
         ("max-seconds", po::value(&c.max_seconds)->default_value(0, "0"), "stop training after this long (0: no limit)")
         ("checkpoint-dir", po::value(&c.checkpoint_dir)->default_value(""), "write checkpoints here (and --resume, --sample read them)")
         ("checkpoint-every", po::value(&c.checkpoint_every)->default_value(0), "steps between checkpoints (0: at the end only)")
@@ -357,7 +359,7 @@ int main(int argc, char** argv) {
                                        {"context", c.model.context, 1}, {"batch", c.batch, 1}, {"steps", c.steps, 1},
                                        {"warmup", c.warmup, 0}, {"seed", c.seed, 0}, {"eval-every", c.eval_every, 0},
                                        {"val-windows", c.val_windows, 1}, {"log-every", c.log_every, 0},
-                                       {"checkpoint-every", c.checkpoint_every, 0}, {"keep", c.keep, 1},
+                                       {"checkpoint-every", c.checkpoint_every, 0}, {"keep", c.keep, 1}, {"max-steps", c.max_steps, 0},
                                        {"sample-tokens", c.sample_tokens, 0}})
       check_at_least(flag, v, lo);
     check_finite_in("lr", c.lr, 1e-12, 10);
@@ -367,6 +369,9 @@ int main(int argc, char** argv) {
     check_finite_in("clip", c.clip, 0, 1e30);
     check_finite_in("max-seconds", c.max_seconds, 0, 1e9);
     check_finite_in("temperature", c.temperature, 0, 100);
+    if (c.warmup >= c.steps)
+      shard::raise<shard::ValueError>("--warmup ", c.warmup, " must be less than --steps ", c.steps,
+                                      " (the cosine decays over the steps after the warm-up)");
     if ((c.resume || c.sample) && c.checkpoint_dir.empty())
       shard::raise<shard::ValueError>("--", c.resume ? "resume" : "sample", " needs --checkpoint-dir");
     return run(rt, c);

@@ -3,7 +3,8 @@
 
   compare.py losses RTOL a.jsonl b.jsonl ...   per-step losses of every run equal the first's within RTOL
   compare.py identical a.jsonl b.jsonl         per-step losses bit-identical
-  compare.py npy RTOL dirA dirB                every .npy in checkpoint dir A equals B's within RTOL (numpy)
+  compare.py npy RTOL dirA dirB [SKIP]         every .npy in checkpoint dir A equals B's within RTOL (numpy),
+                                               except those whose names match the regex SKIP
 """
 import glob
 import json
@@ -41,11 +42,15 @@ def main():
             print(f"{other}: {len(got)} losses match {files[0]} (rtol {rtol})")
     elif mode == "npy":
         import numpy as np
+        import re
         rtol, a, b = float(sys.argv[2]), sys.argv[3], sys.argv[4]
+        skip = re.compile(sys.argv[5]) if len(sys.argv) > 5 else None
         names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(a, "*.npy")))
         if not names or names != sorted(os.path.basename(p) for p in glob.glob(os.path.join(b, "*.npy"))):
             sys.exit(f"{a} and {b} hold different arrays")
         for n in names:
+            if skip and skip.search(n):
+                continue
             x, y = np.load(os.path.join(a, n)), np.load(os.path.join(b, n))
             if x.shape != y.shape or x.dtype != y.dtype:
                 sys.exit(f"{n}: {x.shape} {x.dtype} vs {y.shape} {y.dtype}")

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# train_gpt tests, run by ctest: gpt_tests.sh <train_gpt> <mpiexec> <case>
+#   meshes   a tiny model (2 layers, d_model 32, 4 heads, context 16, batch 8) for 30 steps on
+#            1 device; data=2, model=2 (2 ranks); data=2,model=2 and data=4 with the optimizer
+#            state over 'data' (2 ranks x 2 devices); model=4 and data=2,model=2 (4 ranks):
+#            per-step losses agree to 1e-5 relative, the loss falls, and the same run twice is
+#            bit-identical
+#   resume   30 steps on data=2,model=2 against 15 steps on data=4 (2 ranks x 2 devices) +
+#            --resume on model=4 (4 ranks): the losses of steps 16-30 and the final checkpoints'
+#            .npy files (parameters and AdamW's moments) agree; --sample from the checkpoint
+#            gives the same text on 1 device and on model=2
+#   errors   bad input: a clear message on every rank, a non-zero exit
+set -euo pipefail
+app=$1 mpiexec=$2 case=$3
+work=$(mktemp -d /tmp/shard_gpt_test.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+python=python3
+if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import numpy" 2>/dev/null; then python=/usr/bin/python3; fi
+compare="$python $(dirname "$0")/compare.py"
+fail="$(dirname "$0")/../expect_failure.sh"
+run() {  # run <ranks> <devices per rank> <args...>
+  local n=$1 k=$2
+  shift 2
+  "$mpiexec" -n "$n" --oversubscribe "$app" --devices-per-rank "$k" "$@"
+}
+tiny=(--layers 2 --d-model 32 --heads 4 --context 16 --batch 8 --steps 30 --warmup 5 --lr 3e-3 --eval-every 10
+      --val-windows 64 --seed 5 --json --log-every 1)
+case $case in
+  meshes)
+    run 1 1 "${tiny[@]}" > "$work/one.jsonl"
+    run 1 1 "${tiny[@]}" > "$work/one_again.jsonl"
+    run 2 1 "${tiny[@]}" --mesh data=2 > "$work/d2.jsonl"
+    run 2 1 "${tiny[@]}" --mesh model=2 > "$work/m2.jsonl"
+    run 2 2 "${tiny[@]}" --mesh data=2,model=2 --shard-optimizer-state > "$work/d2m2z.jsonl"
+    run 2 2 "${tiny[@]}" --mesh data=4 --shard-optimizer-state > "$work/d4z.jsonl"
+    run 4 1 "${tiny[@]}" --mesh model=4 > "$work/m4.jsonl"
+    run 4 1 "${tiny[@]}" --mesh data=2,model=2 > "$work/d2m2.jsonl"
+    $compare losses 1e-5 "$work/one.jsonl" "$work/d2.jsonl" "$work/m2.jsonl" "$work/d2m2z.jsonl" "$work/d4z.jsonl" \
+      "$work/m4.jsonl" "$work/d2m2.jsonl"
+    $compare identical "$work/one.jsonl" "$work/one_again.jsonl"
+    grep -q '"mesh": "data=2,model=2"' "$work/d2m2.jsonl" || { echo "d2m2: not on data=2,model=2"; exit 1; }
+    # the validation losses agree too, and the loss falls
+    $python - "$work/one.jsonl" "$work/m4.jsonl" "$work/d2m2z.jsonl" <<'PY'
+import json, sys
+def rows(p, key): return [json.loads(x)[key] for x in open(p) if f'"{key}"' in x]
+ref = rows(sys.argv[1], "val_loss")
+for p in sys.argv[2:]:
+    got = rows(p, "val_loss")
+    assert len(got) == len(ref) == 4 and all(abs(a - b) < 1e-5 * a for a, b in zip(ref, got)), (p, ref, got)
+l = rows(sys.argv[1], "loss")
+assert l[-1] < 0.8 * l[0], f"loss did not fall: {l[0]} -> {l[-1]}"
+print(f"loss {l[0]:.4f} -> {l[-1]:.4f}, validation {ref[0]:.4f} -> {ref[-1]:.4f}")
+PY
+    ;;
+  resume)
+    run 2 2 "${tiny[@]}" --mesh data=2,model=2 --checkpoint-dir "$work/a" > "$work/a.jsonl"
+    run 2 2 "${tiny[@]}" --mesh data=4 --max-steps 15 --checkpoint-dir "$work/b" > "$work/b1.jsonl"
+    run 4 1 "${tiny[@]}" --mesh model=4 --checkpoint-dir "$work/b" --resume > "$work/b2.jsonl"
+    grep -q '"step": 15,' "$work/b1.jsonl" && ! grep -q '"step": 16,' "$work/b1.jsonl" || { echo "b1 did not stop at 15"; exit 1; }
+    grep '"loss"' "$work/a.jsonl" | sed -n '16,30p' > "$work/a_tail.jsonl"
+    grep '"loss"' "$work/b2.jsonl" > "$work/b2_loss.jsonl"
+    $compare losses 1e-5 "$work/a_tail.jsonl" "$work/b2_loss.jsonl"
+    steps_a=("$work"/a/step-*) steps_b=("$work"/b/step-*)
+    a=${steps_a[-1]} b=${steps_b[-1]}
+    [ "$(basename "$a")" = step-00000030 ] && [ "$(basename "$b")" = step-00000030 ] || { echo "final checkpoints: $a $b"; exit 1; }
+    # The key bias is skipped: it adds q.bk to every score of a query, which the softmax cancels,
+    # so its gradient is rounding noise (about 1e-9) that Adam scales up to +-lr steps; the
+    # losses do not depend on it (compared above), its values differ between meshes. Its AdamW
+    # moments are opt.{mu,nu}.<position>: h0.bk and h1.bk are parameters 7 and 23.
+    $compare npy 1e-4 "$a" "$b" '\.bk\.npy$|^opt\.(mu|nu)\.(7|23)\.npy$'
+    ls "$a" | grep -q '^opt\.mu\.' || { echo "no optimizer state in $a"; exit 1; }
+    run 1 1 "${tiny[@]}" --checkpoint-dir "$work/a" --sample --prompt "The " --sample-tokens 40 > "$work/s1.json"
+    run 2 1 "${tiny[@]}" --mesh model=2 --checkpoint-dir "$work/a" --sample --prompt "The " --sample-tokens 40 > "$work/s2.json"
+    run 2 1 "${tiny[@]}" --mesh data=2 --checkpoint-dir "$work/a" --sample --prompt "The " --temperature 0.8 --sample-tokens 40 > "$work/s3.json"
+    run 1 1 "${tiny[@]}" --checkpoint-dir "$work/a" --sample --prompt "The " --temperature 0.8 --sample-tokens 40 > "$work/s4.json"
+    cmp "$work/s1.json" "$work/s2.json" || { echo "greedy samples differ across meshes"; cat "$work/s1.json" "$work/s2.json"; exit 1; }
+    cmp "$work/s3.json" "$work/s4.json" || { echo "temperature samples differ across meshes"; exit 1; }
+    $python - "$work/s1.json" <<'PY'
+import json, sys
+s = json.loads(open(sys.argv[1]).read())
+assert s["sample"].startswith("The ") and len(s["sample"]) == 44 and s["step"] == 30, s
+print("sample:", repr(s["sample"]))
+PY
+    ;;
+  errors)
+    t=(--layers 1 --d-model 16 --heads 2 --context 8 --steps 3 --warmup 1 --val-windows 8)
+    both() {  # both <message regex> <ranks> <devices per rank> <args...>: every rank prints it
+      local re=$1 n=$2 k=$3
+      shift 3
+      $fail -e "rank 0\] error: $re" -e "rank $((n - 1))\] error: $re" \
+        "$mpiexec" -n "$n" --oversubscribe "$app" --devices-per-rank "$k" "$@"
+    }
+    both "--heads 2 is not divisible by model=4" 2 2 "${t[@]}" --batch 4 --mesh model=4
+    both "--batch 6 is not divisible by data=4" 2 2 "${t[@]}" --mesh data=4 --batch 6
+    both "--context 6 is not divisible by model=4 \(the sequence is split" 2 2 --layers 1 --d-model 16 --heads 4 --context 6 --batch 4 --steps 3 --warmup 1 --mesh model=4
+    both "--data-dir /nonexistent is not a directory" 2 1 "${t[@]}" --batch 4 --data-dir /nonexistent
+    both "--warmup 5 must be less than --steps 3" 2 1 --layers 1 --d-model 16 --heads 2 --context 8 --batch 4 --steps 3 --warmup 5
+    both "--mesh 'data=3' does not multiply to the 2 devices" 2 1 "${t[@]}" --batch 4 --mesh data=3
+    both "no checkpoint in --checkpoint-dir $work/none" 2 1 "${t[@]}" --batch 4 --sample --checkpoint-dir "$work/none"
+    run 2 1 "${t[@]}" --batch 4 --checkpoint-dir "$work/c" --json > /dev/null
+    both ".* holds the model layers=1,d_model=16,heads=2,context=8,vocab=256, this run has layers=1,d_model=32" \
+      2 1 --layers 1 --d-model 32 --heads 2 --context 8 --batch 4 --steps 3 --warmup 1 --checkpoint-dir "$work/c" --resume
+    ;;
+  *) echo "unknown case $case"; exit 2 ;;
+esac
