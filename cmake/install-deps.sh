@@ -13,6 +13,7 @@ packages=(
   libgtest-dev                          # the tests
   zlib1g-dev                            # train_mlp reads the gzipped IDX files
   dataset-fashion-mnist                 # train_mlp's default data set
+  fortunes                              # train_gpt's text (/usr/share/games/fortunes)
   python3-numpy                         # tests check that numpy.load reads Shard's .npy files
   shellcheck                            # the scripts.lint test
   iproute2                              # ip: the multinode tests look up network interfaces

@@ -5,7 +5,7 @@
 # with 'model' inside a node (tensor parallel over shared memory) and 'data' across nodes
 # (only the gradient all-reduce crosses the network). Runs on one machine too: the default
 # hostfile, mpirun_examples/hosts.example, names only localhost.
-#   [VAR=value ...] ./mpirun_examples/hostfile_example.sh [train_mlp flags...]
+#   [VAR=value ...] ./mpirun_examples/hostfile_example.sh [train_mlp or train_gpt flags...]
 # Settings (environment variables, defaults in brackets):
 #   HOSTFILE          Open MPI hostfile [mpirun_examples/hosts.example]
 #   RANKS_PER_NODE    ranks started on every node [2]
@@ -23,11 +23,15 @@
 #   NET_IF            network for MPI and Open MPI's own traffic between nodes, an interface
 #                     or CIDR (btl_tcp_if_include, oob_tcp_if_include), e.g. eth0 or
 #                     10.0.0.0/24 [unset: Open MPI's default, every non-loopback interface]
-#   SHARD_BUILD_DIR   build directory holding apps/train_mlp [build/release]
-#   TRAIN_MLP         the train_mlp binary itself [SHARD_BUILD_DIR/apps/train_mlp]
-#   EPOCHS            --epochs [2]
+#   APP               train_mlp or train_gpt (the transformer: 'model' splits its heads and
+#                     sequence, so MODEL must divide --heads and --context) [train_mlp]
+#   SHARD_BUILD_DIR   build directory holding apps/$APP [build/release]
+#   TRAIN_MLP         the app's binary itself [SHARD_BUILD_DIR/apps/$APP]
+#   EPOCHS            --epochs of train_mlp [2]
 #   MAX_STEPS         --max-steps, stop after this many steps (0: no limit) [0]
 #   DRY_RUN           1: print the mpirun command and exit [0]
+# Example: the transformer on 2 nodes x 2 ranks, mesh data=2,model=2:
+#   APP=train_gpt HOSTFILE=~/hosts NET_IF=10.0.0.0/24 ./mpirun_examples/hostfile_example.sh --steps 2000
 # Example: 2 nodes x 4 ranks x 2 devices, mesh data=2,model=8:
 #   HOSTFILE=~/hosts RANKS_PER_NODE=4 DEVICES_PER_RANK=2 NET_IF=10.0.0.0/24 \
 #     ./mpirun_examples/hostfile_example.sh --epochs 12
@@ -51,6 +55,7 @@ BIND=${BIND:-1}
 OVERSUBSCRIBE=${OVERSUBSCRIBE:-0}
 NET_IF=${NET_IF:-}
 SHARD_BUILD_DIR=${SHARD_BUILD_DIR:-build/release}
+APP=${APP:-train_mlp}
 EPOCHS=${EPOCHS:-2}
 MAX_STEPS=${MAX_STEPS:-0}
 DRY_RUN=${DRY_RUN:-0}
@@ -75,7 +80,8 @@ ranks=$((${#nodes[@]} * RANKS_PER_NODE))
 data=$((ranks * DEVICES_PER_RANK / MODEL))
 
 # Absolute, so that every node finds the same path whatever its working directory.
-app=${TRAIN_MLP:-$SHARD_BUILD_DIR/apps/train_mlp}
+case $APP in train_mlp | train_gpt) ;; *) die "APP must be train_mlp or train_gpt, got '$APP'" ;; esac
+app=${TRAIN_MLP:-$SHARD_BUILD_DIR/apps/$APP}
 [[ $app = /* ]] || app=$PWD/$app
 [ -x "$app" ] || [ "$DRY_RUN" = 1 ] ||
   die "no $app: build it (cmake --preset release && cmake --build --preset release) or set SHARD_BUILD_DIR or TRAIN_MLP"
@@ -107,9 +113,11 @@ for var in $(compgen -e); do
 done
 extra+=(-x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS)
 
+steps=(--max-steps "$MAX_STEPS")
+[ "$APP" = train_mlp ] && steps=(--epochs "$EPOCHS" --max-steps "$MAX_STEPS")
 cmd=(mpirun --hostfile "$HOSTFILE" -n "$ranks" --map-by "$map" "${extra[@]}"
      "$app" --devices-per-rank "$DEVICES_PER_RANK" --mesh "data=$data,model=$MODEL"
-     --epochs "$EPOCHS" --max-steps "$MAX_STEPS" "$@")
+     "${steps[@]}" "$@")
 echo "hostfile_example: ${#nodes[@]} node(s) (${nodes[*]}) x $RANKS_PER_NODE ranks x $DEVICES_PER_RANK devices, mesh data=$data,model=$MODEL"
 echo "+ ${cmd[*]}"
 [ "$DRY_RUN" = 1 ] && exit 0

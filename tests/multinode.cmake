@@ -1,7 +1,7 @@
 # Multi-node tests: Open MPI jobs across network-namespace "hosts" over TCP (tests/multinode/).
 # They need root; elsewhere they report skipped (exit 77) with the reason. One at a time: they
 # share the namespace names.
-foreach(case collectives train separate killed)
+foreach(case collectives train train_gpt separate killed)
   add_test(NAME multinode.${case}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/multinode/run.sh ${case} ${CMAKE_BINARY_DIR})
   set_tests_properties(multinode.${case} PROPERTIES

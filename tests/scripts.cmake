@@ -3,6 +3,7 @@
 #                             (tests/lint_scripts.sh); needs shellcheck (cmake/install-deps.sh)
 #   scripts.hostfile_example  mpirun_examples/hostfile_example.sh really launches: a localhost
 #                             hostfile, 2 ranks x 2 devices, mesh data=2,model=2, 5 tiny steps
+#   scripts.hostfile_example_gpt  the same with APP=train_gpt (a tiny transformer, 3 steps)
 
 add_test(NAME scripts.lint COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/lint_scripts.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(scripts.lint PROPERTIES TIMEOUT 60 LABELS scripts)
@@ -23,6 +24,15 @@ if(TARGET train_mlp)
     ENVIRONMENT "${SHARD_MPI_TEST_ENV};HOSTFILE=${_shard_hostfile};TRAIN_MLP=$<TARGET_FILE:train_mlp>;SHARD_BUILD_DIR=${CMAKE_BINARY_DIR};RANKS_PER_NODE=2;DEVICES_PER_RANK=2;MODEL=2;CPUS_PER_RANK=1;OVERSUBSCRIBE=${_shard_oversubscribe};MAX_STEPS=5"
     # (a PASS regex alone would ignore the exit code: mpirun's report of a failed rank fails it)
     PASS_REGULAR_EXPRESSION "mesh data=2,model=2.*Mesh\\('data': 2, 'model': 2\\).*done: 5 steps"
+    FAIL_REGULAR_EXPRESSION "returned a non-zero exit code|exited on signal|error:")
+endif()
+if(TARGET train_gpt)
+  add_test(NAME scripts.hostfile_example_gpt
+           COMMAND ${PROJECT_SOURCE_DIR}/mpirun_examples/hostfile_example.sh
+                   --layers 1 --d-model 16 --heads 2 --context 8 --batch 4 --steps 10 --warmup 1 --val-windows 8)
+  set_tests_properties(scripts.hostfile_example_gpt PROPERTIES TIMEOUT 120 LABELS scripts
+    ENVIRONMENT "${SHARD_MPI_TEST_ENV};APP=train_gpt;HOSTFILE=${_shard_hostfile};TRAIN_MLP=$<TARGET_FILE:train_gpt>;SHARD_BUILD_DIR=${CMAKE_BINARY_DIR};RANKS_PER_NODE=2;DEVICES_PER_RANK=2;MODEL=2;CPUS_PER_RANK=1;OVERSUBSCRIBE=${_shard_oversubscribe};MAX_STEPS=3"
+    PASS_REGULAR_EXPRESSION "mesh data=2,model=2.*Mesh\\('data': 2, 'model': 2\\).*done: 3 steps"
     FAIL_REGULAR_EXPRESSION "returned a non-zero exit code|exited on signal|error:")
 endif()
 

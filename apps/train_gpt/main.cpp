@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -35,7 +36,7 @@ struct Config {
   std::int64_t checkpoint_every = 0, sample_tokens = 300, max_steps = 0;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta2 = 0.99, clip = 1.0, max_seconds = 0, temperature = 0;
   int keep = 2;
-  bool json = false, resume = false, sample = false, shard_state = false;
+  bool json = false, resume = false, sample = false, shard_state = false, comm_stats = false;
 };
 
 /// "data=2,model=2"; a missing axis takes the rest of the devices (default: data = all).
@@ -88,6 +89,23 @@ double measured_sgemm_gflops(const shard::Mesh& mesh) {
     return t;
   });
   return shard::sum(parts).to_host().item();
+}
+
+/// What this rank sent between two CommStats snapshots, as JSON: {"kind axes": [calls, bytes], ...}.
+std::string comm_difference(const std::map<std::pair<std::string, std::string>, shard::CommRecord>& before,
+                            const std::map<std::pair<std::string, std::string>, shard::CommRecord>& after) {
+  std::string out = "{";
+  for (const auto& [key, rec] : after) {
+    const auto it = before.find(key);
+    const std::int64_t calls = rec.calls - (it == before.end() ? 0 : it->second.calls);
+    const std::int64_t bytes = rec.bytes - (it == before.end() ? 0 : it->second.bytes);
+    if (calls == 0 && bytes == 0) continue;
+    std::string axes;
+    for (const char ch : key.second) axes += ch == '"' ? '\'' : ch;
+    out += (out.size() > 1 ? ", \"" : "\"") + key.first + " " + axes + "\": [" + std::to_string(calls) + ", " +
+           std::to_string(bytes) + "]";
+  }
+  return out + "}";
 }
 
 /// The mean loss over the validation windows (non-overlapping, from the start of the split).
@@ -245,6 +263,7 @@ int run(shard::Runtime& rt, Config& c) {
   const std::int64_t last = c.max_steps > 0 ? std::min(c.max_steps, c.steps) : c.steps;
   shard::ProgressBar bar("train_gpt", last, "tok/s", rt.process_index() == 0 && !c.json, c.log_every > 0 ? c.log_every * 10 : 0);
   double train_s = 0, last_loss = std::nan("");
+  std::string step_comm;  // --comm-stats: what this rank sent during the first step
   std::int64_t trained = 0;
   const auto started = std::chrono::steady_clock::now();
   while (step < last) {
@@ -252,6 +271,7 @@ int run(shard::Runtime& rt, Config& c) {
     const auto offsets = shard::data::random_window_offsets(static_cast<std::uint64_t>(c.seed), step, c.batch, n_train,
                                                             c.model.context);
     const auto [x, y] = shard::data::token_windows(corpus.train, offsets, c.model.context, tokens);
+    const auto before = shard::comm_stats().entries();
     auto f = [&](const std::vector<Array>& p) { return gpt::loss(c.model, mesh, p, x, y); };
     auto [value, grads] = shard::value_and_grad(f, opt.grad_sharding())(m.params);
     last_loss = value.to_host().item();
@@ -260,6 +280,7 @@ int run(shard::Runtime& rt, Config& c) {
                                       " (lower --lr)");
     const double lr = opt.config().lr(state.step);
     opt.update(m.params, grads, state);
+    if (c.comm_stats && trained == 0) step_comm = comm_difference(before, shard::comm_stats().entries());
     ++step;
     ++trained;
     train_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -287,6 +308,10 @@ int run(shard::Runtime& rt, Config& c) {
   if (!c.checkpoint_dir.empty() && (c.checkpoint_every <= 0 || step % c.checkpoint_every != 0)) save_checkpoint(c, m, state, step);
   const double tps = train_s > 0 ? static_cast<double>(trained) * tokens_per_step / train_s : 0;
   const double mfu = peak > 0 ? gpt::train_flops(c.model, tps) / 1e9 / peak : 0;
+  if (c.comm_stats) {
+    if (c.json) shard::apps::print0(rt, "{\"comm_per_step\": " + step_comm + ", \"rank\": 0}\n");
+    else shard::apps::print0(rt, "sent by rank 0 in one step (calls, bytes): " + step_comm + "\n");
+  }
   if (c.json)
     std::snprintf(line, sizeof line,
                   "{\"summary\": true, \"framework\": \"shard\", \"ranks\": %d, \"devices_per_rank\": %d, \"mesh\": "
@@ -342,6 +367,7 @@ int main(int argc, char** argv) {
         ("sample-tokens", po::value(&c.sample_tokens)->default_value(c.sample_tokens), "--sample: bytes to generate")
         ("temperature", po::value(&c.temperature)->default_value(0, "0"), "--sample: 0 greedy, else softmax(logits / t)")
         ("dump-init", po::value(&c.dump_init)->default_value(""), "write the initial parameters as DIR/<name>.npy")
+        ("comm-stats", "print what rank 0 sent in one training step, per collective and mesh axes (CommStats)")
         ("json", "one JSON object per line (losses, validation, summary) instead of text");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
@@ -352,6 +378,7 @@ int main(int argc, char** argv) {
     c.resume = vm.count("resume") > 0;
     c.sample = vm.count("sample") > 0;
     c.shard_state = vm.count("shard-optimizer-state") > 0;
+    c.comm_stats = vm.count("comm-stats") > 0;
     using shard::apps::check_at_least;
     using shard::apps::check_finite_in;
     for (const auto& [flag, v, lo] : {std::tuple<const char*, std::int64_t, std::int64_t>{"layers", c.model.layers, 1},

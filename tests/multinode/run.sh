@@ -6,6 +6,8 @@
 #                the ranks are and how make_mesh groups them by host; checks TCP bytes crossed
 #   train        train_mlp on 2 hosts x 2 ranks (data across hosts, model inside a host, ranks
 #                placed round-robin so make_mesh must regroup them) equals the single-host run
+#   train_gpt    train_gpt (a tiny transformer) on 2 hosts x 2 ranks, data=2 across the hosts and
+#                model=2 (tensor + sequence parallel) inside each, gives the single-host losses
 #   separate     with only the shared-memory BTL (vader,self) the job must fail to connect:
 #                the hosts are really separate
 #   killed       kill -9 a harness run in the middle of training, then run again: it passes
@@ -95,6 +97,15 @@ case $case in
       { echo "FAIL: expected 'data' across the hosts and 'model' inside each"; exit 1; }
     $python "$here/../train/compare.py" identical "$work/one_host.jsonl" "$work/two_hosts.jsonl"
     echo "train: 2 hosts x 2 ranks give the single-host losses"
+    ;;
+  train_gpt)
+    # shellcheck disable=SC2054  # the commas are inside one argument (--mesh data=2,model=2)
+    gpt=(--layers 2 --d-model 32 --heads 4 --context 16 --batch 8 --steps 30 --warmup 5 --lr 3e-3 --seed 5
+         --val-windows 64 --eval-every 10 --mesh data=2,model=2 --json --log-every 1)
+    mpirun -n 4 "$build/apps/train_gpt" "${gpt[@]}" > "$work/one_host.jsonl"
+    MIN_BYTES=50000 crossed "$work/two_hosts.jsonl" across tcp,vader,self -n 4 --map-by node "$build/apps/train_gpt" "${gpt[@]}"
+    $python "$here/../train/compare.py" losses 1e-5 "$work/one_host.jsonl" "$work/two_hosts.jsonl"
+    echo "train_gpt: 2 hosts x 2 ranks give the single-host losses"
     ;;
   separate)
     if MN_TIMEOUT=60 across vader,self -n 4 --map-by node "$build/apps/shard_info" > "$work/out.txt" 2>&1; then

@@ -9,6 +9,11 @@
 #            --resume on model=4 (4 ranks): the losses of steps 16-30 and the final checkpoints'
 #            .npy files (parameters and AdamW's moments) agree; --sample from the checkpoint
 #            gives the same text on 1 device and on model=2
+#   comm     what rank 0 sends in one step (CommStats, --comm-stats) equals Megatron's with sequence
+#            parallelism: per block 2 all_gathers and 2 psum_scatters of (B/d, T/m, C) over 'model'
+#            each way, one psum over 'data' of each split weight, one psum over ('data','model') of
+#            each replicated parameter (the tied embedding once), the loss and the clipping norm;
+#            on data=2,model=2 and data=4 (4 ranks) and model=2 (2 ranks)
 #   errors   bad input: a clear message on every rank, a non-zero exit
 set -euo pipefail
 app=$1 mpiexec=$2 case=$3
@@ -56,19 +61,24 @@ PY
     run 2 2 "${tiny[@]}" --mesh data=2,model=2 --checkpoint-dir "$work/a" > "$work/a.jsonl"
     run 2 2 "${tiny[@]}" --mesh data=4 --max-steps 15 --checkpoint-dir "$work/b" > "$work/b1.jsonl"
     run 4 1 "${tiny[@]}" --mesh model=4 --checkpoint-dir "$work/b" --resume > "$work/b2.jsonl"
-    grep -q '"step": 15,' "$work/b1.jsonl" && ! grep -q '"step": 16,' "$work/b1.jsonl" || { echo "b1 did not stop at 15"; exit 1; }
+    if ! grep -q '"step": 15,' "$work/b1.jsonl" || grep -q '"step": 16,' "$work/b1.jsonl"; then
+      echo "b1 did not stop at 15"; exit 1
+    fi
     grep '"loss"' "$work/a.jsonl" | sed -n '16,30p' > "$work/a_tail.jsonl"
     grep '"loss"' "$work/b2.jsonl" > "$work/b2_loss.jsonl"
     $compare losses 1e-5 "$work/a_tail.jsonl" "$work/b2_loss.jsonl"
     steps_a=("$work"/a/step-*) steps_b=("$work"/b/step-*)
     a=${steps_a[-1]} b=${steps_b[-1]}
-    [ "$(basename "$a")" = step-00000030 ] && [ "$(basename "$b")" = step-00000030 ] || { echo "final checkpoints: $a $b"; exit 1; }
+    if [ "$(basename "$a")" != step-00000030 ] || [ "$(basename "$b")" != step-00000030 ]; then
+      echo "final checkpoints: $a $b"; exit 1
+    fi
     # The key bias is skipped: it adds q.bk to every score of a query, which the softmax cancels,
     # so its gradient is rounding noise (about 1e-9) that Adam scales up to +-lr steps; the
     # losses do not depend on it (compared above), its values differ between meshes. Its AdamW
     # moments are opt.{mu,nu}.<position>: h0.bk and h1.bk are parameters 7 and 23.
     $compare npy 1e-4 "$a" "$b" '\.bk\.npy$|^opt\.(mu|nu)\.(7|23)\.npy$'
-    ls "$a" | grep -q '^opt\.mu\.' || { echo "no optimizer state in $a"; exit 1; }
+    moments=("$a"/opt.mu.*.npy)
+    [ -f "${moments[0]}" ] || { echo "no optimizer state in $a"; exit 1; }
     run 1 1 "${tiny[@]}" --checkpoint-dir "$work/a" --sample --prompt "The " --sample-tokens 40 > "$work/s1.json"
     run 2 1 "${tiny[@]}" --mesh model=2 --checkpoint-dir "$work/a" --sample --prompt "The " --sample-tokens 40 > "$work/s2.json"
     run 2 1 "${tiny[@]}" --mesh data=2 --checkpoint-dir "$work/a" --sample --prompt "The " --temperature 0.8 --sample-tokens 40 > "$work/s3.json"
@@ -81,6 +91,36 @@ s = json.loads(open(sys.argv[1]).read())
 assert s["sample"].startswith("The ") and len(s["sample"]) == 44 and s["step"] == 30, s
 print("sample:", repr(s["sample"]))
 PY
+    ;;
+  comm)
+    for spec in "4 data=2,model=2" "4 data=4,model=1" "2 data=1,model=2"; do
+      read -r n mesh <<<"$spec"
+      run "$n" 1 "${tiny[@]}" --mesh "$mesh" --max-steps 2 --comm-stats > "$work/comm.jsonl"
+      $python - "$work/comm.jsonl" "$mesh" <<'PY'
+import json, sys
+rows = [json.loads(x) for x in open(sys.argv[1]) if x.startswith("{")]
+got = next(r["comm_per_step"] for r in rows if "comm_per_step" in r)
+d, m = (int(kv.split("=")[1]) for kv in sys.argv[2].split(","))
+L, C, H, T, B, V, f = 2, 32, 4, 16, 8, 256, 4  # the tiny model; float32
+b, t = B // d, T // m
+want = {}
+def add(key, calls, nbytes):
+    c0, b0 = want.get(key, (0, 0))
+    want[key] = (c0 + calls, b0 + nbytes)
+if m > 1:  # sequence parallel: per block and direction, an all_gather of this device's tokens
+    add("all_gather 'model'", 4 * L, 4 * L * b * t * C * f)  # (2 forward, 2 as psum_scatter's transpose)
+    add("psum_scatter 'model'", 4 * L, 4 * L * b * T * C * f)  # sends the whole (b, T, C) partial sum
+split = L * (3 * C * C // m + 3 * C // m + C // m * C + C * 4 * C // m + 4 * C // m + 4 * C // m * C) + t * C
+replicated = [V * C] + [C] * (6 * L) + [C, C]  # wte (tied: once), ln1 g b, bo, ln2 g b, b2; lnf g b
+if d > 1:
+    add("psum 'data'", 10 * L + 1, split * f)  # each split weight, and wpe's rows
+add("psum ('data','model')", len(replicated) + 2, sum(replicated) * f + f + 8)  # + the loss (float32), the norm (float64)
+add("to_host ", 1, f)  # the loss value
+if got != {k: list(v) for k, v in want.items()}:
+    sys.exit(f"{sys.argv[2]}: sent {got}, Megatron + sequence parallel theory {want}")
+print(f"{sys.argv[2]}: one step sends what the theory says: {got}")
+PY
+    done
     ;;
   errors)
     t=(--layers 1 --d-model 16 --heads 2 --context 8 --steps 3 --warmup 1 --val-windows 8)

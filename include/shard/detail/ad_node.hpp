@@ -126,6 +126,20 @@ struct Node final : NodeBase {
       if (!keep) rule = nullptr;
       return;
     }
+    if constexpr (is_tensor_v<X>) {
+      // The transpose of pvary commutes with a local linear op (a transpose, a reshape): the
+      // contributions that vary over more axes than this value pass through unsummed, so an
+      // invariant parameter used in several places (a tied embedding and its transpose) is
+      // psummed once, at its own node, over the sum of its uses.
+      if (linear_local && rule && !pending.empty()) {
+        for (auto& [mask, part] : pending) rule(part, vma | mask);
+        pending.clear();
+        if (!ct && deferred.empty()) {
+          if (!keep) rule = nullptr;
+          return;
+        }
+      }
+    }
     const X& c = total();
     if (rule) rule(c, vma);
     if (!keep) {
@@ -144,6 +158,7 @@ struct Node final : NodeBase {
   NodeMeta<X> meta;
   Rule rule;
   bool leaf = false;
+  bool linear_local = false;  ///< a linear op without communication (see backward)
   std::optional<X> ct;
   std::vector<std::pair<std::uint32_t, X>> pending;
   std::vector<std::function<X()>> deferred;
@@ -206,6 +221,14 @@ Out finish(Tape& tape, const char* op, Out&& out, MakeRule&& make_rule, const In
   }
   out.set_ad(vma ? std::make_shared<AdValue>(AdValue{tape.id(), vma, nullptr}) : nullptr);
   return std::move(out);
+}
+
+/// Marks out's node (if any) as a linear op without communication: its backward passes
+/// varying cotangents through instead of psumming them (Node::backward).
+template <typename Out>
+Out linear_local(Out out) {
+  if (const auto& a = out.ad(); a && a->node) static_cast<Node<Out>*>(a->node.get())->linear_local = true;
+  return out;
 }
 
 /// A non-differentiable result (comparisons, argmax, int ops): only the operands' vma.

@@ -474,7 +474,7 @@ X record_reshape_like(Tape& tape, const X& x, const char* op, const std::functio
     auto make = [&](auto xn) -> typename Node<X>::Rule {
       return [xn, s = x.shape()](const X& ct, std::uint32_t v) { push(xn, reshape(ct, s), v); };
     };
-    return finish(tape, op, std::move(out), make, x);
+    return linear_local(finish(tape, op, std::move(out), make, x));
   }
 }
 
@@ -492,7 +492,7 @@ X record_transpose(Tape& tape, const X& x, std::vector<int> perm) {
       }
       return [xn, inv](const X& ct, std::uint32_t v) { push(xn, transpose(ct, inv), v); };
     };
-    return finish(tape, "transpose", std::move(out), make, x);
+    return linear_local(finish(tape, "transpose", std::move(out), make, x));
   }
 }
 
