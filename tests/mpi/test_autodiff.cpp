@@ -596,5 +596,38 @@ SHARD_MPI_TEST(Autodiff, MegatronStepSendsTheMegatronCollectives) {
   EXPECT_EQ(g[1].sharding(), params[1].sharding());
 }
 
+SHARD_MPI_TEST(Autodiff, AParameterUsedTwiceInABodyIsSummedOnce) {
+  // A tied embedding's pattern: an invariant W used directly and through a transpose, each
+  // meeting data-varying values. The transpose passes the varying cotangent through, so W's
+  // two uses are added first and summed over 'a' in one psum (not one psum per use).
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const std::int64_t b = 2 * n, d = 4, o = 3;
+  const SA w = device_put(small_random({d, o}, 21), NamedSharding(mesh, P()));
+  const SA x = device_put(small_random({b, d}, 22), NamedSharding(mesh, P("a")));
+  const SA u = device_put(small_random({b, o}, 23), NamedSharding(mesh, P("a")));
+  auto body = [](const HT& w, const HT& x, const HT& u) {
+    const HT y = matmul(x, w);                               // (b, o): W's first use
+    const HT back = matmul(u, transpose(reshape(w, {d, o})));  // (b, d): through a reshape and a transpose
+    return psum(sum(square(y)) + sum(tanh(back) * x), "a");
+  };
+  comm_stats().reset();
+  expect_same_gradients(
+      "W used twice",
+      [&](const std::vector<SA>& p) { return shard_map(mesh, {P(), P("a"), P("a")}, P(), body)(p[0], x, u); },
+      [&](const std::vector<HT>& p) {
+        const HT hx = x.to_host(), hu = u.to_host();
+        return sum(square(matmul(hx, p[0]))) + sum(tanh(matmul(hu, transpose(p[0]))) * hx);
+      },
+      {w});
+  // One psum forward (the loss) and one backward (W's gradient), over 'a' (MPI calls: none on one rank).
+  if (runtime().process_count() > 1) {
+    std::int64_t calls = 0;
+    for (const auto& [key, rec] : comm_stats().entries())
+      if (key.first == "psum") calls += rec.calls;
+    EXPECT_EQ(calls, 2) << comm_stats().to_string();
+  }
+}
+
 }  // namespace
 }  // namespace shard::testing
