@@ -14,6 +14,9 @@
 #            each way, one psum over 'data' of each split weight, one psum over ('data','model') of
 #            each replicated parameter (the tied embedding once), the loss and the clipping norm;
 #            on data=2,model=2 and data=4 (4 ranks) and model=2 (2 ranks)
+#   torch    the same run as benchmarks/torch_gpt.py (PyTorch) from the same initial parameters
+#            (--dump-init): the per-step losses agree to 1e-4 relative, the validation losses too
+#            (skipped, exit 77, without Debian's python3-torch)
 #   errors   bad input: a clear message on every rank, a non-zero exit
 set -euo pipefail
 app=$1 mpiexec=$2 case=$3
@@ -121,6 +124,20 @@ if got != {k: list(v) for k, v in want.items()}:
 print(f"{sys.argv[2]}: one step sends what the theory says: {got}")
 PY
     done
+    ;;
+  torch)
+    if ! /usr/bin/python3 -c "import torch, numpy" 2>/dev/null; then echo "SKIP: no python3-torch"; exit 77; fi
+    run 2 1 "${tiny[@]}" --mesh model=2 --dump-init "$work/init" > "$work/shard.jsonl"
+    /usr/bin/python3 "$(dirname "$0")/../../benchmarks/torch_gpt.py" "${tiny[@]}" --threads 1 --init-npy "$work/init" \
+      > "$work/torch.jsonl"
+    $compare losses 1e-4 "$work/shard.jsonl" "$work/torch.jsonl"
+    /usr/bin/python3 - "$work/shard.jsonl" "$work/torch.jsonl" <<'PY'
+import json, sys
+def rows(p): return [json.loads(x)["val_loss"] for x in open(p) if '"val_loss"' in x]
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+assert len(a) == len(b) == 4 and all(abs(x - y) < 1e-4 * x for x, y in zip(a, b)), (a, b)
+print("validation losses equal PyTorch's:", a)
+PY
     ;;
   errors)
     t=(--layers 1 --d-model 16 --heads 2 --context 8 --steps 3 --warmup 1 --val-windows 8)
