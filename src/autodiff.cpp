@@ -45,7 +45,7 @@ const char* binary_op_name(BinaryOp op) {
 const char* unary_op_name(UnaryOp op) {
   static const char* kNames[] = {"exp", "log", "sin", "cos", "tanh", "relu", "sqrt", "abs", "negative", "square",
                                  "log1p", "expm1", "rsqrt", "sign", "sigmoid", "reciprocal", "floor", "ceil",
-                                 "round", "erf", "logical_not"};
+                                 "round", "erf", "logical_not", "gelu", "gelu_grad"};
   return kNames[static_cast<int>(op)];
 }
 const char* reduce_op_name(ReduceKind kind) {

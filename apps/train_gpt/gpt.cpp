@@ -1,6 +1,7 @@
 #include "gpt.hpp"
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace gpt {
@@ -27,11 +28,12 @@ Block scatter_sequence(const Block& z, std::int64_t b, std::int64_t t, std::int6
   return shard::reshape(shard::psum_scatter(shard::reshape(z, {b, t * m, c}), "model", 1, true), {b * t, c});
 }
 
-/// 0 where position i may attend to j (j <= i), -1e9 elsewhere: added to the attention scores.
+/// 0 where position i may attend to j (j <= i), -inf elsewhere: added to the attention scores
+/// (every row keeps its diagonal, so the softmax's max is finite and exp gives exact zeros).
 Block causal_mask(std::int64_t T) {
   Block m({T, T}, 0.0f);
   for (std::int64_t i = 0; i < T; ++i)
-    for (std::int64_t j = i + 1; j < T; ++j) m(i, j) = -1e9f;
+    for (std::int64_t j = i + 1; j < T; ++j) m(i, j) = -std::numeric_limits<float>::infinity();
   return m;
 }
 

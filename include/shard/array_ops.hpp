@@ -40,7 +40,9 @@ enum class BinaryOp { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kAnd, kOr, kXor,
 enum class CompareOp { kLess, kLessEqual, kGreater, kGreaterEqual, kEqual, kNotEqual };
 enum class UnaryOp {
   kExp, kLog, kSin, kCos, kTanh, kRelu, kSqrt, kAbs, kNeg, kSquare,  // the first ten as before
-  kLog1p, kExpm1, kRsqrt, kSign, kSigmoid, kReciprocal, kFloor, kCeil, kRound, kErf, kNot
+  kLog1p, kExpm1, kRsqrt, kSign, kSigmoid, kReciprocal, kFloor, kCeil, kRound, kErf, kNot,
+  kGelu,      ///< jax.nn.gelu(approximate=True) in one pass (shard::gelu)
+  kGeluGrad,  ///< its derivative (gelu's VJP)
 };
 enum class ReduceKind { kSum, kMean, kMax, kMin, kProd };
 
@@ -403,6 +405,16 @@ auto all(const X& x, const Dims& dims = {}, bool keepdims = false) {
   return reduce(as_dtype<bool>(x), ReduceKind::kMin, dims, keepdims);
 }
 
+namespace detail {
+// (src/tensor_rows.cpp)
+/// softmax and standardize along `axis` of a floating Tensor, each in one pass over a row
+/// (and one for its VJP): what shard::softmax / shard::standardize run on a Tensor.
+template <Dtype T>
+Tensor<T> fused_softmax(const Tensor<T>& x, int axis);
+template <Dtype T>
+Tensor<T> fused_standardize(const Tensor<T>& x, int axis, double epsilon);
+}  // namespace detail
+
 /// log(sum(exp(x))) over dims, computed stably (the max is subtracted first).
 template <ArrayLike X>
 auto logsumexp(const X& x, const Dims& dims = {}, bool keepdims = false) {
@@ -419,8 +431,12 @@ template <ArrayLike X>
 auto softmax(const X& x, int axis = -1) {
   using R = float_of_t<elem_t<X>>;
   const auto xf = as_dtype<R>(x);
-  const auto e = exp(xf - max(xf, axis, true));
-  return e / sum(e, axis, true);
+  if constexpr (detail::is_tensor_v<X>) {
+    return detail::fused_softmax(xf, axis);  // one pass a row (and one for the VJP)
+  } else {
+    const auto e = exp(xf - max(xf, axis, true));
+    return e / sum(e, axis, true);
+  }
 }
 /// x - logsumexp(x) along `axis` (jax.nn.log_softmax).
 template <ArrayLike X>
@@ -437,10 +453,7 @@ template <ArrayLike X>
 auto gelu(const X& x, bool approximate = true) {
   using R = float_of_t<elem_t<X>>;
   const auto xf = as_dtype<R>(x);
-  if (approximate) {
-    const R c = static_cast<R>(0.7978845608028654);  // sqrt(2 / pi)
-    return xf * R(0.5) * (tanh((xf + xf * xf * xf * R(0.044715)) * c) + R(1));
-  }
+  if (approximate) return unary(xf, UnaryOp::kGelu);  // one pass; its VJP one more
   return xf * R(0.5) * (erf(xf * static_cast<R>(0.7071067811865476)) + R(1));
 }
 /// jax.nn.standardize: (x - mean) / sqrt(var + epsilon) along `axis` (a layer norm without
@@ -449,8 +462,12 @@ template <ArrayLike X>
 auto standardize(const X& x, int axis = -1, double epsilon = 1e-5) {
   using R = float_of_t<elem_t<X>>;
   const auto xf = as_dtype<R>(x);
-  const auto centred = xf - mean(xf, axis, true);
-  return centred * rsqrt(mean(square(centred), axis, true) + static_cast<R>(epsilon));
+  if constexpr (detail::is_tensor_v<X>) {
+    return detail::fused_standardize(xf, axis, epsilon);  // one pass a row (and one for the VJP)
+  } else {
+    const auto centred = xf - mean(xf, axis, true);
+    return centred * rsqrt(mean(square(centred), axis, true) + static_cast<R>(epsilon));
+  }
 }
 
 // ---------------------------------------------------------------- products

@@ -569,6 +569,18 @@ TEST(TensorOps, GeluAndStandardize) {
     EXPECT_NEAR(ga[i], 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))), 1e-14);
     EXPECT_NEAR(ge[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-14);
   }
+  // float32: tanh and gelu's rational tanh (XLA's) within a few ulp of the double formulas,
+  // and gelu's derivative (its VJP's kernel) against a central difference in double.
+  const Tensor<float> wide = rnd<float>({2000}, 95, -10, 10);
+  const auto tf = tanh(wide), gf = gelu(wide), dg = unary(wide, UnaryOp::kGeluGrad);
+  for (std::int64_t i = 0; i < wide.size(); ++i) {
+    const double v = wide[i];
+    auto g = [](double u) { return 0.5 * u * (1 + std::tanh(std::sqrt(2 / M_PI) * (u + 0.044715 * u * u * u))); };
+    EXPECT_NEAR(tf[i], std::tanh(v), 4e-7 * std::abs(std::tanh(v)) + 1e-12) << v;
+    EXPECT_NEAR(gf[i], g(v), 1e-6 * std::max(1.0, std::abs(v))) << v;
+    EXPECT_NEAR(dg[i], (g(v + 1e-5) - g(v - 1e-5)) / 2e-5, 1e-5) << v;  // float32: 1 - t^2 cancels for |x| > 4
+  }
+  EXPECT_TRUE(std::isnan(tanh(Tensor<float>({1}, NAN))[0]));
   const auto s = standardize(x, 1, 1e-5);
   for (int i = 0; i < 5; ++i) {
     double m = 0, var = 0;

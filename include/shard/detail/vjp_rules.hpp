@@ -251,6 +251,8 @@ X record_unary(Tape& tape, const X& x, UnaryOp op) {
           return with_x([](const X& ct, const X& x) {
             return ct * exp(-(x * x)) * static_cast<T>(2.0 / std::sqrt(std::numbers::pi));
           });
+        case UnaryOp::kGelu:
+          return with_x([](const X& ct, const X& x) { return ct * unary(x, UnaryOp::kGeluGrad); });
         case UnaryOp::kSign:
         case UnaryOp::kFloor:
         case UnaryOp::kCeil:
