@@ -49,7 +49,7 @@ trap 'rm -rf "$work"' EXIT
 $py -c 'import torch' 2> /dev/null || { echo "gpt_vs_torch.sh: needs python3-torch (apt-get install python3-torch)" >&2; exit 1; }
 echo "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores ($(lscpu | sed -n 's/^Model name: *//p')); torch $($py -c 'import torch; print(torch.__version__)')"
 mpirun -n 1 "$app" --layers 1 --d-model 32 --heads 2 --context 16 --batch 2 --steps 2 --warmup 0 --eval-every 0 \
-  --val-windows 1 2> /dev/null | grep -o "OpenBLAS core [^;]*" || true
+  --val-windows 2 2> /dev/null | grep -o "OpenBLAS core [^;]*" || true
 echo "model: $layers layers, d_model $d_model, $heads heads, context $context, global batch $batch, $steps steps (warm-up $warmup)"
 
 echo "a) mpirun -n $ranks train_gpt --mesh data=$ranks" >&2

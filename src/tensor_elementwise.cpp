@@ -241,7 +241,10 @@ inline T gelu_of(T x) {
   return T(0.5) * x * (T(1) + tanh_of(c * (x + T(0.044715) * x * x * x)));
 }
 template <typename T>
-inline T gelu_grad_of(T x) {
+inline T gelu_grad_of(T x_in) {
+  // Past |x| = 10 the derivative is 1 (or 0) to the last bit: clamping keeps x^2 finite (a
+  // huge x would make 0 * inf = nan); nan stays nan.
+  const T x = std::min(std::max(x_in, T(-10)), T(10));
   const T c = static_cast<T>(0.7978845608028654);
   const T t = tanh_of(c * (x + T(0.044715) * x * x * x));
   return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * x * x);

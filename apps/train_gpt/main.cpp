@@ -61,6 +61,23 @@ std::pair<int, int> parse_mesh(const std::string& text, int devices) {
   return {data, model};
 }
 
+/// The sum over ranks of `value` (each rank's counted once, at its first device). Collective.
+double sum_over_ranks(const shard::Mesh& mesh, double value) {
+  const auto& ids = mesh.device_ids();
+  const auto local = mesh.local_device_ids();
+  const int first_local = local.empty() ? -1 : *std::min_element(local.begin(), local.end());
+  const shard::NamedSharding per_device(mesh, P(shard::SpecEntry(mesh.axis_names())));
+  const auto parts = shard::generate<double>({static_cast<std::int64_t>(ids.size())}, per_device, [&](const shard::Box& bx) {
+    shard::Tensor<double> t(bx.extent, 0.0);
+    for (std::int64_t i = 0; i < bx.extent[0]; ++i)
+      if (ids[static_cast<std::size_t>(bx.offset[0] + i)] == first_local) t[i] = value;
+    return t;
+  });
+  return shard::sum(parts).to_host().item();
+}
+/// Rank 0's `value` on every rank (the others pass 0). Collective.
+double rank0_value(const shard::Mesh& mesh, double value) { return sum_over_ranks(mesh, value); }
+
 /// The cores' SGEMM rate in all (GFLOP/s): each rank times float32 products of 512 x 1024 x
 /// 1024 with its own OpenBLAS threads, all ranks at once; the sum over ranks. Collective.
 double measured_sgemm_gflops(const shard::Mesh& mesh) {
@@ -76,19 +93,7 @@ double measured_sgemm_gflops(const shard::Mesh& mesh) {
     ++reps;
     s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  const double rate = 2.0 * static_cast<double>(m * n * k) * reps / s / 1e9;
-  // One value per rank (its first device's slot), summed.
-  const auto& ids = mesh.device_ids();
-  const auto local = mesh.local_device_ids();
-  const int first_local = local.empty() ? -1 : *std::min_element(local.begin(), local.end());
-  const shard::NamedSharding per_device(mesh, P(shard::SpecEntry(mesh.axis_names())));
-  const auto parts = shard::generate<double>({static_cast<std::int64_t>(ids.size())}, per_device, [&](const shard::Box& bx) {
-    shard::Tensor<double> t(bx.extent, 0.0);
-    for (std::int64_t i = 0; i < bx.extent[0]; ++i)
-      if (ids[static_cast<std::size_t>(bx.offset[0] + i)] == first_local) t[i] = rate;
-    return t;
-  });
-  return shard::sum(parts).to_host().item();
+  return sum_over_ranks(mesh, 2.0 * static_cast<double>(m * n * k) * reps / s / 1e9);
 }
 
 /// What this rank sent between two CommStats snapshots, as JSON: {"kind axes": [calls, bytes], ...}.
@@ -258,7 +263,7 @@ int run(shard::Runtime& rt, Config& c) {
     shard::apps::print0(rt, line);
     return v;
   };
-  double val = step == 0 || c.eval_every > 0 ? print_val(step) : std::nan("");
+  double val = c.eval_every > 0 ? print_val(step) : std::nan("");
   const double tokens_per_step = static_cast<double>(c.batch * c.model.context);
   const std::int64_t last = c.max_steps > 0 ? std::min(c.max_steps, c.steps) : c.steps;
   shard::ProgressBar bar("train_gpt", last, "tok/s", rt.process_index() == 0 && !c.json, c.log_every > 0 ? c.log_every * 10 : 0);
@@ -292,16 +297,19 @@ int run(shard::Runtime& rt, Config& c) {
     }
     std::snprintf(line, sizeof line, "loss %.4f", last_loss);
     bar.update(step, tps, tokens_per_step, line);
+    // --max-seconds: rank 0's clock decides, and every rank hears it every step (a rank's own
+    // clock would let ranks stop at different steps and issue different collectives).
     const bool out_of_time =
-        c.max_seconds > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() > c.max_seconds;
+        c.max_seconds > 0 &&
+        rank0_value(mesh, rt.process_index() == 0 &&
+                              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() >
+                                  c.max_seconds ? 1.0 : 0.0) > 0;
     if ((c.eval_every > 0 && step % c.eval_every == 0 && step < last) || out_of_time) {
       bar.finish();
       val = print_val(step);
     }
     if (!c.checkpoint_dir.empty() && c.checkpoint_every > 0 && step % c.checkpoint_every == 0) save_checkpoint(c, m, state, step);
-    // Every rank decides the same: rank 0's clock.
-    if (out_of_time && shard::sum(shard::full<float>(shard::Shape{}, rt.process_index() == 0 ? 1.0f : 0.0f,
-                                                     shard::NamedSharding(mesh, P()))).to_host().item() > 0) break;
+    if (out_of_time) break;
   }
   bar.finish();
   if (val_step != step) val = print_val(step);
@@ -352,7 +360,7 @@ int main(int argc, char** argv) {
         ("beta2", po::value(&c.beta2)->default_value(c.beta2), "AdamW's second-moment decay")
         ("clip", po::value(&c.clip)->default_value(c.clip), "clip the gradients' global norm to this (0: off)")
         ("seed", po::value(&c.seed)->default_value(c.seed), "parameters' and batches' seed")
-        ("eval-every", po::value(&c.eval_every)->default_value(c.eval_every), "steps between validation losses (0: at the end)")
+        ("eval-every", po::value(&c.eval_every)->default_value(c.eval_every), "steps between validation losses (also at the start; 0: at the end only)")
         ("val-windows", po::value(&c.val_windows)->default_value(c.val_windows), "validation windows of --context tokens")
         ("log-every", po::value(&c.log_every)->default_value(c.log_every), "steps between --json loss rows")
         ("max-steps", po::value(&c.max_steps)->default_value(0), "stop after this many steps in all (0: --steps; the schedule still spans --steps)")

@@ -152,6 +152,23 @@ SHARD_MPI_TEST(Optim, ZeroOneSplitsTheStateOverData) {
   EXPECT_EQ(state.arrays.at("nu/1").spec(), n > 1 && 3 % n == 0 ? P("data") : P());
 }
 
+SHARD_MPI_TEST(Optim, WeightDecayMaskDecaysOnlyWhatItAccepts) {
+  // optax.adamw's mask: with zero gradients AdamW's update is only its decay, lr wd w; the
+  // mask (matrices only) leaves the bias as it was.
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  std::vector<ShardedArray<double>> p{device_put(random_tensor<double>({2 * static_cast<std::int64_t>(n), 3}, 61), NamedSharding(mesh, P("a"))),
+                                      device_put(random_tensor<double>({3}, 62), NamedSharding(mesh, P()))};
+  const std::vector<Tensor<double>> before{p[0].to_host(), p[1].to_host()};
+  std::vector<ShardedArray<double>> g{zeros_like(p[0]), zeros_like(p[1])};
+  auto opt = optim::adamw(0.1, 0.5).mask_weight_decay([](const Shape& s) { return s.size() >= 2; });
+  auto st = opt.init(p);
+  opt.update(p, g, st);
+  const Tensor<double> w = p[0].to_host(), b = p[1].to_host();
+  for (std::int64_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], before[0][i] * (1 - 0.1 * 0.5), 1e-14 * std::abs(before[0][i]));
+  EXPECT_EQ(b, before[1]);
+}
+
 SHARD_MPI_TEST(Optim, ClippingIsOnePsum) {
   const int n = runtime().device_count();
   const Mesh mesh = make_mesh({n}, {"data"});

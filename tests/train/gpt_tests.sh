@@ -46,6 +46,9 @@ case $case in
     $compare losses 1e-5 "$work/one.jsonl" "$work/d2.jsonl" "$work/m2.jsonl" "$work/d2m2z.jsonl" "$work/d4z.jsonl" \
       "$work/m4.jsonl" "$work/d2m2.jsonl"
     $compare identical "$work/one.jsonl" "$work/one_again.jsonl"
+    # --max-seconds: rank 0's clock stops every rank after the same step (here the first)
+    run 2 1 "${tiny[@]}" --mesh data=2 --max-seconds 1e-6 > "$work/stop.jsonl"
+    grep -q '"summary": true.*"steps": 1,' "$work/stop.jsonl" || { echo "--max-seconds did not stop at step 1"; cat "$work/stop.jsonl"; exit 1; }
     grep -q '"mesh": "data=2,model=2"' "$work/d2m2.jsonl" || { echo "d2m2: not on data=2,model=2"; exit 1; }
     # the validation losses agree too, and the loss falls
     $python - "$work/one.jsonl" "$work/m4.jsonl" "$work/d2m2z.jsonl" <<'PY'

@@ -607,8 +607,30 @@ TEST(TensorOps, SoftmaxFamily) {
     }
   }
   EXPECT_EQ(lse[3], -INFINITY);
+  for (int j = 0; j < 7; ++j) EXPECT_TRUE(std::isnan(sm(3, j)));  // an all -inf row: nan, as in JAX
   EXPECT_EQ(logsumexp(x, {}, true).shape(), (Shape{1, 1}));
   EXPECT_EQ(softmax(x, 0).shape(), x.shape());
+  // Along a middle axis (the strided rows of the fused kernel), against the formula.
+  const Tensor<double> z = rnd<double>({3, 5, 4}, 92, -3, 3);
+  const auto s1 = softmax(z, 1);
+  for (int a = 0; a < 3; ++a)
+    for (int c = 0; c < 4; ++c) {
+      double m = -INFINITY, tot = 0;
+      for (int b = 0; b < 5; ++b) m = std::max(m, z(a, b, c));
+      for (int b = 0; b < 5; ++b) tot += std::exp(z(a, b, c) - m);
+      for (int b = 0; b < 5; ++b) EXPECT_NEAR(s1(a, b, c), std::exp(z(a, b, c) - m) / tot, 1e-15);
+    }
+  const auto st = standardize(z, 1, 1e-3);
+  for (int a = 0; a < 3; ++a)
+    for (int c = 0; c < 4; ++c) {
+      double m = 0, var = 0;
+      for (int b = 0; b < 5; ++b) m += z(a, b, c) / 5;
+      for (int b = 0; b < 5; ++b) var += (z(a, b, c) - m) * (z(a, b, c) - m) / 5;
+      for (int b = 0; b < 5; ++b) EXPECT_NEAR(st(a, b, c), (z(a, b, c) - m) / std::sqrt(var + 1e-3), 1e-12);
+    }
+  // gelu's derivative stays finite (1 or 0) for huge inputs.
+  const auto dg = unary(Tensor<float>({4}, std::vector<float>{1e20f, -1e20f, 30.f, -30.f}), UnaryOp::kGeluGrad);
+  EXPECT_EQ(dg, Tensor<float>({4}, std::vector<float>{1, 0, 1, 0}));
   static_assert(std::is_same_v<decltype(softmax(Tensor<std::int32_t>({2}, 1))), Tensor<float>>);
 }
 

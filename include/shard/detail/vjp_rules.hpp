@@ -253,6 +253,9 @@ X record_unary(Tape& tape, const X& x, UnaryOp op) {
           });
         case UnaryOp::kGelu:
           return with_x([](const X& ct, const X& x) { return ct * unary(x, UnaryOp::kGeluGrad); });
+        case UnaryOp::kGeluGrad:
+          raise_not_differentiable("gelu_grad", "gelu's second derivative is not implemented (differentiate the "
+                                   "composed formula, e.g. gelu(x, false) or the tanh expression, instead)");
         case UnaryOp::kSign:
         case UnaryOp::kFloor:
         case UnaryOp::kCeil:
