@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <exception>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include "shard/error.hpp"
 
@@ -57,6 +59,34 @@ double parse_finite(const std::string& text, const std::string& flag, const std:
   if (text.empty() || end == v || *end != '\0' || errno == ERANGE || !std::isfinite(x))
     raise<ValueError>("bad --", flag, " '", text, "': write a number like ", example);
   return x;
+}
+
+std::pair<int, int> parse_data_model_mesh(const std::string& text, int devices) {
+  int data = 0, model = 0;
+  std::stringstream ss(text);
+  for (std::string t; std::getline(ss, t, ',');) {
+    const auto eq = t.find('=');
+    int v = 0;
+    std::size_t used = 0;
+    try {
+      v = eq == std::string::npos ? 0 : std::stoi(t.substr(eq + 1), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    const std::string name = t.substr(0, eq);
+    if (eq == std::string::npos || used != t.size() - eq - 1 || v < 1 || (name != "data" && name != "model"))
+      shard::raise<shard::ValueError>("bad --mesh '", text, "': write it like data=4,model=2");
+    int& axis = name == "data" ? data : model;
+    if (axis != 0) shard::raise<shard::ValueError>("bad --mesh '", text, "': '", name, "' is given twice");
+    axis = v;
+  }
+  if (data == 0 && model == 0) data = devices;
+  if (data == 0) data = model > 0 && devices % model == 0 ? devices / model : -1;
+  if (model == 0) model = devices % data == 0 ? devices / data : -1;
+  if (data < 1 || model < 1 || data * model != devices)
+    shard::raise<shard::ValueError>("--mesh '", text, "' does not multiply to the ", devices,
+                                    " devices of this job (ranks x --devices-per-rank)");
+  return {data, model};
 }
 
 }  // namespace shard::apps

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace shard::apps {
@@ -24,6 +25,11 @@ void check_at_least(const std::string& flag, std::int64_t value, std::int64_t mi
 
 /// `value` finite and in [lo, hi], else "--<flag> must be a finite number in [lo, hi], got v".
 void check_finite_in(const std::string& flag, double value, double lo, double hi);
+
+/// --mesh "data=4,model=2" of the training apps -> {4, 2}; either axis may be left out (it
+/// takes the rest of the `devices`; neither: data = all). ValueError when the text is bad or
+/// the sizes do not multiply to `devices` (the same on every rank).
+std::pair<int, int> parse_data_model_mesh(const std::string& text, int devices);
 
 /// The whole of `text` as a finite float (e.g. "1e-3"), else "bad --<flag> '<text>': write a
 /// number like <example>".

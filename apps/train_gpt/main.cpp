@@ -39,28 +39,6 @@ struct Config {
   bool json = false, resume = false, sample = false, shard_state = false, comm_stats = false;
 };
 
-/// "data=2,model=2"; a missing axis takes the rest of the devices (default: data = all).
-std::pair<int, int> parse_mesh(const std::string& text, int devices) {
-  int data = 0, model = 0;
-  std::stringstream ss(text);
-  for (std::string t; std::getline(ss, t, ',');) {
-    const auto eq = t.find('=');
-    const std::string name = t.substr(0, eq);
-    if (eq == std::string::npos || (name != "data" && name != "model"))
-      shard::raise<shard::ValueError>("bad --mesh '", text, "': write it like data=2,model=2");
-    const auto v = shard::apps::parse_int_list(t.substr(eq + 1), "mesh", "data=2,model=2", 1);
-    if (v.size() != 1 || v[0] > 1 << 20) shard::raise<shard::ValueError>("bad --mesh '", text, "': write it like data=2,model=2");
-    (name == "data" ? data : model) = static_cast<int>(v[0]);
-  }
-  if (data == 0 && model == 0) data = devices;
-  if (data == 0) data = devices % model == 0 ? devices / model : -1;
-  if (model == 0) model = devices % data == 0 ? devices / data : -1;
-  if (data < 1 || model < 1 || data * model != devices)
-    shard::raise<shard::ValueError>("--mesh '", text, "' does not multiply to the ", devices,
-                                    " devices of this job (ranks x --devices-per-rank)");
-  return {data, model};
-}
-
 /// The sum over ranks of `value` (each rank's counted once, at its first device). Collective.
 double sum_over_ranks(const shard::Mesh& mesh, double value) {
   const auto& ids = mesh.device_ids();
@@ -217,7 +195,7 @@ int sample(shard::Runtime& rt, const Config& c, gpt::Model& m, int data) {
 }
 
 int run(shard::Runtime& rt, Config& c) {
-  const auto [data, model] = parse_mesh(c.mesh_text, rt.device_count());
+  const auto [data, model] = shard::apps::parse_data_model_mesh(c.mesh_text, rt.device_count());
   const shard::Mesh mesh = shard::make_mesh({data, model}, {"data", "model"});
   c.model.check(data, model, c.batch);
   gpt::Corpus corpus;

@@ -48,35 +48,6 @@ struct Config {
   train::Hyper hyper;
 };
 
-/// "data=4,model=2" (either may be left out: it takes the rest of the devices).
-std::pair<int, int> parse_mesh(const std::string& text, int devices) {
-  int data = 0, model = 0;
-  std::stringstream ss(text);
-  for (std::string t; std::getline(ss, t, ',');) {
-    const auto eq = t.find('=');
-    int v = 0;
-    std::size_t used = 0;
-    try {
-      v = eq == std::string::npos ? 0 : std::stoi(t.substr(eq + 1), &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    const std::string name = t.substr(0, eq);
-    if (eq == std::string::npos || used != t.size() - eq - 1 || v < 1 || (name != "data" && name != "model"))
-      shard::raise<shard::ValueError>("bad --mesh '", text, "': write it like data=4,model=2");
-    int& axis = name == "data" ? data : model;
-    if (axis != 0) shard::raise<shard::ValueError>("bad --mesh '", text, "': '", name, "' is given twice");
-    axis = v;
-  }
-  if (data == 0 && model == 0) data = devices;
-  if (data == 0) data = model > 0 && devices % model == 0 ? devices / model : -1;
-  if (model == 0) model = devices % data == 0 ? devices / data : -1;
-  if (data < 1 || model < 1 || data * model != devices)
-    shard::raise<shard::ValueError>("--mesh '", text, "' does not multiply to the ", devices,
-                                    " devices of this job (ranks x --devices-per-rank)");
-  return {data, model};
-}
-
 /// Rank 0's progress: a bar redrawn in place on a terminal, plain lines otherwise.
 class Progress {
  public:
@@ -114,7 +85,7 @@ class Progress {
 };
 
 int run(shard::Runtime& rt, Config& c) {
-  const auto [data, model] = parse_mesh(c.mesh_text, rt.device_count());
+  const auto [data, model] = shard::apps::parse_data_model_mesh(c.mesh_text, rt.device_count());
   const shard::Mesh mesh = shard::make_mesh({data, model}, {"data", "model"});
   const std::vector<train::Layer> layers = train::plan_layers(shard::apps::parse_int_list(c.layers_text, "layers", "784,1024,10", 1), model);
   if (c.batch % data != 0)
