@@ -6,7 +6,6 @@
 //   mpirun -n 2 train_mlp --checkpoint-dir ckpt --epochs 1 && mpirun -n 4 train_mlp --checkpoint-dir ckpt --resume
 
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -46,42 +45,6 @@ struct Config {
   double bucket_mb = 1.0;          ///< their chunk size
   std::string grad_dtype = "float32";  ///< float32 or bfloat16 (sent as, summed in float32)
   train::Hyper hyper;
-};
-
-/// Rank 0's progress: a bar redrawn in place on a terminal, plain lines otherwise.
-class Progress {
- public:
-  Progress(const shard::Runtime& rt, const Config& c, std::int64_t steps)
-      : on_(rt.process_index() == 0 && !c.json), tty_(on_ && isatty(1)), steps_(steps), every_(c.log_every) {
-    if (every_ <= 0) every_ = std::max<std::int64_t>(1, steps / 10);
-  }
-  void update(int epoch, std::int64_t done, double loss, double samples_per_s) {
-    if (!on_) return;
-    const double left = samples_per_s > 0 ? static_cast<double>(steps_ - done) * batch_ / samples_per_s : 0;
-    if (tty_) {  // redrawn at most 5 times a second
-      const auto now = std::chrono::steady_clock::now();
-      if (done != steps_ && now - last_ < std::chrono::milliseconds(200)) return;
-      last_ = now;
-      const int width = 30, filled = static_cast<int>(width * done / std::max<std::int64_t>(steps_, 1));
-      std::printf("\repoch %d [%s%s] %lld/%lld loss %.4f %.0f samples/s %.0f s left ", epoch,
-                  std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
-                  static_cast<long long>(done), static_cast<long long>(steps_), loss, samples_per_s, left);
-      std::fflush(stdout);
-    } else if (done % every_ == 0 || done == steps_) {
-      std::printf("epoch %d step %lld/%lld loss %.6f %.0f samples/s %.0f s left\n", epoch, static_cast<long long>(done),
-                  static_cast<long long>(steps_), loss, samples_per_s, left);
-      std::fflush(stdout);
-    }
-  }
-  void end_line() {
-    if (tty_) std::printf("\n");
-  }
-  double batch_ = 0;
-
- private:
-  bool on_, tty_;
-  std::int64_t steps_, every_;
-  std::chrono::steady_clock::time_point last_{};
 };
 
 int run(shard::Runtime& rt, Config& c) {
@@ -174,8 +137,9 @@ int run(shard::Runtime& rt, Config& c) {
     const auto perm = shard::random::permutation(shard::random::fold_in(keys[1], static_cast<std::uint32_t>(epoch)),
                                                  train_set.count);
     const std::vector<std::int64_t> order(perm.begin(), perm.end());
-    Progress progress(rt, c, steps_per_epoch);
-    progress.batch_ = static_cast<double>(c.batch);
+    // Rank 0's progress: a bar redrawn in place on a terminal, plain lines otherwise.
+    shard::ProgressBar progress("epoch " + std::to_string(epoch + 1), steps_per_epoch, "samples/s",
+                                rt.process_index() == 0 && !c.json, c.log_every);
     double loss_sum = 0, epoch_s = 0;
     std::int64_t epoch_steps = 0, skipped = 0;
     const std::int64_t epoch_end = std::min<std::int64_t>((epoch + 1) * steps_per_epoch, last_step);
@@ -206,11 +170,13 @@ int run(shard::Runtime& rt, Config& c) {
       loss_sum += loss;
       if (c.json && c.log_every > 0 && (step + 1) % c.log_every == 0 && rt.process_index() == 0)
         std::printf("{\"step\": %lld, \"loss\": %.9g}\n", static_cast<long long>(step + 1), loss);
-      progress.update(epoch + 1, step % steps_per_epoch + 1, loss, static_cast<double>(epoch_steps * c.batch) / epoch_s);
+      std::snprintf(line, sizeof line, "loss %.4f", loss);
+      progress.update(step % steps_per_epoch + 1, static_cast<double>(epoch_steps * c.batch) / epoch_s,
+                      static_cast<double>(c.batch), line);
       if (!c.checkpoint_dir.empty() && c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0)
         train::save(c.checkpoint_dir, c.keep, m, c.hyper, step + 1, c.seed, c.layers_text);
     }
-    progress.end_line();
+    progress.finish();
     total_train_s += epoch_s;
     total_samples += epoch_steps * c.batch;
     total_steps += epoch_steps;
