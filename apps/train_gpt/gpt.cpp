@@ -28,21 +28,11 @@ Block scatter_sequence(const Block& z, std::int64_t b, std::int64_t t, std::int6
   return shard::reshape(shard::psum_scatter(shard::reshape(z, {b, t * m, c}), "model", 1, true), {b * t, c});
 }
 
-/// 0 where position i may attend to j (j <= i), -inf elsewhere: added to the attention scores
-/// (every row keeps its diagonal, so the softmax's max is finite and exp gives exact zeros).
-Block causal_mask(std::int64_t T) {
-  Block m({T, T}, 0.0f);
-  for (std::int64_t i = 0; i < T; ++i)
-    for (std::int64_t j = i + 1; j < T; ++j) m(i, j) = -std::numeric_limits<float>::infinity();
-  return m;
-}
-
 /// The final LayerNorm's output (b t, C) for this device's tokens x (b, t).
-Block hidden(const Config& cfg, const TokenBlock& x, const std::vector<Block>& p, const Block& causal) {
+Block hidden(const Config& cfg, const TokenBlock& x, const std::vector<Block>& p) {
   const auto m = static_cast<std::int64_t>(shard::axis_size("model"));
   const std::int64_t b = x.shape()[0], t = x.shape()[1], T = t * m, C = cfg.d_model;
   const std::int64_t hl = cfg.heads / m, dh = C / cfg.heads;  // this device's heads
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   // Token and position embeddings of this device's part of the sequence (wpe is split over 'model').
   Block h = shard::reshape(shard::take(p[0], x, 0) + p[1], {b * t, C});
   auto heads = [&](const Block& z) { return shard::reshape(z, {b, T, hl, dh}); };  // (b, T, hl, dh)
@@ -50,11 +40,10 @@ Block hidden(const Config& cfg, const TokenBlock& x, const std::vector<Block>& p
     const Block* w = p.data() + 2 + kPerLayer * l;
     // Causal self-attention over this device's heads on the whole sequence.
     const Block a = gather_sequence(layer_norm(h, w[0], w[1]), b, t, C);       // (b T, C)
-    const Block q = shard::transpose(heads((shard::matmul(a, w[2]) + w[3]) * scale), {0, 2, 1, 3});
-    const Block k = shard::transpose(heads(shard::matmul(a, w[4]) + w[5]), {0, 2, 3, 1});
-    const Block v = shard::transpose(heads(shard::matmul(a, w[6]) + w[7]), {0, 2, 1, 3});
-    const Block attn = shard::softmax(shard::matmul(q, k) + causal, -1);       // (b, hl, T, T)
-    const Block o = shard::reshape(shard::transpose(shard::matmul(attn, v), {0, 2, 1, 3}), {b * T, hl * dh});
+    const Block q = heads(shard::matmul(a, w[2]) + w[3]);
+    const Block k = heads(shard::matmul(a, w[4]) + w[5]);
+    const Block v = heads(shard::matmul(a, w[6]) + w[7]);
+    const Block o = shard::reshape(shard::dot_product_attention(q, k, v, /*is_causal=*/true), {b * T, hl * dh});
     h = h + scatter_sequence(shard::matmul(o, w[8]), b, t, C) + w[9];
     // MLP over this device's hidden columns.
     const Block a2 = gather_sequence(layer_norm(h, w[10], w[11]), b, t, C);
@@ -147,10 +136,9 @@ Model init(const Config& cfg, const shard::Mesh& mesh, shard::random::Key key) {
 
 Array loss(const Config& cfg, const shard::Mesh& mesh, const std::vector<Array>& params, const Tokens& x,
            const Tokens& y) {
-  const Block causal = causal_mask(cfg.context);
   const double count = static_cast<double>(x.size());
-  auto body = [&cfg, &causal, count](const TokenBlock& xb, const TokenBlock& yb, const std::vector<Block>& p) {
-    const Block hf = hidden(cfg, xb, p, causal);
+  auto body = [&cfg, count](const TokenBlock& xb, const TokenBlock& yb, const std::vector<Block>& p) {
+    const Block hf = hidden(cfg, xb, p);
     const Block logp = shard::log_softmax(shard::matmul(hf, shard::transpose(p[0])), -1);  // tied output
     const Block picked = shard::take_along_axis(logp, shard::reshape(yb, {-1, 1}), 1);
     return shard::psum(-shard::sum(picked), {"data", "model"}) / static_cast<float>(count);
@@ -159,9 +147,8 @@ Array loss(const Config& cfg, const shard::Mesh& mesh, const std::vector<Array>&
 }
 
 Array logits(const Config& cfg, const shard::Mesh& mesh, const std::vector<Array>& params, const Tokens& x) {
-  const Block causal = causal_mask(cfg.context);
-  auto body = [&cfg, &causal](const TokenBlock& xb, const std::vector<Block>& p) {
-    const Block z = shard::matmul(hidden(cfg, xb, p, causal), shard::transpose(p[0]));
+  auto body = [&cfg](const TokenBlock& xb, const std::vector<Block>& p) {
+    const Block z = shard::matmul(hidden(cfg, xb, p), shard::transpose(p[0]));
     return shard::reshape(z, {xb.shape()[0], xb.shape()[1], cfg.vocab});
   };
   return shard::shard_map(mesh, {P("data", "model"), specs_of(cfg)}, P("data", "model", None), body)(x, params);

@@ -10,11 +10,15 @@
 /// replicated on the sharded operand's mesh (every rank must hold the same values) and never
 /// moves between ranks.
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "shard/dtype.hpp"
+#include "shard/error.hpp"
 #include "shard/index.hpp"
 
 namespace shard {
@@ -467,6 +471,74 @@ auto standardize(const X& x, int axis = -1, double epsilon = 1e-5) {
   } else {
     const auto centred = xf - mean(xf, axis, true);
     return centred * rsqrt(mean(square(centred), axis, true) + static_cast<R>(epsilon));
+  }
+}
+
+namespace detail {
+// (src/tensor_attention.cpp)
+/// What shard::dot_product_attention runs on Tensors: products on the strided head blocks
+/// (no transposes), the causal mask as loop bounds; its VJP in the same blocks.
+template <Dtype T>
+Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, double scale, bool causal);
+/// 0 where row i may attend to column j (j <= i), -inf elsewhere: JAX's causal mask, (T, S).
+template <Dtype R>
+Tensor<R> causal_bias(std::int64_t t, std::int64_t s) {
+  Tensor<R> m(Shape{t, s}, R(0));
+  for (std::int64_t i = 0; i < t; ++i)
+    for (std::int64_t j = i + 1; j < s; ++j) m[i * s + j] = -std::numeric_limits<R>::infinity();
+  return m;
+}
+}  // namespace detail
+
+/// jax.nn.dot_product_attention(query, key, value, scale=scale, is_causal=is_causal):
+/// query (B, T, N, H) or (T, N, H), key and value (B, S, K, H) with N a multiple of K (grouped
+/// heads: query head n reads key/value head n / (N / K)); softmax(q k^T * scale [+ causal
+/// mask]) v per batch row and head, (B, T, N, H). scale defaults to 1 / sqrt(H); is_causal lets
+/// position i attend to j <= i only. On Tensors (a shard_map body) it is one fused op: products
+/// straight on the head blocks, the masked half of a causal product skipped, the VJP in the
+/// same blocks; on ShardedArrays it is the composed form (any axis may be split: the products
+/// and the softmax communicate as their own rules say; split B or N only keeps it local).
+template <ArrayLike X, ArrayLike Y, ArrayLike Z>
+auto dot_product_attention(const X& query, const Y& key, const Z& value, bool is_causal = false,
+                           std::optional<double> scale = std::nullopt) {
+  static_assert(detail::is_tensor_v<X> == detail::is_tensor_v<Y> && detail::is_tensor_v<X> == detail::is_tensor_v<Z>,
+                "dot_product_attention: query, key and value must all be Tensors or all ShardedArrays");
+  using R = float_of_t<promote_t<promote_t<elem_t<X>, elem_t<Y>>, elem_t<Z>>>;
+  const auto& q = as_dtype<R>(query);
+  const auto& k = as_dtype<R>(key);
+  const auto& v = as_dtype<R>(value);
+  const auto head = q.shape().empty() ? std::int64_t{0} : q.shape().back();
+  const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head));
+  if constexpr (detail::is_tensor_v<X>) {
+    return detail::fused_attention(q, k, v, s, is_causal);
+  } else {
+    using A = std::decay_t<decltype(q)>;
+    const auto& qs = q.shape();
+    const auto& ks = k.shape();
+    const auto& vs = v.shape();
+    const auto bad = [&](const char* why) {
+      raise<ShapeError>("dot_product_attention: ", why, "; shapes ", to_string(qs), ", ", to_string(ks), " and ",
+                        to_string(vs));
+    };
+    if (qs.size() != 3 && qs.size() != 4) bad("query must be (B, T, N, H) or (T, N, H)");
+    if (ks.size() != qs.size() || vs.size() != qs.size()) bad("query, key and value must have the same number of dims");
+    if (ks != vs) bad("key and value must have the same shape (B, S, K, H)");
+    if (qs.size() == 4 && ks[0] != qs[0]) bad("query and key have different batch sizes");
+    const std::size_t o = qs.size() - 3;
+    if (ks[o + 2] != qs[o + 2]) bad("query and key have different head sizes");
+    if (ks[o + 1] == 0 || qs[o + 1] % ks[o + 1] != 0) bad("the query's heads must be a multiple of the key's");
+    if (ks[o] == 0 && qs[o] > 0) bad("key has no positions");
+    const A q4 = o ? A(q) : expand_dims(q, 0), k4 = o ? A(k) : expand_dims(k, 0), v4 = o ? A(v) : expand_dims(v, 0);
+    const std::int64_t B = q4.shape()[0], T = qs[o], N = qs[o + 1], H = qs[o + 2], S = ks[o], K = ks[o + 1];
+    const auto repeat = [&](const A& x) {  // (B, S, K, H) -> (B, S, N, H), each head N / K times
+      if (N == K) return x;
+      return reshape(stack(std::vector<A>(static_cast<std::size_t>(N / K), x), 3), {B, S, N, H});
+    };
+    auto logits = matmul(transpose(q4, {0, 2, 1, 3}), transpose(repeat(k4), {0, 2, 3, 1})) * static_cast<R>(s);
+    if (is_causal) logits = logits + detail::causal_bias<R>(T, S);
+    const auto out = transpose(matmul(softmax(logits, -1), transpose(repeat(v4), {0, 2, 1, 3})), {0, 2, 1, 3});
+    if (o) return out;
+    return squeeze(out, Dims{0});
   }
 }
 
