@@ -634,6 +634,101 @@ TEST(TensorOps, SoftmaxFamily) {
   static_assert(std::is_same_v<decltype(softmax(Tensor<std::int32_t>({2}, 1))), Tensor<float>>);
 }
 
+/// jax.nn.dot_product_attention by its definition, in double, one (batch, head) at a time.
+template <typename E>
+Tensor<double> attention_reference(const Tensor<E>& q, const Tensor<E>& k, const Tensor<E>& v, bool causal,
+                                   double scale) {
+  const bool three = q.rank() == 3;
+  const std::int64_t B = three ? 1 : q.shape()[0], o = three ? 0 : 1;
+  const std::int64_t T = q.shape()[o], N = q.shape()[o + 1], H = q.shape()[o + 2], S = k.shape()[o],
+                     K = k.shape()[o + 1];
+  Tensor<double> out(q.shape());
+  auto at = [](const Tensor<E>& x, std::int64_t b, std::int64_t t, std::int64_t n, std::int64_t h) {
+    const auto& sh = x.shape();
+    const std::size_t d = sh.size() == 3 ? 0 : 1;
+    const std::int64_t L = sh[d], M = sh[d + 1], D = sh[d + 2];
+    return static_cast<double>(x[((b * L + t) * M + n) * D + h]);
+  };
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const std::int64_t kh = n / (N / K);
+      for (std::int64_t i = 0; i < T; ++i) {
+        std::vector<double> w(static_cast<std::size_t>(S), -INFINITY);
+        double m = -INFINITY;
+        for (std::int64_t j = 0; j < S; ++j) {
+          if (causal && j > i) continue;
+          double dot = 0;
+          for (std::int64_t h = 0; h < H; ++h) dot += at(q, b, i, n, h) * at(k, b, j, kh, h);
+          w[j] = dot * scale;
+          m = std::max(m, w[j]);
+        }
+        double tot = 0;
+        for (auto& x : w) tot += (x = std::exp(x - m));
+        for (std::int64_t h = 0; h < H; ++h) {
+          double acc = 0;
+          for (std::int64_t j = 0; j < S; ++j) acc += w[j] / tot * at(v, b, j, kh, h);
+          out[((b * T + i) * N + n) * H + h] = acc;
+        }
+      }
+    }
+  return out;
+}
+
+TEST(TensorOps, DotProductAttentionMatchesItsDefinition) {
+  struct Case {
+    std::int64_t B, T, S, N, K, H;
+    bool causal;
+  };
+  // Square and not (T < S, T > S), grouped heads (N = 2K, 4K), longer than one causal block (32).
+  const std::vector<Case> cases = {{2, 7, 7, 4, 4, 3, true},   {2, 7, 7, 4, 2, 3, false}, {1, 40, 40, 2, 1, 5, true},
+                                   {2, 5, 9, 3, 3, 4, true},   {1, 70, 37, 4, 1, 3, true}, {1, 37, 70, 2, 2, 3, true},
+                                   {3, 33, 33, 2, 2, 8, false}, {0, 4, 4, 2, 2, 2, true}};
+  std::uint64_t seed = 300;
+  for (const auto& c : cases) {
+    const std::string name = "B" + std::to_string(c.B) + " T" + std::to_string(c.T) + " S" + std::to_string(c.S) +
+                             " N" + std::to_string(c.N) + " K" + std::to_string(c.K) + (c.causal ? " causal" : "");
+    const auto q = rnd<double>({c.B, c.T, c.N, c.H}, ++seed, -2, 2);
+    const auto k = rnd<double>({c.B, c.S, c.K, c.H}, ++seed, -2, 2);
+    const auto v = rnd<double>({c.B, c.S, c.K, c.H}, ++seed, -2, 2);
+    const double scale = 1 / std::sqrt(static_cast<double>(c.H));
+    const auto got = dot_product_attention(q, k, v, c.causal);
+    const auto want = attention_reference(q, k, v, c.causal, scale);
+    ASSERT_EQ(got.shape(), q.shape()) << name;
+    for (std::int64_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << name << " at " << i;
+    // An explicit scale; float32 within rounding of the double definition.
+    const auto g2 = dot_product_attention(q, k, v, c.causal, 0.7);
+    const auto w2 = attention_reference(q, k, v, c.causal, 0.7);
+    for (std::int64_t i = 0; i < g2.size(); ++i) ASSERT_NEAR(g2[i], w2[i], 1e-12) << name << " scale 0.7";
+    const auto gf = dot_product_attention(astype<float>(q), astype<float>(k), astype<float>(v), c.causal);
+    for (std::int64_t i = 0; i < gf.size(); ++i) ASSERT_NEAR(gf[i], want[i], 2e-5) << name << " float32";
+  }
+  // (T, N, H) operands: the same as a batch of one.
+  const auto q3 = rnd<double>({6, 2, 4}, 401, -1, 1), k3 = rnd<double>({5, 1, 4}, 402, -1, 1),
+             v3 = rnd<double>({5, 1, 4}, 403, -1, 1);
+  const auto o3 = dot_product_attention(q3, k3, v3, true);
+  const auto r3 = attention_reference(q3, k3, v3, true, 0.5);
+  ASSERT_EQ(o3.shape(), q3.shape());
+  for (std::int64_t i = 0; i < o3.size(); ++i) EXPECT_NEAR(o3[i], r3[i], 1e-12);
+  // Causal: the first position sees only itself, so its output is v's first row.
+  for (std::int64_t n = 0; n < 2; ++n)
+    for (std::int64_t h = 0; h < 4; ++h) EXPECT_DOUBLE_EQ(o3[n * 4 + h], v3[h]);
+  // Bad shapes name the operands.
+  const auto q4 = rnd<double>({1, 4, 4, 2}, 404, -1, 1), k4 = rnd<double>({1, 4, 3, 2}, 405, -1, 1);
+  EXPECT_THROW(dot_product_attention(q4, k4, k4), ShapeError);                                 // 4 heads, 3 kv heads
+  EXPECT_THROW(dot_product_attention(q4, q4, rnd<double>({1, 5, 4, 2}, 406, -1, 1)), ShapeError);  // key != value
+  EXPECT_THROW(dot_product_attention(q4, rnd<double>({1, 4, 4, 3}, 407, -1, 1), rnd<double>({1, 4, 4, 3}, 408, -1, 1)),
+               ShapeError);  // head sizes
+  EXPECT_THROW(dot_product_attention(q4, rnd<double>({2, 4, 4, 2}, 409, -1, 1), rnd<double>({2, 4, 4, 2}, 410, -1, 1)),
+               ShapeError);  // batch
+  EXPECT_THROW(dot_product_attention(Tensor<double>({4, 2}, 1.0), Tensor<double>({4, 2}, 1.0), Tensor<double>({4, 2}, 1.0)),
+               ShapeError);  // rank
+  try {
+    dot_product_attention(q4, k4, k4);
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of the key's and value's heads (3)"), std::string::npos) << e.what();
+  }
+}
+
 // ---------------------------------------------------------------- creation and checked shapes
 
 TEST(TensorOps, Creation) {
