@@ -204,6 +204,21 @@ Tensor<T>& own(Tensor<T>& t) {
   return t;
 }
 
+/// Sum of x^2 in double, in eight independent lanes (the loop vectorizes; one chain of adds
+/// would take four cycles an element).
+template <typename T>
+double sum_of_squares(const T* x, std::int64_t n) {
+  constexpr int kLanes = 8;
+  double lane[kLanes] = {};
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] += static_cast<double>(x[i + l]) * static_cast<double>(x[i + l]);
+  double acc = 0;
+  for (; i < n; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  for (const double l : lane) acc += l;
+  return acc;
+}
+
 }  // namespace
 
 template <typename T>
@@ -217,9 +232,7 @@ double global_norm(const std::vector<ShardedArray<T>>& xs) {
     detail::check_same_devices(mesh, x.mesh(), "global_norm");
     for (const auto& s : x.addressable_shards()) {
       if (x.sharding().replica_index(s.device) != 0) continue;  // each element once
-      double acc = 0;
-      for (const T v : s.data) acc += static_cast<double>(v) * static_cast<double>(v);
-      partial[s.device] += acc;
+      partial[s.device] += sum_of_squares(s.data.data(), s.data.size());
     }
   }
   // One psum: a 1-D array with one element per device, sharded over every mesh axis.

@@ -73,7 +73,14 @@ Shape resolve_reshape(const Shape& from, Shape to) {
 template <Dtype T>
 Tensor<T> reshape(const Tensor<T>& x, Shape shape) {
   if (auto* tape = detail::recording_tape_for(x))
-    return detail::record_reshape_like<Tensor<T>>(*tape, x, "reshape", [&] { return reshape(x, shape); });
+    return detail::record_reshape_like<Tensor<T>>(*tape, x, "reshape", [&] {
+      // Inside a differentiated function the result shares x's memory (as autodiff's residuals
+      // do; an in-place op on either copies first): no copy for the reshapes of a body.
+      if (!x.owns_memory()) return reshape(x, shape);  // a borrow: the result must own its memory
+      Tensor<T> view = x.alias();
+      view.set_ad(nullptr);
+      return std::move(view).reshaped(resolve_reshape(x.shape(), std::move(shape)));
+    });
   return x.reshaped(resolve_reshape(x.shape(), std::move(shape)));
 }
 template <Dtype T>

@@ -423,7 +423,7 @@ Tensor<T> fused_standardize(const Tensor<T>& x, int axis, double epsilon);
 template <ArrayLike X>
 auto logsumexp(const X& x, const Dims& dims = {}, bool keepdims = false) {
   using R = float_of_t<elem_t<X>>;
-  const auto xf = as_dtype<R>(x);
+  const auto& xf = as_dtype<R>(x);
   const auto m = max(xf, dims, true);
   const auto safe_m = where(isfinite(m), m, R(0));  // an all -inf row stays -inf, not nan
   auto out = log(sum(exp(xf - safe_m), dims, true)) + safe_m;
@@ -434,7 +434,7 @@ auto logsumexp(const X& x, const Dims& dims = {}, bool keepdims = false) {
 template <ArrayLike X>
 auto softmax(const X& x, int axis = -1) {
   using R = float_of_t<elem_t<X>>;
-  const auto xf = as_dtype<R>(x);
+  const auto& xf = as_dtype<R>(x);
   if constexpr (detail::is_tensor_v<X>) {
     return detail::fused_softmax(xf, axis);  // one pass a row (and one for the VJP)
   } else {
@@ -446,7 +446,7 @@ auto softmax(const X& x, int axis = -1) {
 template <ArrayLike X>
 auto log_softmax(const X& x, int axis = -1) {
   using R = float_of_t<elem_t<X>>;
-  const auto xf = as_dtype<R>(x);
+  const auto& xf = as_dtype<R>(x);
   const auto shifted = xf - max(xf, axis, true);
   return shifted - log(sum(exp(shifted), axis, true));
 }
@@ -456,7 +456,7 @@ auto log_softmax(const X& x, int axis = -1) {
 template <ArrayLike X>
 auto gelu(const X& x, bool approximate = true) {
   using R = float_of_t<elem_t<X>>;
-  const auto xf = as_dtype<R>(x);
+  const auto& xf = as_dtype<R>(x);
   if (approximate) return unary(xf, UnaryOp::kGelu);  // one pass; its VJP one more
   return xf * R(0.5) * (erf(xf * static_cast<R>(0.7071067811865476)) + R(1));
 }
@@ -465,7 +465,7 @@ auto gelu(const X& x, bool approximate = true) {
 template <ArrayLike X>
 auto standardize(const X& x, int axis = -1, double epsilon = 1e-5) {
   using R = float_of_t<elem_t<X>>;
-  const auto xf = as_dtype<R>(x);
+  const auto& xf = as_dtype<R>(x);
   if constexpr (detail::is_tensor_v<X>) {
     return detail::fused_standardize(xf, axis, epsilon);  // one pass a row (and one for the VJP)
   } else {

@@ -477,7 +477,16 @@ X record_reshape_like(Tape& tape, const X& x, const char* op, const std::functio
     return finish_constant(tape, std::move(out), x);
   } else {
     auto make = [&](auto xn) -> typename Node<X>::Rule {
-      return [xn, s = x.shape()](const X& ct, std::uint32_t v) { push(xn, reshape(ct, s), v); };
+      return [xn, s = x.shape()](const X& ct, std::uint32_t v) {
+        if constexpr (is_tensor_v<X>) {
+          if (!recording_tape_for(ct) && ct.owns_memory()) {  // the cotangent's memory, reshaped
+            X view = ct.alias();
+            push(xn, std::move(view).reshaped(s), v);
+            return;
+          }
+        }
+        push(xn, reshape(ct, s), v);
+      };
     };
     return linear_local(finish(tape, op, std::move(out), make, x));
   }
