@@ -5,19 +5,22 @@
 #   a) train_gpt on RANKS ranks, --mesh data=RANKS, one OpenBLAS thread each, bound to cores;
 #   b) torch_gpt.py in one process with RANKS threads (torch's and OpenBLAS's);
 #   c) torch_gpt.py with DistributedDataParallel (gloo) on RANKS processes of one thread.
+# With --repeats N (default 2) the three runs are repeated N times in turn (a b c a b c: this
+# VM's speed drifts over minutes) and each configuration's fastest run counts.
 # Prints a markdown table of tokens/s (training steps only, evaluation excluded), the ratio
 # Shard / that run, and the final training and validation losses (the runs start from
 # different random weights, so the losses agree only roughly; train_gpt --dump-init DIR and
 # torch_gpt.py --init-npy DIR start both from the same ones).
 #   ./benchmarks/gpt_vs_torch.sh [build dir] [--layers 6] [--d-model 384] [--heads 6] [--context 256]
-#                                [--batch 16] [--steps 20] [--warmup W] [--ranks 2] [-- flags for all runs]
+#                                [--batch 16] [--steps 20] [--warmup W] [--ranks 2] [--repeats 2]
+#                                [-- flags for all runs]
 # The defaults are the ~10M-parameter model; --warmup defaults to steps/5 (train_gpt wants it < --steps).
 # Needs python3-torch: apt-get install python3-torch.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build=build/release
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then build=$1; shift; fi
-layers=6 d_model=384 heads=6 context=256 batch=16 steps=20 ranks=2 warmup=
+layers=6 d_model=384 heads=6 context=256 batch=16 steps=20 ranks=2 warmup= repeats=2
 extra=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -29,8 +32,9 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
+    --repeats) repeats=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpt_vs_torch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -52,18 +56,21 @@ mpirun -n 1 "$app" --layers 1 --d-model 32 --heads 2 --context 16 --batch 2 --st
   --val-windows 2 2> /dev/null | grep -o "OpenBLAS core [^;]*" || true
 echo "model: $layers layers, d_model $d_model, $heads heads, context $context, global batch $batch, $steps steps (warm-up $warmup)"
 
-echo "a) mpirun -n $ranks train_gpt --mesh data=$ranks" >&2
-mpirun -n "$ranks" --bind-to core "$app" --mesh "data=$ranks" "${flags[@]}" > "$work/shard.jsonl"
-echo "b) torch_gpt.py, 1 process x $ranks threads" >&2
-$py benchmarks/torch_gpt.py --threads "$ranks" "${flags[@]}" > "$work/torch.jsonl"
-echo "c) torch_gpt.py --ddp, $ranks processes x 1 thread" >&2
-$py benchmarks/torch_gpt.py --ddp --nproc "$ranks" --threads 1 "${flags[@]}" > "$work/ddp.jsonl"
+case $repeats in '' | *[!0-9]* | 0) echo "gpt_vs_torch.sh: --repeats must be a positive integer" >&2; exit 2 ;; esac
+for r in $(seq "$repeats"); do
+  echo "a) mpirun -n $ranks train_gpt --mesh data=$ranks (round $r of $repeats)" >&2
+  mpirun -n "$ranks" --bind-to core "$app" --mesh "data=$ranks" "${flags[@]}" > "$work/shard.$r.jsonl"
+  echo "b) torch_gpt.py, 1 process x $ranks threads (round $r of $repeats)" >&2
+  $py benchmarks/torch_gpt.py --threads "$ranks" "${flags[@]}" > "$work/torch.$r.jsonl"
+  echo "c) torch_gpt.py --ddp, $ranks processes x 1 thread (round $r of $repeats)" >&2
+  $py benchmarks/torch_gpt.py --ddp --nproc "$ranks" --threads 1 "${flags[@]}" > "$work/ddp.$r.jsonl"
+done
 
-$py - "$ranks" "$work/shard.jsonl" "$work/torch.jsonl" "$work/ddp.jsonl" <<'PY'
+$py - "$ranks" "$repeats" "$work" <<'PY'
 import json, math, sys
-ranks = sys.argv[1]
+ranks, repeats, work = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
-def summary(path):
+def summary_of(path):
     for line in open(path):
         line = line.strip()
         if line.startswith("{"):
@@ -72,16 +79,21 @@ def summary(path):
                 return row
     sys.exit(f"gpt_vs_torch.sh: no summary row in {path}")
 
+def summary(name):  # the fastest of the rounds; every round's rate is printed
+    rows = [summary_of(f"{work}/{name}.{r}.jsonl") for r in range(1, repeats + 1)]
+    print(f"{name}: tokens/s by round: " + ", ".join(f"{x['tokens_per_second']:.0f}" for x in rows))
+    return max(rows, key=lambda x: x["tokens_per_second"])
+
 def num(row, key, fmt):
     v = row.get(key)
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
 
-shard, torch1, ddp = (summary(p) for p in sys.argv[2:5])
+shard, torch1, ddp = (summary(p) for p in ("shard", "torch", "ddp"))
 runs = [(f"train_gpt, {ranks} ranks (data={ranks})", shard),
         (f"PyTorch, 1 process x {ranks} threads", torch1),
         (f"PyTorch DDP (gloo), {ranks} processes x 1 thread", ddp)]
 print()
-print(f"{shard['params']} parameters; {shard['steps']} steps; train_gpt MFU {num(shard, 'mfu', '.3f')} "
+print(f"{shard['params']} parameters; {shard['steps']} steps; best of {repeats} round(s) each; train_gpt MFU {num(shard, 'mfu', '.3f')} "
       f"of its measured SGEMM rate ({num(shard, 'sgemm_gflops', '.1f')} GFLOP/s)")
 print()
 print("| run | tokens/s | Shard / run | final train loss | final val loss |")

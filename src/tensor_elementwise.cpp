@@ -460,6 +460,21 @@ Tensor<T> where(const Tensor<bool>& cond, const Tensor<T>& a, const Tensor<T>& b
   return out;
 }
 
+namespace detail {
+template <Dtype T>
+Tensor<T> gelu_vjp(const Tensor<T>& x, const Tensor<T>& ct) {
+  if (x.shape() != ct.shape())
+    raise<ShapeError>("gelu_vjp: cotangent shape ", to_string(ct.shape()), " differs from ", to_string(x.shape()));
+  Tensor<T> out(x.shape());
+  const T *px = x.data(), *pc = ct.data();
+  T* po = out.data();
+  for (std::int64_t i = 0; i < x.size(); ++i) po[i] = pc[i] * gelu_grad_of(px[i]);
+  return out;
+}
+template Tensor<float> gelu_vjp<float>(const Tensor<float>&, const Tensor<float>&);
+template Tensor<double> gelu_vjp<double>(const Tensor<double>&, const Tensor<double>&);
+}  // namespace detail
+
 #define SHARD_INSTANTIATE_ELEMENTWISE(T)                                                   \
   template Tensor<T> binary<T>(const Tensor<T>&, const Tensor<T>&, BinaryOp);              \
   template Tensor<T> binary<T>(const Tensor<T>&, T, BinaryOp, bool);                       \

@@ -27,6 +27,10 @@
 
 namespace shard::detail {
 
+/// ct * gelu'(x) in one pass over Tensors of one shape (src/tensor_elementwise.cpp).
+template <Dtype T>
+Tensor<T> gelu_vjp(const Tensor<T>& x, const Tensor<T>& ct);
+
 // ---------------------------------------------------------------- helpers
 
 /// The sum of ct over the dims numpy broadcast `shape` along (leading dims and size-1 dims).
@@ -252,7 +256,12 @@ X record_unary(Tape& tape, const X& x, UnaryOp op) {
             return ct * exp(-(x * x)) * static_cast<T>(2.0 / std::sqrt(std::numbers::pi));
           });
         case UnaryOp::kGelu:
-          return with_x([](const X& ct, const X& x) { return ct * unary(x, UnaryOp::kGeluGrad); });
+          return with_x([](const X& ct, const X& x) {
+            if constexpr (is_tensor_v<X>) {
+              if (!recording_tape_for(ct, x)) return gelu_vjp(x, ct);  // one pass
+            }
+            return ct * unary(x, UnaryOp::kGeluGrad);
+          });
         case UnaryOp::kGeluGrad:
           raise_not_differentiable("gelu_grad", "gelu's second derivative is not implemented (differentiate the "
                                    "composed formula, e.g. gelu(x, false) or the tanh expression, instead)");
