@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build=build/release
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then build=$1; shift; fi
-layers=6 d_model=384 heads=6 context=256 batch=16 steps=20 ranks=2 warmup= repeats=2
+layers=6 d_model=384 heads=6 context=256 batch=16 steps=20 ranks=2 warmup='' repeats=2
 extra=()
 while [ $# -gt 0 ]; do
   case $1 in
