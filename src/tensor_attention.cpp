@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "fast_exp.hpp"
+#include "row_kernels.hpp"
 #include "shard/detail/vjp_rules.hpp"
 #include "shard/error.hpp"
 #include "shard/tensor_ops.hpp"
@@ -92,13 +92,7 @@ void softmax_rows(T* p, const Problem& d, std::int64_t r0, std::int64_t r1) {
   for (std::int64_t i = r0; i < r1; ++i) {
     T* row = p + i * d.S;
     const std::int64_t n = d.valid(i);
-    T m = row[0];  // a nan anywhere in the row makes the sum, and so every output, nan
-    for (std::int64_t j = 1; j < n; ++j) m = std::max(m, row[j]);
-    for (std::int64_t j = 0; j < n; ++j) row[j] = exp_nonpositive(row[j] - m);
-    double sum = 0;
-    for (std::int64_t j = 0; j < n; ++j) sum += row[j];
-    const T inv = static_cast<T>(1.0 / sum);
-    for (std::int64_t j = 0; j < n; ++j) row[j] *= inv;
+    softmax_row(row, row, n);
     std::fill(row + n, row + d.S, T(0));
   }
 }

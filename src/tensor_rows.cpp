@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "fast_exp.hpp"
+#include "row_kernels.hpp"
 #include "shard/detail/vjp_rules.hpp"
 #include "shard/error.hpp"
 #include "shard/tensor_ops.hpp"
@@ -44,18 +44,6 @@ template <typename F>
 void each_row(const Rows& r, F&& f) {
   for (std::int64_t o = 0; o < r.outer; ++o)
     for (std::int64_t j = 0; j < r.inner; ++j) f(o * r.n * r.inner + j, r.inner);
-}
-
-/// One row's softmax, contiguous (stride 1: the loops vectorize).
-template <Dtype T>
-void softmax_row(const T* __restrict in, T* __restrict out, std::int64_t n) {
-  T m = in[0];  // a nan anywhere in the row makes the sum, and so every output, nan
-  for (std::int64_t i = 1; i < n; ++i) m = std::max(m, in[i]);
-  for (std::int64_t i = 0; i < n; ++i) out[i] = exp_nonpositive(in[i] - m);
-  double sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) sum += out[i];
-  const T inv = static_cast<T>(1.0 / sum);
-  for (std::int64_t i = 0; i < n; ++i) out[i] *= inv;
 }
 
 template <Dtype T>

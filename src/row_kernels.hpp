@@ -1,5 +1,6 @@
 #pragma once
-// A branch-free exp for the softmax rows of tensor_rows.cpp and tensor_attention.cpp (internal).
+// A branch-free exp and a contiguous softmax row for tensor_rows.cpp and tensor_attention.cpp
+// (internal).
 
 #include <algorithm>
 #include <cstdint>
@@ -37,6 +38,18 @@ inline T exp_nonpositive(T d) {
   } else {
     return std::exp(d);
   }
+}
+
+/// One row's softmax, contiguous (stride 1: the loops vectorize); out may be in.
+template <typename T>
+void softmax_row(const T* in, T* out, std::int64_t n) {
+  T m = in[0];  // a nan anywhere in the row makes the sum, and so every output, nan
+  for (std::int64_t i = 1; i < n; ++i) m = std::max(m, in[i]);
+  for (std::int64_t i = 0; i < n; ++i) out[i] = exp_nonpositive(in[i] - m);
+  double sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) sum += out[i];
+  const T inv = static_cast<T>(1.0 / sum);
+  for (std::int64_t i = 0; i < n; ++i) out[i] *= inv;
 }
 
 }  // namespace shard::detail
