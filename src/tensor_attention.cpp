@@ -3,7 +3,7 @@
 // the scores, the softmax and the weighted sum are products straight on the strided (T, H)
 // blocks of q, k and v (no transposes), the scale rides in the products' alpha, and a causal
 // mask is the loop bounds: row blocks of the scores only reach the columns they may see, so
-// about half of the masked products are skipped. The VJP is five such products and one pass
+// about half of the masked products are skipped. The VJP is four such products and one pass
 // over each row of the probabilities (dS = P (dP - rowsum(dP P))), in the same blocks.
 
 #include <algorithm>
@@ -48,6 +48,8 @@ struct Problem {
   std::int64_t valid(std::int64_t i) const { return causal ? std::min(i + 1, S) : S; }
   /// Row blocks of the scores: [r0, r1) reaches columns [0, cols(r1)).
   std::int64_t block() const { return causal ? kCausalBlock : std::max<std::int64_t>(T, 1); }
+  /// Column blocks of the transposed products (dk, dv): whole rows of keys without a mask.
+  std::int64_t col_block() const { return causal ? kCausalBlock : std::max<std::int64_t>(S, 1); }
   std::int64_t cols(std::int64_t r1) const { return causal ? std::min(r1, S) : S; }
   /// First row whose scores reach column c (the column blocks of the transposed products).
   std::int64_t first_row(std::int64_t c) const { return causal ? std::min(c, T) : 0; }
@@ -117,8 +119,8 @@ void backward_head(const Problem& d, T scale, const T* q, const T* k, const T* v
                    T* dk, T* dv) {
   const std::int64_t ldq = d.N * d.H, ldk = d.K * d.H, bs = d.block();
   // dv = p^T g and dp = g v^T, by blocks of the scores.
-  for (std::int64_t c0 = 0; c0 < d.S; c0 += bs) {
-    const std::int64_t c1 = std::min(c0 + bs, d.S), i0 = d.first_row(c0);
+  for (std::int64_t c0 = 0; c0 < d.S; c0 += d.col_block()) {
+    const std::int64_t c1 = std::min(c0 + d.col_block(), d.S), i0 = d.first_row(c0);
     gemm<T>(true, false, c1 - c0, d.H, d.T - i0, T(1), p + i0 * d.S + c0, d.S, g + i0 * ldq, ldq, T(1),
             dv + c0 * ldk, ldk);
   }
@@ -139,8 +141,8 @@ void backward_head(const Problem& d, T scale, const T* q, const T* k, const T* v
     gemm<T>(false, false, r1 - r0, d.H, c, scale, ds + r0 * d.S, d.S, k, ldk, T(0), dq + r0 * ldq, ldq);
   }
   // dk = scale ds^T q.
-  for (std::int64_t c0 = 0; c0 < d.S; c0 += bs) {
-    const std::int64_t c1 = std::min(c0 + bs, d.S), i0 = d.first_row(c0);
+  for (std::int64_t c0 = 0; c0 < d.S; c0 += d.col_block()) {
+    const std::int64_t c1 = std::min(c0 + d.col_block(), d.S), i0 = d.first_row(c0);
     gemm<T>(true, false, c1 - c0, d.H, d.T - i0, scale, ds + i0 * d.S + c0, d.S, q + i0 * ldq, ldq, T(1),
             dk + c0 * ldk, ldk);
   }

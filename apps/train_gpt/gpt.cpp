@@ -19,13 +19,13 @@ Block layer_norm(const Block& x, const Block& g, const Block& b) { return shard:
 
 /// Rows (b t, C) of this device's tokens -> rows (b T, C) of the whole sequence of its batch rows.
 /// (With one device on 'model' there is nothing to gather or scatter, as in Megatron's mappings.)
-Block gather_sequence(const Block& z, std::int64_t b, std::int64_t t, std::int64_t c) {
+Block gather_sequence(Block z, std::int64_t b, std::int64_t t, std::int64_t c) {
   if (shard::axis_size("model") == 1) return z;
   const Block whole = shard::all_gather(shard::reshape(z, {b, t, c}), "model", 1, true);
   return shard::reshape(whole, {-1, c});
 }
 /// Partial sums (b T, C) over the 'model' group -> this device's tokens, summed: (b t, C).
-Block scatter_sequence(const Block& z, std::int64_t b, std::int64_t t, std::int64_t c) {
+Block scatter_sequence(Block z, std::int64_t b, std::int64_t t, std::int64_t c) {
   const auto m = static_cast<std::int64_t>(shard::axis_size("model"));
   if (m == 1) return z;
   return shard::reshape(shard::psum_scatter(shard::reshape(z, {b, t * m, c}), "model", 1, true), {b * t, c});

@@ -528,6 +528,7 @@ auto dot_product_attention(const X& query, const Y& key, const Z& value, bool is
     if (ks[o + 2] != qs[o + 2]) bad("query and key have different head sizes");
     if (ks[o + 1] == 0 || qs[o + 1] % ks[o + 1] != 0) bad("the query's heads must be a multiple of the key's");
     if (ks[o] == 0 && qs[o] > 0) bad("key has no positions");
+    if (qs[o + 1] == 0) return A(q);  // no query heads: an empty result, as on Tensors
     const A q4 = o ? A(q) : expand_dims(q, 0), k4 = o ? A(k) : expand_dims(k, 0), v4 = o ? A(v) : expand_dims(v, 0);
     const std::int64_t B = q4.shape()[0], T = qs[o], N = qs[o + 1], H = qs[o + 2], S = ks[o], K = ks[o + 1];
     const auto repeat = [&](const A& x) {  // (B, S, K, H) -> (B, S, N, H), each head N / K times

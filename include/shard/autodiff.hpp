@@ -142,10 +142,24 @@ V ones_like_value(const V& value) {
   else return full<T>(Shape{}, T(1), value.sharding());
 }
 
-/// Drops autodiff's records from what a function returns beside its value (has_aux).
+/// Gives a returned array storage of its own: inside the function arrays may share memory
+/// (a reshape aliases its operand, residuals alias their arrays), and what the caller gets back
+/// must not write through to its inputs or to a live vjp's residuals.
+template <typename X>
+void own_storage(X& x) {
+  if constexpr (is_tensor_v<X>) {
+    x.detach_if_aliased();
+  } else if constexpr (is_sharded_v<X>) {
+    for (auto& s : x.addressable_shards()) s.data.detach_if_aliased();
+  }
+}
+
+/// Drops autodiff's records from what a function returns beside its value (has_aux), each
+/// array with storage of its own.
 template <typename X>
 void strip_ad(X& x) {
   if constexpr (ArrayLike<X>) {
+    own_storage(x);
     x.set_ad(nullptr);
   } else if constexpr (requires { std::tuple_size<X>::value; }) {
     std::apply([](auto&... e) { (strip_ad(e), ...); }, x);
@@ -256,6 +270,7 @@ auto run_value_and_grad(const F& f, const GradSharding& gs, const P& params, con
   backward_from(value, ones_like_value(value), tape);
   auto grads = ParamTraits<P>::grads(leaves, params);
   auto plain = stop_gradient(value);
+  own_storage(plain);
   plain.set_ad(nullptr);
   if constexpr (kAux) {
     strip_ad(result.second);
@@ -321,6 +336,7 @@ auto vjp(F f, const Ps&... primals) {
   static_assert(ArrayLike<decltype(out)>, "vjp: the function must return one Tensor or ShardedArray");
   static_assert(FloatDtype<elem_t<decltype(out)>>, "vjp: the function must return a float32 or float64 array");
   auto plain = stop_gradient(out);
+  detail::own_storage(plain);
   plain.set_ad(nullptr);
   auto fn = [tape, out, leaves, prims = std::make_tuple(primals...)](const decltype(out)& ct) {
     const detail::DeferredReductionScope deferred;

@@ -210,7 +210,7 @@ class Tensor {
     out.ad_.reset();
     return out;
   }
-  /// A reshaped copy.
+  /// A reshaped copy (inside a differentiated function shard::reshape shares the memory).
   Tensor reshaped(Shape shape) const& {
     if (detail::recording_tape_for(*this)) return shard::reshape(*this, std::move(shape));
     return Tensor(*this).reshaped(std::move(shape));

@@ -208,6 +208,10 @@ SHARD_MPI_TEST(Autodiff, DotProductAttentionGradients) {
     const auto fd = finite_differences([&](const std::vector<Tensor<double>>& p) { return f(p).item(); }, params);
     for (std::size_t i = 0; i < 3; ++i)
       EXPECT_LT(max_rel_diff(grads[i], fd[i]), 2e-6) << max_rel_diff(grads[i], fd[i]) << " T " << c.T << " causal " << c.causal << " operand " << i;
+    // No query heads: an empty result in both views.
+    const auto none = device_put(Tensor<double>(Shape{2, 3, 0, 2}), NamedSharding(meshes().front(), P()));
+    const auto kv = device_put(small_random({2, 3, 1, 2}, 77), NamedSharding(meshes().front(), P()));
+    EXPECT_EQ(dot_product_attention(none, kv, kv, c.causal).shape(), (Shape{2, 3, 0, 2}));
     // The composed form on ShardedArrays (random specs, uneven shards) gives the same values and
     // gradients, sharded like the operands.
     std::mt19937_64 rng(seed);
@@ -226,6 +230,37 @@ SHARD_MPI_TEST(Autodiff, DotProductAttentionGradients) {
       }
     }
   }
+}
+
+SHARD_MPI_TEST(Autodiff, ReturnedArraysHaveStorageOfTheirOwn) {
+  // Inside a differentiated function a reshape shares its operand's memory; what comes back
+  // (vjp's primal output, has_aux's aux, shard_map outputs through them) must not write
+  // through to the caller's arrays or to a live vjp's residuals.
+  Tensor<double> x = small_random({2, 3}, 31);
+  const Tensor<double> x_before = x;
+  auto [y, fn] = vjp([](const Tensor<double>& a) { return reshape(a, {6}); }, x);
+  y[0] = 42.0;
+  EXPECT_EQ(x, x_before);
+  const auto [dx] = fn(Tensor<double>({6}, 1.0));
+  EXPECT_EQ(dx, Tensor<double>({2, 3}, 1.0));
+  Tensor<double> w = small_random({4}, 32);
+  const auto [va, gw] = value_and_grad(
+      [](const Tensor<double>& p) { return std::make_pair(sum(p * p), reshape(p, {2, 2})); }, has_aux)(w);
+  const Tensor<double> aux_before = va.second;
+  for (std::int64_t i = 0; i < w.size(); ++i) w[i] -= 0.1 * gw[i];  // a hand-written update
+  EXPECT_EQ(va.second, aux_before);
+  // The same through a differentiated shard_map whose body returns a reshape of its block.
+  const Mesh mesh = make_mesh({runtime().device_count()}, {"a"});
+  const auto xs = device_put(small_random({2 * static_cast<std::int64_t>(runtime().device_count()), 3}, 33),
+                             NamedSharding(mesh, P("a")));
+  const auto xs_host = xs.to_host();
+  auto [ys, fs] = vjp(
+      [&](const ShardedArray<double>& a) {
+        return shard_map(mesh, {P("a")}, {P("a")}, [](const Tensor<double>& blk) { return reshape(blk, {-1}); })(a);
+      },
+      xs);
+  for (auto& sh : ys.addressable_shards()) sh.data[0] = 42.0;
+  EXPECT_EQ(xs.to_host(), xs_host);
 }
 
 // ---------------------------------------------------------------- API

@@ -682,7 +682,8 @@ TEST(TensorOps, DotProductAttentionMatchesItsDefinition) {
   // Square and not (T < S, T > S), grouped heads (N = 2K, 4K), longer than one causal block (32).
   const std::vector<Case> cases = {{2, 7, 7, 4, 4, 3, true},   {2, 7, 7, 4, 2, 3, false}, {1, 40, 40, 2, 1, 5, true},
                                    {2, 5, 9, 3, 3, 4, true},   {1, 70, 37, 4, 1, 3, true}, {1, 37, 70, 2, 2, 3, true},
-                                   {3, 33, 33, 2, 2, 8, false}, {0, 4, 4, 2, 2, 2, true}};
+                                   {3, 33, 33, 2, 2, 8, false}, {0, 4, 4, 2, 2, 2, true}, {2, 1, 70, 2, 1, 4, false},
+                                   {1, 1, 1, 1, 1, 2, true}};
   std::uint64_t seed = 300;
   for (const auto& c : cases) {
     const std::string name = "B" + std::to_string(c.B) + " T" + std::to_string(c.T) + " S" + std::to_string(c.S) +
