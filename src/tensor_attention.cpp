@@ -176,6 +176,8 @@ Tensor<T> attention_forward(const Tensor<T>& q, const Tensor<T>& k, const Tensor
 
 }  // namespace
 
+void check_attention_shapes(const Shape& q, const Shape& k, const Shape& v) { check(q, k, v, false); }
+
 template <Dtype T>
 Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, double scale_in, bool causal) {
   const Problem d = check(q.shape(), k.shape(), v.shape(), causal);

@@ -480,6 +480,8 @@ namespace detail {
 /// (no transposes), the causal mask as loop bounds; its VJP in the same blocks.
 template <Dtype T>
 Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, double scale, bool causal);
+/// ShapeError unless query, key and value have dot_product_attention's shapes (both views).
+void check_attention_shapes(const Shape& q, const Shape& k, const Shape& v);
 /// 0 where row i may attend to column j (j <= i), -inf elsewhere: JAX's causal mask, (T, S).
 template <Dtype R>
 Tensor<R> causal_bias(std::int64_t t, std::int64_t s) {
@@ -515,19 +517,8 @@ auto dot_product_attention(const X& query, const Y& key, const Z& value, bool is
     using A = std::decay_t<decltype(q)>;
     const auto& qs = q.shape();
     const auto& ks = k.shape();
-    const auto& vs = v.shape();
-    const auto bad = [&](const char* why) {
-      raise<ShapeError>("dot_product_attention: ", why, "; shapes ", to_string(qs), ", ", to_string(ks), " and ",
-                        to_string(vs));
-    };
-    if (qs.size() != 3 && qs.size() != 4) bad("query must be (B, T, N, H) or (T, N, H)");
-    if (ks.size() != qs.size() || vs.size() != qs.size()) bad("query, key and value must have the same number of dims");
-    if (ks != vs) bad("key and value must have the same shape (B, S, K, H)");
-    if (qs.size() == 4 && ks[0] != qs[0]) bad("query and key have different batch sizes");
+    detail::check_attention_shapes(qs, ks, v.shape());
     const std::size_t o = qs.size() - 3;
-    if (ks[o + 2] != qs[o + 2]) bad("query and key have different head sizes");
-    if (ks[o + 1] == 0 || qs[o + 1] % ks[o + 1] != 0) bad("the query's heads must be a multiple of the key's");
-    if (ks[o] == 0 && qs[o] > 0) bad("key has no positions");
     if (qs[o + 1] == 0) return A(q);  // no query heads: an empty result, as on Tensors
     const A q4 = o ? A(q) : expand_dims(q, 0), k4 = o ? A(k) : expand_dims(k, 0), v4 = o ? A(v) : expand_dims(v, 0);
     const std::int64_t B = q4.shape()[0], T = qs[o], N = qs[o + 1], H = qs[o + 2], S = ks[o], K = ks[o + 1];

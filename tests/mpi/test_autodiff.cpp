@@ -212,6 +212,15 @@ SHARD_MPI_TEST(Autodiff, DotProductAttentionGradients) {
     const auto none = device_put(Tensor<double>(Shape{2, 3, 0, 2}), NamedSharding(meshes().front(), P()));
     const auto kv = device_put(small_random({2, 3, 1, 2}, 77), NamedSharding(meshes().front(), P()));
     EXPECT_EQ(dot_product_attention(none, kv, kv, c.causal).shape(), (Shape{2, 3, 0, 2}));
+    // Bad shapes raise the Tensor view's error in this view too (on every rank).
+    const auto q3 = device_put(small_random({2, 3, 3, 2}, 78), NamedSharding(meshes().front(), P()));
+    const auto k2 = device_put(small_random({2, 3, 2, 2}, 79), NamedSharding(meshes().front(), P()));
+    try {
+      dot_product_attention(q3, k2, k2, c.causal);
+      ADD_FAILURE() << "3 query heads on 2 key heads did not raise";
+    } catch (const ShapeError& e) {
+      EXPECT_NE(std::string(e.what()).find("multiple of the key's and value's heads (2)"), std::string::npos) << e.what();
+    }
     // The composed form on ShardedArrays (random specs, uneven shards) gives the same values and
     // gradients, sharded like the operands.
     std::mt19937_64 rng(seed);
