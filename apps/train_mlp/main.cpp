@@ -39,9 +39,8 @@ struct Config {
   int epochs = 0, keep = 2;
   bool json = false, resume = false, shard_optimizer_state = false;
   std::string grad_sync = "auto";  ///< auto, shared-memory or mpi
-  std::string step = "autodiff";   ///< autodiff or hand
   std::string on_nan = "stop";     ///< stop or skip
-  std::string overlap = "on";      ///< the gradients' sums behind the backward pass (autodiff step)
+  std::string overlap = "on";      ///< the gradients' sums behind the backward pass
   double bucket_mb = 1.0;          ///< their chunk size
   std::string grad_dtype = "float32";  ///< float32 or bfloat16 (sent as, summed in float32)
   train::Hyper hyper;
@@ -77,22 +76,20 @@ int run(shard::Runtime& rt, Config& c) {
   if (steps_per_epoch < 1)
     shard::raise<shard::ValueError>("--batch ", c.batch, " is larger than the ", train_set.count, " training rows");
 
-  // The gradients over 'data': through group-shared memory when every 'data' group has its
-  // devices on separate ranks of one node (the replicas share activations and one copy of the
-  // parameters; each computes and updates its share of the rows), otherwise one psum (or
-  // psum_scatter + all_gather, ZeRO-1) over MPI.
+  // Whether every 'data' group has its devices on separate ranks of one node (group-shared
+  // memory over 'data').
   const bool shared_ok = data > 1 && shard::group_shared_available(mesh, "data");
   if (c.grad_sync == "shared-memory" && !shared_ok)
     shard::raise<shard::ValueError>("--grad-sync shared-memory needs data > 1, one device per rank and every 'data' "
                                     "group on one node (this mesh: data=", data, ", ", rt.devices_per_rank(),
                                     " devices per rank)");
-  const bool hand = c.step == "hand";
-  const bool shared = hand && c.grad_sync != "mpi" && shared_ok;
-  // The autodiff step on one node splits the optimizer state over 'data' too: each weight
-  // gradient is then one psum_scatter through group-shared memory (grad_sharding), each
-  // replica updates its rows, and an in-place all_gather completes the parameters.
-  const bool split_state = c.shard_optimizer_state || (!hand && c.grad_sync != "mpi" && shared_ok);
-  train::Model m = train::init_model(layers, mesh, keys[0], c.hyper, split_state, shared);
+  // There (--grad-sync auto or shared-memory) the step splits the optimizer state over 'data'
+  // too: each weight gradient is then one psum_scatter through group-shared memory
+  // (grad_sharding), each replica updates its rows, and an in-place all_gather completes the
+  // parameters. The summary's grad_sync says which of the two was chosen.
+  const bool shared = c.grad_sync != "mpi" && shared_ok;
+  const bool split_state = c.shard_optimizer_state || shared;
+  train::Model m = train::init_model(layers, mesh, keys[0], c.hyper, split_state);
   std::int64_t step = 0;
   if (c.resume) step = train::resume(c.checkpoint_dir, m, c.hyper, c.seed, c.layers_text);
   const shard::NamedSharding rows(mesh, shard::P("data", shard::None));
@@ -108,15 +105,12 @@ int run(shard::Runtime& rt, Config& c) {
     placement += (d ? "|" : "") + hosts;
   }
   const std::string grad_sync_text =
-      data == 1  ? "none (data=1)"
-      : !hand    ? (m.shard_state ? std::string("psum_scatter of each weight gradient over 'data' (autodiff's "
-                                             "transposes, grad_sharding), optimizer state split over 'data', "
-                                             "all_gather of the new rows")
+      data == 1 ? "none (data=1)"
+                : (m.shard_state ? std::string("psum_scatter of each weight gradient over 'data' (autodiff's "
+                                               "transposes, grad_sharding), optimizer state split over 'data', "
+                                               "all_gather of the new rows")
                                  : std::string("psum of each weight gradient over 'data' (autodiff's transposes)")) +
-                    (shared_ok ? " through group-shared memory" : "")
-      : shared   ? "group-shared memory (each replica computes and updates 1/" + std::to_string(data) + " of the rows)"
-      : m.shard_state ? "psum_scatter + all_gather (optimizer state split)"
-                      : "psum";
+                      (shared_ok ? " through group-shared memory" : "");
   if (!c.json)
     shard::apps::print0(rt, "train_mlp: " + std::to_string(rt.process_count()) + " ranks x " +
                                 std::to_string(rt.devices_per_rank()) + " devices, " + mesh.to_string() + ", layers " +
@@ -153,7 +147,7 @@ int run(shard::Runtime& rt, Config& c) {
         hs.lr = static_cast<float>(c.hyper.lr * 0.5 *
                                    (1.0 + std::cos(M_PI * static_cast<double>(step) /
                                                    static_cast<double>(c.epochs * steps_per_epoch))));
-      const double loss = hand ? train::train_step(m, hs, x, y) : train::train_step_autodiff(m, hs, x, y);
+      const double loss = train::train_step_autodiff(m, hs, x, y);
       epoch_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       ++epoch_steps;
       // Divergence: every rank sees the same loss. Stop before any further checkpoint (the
@@ -188,7 +182,7 @@ int run(shard::Runtime& rt, Config& c) {
     for (std::int64_t first = 0; first < eval_set.count; first += c.batch) {
       const auto xb = train::batch_inputs(eval_set, eval_order, first, c.batch, rows);
       const auto yb = train::batch_labels(eval_set, eval_order, first, c.batch, rows);
-      const auto r = hand ? train::evaluate(m, c.hyper, xb, yb) : train::evaluate_autodiff(m, c.hyper, xb, yb);
+      const auto r = train::evaluate_autodiff(m, c.hyper, xb, yb);
       ev.loss_sum += r.loss_sum;
       ev.correct += r.correct;
       ev.count += r.count;
@@ -228,7 +222,7 @@ int run(shard::Runtime& rt, Config& c) {
                   static_cast<long long>(step), static_cast<long long>(total_samples), total_train_s, sps, data, model,
                   rt.process_count(), rt.devices_per_rank(), peak_rss_mb(), static_cast<long long>(total_skipped),
                   c.overlap.c_str(), c.bucket_mb, c.grad_dtype.c_str(), wait_ms);
-    shard::apps::print0(rt, line + ("\"hosts_by_data\": \"" + placement + "\", \"grad_sync\": \"" + (data == 1 ? "none" : shared ? "shared-memory" : "mpi") + "\", \"step\": \"" + c.step + "\"}\n"));
+    shard::apps::print0(rt, line + ("\"hosts_by_data\": \"" + placement + "\", \"grad_sync\": \"" + (data == 1 ? "none" : shared ? "shared-memory" : "mpi") + "\"}\n"));
   } else {
     std::snprintf(line, sizeof line,
                   "done: %lld steps, %.0f samples/s over %.2f s of training; waited %.3f ms per step for the "
@@ -275,18 +269,16 @@ int main(int argc, char** argv) {
         ("shard-optimizer-state", "split the optimizer state over 'data' (ZeRO-1: psum_scatter the gradients, update "
                                   "this replica's rows, all_gather them); saves memory, slower on one host")
         ("grad-sync", po::value(&c.grad_sync)->default_value("auto"),
-         "auto, shared-memory or mpi: how the gradients are reduced over 'data' (auto: shared memory when every "
-         "'data' group is on one node with one device per rank; it also splits the optimizer state over 'data'; "
-         "mpi: the hand-written step's psum over MPI, and no split state for the autodiff step)")
+         "auto, shared-memory or mpi: how the gradients are reduced over 'data' (auto: when every 'data' group is "
+         "on one node with one device per rank, split the optimizer state over 'data' and psum_scatter each weight "
+         "gradient through group-shared memory; shared-memory: the same, an error when not available; mpi: no "
+         "split state unless --shard-optimizer-state)")
         ("on-nan", po::value(&c.on_nan)->default_value("stop"),
          "stop or skip: when a step's loss (or, with skip, a gradient) is NaN or infinite, stop with an error "
-         "(the checkpoints written so far are kept) or skip that step's update (autodiff step only)")
-        ("step", po::value(&c.step)->default_value("autodiff"),
-         "autodiff (the model's forward pass, shard::grad and shard::optim) or hand (the hand-written backward "
-         "pass and update, kept to compare)")
+         "(the checkpoints written so far are kept) or skip that step's update")
         ("overlap", po::value(&c.overlap)->default_value("on"),
-         "on or off: reduce each gradient's chunks behind the rest of the backward pass (autodiff step, "
-         "shard::gradient_reduction().overlap), or wait for each right after starting it")
+         "on or off: reduce each gradient's chunks behind the rest of the backward pass "
+         "(shard::gradient_reduction().overlap), or wait for each right after starting it")
         ("bucket-mb", po::value(&c.bucket_mb)->default_value(1.0, "1"),
          "MiB of a gradient reduced in one call (shard::gradient_reduction().bucket_bytes)")
         ("grad-dtype", po::value(&c.grad_dtype)->default_value("float32"),
@@ -304,10 +296,7 @@ int main(int argc, char** argv) {
     using shard::apps::check_at_least;
     using shard::apps::check_choice;
     using shard::apps::check_finite_in;
-    check_choice("step", c.step, {"autodiff", "hand"});
     check_choice("on-nan", c.on_nan, {"stop", "skip"});
-    if (c.on_nan == "skip" && c.step == "hand")
-      shard::raise<shard::ValueError>("--on-nan skip needs the autodiff step (the hand-written step updates as it goes)");
     c.hyper.skip_nonfinite = c.on_nan == "skip";
     check_choice("grad-sync", c.grad_sync, {"auto", "shared-memory", "mpi"});
     check_choice("overlap", c.overlap, {"on", "off"});

@@ -7,15 +7,14 @@
 // row-parallel product) and one backward (the input gradient of the column-parallel layer).
 // An unpaired last layer is replicated. The batch is split over 'data'.
 //
-// With --shard-optimizer-state the optimizer state is also split over 'data' (ZeRO stage 1):
-// each state array adds 'data' to its first dim's axes when the device's block rows divide by
-// the 'data' size, so each 'data' replica updates only its share of every such parameter. A step psum_scatters those
-// gradients over 'data' (one Reduce_scatter per array, right after its layer's backward),
-// updates its rows and all_gathers the new rows; the few arrays that do not divide (e.g. a
-// bias of 10 over data=4), and the loss, are summed with one fused psum and updated on every
-// replica. Without it (the default: faster on one host, where Open MPI's Reduce_scatter_block
-// plus Allgather of the gradients take longer than one Allreduce), every gradient and the loss
-// go through one fused psum over 'data' and every replica updates its whole blocks.
+// With the optimizer state split over 'data' (ZeRO-1: --shard-optimizer-state, or by default
+// when the 'data' groups are on one node with one device per rank, see main.cpp) each state
+// array adds 'data' to its first dim's axes when the device's block rows divide by the 'data'
+// size, so each 'data' replica updates only its share of every such parameter (shard::optim's
+// shard_state_over: its rows of the gradient arrive by one psum_scatter, and the new rows are
+// all_gathered); the few arrays that do not divide (e.g. a bias of 10 over data=4) are psummed
+// and updated whole on every replica. Without it every gradient is psummed over 'data' and
+// every replica updates its whole blocks.
 
 #include <cstdint>
 #include <string>
@@ -53,7 +52,6 @@ struct Model {
   std::vector<Layer> layers;
   int data = 1, model = 1;    ///< the mesh's axis sizes
   bool shard_state = false;   ///< optimizer state split over 'data' (ZeRO-1)
-  bool shared = false;        ///< the step through group-shared memory over 'data' (implies shard_state)
   std::vector<shard::ShardedArray<float>> params, state;
   std::int64_t step = 0;  ///< optimizer steps taken (Adam's bias correction)
 
@@ -68,10 +66,8 @@ struct Model {
 
 /// Initialises the parameters from `key` (identical values on any mesh): classification uses
 /// He-normal weights and zero biases; regression the tutorial's W ~ N(0,1)/sqrt(n_in), b ~ N(0,1).
-/// `shared`: reduce the gradients over 'data' through group-shared memory (needs
-/// shard::group_shared_available(mesh, "data"); splits the optimizer state like shard_state).
 Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shard::random::Key key, const Hyper& h,
-                 bool shard_state = false, bool shared = false);
+                 bool shard_state = false);
 
 struct EvalResult {
   double loss_sum = 0, correct = 0, count = 0;
@@ -79,22 +75,14 @@ struct EvalResult {
 
 /// One optimizer step written with autodiff (model_autodiff.cpp): the forward pass on global
 /// arrays, shard::value_and_grad for the gradients, shard::optim for the update (the model's
-/// state arrays are the optimizer's). Returns the mean loss. Collective over all ranks.
+/// state arrays are the optimizer's). x: [B, n_0] and y: labels [B, 1] or targets [B, n_L],
+/// both P('data', None). Returns the mean loss over the batch. Collective over all ranks.
 double train_step_autodiff(Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
                            const shard::ShardedArray<float>& y);
 
-/// One optimizer step on the batch (x: [B, n_0] and y: labels [B, 1] or targets [B, n_L], both
-/// P('data', None)); returns the mean loss over the batch. Collective over all ranks.
-double train_step(Model& m, const Hyper& h, const shard::ShardedArray<float>& x, const shard::ShardedArray<float>& y);
-
-
-/// evaluate() with the autodiff model's forward pass.
+/// The forward pass only: summed loss, correct predictions and rows (labels < 0 are padding
+/// and do not count). Collective over all ranks.
 EvalResult evaluate_autodiff(const Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
                              const shard::ShardedArray<float>& y);
-
-/// Forward pass only (the hand-written step's): summed loss, correct predictions and rows (labels < 0 are padding and
-/// do not count). Collective over all ranks.
-EvalResult evaluate(const Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
-                    const shard::ShardedArray<float>& y);
 
 }  // namespace train

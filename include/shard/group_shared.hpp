@@ -4,11 +4,11 @@
 /// MPI_Win_allocate_shared, on the group's communicator).
 ///
 /// What it is for: work that the devices of a group split between them on data they all read,
-/// with no collective in between. train_mlp's data-parallel step on one node is the example:
-/// the replicas write their rows of each layer's activations into their slots (stacked, the
-/// slots are the whole batch), and after one barrier each computes its own rows of the summed
-/// weight gradient from all of them, and updates them in place in one copy of the parameters
-/// that the group shares (Tensor::borrow): no gradient is ever summed or copied through MPI.
+/// with no collective in between. For example a data-parallel step on one node: the replicas
+/// write their rows of each layer's activations into their slots (stacked, the slots are the
+/// whole batch), and after one barrier each computes its own rows of the summed weight
+/// gradient from all of them, and updates them in place in one copy of the parameters that the
+/// group shares (Tensor::borrow): no gradient is ever summed or copied through MPI.
 ///
 /// Availability (group_shared_available): every device of the mesh on its own rank, and all
 /// of each group's ranks on one node (MPI_Comm_split_type SHARED); a group of one device always

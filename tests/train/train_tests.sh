@@ -2,7 +2,8 @@
 # train_mlp tests, run by ctest: train_tests.sh <train_mlp> <mpiexec> <case>
 #   meshes   50 steps on data=4; data=2,model=2; data=1,model=4 (2 ranks x 2 devices: gradients
 #            over MPI), the first two also with --shard-optimizer-state; data=4 and data=2,model=2
-#            on 4 ranks x 1 device (gradients through group-shared memory) and data=4 there with
+#            on 4 ranks x 1 device (--grad-sync auto: optimizer state split over 'data', each
+#            weight gradient one psum_scatter through group-shared memory) and data=4 there with
 #            --grad-sync mpi; and 1 device: per-step losses agree to 1e-4 relative; the same run
 #            twice gives identical losses (1 device, and 4 ranks through shared memory); layer
 #            widths that 4 replicas do not divide, through shared memory, against 1 device
@@ -10,8 +11,6 @@
 #            state split over 'data') + --resume on 4 ranks with data=1,model=4, and against 10
 #            steps on data=4 through group-shared memory (4 ranks) + --resume on data=2,model=2
 #            through group-shared memory: the final checkpoints' .npy files agree
-#   (every run uses the autodiff step unless --step hand is given: the hand-written step's runs
-#   check it against autodiff's, and keep the group-shared-memory path tested)
 #   resume_other_model   --resume with other --layers fails with a clear message on every rank
 set -euo pipefail
 app=$1 mpiexec=$2 case=$3
@@ -38,31 +37,26 @@ case $case in
     run 2 2 "${small[@]}" --mesh data=2,model=2 --shard-optimizer-state --max-steps 50 --json --log-every 1 \
       > "$work/d2m2z.jsonl"
     run 1 1 "${small[@]}" --max-steps 50 --json --log-every 1 > "$work/one_again.jsonl"
-    run 4 1 "${small[@]}" --step hand --mesh data=4 --max-steps 50 --json --log-every 1 > "$work/d4s.jsonl"
-    run 4 1 "${small[@]}" --step hand --mesh data=4 --max-steps 50 --json --log-every 1 > "$work/d4s_again.jsonl"
-    run 4 1 "${small[@]}" --step hand --mesh data=2,model=2 --max-steps 50 --json --log-every 1 > "$work/d2m2s.jsonl"
-    run 4 1 "${small[@]}" --step hand --mesh data=4 --grad-sync mpi --max-steps 50 --json --log-every 1 > "$work/d4mpi.jsonl"
-    # the hand-written step on 1 device and over MPI on 2 x 2 devices, against the autodiff runs
-    run 1 1 "${small[@]}" --step hand --max-steps 50 --json --log-every 1 > "$work/one_hand.jsonl"
-    run 2 2 "${small[@]}" --step hand --mesh data=2,model=2 --max-steps 50 --json --log-every 1 > "$work/d2m2h.jsonl"
-    for f in one d4 d2m2 m4 d4z d2m2z; do grep -q '"step": "autodiff"' "$work/$f.jsonl" || { echo "$f: not autodiff"; exit 1; }; done
+    run 4 1 "${small[@]}" --mesh data=4 --max-steps 50 --json --log-every 1 > "$work/d4s.jsonl"
+    run 4 1 "${small[@]}" --mesh data=4 --max-steps 50 --json --log-every 1 > "$work/d4s_again.jsonl"
+    run 4 1 "${small[@]}" --mesh data=2,model=2 --max-steps 50 --json --log-every 1 > "$work/d2m2s.jsonl"
+    run 4 1 "${small[@]}" --mesh data=4 --grad-sync mpi --max-steps 50 --json --log-every 1 > "$work/d4mpi.jsonl"
     # each run took the path it names (the summary's grad_sync)
     for f in d4 d2m2 d4z d2m2z d4mpi; do grep -q '"grad_sync": "mpi"' "$work/$f.jsonl" || { echo "$f: not over MPI"; exit 1; }; done
     for f in d4s d2m2s; do
       grep -q '"grad_sync": "shared-memory"' "$work/$f.jsonl" || { echo "$f: not through shared memory"; exit 1; }
     done
     $compare losses 1e-4 "$work/one.jsonl" "$work/d4.jsonl" "$work/d2m2.jsonl" "$work/m4.jsonl" "$work/d4z.jsonl" \
-      "$work/d2m2z.jsonl" "$work/d4s.jsonl" "$work/d2m2s.jsonl" "$work/d4mpi.jsonl" "$work/one_hand.jsonl" "$work/d2m2h.jsonl"
+      "$work/d2m2z.jsonl" "$work/d4s.jsonl" "$work/d2m2s.jsonl" "$work/d4mpi.jsonl"
     $compare identical "$work/one.jsonl" "$work/one_again.jsonl"
     $compare identical "$work/d4s.jsonl" "$work/d4s_again.jsonl"
-    # widths that 4 replicas do not divide (66, 30): those products fall back to own rows
+    # widths that 4 replicas do not divide (66, 30): those arrays' optimizer state stays whole
     # shellcheck disable=SC2054  # the commas are inside one argument (--layers 48,66,30,6)
     odd=(--dataset synthetic --layers 48,66,30,6 --samples 640 --batch 64 --optimizer sgd --lr 3e-3 --seed 3)
     run 1 1 "${odd[@]}" --max-steps 30 --json --log-every 1 > "$work/odd_one.jsonl"
-    run 4 1 "${odd[@]}" --step hand --mesh data=4 --max-steps 30 --json --log-every 1 > "$work/odd_d4s.jsonl"
     run 4 1 "${odd[@]}" --mesh data=4 --max-steps 30 --json --log-every 1 > "$work/odd_d4a.jsonl"
-    grep -q '"grad_sync": "shared-memory"' "$work/odd_d4s.jsonl" || { echo "odd_d4s: not through shared memory"; exit 1; }
-    $compare losses 1e-4 "$work/odd_one.jsonl" "$work/odd_d4s.jsonl" "$work/odd_d4a.jsonl"
+    grep -q '"grad_sync": "shared-memory"' "$work/odd_d4a.jsonl" || { echo "odd_d4a: not through shared memory"; exit 1; }
+    $compare losses 1e-4 "$work/odd_one.jsonl" "$work/odd_d4a.jsonl"
     # and the losses really fall (the comparison is not between runs that learn nothing)
     $python - "$work/one.jsonl" <<'PY'
 import json, sys
@@ -82,9 +76,9 @@ PY
     if [ ! -d "$a" ] || [ ! -d "$b" ]; then echo "no checkpoints in $work/a or $work/b"; exit 1; fi
     [ "$(basename "$a")" = "$(basename "$b")" ] || { echo "final steps differ: $a vs $b"; exit 1; }
     $compare npy 1e-4 "$a" "$b"
-    # through group-shared memory: written from the shared parameters, resumed into them
-    run 4 1 "${small[@]}" --step hand --mesh data=4 --epochs 2 --max-steps 10 --checkpoint-dir "$work/c" --json > "$work/c1.jsonl"
-    run 4 1 "${small[@]}" --step hand --mesh data=2,model=2 --epochs 2 --checkpoint-dir "$work/c" --resume --json > "$work/c2.jsonl"
+    # through group-shared memory (optimizer state split over 'data'): written from it, resumed into it
+    run 4 1 "${small[@]}" --mesh data=4 --epochs 2 --max-steps 10 --checkpoint-dir "$work/c" --json > "$work/c1.jsonl"
+    run 4 1 "${small[@]}" --mesh data=2,model=2 --epochs 2 --checkpoint-dir "$work/c" --resume --json > "$work/c2.jsonl"
     grep -q '"grad_sync": "shared-memory"' "$work/c2.jsonl" || { echo "c2: not through shared memory"; exit 1; }
     steps_c=("$work"/c/step-*)
     c=${steps_c[-1]}
