@@ -96,12 +96,16 @@ std::string mask_names(std::uint32_t m, const Mesh& mesh) {
 }
 }  // namespace
 
-void raise_output_varies(std::size_t j, const PartitionSpec& spec, std::uint32_t extra, const Mesh& mesh) {
-  raise<ValueError>("shard_map (differentiated): output ", j, " has out_spec ", spec.to_string(),
-                    ", which omits mesh axis ", mask_names(extra, mesh),
+void raise_output_varies(std::size_t j, const PartitionSpec& spec, std::uint32_t extra, const Mesh& mesh,
+                         bool differentiated, const std::source_location& where) {
+  raise<ValueError>("shard_map", differentiated ? " (differentiated)" : "", " called at ", where.file_name(), ":",
+                    where.line(), ": output ", j, " has out_spec ", spec.to_string(), ", which omits mesh axis ",
+                    mask_names(extra, mesh),
                     ", but the body's output varies over it (it depends on an argument sharded over that axis "
-                    "without a psum over it); psum (or pmean) the output over ", mask_names(extra, mesh),
-                    " or name the axis in the out_spec, as JAX's check_vma requires");
+                    "without a psum over it), so each device would return a different value; psum (or pmean) "
+                    "the output over ",
+                    mask_names(extra, mesh), " or name the axis in the out_spec, as JAX's check_vma requires",
+                    differentiated ? "" : " (ShardMapOptions{.check_vma = false} skips the check)");
 }
 
 template <Dtype T>
@@ -243,7 +247,7 @@ Tensor<T> DeviceContext::psum(Tensor<T> x, const Axes& axes, std::source_locatio
   if (auto* tape = detail::recording_tape_for(x)) {
     const std::uint32_t m = detail::axes_mask(mesh(), axes);
     return detail::record_collective(
-        *tape, "psum", x, detail::vma_of(x, *tape) & ~m, m, [&] { return psum(x, axes, where); },
+        *tape, "psum", x, detail::vma_of(x, *tape) & ~m, m, [&] { return psum(std::move(x), axes, where); },
         [](const Tensor<T>& ct) { return ct.alias(); });
   }
   auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kSum, axes, x.shape());  // before x is moved from
@@ -256,7 +260,7 @@ Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, std::s
       const std::uint32_t m = detail::axes_mask(mesh(), axes);
       const T n = static_cast<T>(axis_size(axes));
       return detail::record_collective(
-          *tape, "pmean", x, detail::vma_of(x, *tape) & ~m, m, [&] { return pmean(x, axes, where); },
+          *tape, "pmean", x, detail::vma_of(x, *tape) & ~m, m, [&] { return pmean(std::move(x), axes, where); },
           [n](const Tensor<T>& ct) { return ct / n; });
     }
   }
@@ -278,7 +282,7 @@ Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes, std::source_locatio
       if (detail::node_of(x, *tape)) detail::raise_not_differentiable("pmax", "JAX defines no transpose for it either");
     const std::uint32_t m = detail::axes_mask(mesh(), axes);
     const std::uint32_t vma = detail::vma_of(x, *tape) & ~m;
-    Tensor<T> out = detail::paused([&] { return pmax(x, axes, where); });
+    Tensor<T> out = detail::paused([&] { return pmax(std::move(x), axes, where); });
     out.set_ad(vma ? std::make_shared<detail::AdValue>(detail::AdValue{tape->id(), vma, nullptr}) : nullptr);
     return out;
   }
@@ -292,7 +296,7 @@ Tensor<T> DeviceContext::pmin(Tensor<T> x, const Axes& axes, std::source_locatio
       if (detail::node_of(x, *tape)) detail::raise_not_differentiable("pmin", "JAX defines no transpose for it either");
     const std::uint32_t m = detail::axes_mask(mesh(), axes);
     const std::uint32_t vma = detail::vma_of(x, *tape) & ~m;
-    Tensor<T> out = detail::paused([&] { return pmin(x, axes, where); });
+    Tensor<T> out = detail::paused([&] { return pmin(std::move(x), axes, where); });
     out.set_ad(vma ? std::make_shared<detail::AdValue>(detail::AdValue{tape->id(), vma, nullptr}) : nullptr);
     return out;
   }
@@ -333,7 +337,7 @@ Tensor<T> DeviceContext::psum_scatter(Tensor<T> x, const Axes& axes, int dim, bo
     const std::uint32_t m = detail::axes_mask(mesh(), axes);
     return detail::record_collective(
         *tape, "psum_scatter", x, detail::vma_of(x, *tape) | m, 0,
-        [&] { return psum_scatter(x, axes, dim, tiled, where); },
+        [&] { return psum_scatter(std::move(x), axes, dim, tiled, where); },
         [tape, axes, dim, tiled](const Tensor<T>& ct) { return tape->context()->all_gather(ct, axes, dim, tiled); });
   }
   auto spec = detail::psum_scatter_spec(mesh(), axes, x.shape(), dim, tiled);  // before x is moved from

@@ -213,6 +213,18 @@ class SpecTree {
   bool single_ = false;
 };
 
+/// shard_map's options (jax.shard_map's keyword arguments).
+struct ShardMapOptions {
+  /// JAX's check_vma (its default, true): every value in the body carries the mesh axes it
+  /// varies over (from the in_specs; psum/pmean/pmax/pmin remove their axes; an op's result
+  /// varies over the union of its operands'), and an output whose out_spec omits an axis it
+  /// varies over raises ValueError on every rank, where it would otherwise silently return one
+  /// device's partial value. false skips the check (and its small per-op cost) for bodies that
+  /// are known to be invariant; a differentiated shard_map checks regardless (its transposes
+  /// need the vma to be true).
+  bool check_vma = true;
+};
+
 namespace detail {
 
 /// Runs body(ctx) once per local device of `mesh` (k threads for k devices, device 0 on the
@@ -312,20 +324,26 @@ struct as_tuple<std::tuple<R...>> {
 
 /// The mesh axes (bit k: mesh axis k) a spec names.
 std::uint32_t spec_axes_mask(const Mesh& mesh, const PartitionSpec& spec);
-/// ValueError: a differentiated body's output varies over an axis its out_spec omits.
-[[noreturn]] void raise_output_varies(std::size_t j, const PartitionSpec& spec, std::uint32_t extra, const Mesh& mesh);
+/// ValueError: a body's output varies over an axis its out_spec omits (JAX's check_vma),
+/// naming the shard_map's call site.
+[[noreturn]] void raise_output_varies(std::size_t j, const PartitionSpec& spec, std::uint32_t extra, const Mesh& mesh,
+                                      bool differentiated, const std::source_location& where);
 
-/// A shard_map called while autodiff records (autodiff.hpp): the device tapes of its body
-/// (one per local device: each value there carries its vma), and the links to the outer tape.
-/// As a node of the outer tape it runs after the outputs' nodes have seeded the device tapes
+/// The device tapes of a shard_map body (one per local device): each value there carries the
+/// mesh axes it varies over (JAX's vma), so an output whose out_spec omits an axis it varies
+/// over is caught (JAX's check_vma), whether or not anything is differentiated.
+/// Called while autodiff records (autodiff.hpp), it also links the body to the outer tape:
+/// as a node of the outer tape it runs after the outputs' nodes have seeded the device tapes
 /// with the outputs' cotangent blocks: every device runs its tape backward (its pending psums
 /// go through its context), reads its arguments' cotangent blocks, and the blocks are
-/// assembled into the arguments' cotangents (sharded as their in_specs, as in JAX).
+/// assembled into the arguments' cotangents (sharded as their in_specs, as in JAX). Without an
+/// outer tape (`outer` null) no node is made: the tapes only carry the vma forward.
 struct ShardMapAd final : NodeBase {
-  ShardMapAd(const Mesh& m, Tape& outer_tape) : NodeBase("shard_map"), mesh(m), outer(&outer_tape) {
+  ShardMapAd(const Mesh& m, Tape* outer_tape, std::source_location call_site)
+      : NodeBase("shard_map"), mesh(m), outer(outer_tape), where(call_site) {
     const std::size_t n = m.local_device_ids().size();
     for (std::size_t li = 0; li < n; ++li) {
-      tapes.push_back(std::make_unique<Tape>(true, outer_tape.id()));
+      tapes.push_back(std::make_unique<Tape>(true, outer ? outer->id() : 0));
       tapes.back()->set_axis_names(m.axis_names());
     }
     leaves.resize(n);
@@ -345,7 +363,7 @@ struct ShardMapAd final : NodeBase {
   void link(const ShardedArray<T>& p, const PartitionSpec& spec) {
     Arg a;
     a.vma = spec_axes_mask(mesh, spec);
-    const NodePtr<ShardedArray<T>> pn = node_of(p, *outer);
+    const NodePtr<ShardedArray<T>> pn = outer ? node_of(p, *outer) : nullptr;
     if constexpr (FloatDtype<T>) {
       if (pn) {
         a.tracked = true;
@@ -401,7 +419,7 @@ struct ShardMapAd final : NodeBase {
     const std::uint32_t mask = spec_axes_mask(mesh, spec);
     std::shared_ptr<NodeBase> node;
     if (const AdValue* a = ad_on(r, tapes[li].get())) {
-      if (a->vma & ~mask) raise_output_varies(j, spec, a->vma & ~mask, mesh);
+      if (a->vma & ~mask) raise_output_varies(j, spec, a->vma & ~mask, mesh, outer != nullptr, where);
       node = a->node;
     }
     r.set_ad(nullptr);
@@ -430,7 +448,8 @@ struct ShardMapAd final : NodeBase {
   void reset() override { seeded = false; }
 
   Mesh mesh;
-  Tape* outer;
+  Tape* outer;  ///< null: the forward vma check only
+  std::source_location where;
   std::vector<std::unique_ptr<Tape>> tapes;
   std::vector<Arg> args;
   std::vector<std::vector<std::shared_ptr<NodeBase>>> leaves;  // [device][argument]
@@ -488,8 +507,14 @@ ShardedArray<T> assemble_output(const Mesh& mesh, const PartitionSpec& spec, con
 template <std::size_t N, std::size_t M, typename F>
 class ShardMapped {
  public:
-  ShardMapped(Mesh mesh, std::array<SpecTree, N> in, std::array<SpecTree, M> out, F f)
-      : mesh_(std::move(mesh)), in_(std::move(in)), out_(std::move(out)), f_(std::move(f)) {}
+  ShardMapped(Mesh mesh, std::array<SpecTree, N> in, std::array<SpecTree, M> out, F f, ShardMapOptions options = {},
+              std::source_location where = std::source_location::current())
+      : mesh_(std::move(mesh)),
+        in_(std::move(in)),
+        out_(std::move(out)),
+        f_(std::move(f)),
+        options_(options),
+        where_(where) {}
 
   /// Collective over all ranks. Arguments are ShardedArrays (or std::vector<ShardedArray>s,
   /// one spec for the list), resharded to their in_spec when they are laid out otherwise.
@@ -511,10 +536,12 @@ class ShardMapped {
     static_assert(std::tuple_size_v<Outs> == M, "shard_map: the body must return one value per out_spec");
     const int n = static_cast<int>(mesh_.local_device_ids().size());
     std::vector<std::optional<Outs>> results(static_cast<std::size_t>(n));
-    // While autodiff records: device tapes for the body (detail::ShardMapAd).
+    // Device tapes for the body (detail::ShardMapAd): the values' vma, checked against the
+    // out_specs; while autodiff records, also the links to the outer tape.
     std::shared_ptr<detail::ShardMapAd> ad;
-    if (detail::Tape* outer = detail::recording_tape()) {
-      ad = std::make_shared<detail::ShardMapAd>(mesh_, *outer);
+    detail::Tape* outer = detail::recording_tape();
+    if (outer || options_.check_vma) {
+      ad = std::make_shared<detail::ShardMapAd>(mesh_, outer, where_);
       (detail::AdArg<Args>::link(*ad, std::get<I>(prepared), in_[I], I), ...);
     }
     const std::exception_ptr err = detail::run_bodies(mesh_, [&](DeviceContext& ctx) {
@@ -547,11 +574,11 @@ class ShardMapped {
       std::apply([&](const auto&... r) { (detail::OutTraits<std::decay_t<decltype(r)>>::shapes(r, shapes[li]), ...); },
                  *results[li]);
     const std::vector<Shape> agreed = detail::agree_after_bodies(err, shapes, n > 0);
-    if (ad) ad->outer->append(ad);  // after the arguments' nodes, before the outputs'
+    if (outer) ad->outer->append(ad);  // after the arguments' nodes, before the outputs'
 
     std::size_t at = 0;
     auto outputs = build(std::make_index_sequence<M>{}, results, agreed, at);
-    if (ad) {
+    if (outer) {
       std::size_t f = 0;
       [&]<std::size_t... J>(std::index_sequence<J...>) {
         (attach_output<std::tuple_element_t<J, Outs>>(*ad, std::get<J>(outputs), f, ad), ...);
@@ -620,6 +647,8 @@ class ShardMapped {
   std::array<SpecTree, N> in_;
   std::array<SpecTree, M> out_;
   F f_;
+  ShardMapOptions options_;
+  std::source_location where_;
 };
 
 /// jax.experimental.shard_map: `shard_map(mesh, {P("data"), P()}, {P()}, f)(x, w)` runs
@@ -629,23 +658,29 @@ class ShardMapped {
 /// Tensors, a scalar, or a std::tuple of those, one per out_spec) are assembled into arrays
 /// with the out_specs (global shape = block shape times the parts of each dim). Arity and
 /// types are checked at compile time; in_specs must divide the argument dims evenly.
+/// An output must not vary over a mesh axis its out_spec omits (JAX's check_vma, on by
+/// default: see ShardMapOptions); `shard_map(mesh, in, out, f, {.check_vma = false})` opts out.
 /// Collective over all ranks; with k devices per rank the body runs on k threads.
 template <std::size_t N, std::size_t M, typename F>
-auto shard_map(const Mesh& mesh, const SpecTree (&in_specs)[N], const SpecTree (&out_specs)[M], F f) {
-  return ShardMapped<N, M, F>(mesh, std::to_array(in_specs), std::to_array(out_specs), std::move(f));
+auto shard_map(const Mesh& mesh, const SpecTree (&in_specs)[N], const SpecTree (&out_specs)[M], F f,
+               ShardMapOptions options = {}, std::source_location where = std::source_location::current()) {
+  return ShardMapped<N, M, F>(mesh, std::to_array(in_specs), std::to_array(out_specs), std::move(f), options, where);
 }
 /// One in_spec (or one out_spec) may be given without braces.
 template <std::size_t M, typename F, std::same_as<PartitionSpec> S>
-auto shard_map(const Mesh& mesh, const S& in_spec, const SpecTree (&out_specs)[M], F f) {
-  return ShardMapped<1, M, F>(mesh, {SpecTree(in_spec)}, std::to_array(out_specs), std::move(f));
+auto shard_map(const Mesh& mesh, const S& in_spec, const SpecTree (&out_specs)[M], F f, ShardMapOptions options = {},
+               std::source_location where = std::source_location::current()) {
+  return ShardMapped<1, M, F>(mesh, {SpecTree(in_spec)}, std::to_array(out_specs), std::move(f), options, where);
 }
 template <std::size_t N, typename F, std::same_as<PartitionSpec> S>
-auto shard_map(const Mesh& mesh, const SpecTree (&in_specs)[N], const S& out_spec, F f) {
-  return ShardMapped<N, 1, F>(mesh, std::to_array(in_specs), {SpecTree(out_spec)}, std::move(f));
+auto shard_map(const Mesh& mesh, const SpecTree (&in_specs)[N], const S& out_spec, F f, ShardMapOptions options = {},
+               std::source_location where = std::source_location::current()) {
+  return ShardMapped<N, 1, F>(mesh, std::to_array(in_specs), {SpecTree(out_spec)}, std::move(f), options, where);
 }
 template <typename F, std::same_as<PartitionSpec> S1, std::same_as<PartitionSpec> S2>
-auto shard_map(const Mesh& mesh, const S1& in_spec, const S2& out_spec, F f) {
-  return ShardMapped<1, 1, F>(mesh, {SpecTree(in_spec)}, {SpecTree(out_spec)}, std::move(f));
+auto shard_map(const Mesh& mesh, const S1& in_spec, const S2& out_spec, F f, ShardMapOptions options = {},
+               std::source_location where = std::source_location::current()) {
+  return ShardMapped<1, 1, F>(mesh, {SpecTree(in_spec)}, {SpecTree(out_spec)}, std::move(f), options, where);
 }
 
 // ---------------------------------------------------------------- pmap
@@ -773,7 +808,9 @@ class Pmapped {
     auto outs = [&]<std::size_t... J>(std::index_sequence<J...>) {
       return std::array<SpecTree, M>{((void)J, stacked)...};
     }(std::make_index_sequence<M>{});
-    return ShardMapped<N, M, B>(mesh, in_specs, outs, std::move(body))(prepared...);
+    // Every output is stacked along the mapped axis (out_spec P(axis)): the vma check cannot
+    // fail, so the body runs without its per-op cost (a differentiated pmap still tracks vma).
+    return ShardMapped<N, M, B>(mesh, in_specs, outs, std::move(body), ShardMapOptions{.check_vma = false})(prepared...);
   }
 
   F f_;

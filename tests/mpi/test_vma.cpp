@@ -1,0 +1,136 @@
+// JAX's check_vma inside shard_map, forward (nothing differentiated): every value in a body
+// carries the mesh axes it varies over; an output whose out_spec omits such an axis raises on
+// every rank, naming the shard_map's call site, the output, the axis and the fix. Programs that
+// reduce (or name the axis) run and give the host reference's values on every rank.
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mpi_test.hpp"
+#include "shard/shard.hpp"
+
+namespace shard::testing {
+namespace {
+
+using HT = Tensor<double>;
+using SA = ShardedArray<double>;
+
+HT random_host(const Shape& shape, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> u(-2.0, 2.0);
+  HT t(shape);
+  for (auto& v : t) v = u(gen);
+  return t;
+}
+
+double host_sum(const HT& t) {
+  double s = 0;
+  for (double v : t) s += v;
+  return s;
+}
+
+/// Expects the output-varies error of check_vma, with this test file as the call site.
+template <typename F>
+void expect_varies(F&& fn, const std::string& output, const std::string& axes) {
+  expect_error<ValueError>(std::forward<F>(fn), {"test_vma.cpp:", "output " + output, "omits mesh axis " + axes,
+                                                 "psum", "check_vma"});
+}
+
+// The program a new user writes first: the sum of a sharded vector, with the psum forgotten.
+// Without the check it returned device 0's partial sum and exited 0.
+SHARD_MPI_TEST(Vma, AForgottenPsumRaisesOnEveryRank) {
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"x"});
+  const HT host = random_host({4 * static_cast<std::int64_t>(n)}, 11);
+  const SA x = device_put(host, NamedSharding(mesh, P("x")));
+  expect_varies([&] { (void)shard_map(mesh, P("x"), P(), [](const HT& b) { return sum(b); })(x); }, "0", "'x'");
+  // The fixed program: psum, or name the axis.
+  const SA total = shard_map(mesh, P("x"), P(), [](const HT& b) { return psum(sum(b), "x"); })(x);
+  EXPECT_NEAR(total.to_host()[0], host_sum(host), 1e-9);
+  const SA parts = shard_map(mesh, P("x"), P("x"), [](const HT& b) { return reshape(sum(b), Shape{1}); })(x);
+  EXPECT_EQ(parts.shape(), (Shape{n}));
+  EXPECT_NEAR(host_sum(parts.to_host()), host_sum(host), 1e-9);
+  // check_vma = false opts out, as in JAX: no error (the output is one device's value).
+  const SA unchecked = shard_map(mesh, P("x"), P(), [](const HT& b) { return sum(b); }, {.check_vma = false})(x);
+  EXPECT_EQ(unchecked.shape(), Shape{});
+}
+
+// Each rule of the forward vma on a 2-D mesh: psum/pmean/pmax/pmin remove their axes,
+// all_gather/psum_scatter/all_to_all/ppermute keep the value varying, an op's result varies
+// over the union of its operands', invariant inputs stay invariant.
+SHARD_MPI_TEST(Vma, EachRuleOnATwoAxisMesh) {
+  const int n = runtime().device_count();
+  const int a = n % 2 == 0 ? 2 : 1;
+  const int b = n / a;
+  const Mesh mesh = make_mesh({a, b}, {"a", "b"});
+  const HT hx = random_host({2 * static_cast<std::int64_t>(a), 3 * static_cast<std::int64_t>(b)}, 21);
+  const HT hw = random_host({3}, 22);
+  const SA x = device_put(hx, NamedSharding(mesh, P("a", "b")));
+  const SA w = device_put(hw, NamedSharding(mesh, P()));
+
+  // Invariant inputs and what is made from them alone may be returned replicated.
+  const SA w2 = shard_map(mesh, P(), P(), [](const HT& v) { return exp(v) * 2.0 + v; })(w);
+  for (std::int64_t i = 0; i < 3; ++i) EXPECT_NEAR(w2.to_host()[i], std::exp(hw[i]) * 2.0 + hw[i], 1e-12);
+
+  // x varies over {a, b}; a psum over 'b' leaves 'a'.
+  expect_varies([&] { (void)shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return psum(sum(v), "b"); })(x); },
+                "0", "'a'");
+  expect_varies([&] { (void)shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return pmax(sum(v), "a"); })(x); },
+                "0", "'b'");
+  expect_varies([&] { (void)shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return sum(v); })(x); }, "0",
+                "'a', 'b'");
+  // The union: an invariant value times a varying one varies.
+  expect_varies([&] {
+    (void)shard_map(mesh, {P(), P("a", "b")}, {P()}, [](const HT& v, const HT& xb) { return v * sum(xb); })(w, x);
+  }, "0", "'a', 'b'");
+  // all_gather keeps the value varying (JAX's all_gather; all_gather_invariant is not Shard's).
+  expect_varies([&] {
+    (void)shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return psum(all_gather(v, "a", 0, true), "b"); })(x);
+  }, "0", "'a'");
+  // The second output is the one named.
+  expect_varies([&] {
+    (void)shard_map(mesh, P("a", "b"), {P(), P()}, [](const HT& v) {
+      return std::make_tuple(psum(sum(v), SpecEntry({"a", "b"})), pmin(sum(v), "b"));
+    })(x);
+  }, "1", "'a'");
+
+  // Reduced over both axes (one tuple, or one after the other; pmean too): invariant, right values.
+  const SA s1 = shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return psum(sum(v), SpecEntry({"a", "b"})); })(x);
+  const SA s2 = shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return psum(psum(sum(v), "a"), "b"); })(x);
+  const SA s3 = shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return pmean(pmean(sum(v), "b"), "a"); })(x);
+  EXPECT_NEAR(s1.to_host()[0], host_sum(hx), 1e-9);
+  EXPECT_NEAR(s2.to_host()[0], host_sum(hx), 1e-9);
+  EXPECT_NEAR(s3.to_host()[0], host_sum(hx) / (a * b), 1e-9);
+  // Naming the remaining axis in the out_spec is the other fix: rows summed over 'b' stay split over 'a'.
+  const SA rows = shard_map(mesh, P("a", "b"), P("a"), [](const HT& v) { return psum(sum(v, Dims{1}), "b"); })(x);
+  const HT hr = rows.to_host();
+  for (std::int64_t i = 0; i < hx.shape()[0]; ++i) {
+    double r = 0;
+    for (std::int64_t j = 0; j < hx.shape()[1]; ++j) r += hx[i * hx.shape()[1] + j];
+    EXPECT_NEAR(hr[i], r, 1e-9);
+  }
+}
+
+// Lists of outputs and integer values carry their vma too.
+SHARD_MPI_TEST(Vma, ListsAndIntegers) {
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"x"});
+  const SA x = device_put(random_host({2 * static_cast<std::int64_t>(n), 2}, 31), NamedSharding(mesh, P("x")));
+  expect_varies([&] {
+    (void)shard_map(mesh, P("x"), {std::vector<PartitionSpec>{P(), P()}}, [](const HT& v) {
+      return std::vector<HT>{psum(sum(v), "x"), sum(v)};
+    })(x);
+  }, "0", "'x'");
+  expect_varies([&] {
+    (void)shard_map(mesh, P("x"), P(), [](const HT& v) { return argmax(v); })(x);
+  }, "0", "'x'");
+  const auto counts = shard_map(mesh, P("x"), P(), [](const HT& v) { return psum(sum(astype<std::int64_t>(v > 0.0)), "x"); })(x);
+  std::int64_t host_count = 0;
+  for (double v : x.to_host()) host_count += v > 0.0;
+  EXPECT_EQ(counts.to_host()[0], host_count);
+}
+
+}  // namespace
+}  // namespace shard::testing
