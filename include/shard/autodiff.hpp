@@ -48,6 +48,7 @@
 ///   - Arrays a differentiated function uses must not be modified in place while the tape
 ///     lives (residuals alias them, as in JAX where arrays are immutable).
 
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -354,6 +355,119 @@ auto vjp(F f, const Ps&... primals) {
     return grads;
   };
   return std::make_pair(std::move(plain), std::move(fn));
+}
+
+namespace detail {
+
+/// Drops autodiff's records from the arrays of a custom_vjp's residuals (constants of its bwd).
+template <typename X>
+void drop_records(X& x) {
+  if constexpr (ArrayLike<X>) {
+    x.set_ad(nullptr);
+  } else if constexpr (requires { std::tuple_size<X>::value; }) {
+    std::apply([](auto&... e) { (drop_records(e), ...); }, x);
+  } else if constexpr (requires { x.begin(); x.end(); typename X::value_type; }) {
+    for (auto& e : x) {
+      if constexpr (requires { e.second; }) drop_records(e.second);
+      else drop_records(e);
+    }
+  }
+}
+
+/// Pushes bwd's cotangent for argument i to its node (nothing for a constant or an integer
+/// argument), after checking it has the argument's type and shape.
+template <ArrayLike A, typename C>
+void push_custom_cotangent(const NodePtr<A>& node, C&& ct, std::uint32_t vma, const Tape* scratch, std::size_t i,
+                           const Shape& shape) {
+  if constexpr (FloatDtype<elem_t<A>>) {
+    static_assert(std::is_same_v<std::remove_cvref_t<C>, A>,
+                  "custom_vjp: bwd must return, for each floating argument, a cotangent of the argument's type "
+                  "(Tensor<T> for a Tensor<T>, ShardedArray<T> for a ShardedArray<T>)");
+    if (!node) return;
+    if (ct.shape() != shape)
+      raise<ShapeError>("custom_vjp: bwd returned a cotangent of shape ", to_string(ct.shape()), " for argument ", i,
+                        ", whose shape is ", to_string(shape), " (bwd returns one cotangent per argument, each shaped "
+                        "like it)");
+    if (scratch) vma = vma_of(ct, *scratch);  // what bwd computed it from
+    push(node, A(std::forward<C>(ct)), vma);
+  }
+}
+
+/// An alias of x carrying only its vma, on `scratch` (a tape that makes no nodes).
+template <ArrayLike A>
+A with_vma(const A& x, std::uint32_t vma, const Tape& scratch) {
+  A out = x.alias();
+  out.set_ad(vma ? std::make_shared<AdValue>(AdValue{scratch.id(), vma, nullptr}) : nullptr);
+  return out;
+}
+
+/// custom_vjp's call. Inside a differentiated shard_map body (a device tape) fwd and bwd run on a
+/// scratch device tape that makes no nodes, so their values' vma is exact (a psum inside fwd
+/// makes the output invariant; a cotangent bwd returns varies over what it was computed from)
+/// and the cotangents are summed over the axes their arguments do not vary over, as JAX does.
+template <typename F, typename Fwd, typename Bwd, ArrayLike... A>
+auto run_custom_vjp(const F& f, const Fwd& fwd, const Bwd& bwd, const A&... args) {
+  Tape* tape = recording_tape_for(args...);
+  if (!tape) return f(args...);  // not differentiated: the primal function, as JAX calls it
+  std::shared_ptr<Tape> scratch;
+  if (tape->device_view()) {
+    scratch = std::make_shared<Tape>(true, 0);
+    scratch->set_axis_names(tape->axis_names());
+  }
+  auto [out, res] = [&] {
+    if (!scratch) return paused([&] { return fwd(args...); });
+    TapeScope scope(scratch.get());
+    return fwd(with_vma(args, vma_of(args, *tape), *scratch)...);
+  }();
+  using Out = std::remove_cvref_t<decltype(out)>;
+  static_assert(ArrayLike<Out>, "custom_vjp: fwd must return std::pair(output array, residuals)");
+  const std::uint32_t vma = scratch ? vma_of(out, *scratch) : 0;
+  out.set_ad(nullptr);
+  if (!scratch) drop_records(res);  // on a device tape the residuals keep their vma (scratch's)
+  if constexpr (FloatDtype<elem_t<Out>>) {
+    if ((node_of(args, *tape) || ...)) {
+      auto node = std::make_shared<Node<Out>>("custom_vjp", *tape, vma, NodeMeta<Out>(out));
+      const std::array<Shape, sizeof...(A)> shapes{args.shape()...};
+      node->rule = [bwd, res = std::move(res), scratch, shapes, nodes = std::make_tuple(node_of(args, *tape)...)](
+                       const Out& ct, std::uint32_t v) {
+        auto cts = [&] {
+          if (!scratch) return paused([&] { return bwd(res, ct); });
+          TapeScope scope(scratch.get());
+          return bwd(res, with_vma(ct, v, *scratch));
+        }();
+        static_assert(std::tuple_size_v<decltype(cts)> == sizeof...(A),
+                      "custom_vjp: bwd must return a std::tuple with one cotangent per argument");
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+          (push_custom_cotangent(std::get<I>(nodes), std::move(std::get<I>(cts)), v, scratch.get(), I, shapes[I]), ...);
+        }(std::make_index_sequence<sizeof...(A)>{});
+      };
+      tape->append(node);
+      out.set_ad(std::make_shared<AdValue>(AdValue{tape->id(), vma, std::move(node)}));
+      return std::move(out);
+    }
+  }
+  out.set_ad(vma ? std::make_shared<AdValue>(AdValue{tape->id(), vma, nullptr}) : nullptr);
+  return std::move(out);
+}
+
+}  // namespace detail
+
+/// jax.custom_vjp: f with the VJP the user defines. `custom_vjp(f, fwd, bwd)(args...)` runs
+/// f(args...) when nothing is differentiated; while autodiff records it runs fwd(args...),
+/// which returns std::pair(output, residuals) (its ops are not recorded), and the backward pass
+/// calls bwd(residuals, output_cotangent), which returns a std::tuple with one cotangent per
+/// argument, each of its argument's type and shape (an integer argument's entry is ignored).
+/// Arguments and the output are arrays of one view (Tensor or ShardedArray); inside a
+/// differentiated shard_map body the output varies over the union of the arguments' axes, and a
+/// cotangent bwd returns for an argument that varies over fewer axes is psummed over the rest,
+/// as for every op. Collective where f, fwd and bwd are.
+template <typename F, typename Fwd, typename Bwd>
+auto custom_vjp(F f, Fwd fwd, Bwd bwd) {
+  return [f = std::move(f), fwd = std::move(fwd), bwd = std::move(bwd)](const auto&... args) {
+    static_assert((ArrayLike<std::remove_cvref_t<decltype(args)>> && ...),
+                  "custom_vjp: call the function with arrays (Tensor or ShardedArray)");
+    return detail::run_custom_vjp(f, fwd, bwd, args...);
+  };
 }
 
 }  // namespace shard
