@@ -65,18 +65,7 @@ ShardedArray<U> record_astype(Tape& tape, const ShardedArray<T>& x) {
 #define SHARD_ASTYPE_TO(U, T)                                                          \
   template Tensor<U> record_astype<U, T>(Tape&, const Tensor<T>&);                     \
   template ShardedArray<U> record_astype<U, T>(Tape&, const ShardedArray<T>&);
-#define SHARD_ASTYPE_FROM(T)                  \
-  SHARD_ASTYPE_TO(bool, T)                    \
-  SHARD_ASTYPE_TO(std::int32_t, T)            \
-  SHARD_ASTYPE_TO(std::int64_t, T)            \
-  SHARD_ASTYPE_TO(float, T)                   \
-  SHARD_ASTYPE_TO(double, T)
-SHARD_ASTYPE_FROM(bool)
-SHARD_ASTYPE_FROM(std::int32_t)
-SHARD_ASTYPE_FROM(std::int64_t)
-SHARD_ASTYPE_FROM(float)
-SHARD_ASTYPE_FROM(double)
-#undef SHARD_ASTYPE_FROM
+SHARD_FOR_EACH_DTYPE_PAIR(ALL, ALL, SHARD_ASTYPE_TO)
 #undef SHARD_ASTYPE_TO
 
 }  // namespace shard::detail

@@ -208,7 +208,9 @@ ShardedArray<T> cannon(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Ca
   return ShardedArray<T>(cshape, s, std::move(shards));
 }
 
-template ShardedArray<float> cannon<float>(const ShardedArray<float>&, const ShardedArray<float>&, CannonOptions);
-template ShardedArray<double> cannon<double>(const ShardedArray<double>&, const ShardedArray<double>&, CannonOptions);
+#define SHARD_INSTANTIATE_CANNON(T) \
+  template ShardedArray<T> cannon<T>(const ShardedArray<T>&, const ShardedArray<T>&, CannonOptions);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_CANNON)
+#undef SHARD_INSTANTIATE_CANNON
 
 }  // namespace shard::linalg

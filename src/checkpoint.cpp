@@ -447,10 +447,7 @@ ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const 
                                                     const std::string&, const NamedSharding&);    \
   template ShardedArray<T> load_checkpoint_array<T>(const std::string&, const CheckpointManifest&, \
                                                     const std::string&, const NamedSharding&, const Shape&);
-SHARD_INSTANTIATE_CHECKPOINT(float)
-SHARD_INSTANTIATE_CHECKPOINT(double)
-SHARD_INSTANTIATE_CHECKPOINT(std::int32_t)
-SHARD_INSTANTIATE_CHECKPOINT(std::int64_t)
+SHARD_FOR_EACH_NUMERIC_DTYPE(SHARD_INSTANTIATE_CHECKPOINT)
 #undef SHARD_INSTANTIATE_CHECKPOINT
 
 }  // namespace shard

@@ -217,11 +217,11 @@ PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, const std
   }
 }
 
-template PendingPsum start_psum_rows<float>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                           std::vector<Tensor<float>>&, std::int64_t, std::int64_t, bool,
-                                           const std::source_location&);
-template PendingPsum start_psum_rows<double>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                            std::vector<Tensor<double>>&, std::int64_t, std::int64_t, bool,
-                                            const std::source_location&);
+#define SHARD_INSTANTIATE_ASYNC(T)                                                                     \
+  template PendingPsum start_psum_rows<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&, \
+                                          std::vector<Tensor<T>>&, std::int64_t, std::int64_t, bool,   \
+                                          const std::source_location&);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_ASYNC)
+#undef SHARD_INSTANTIATE_ASYNC
 
 }  // namespace shard::detail

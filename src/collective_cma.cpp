@@ -122,11 +122,7 @@ bool all_to_all_by_cma(const CollectiveSpec& s, const DeviceGroup& g, const Tens
 #define SHARD_INSTANTIATE_CMA(T)                                                                                \
   template bool all_to_all_by_cma<T>(const CollectiveSpec&, const DeviceGroup&, const Tensor<T>&, Tensor<T>&, \
                                      const std::vector<Box>&, const std::vector<Box>&);
-SHARD_INSTANTIATE_CMA(bool)
-SHARD_INSTANTIATE_CMA(float)
-SHARD_INSTANTIATE_CMA(double)
-SHARD_INSTANTIATE_CMA(std::int32_t)
-SHARD_INSTANTIATE_CMA(std::int64_t)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_CMA)
 #undef SHARD_INSTANTIATE_CMA
 
 }  // namespace shard::detail

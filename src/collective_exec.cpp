@@ -611,11 +611,7 @@ T* collective_staging(const Mesh& mesh, const CollectiveSpec& s, const std::vect
   template void execute_all_gather_in_place<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,        \
                                                const std::vector<Tensor<T>*>&, const std::source_location&);       \
   template T* collective_staging<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&);
-SHARD_INSTANTIATE_EXEC(bool)
-SHARD_INSTANTIATE_EXEC(float)
-SHARD_INSTANTIATE_EXEC(double)
-SHARD_INSTANTIATE_EXEC(std::int32_t)
-SHARD_INSTANTIATE_EXEC(std::int64_t)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_EXEC)
 #undef SHARD_INSTANTIATE_EXEC
 
 }  // namespace shard::detail

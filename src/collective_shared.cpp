@@ -121,11 +121,7 @@ void shared_psum_scatter(const Mesh& mesh, const CollectiveSpec& s, int pos, con
   template void shared_reduce<T>(const Mesh&, const CollectiveSpec&, Tensor<T>&, const std::source_location&);     \
   template void shared_psum_scatter<T>(const Mesh&, const CollectiveSpec&, int, const Tensor<T>&, Tensor<T>&,      \
                                        const std::source_location&);
-SHARD_INSTANTIATE_SHARED(bool)
-SHARD_INSTANTIATE_SHARED(float)
-SHARD_INSTANTIATE_SHARED(double)
-SHARD_INSTANTIATE_SHARED(std::int32_t)
-SHARD_INSTANTIATE_SHARED(std::int64_t)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_SHARED)
 #undef SHARD_INSTANTIATE_SHARED
 
 }  // namespace shard::detail

@@ -280,8 +280,10 @@ template PendingTransfer ialltoallv<std::uint16_t>(const DeviceGroup&, const Com
 template PendingTransfer iallgatherv<std::uint16_t>(const DeviceGroup&, const CommOp&, const std::string&,
                                                     const std::uint16_t*, int, std::uint16_t*,
                                                     const std::vector<int>&, const std::vector<int>&);
-template PendingTransfer iallreduce_sum<float>(const DeviceGroup&, const CommOp&, const std::string&, float*, int);
-template PendingTransfer iallreduce_sum<double>(const DeviceGroup&, const CommOp&, const std::string&, double*, int);
+#define SHARD_INSTANTIATE_IALLREDUCE(T) \
+  template PendingTransfer iallreduce_sum<T>(const DeviceGroup&, const CommOp&, const std::string&, T*, int);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_IALLREDUCE)
+#undef SHARD_INSTANTIATE_IALLREDUCE
 
 #define SHARD_INSTANTIATE_VERBS(T)                                                                               \
   template void alltoallv<T>(const DeviceGroup&, const CommOp&, const T*, const std::vector<int>&,               \
@@ -295,12 +297,8 @@ template PendingTransfer iallreduce_sum<double>(const DeviceGroup&, const CommOp
   template PendingTransfer isend<T>(const DeviceGroup&, const CommOp&, const T*, int, int, int);                  \
   template PendingTransfer irecv<T>(const DeviceGroup&, const CommOp&, T*, int, int, int);                        \
   template PendingTransfer ibroadcast<T>(const DeviceGroup&, const CommOp&, T*, int, int);
-SHARD_INSTANTIATE_VERBS(bool)
-SHARD_INSTANTIATE_VERBS(char)
-SHARD_INSTANTIATE_VERBS(float)
-SHARD_INSTANTIATE_VERBS(double)
-SHARD_INSTANTIATE_VERBS(std::int32_t)
-SHARD_INSTANTIATE_VERBS(std::int64_t)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_VERBS)
+SHARD_INSTANTIATE_VERBS(char)  // text, not a dtype (the checkpoint manifest's broadcast)
 #undef SHARD_INSTANTIATE_VERBS
 
 }  // namespace shard::detail

@@ -160,12 +160,11 @@ std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, boo
   return [d] { return d->take(); };
 }
 
-template std::function<ShardedArray<float>()> matmul_t_deferred<float>(const ShardedArray<float>&, bool,
-                                                                       const ShardedArray<float>&, bool,
-                                                                       const NamedSharding&);
-template std::function<ShardedArray<double>()> matmul_t_deferred<double>(const ShardedArray<double>&, bool,
-                                                                         const ShardedArray<double>&, bool,
-                                                                         const NamedSharding&);
+#define SHARD_INSTANTIATE_DEFERRED(T)                             \
+  template std::function<ShardedArray<T>()> matmul_t_deferred<T>( \
+      const ShardedArray<T>&, bool, const ShardedArray<T>&, bool, const NamedSharding&);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_DEFERRED)
+#undef SHARD_INSTANTIATE_DEFERRED
 
 }  // namespace detail
 }  // namespace shard

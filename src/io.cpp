@@ -27,22 +27,20 @@ static_assert(std::endian::native == std::endian::little, "Shard's .npy IO assum
 
 template <typename T>
 const char* npy_descr() {
-  return std::is_same_v<T, float>    ? "<f4"
-         : std::is_same_v<T, double> ? "<f8"
-         : sizeof(T) == 4            ? "<i4"
-                                     : "<i8";
+  return dtype_npy_descr<T>();
 }
 
 namespace {
 
 constexpr std::int64_t kMaxHeaderBytes = 1 << 20;  // numpy itself refuses headers over 10000 bytes
 
+// The dtype of a .npy descr, among those Shard loads (NumericDtypes).
 const char* dtype_of_descr(const std::string& descr) {
-  if (descr == "<f4") return "float32";
-  if (descr == "<f8") return "float64";
-  if (descr == "<i4") return "int32";
-  if (descr == "<i8") return "int64";
-  return "a dtype Shard does not load";
+  const char* name = "a dtype Shard does not load";
+  for_each_dtype<NumericDtypes>([&]<typename T>(std::type_identity<T>) {
+    if (descr == dtype_npy_descr<T>()) name = dtype_name<T>();
+  });
+  return name;
 }
 
 
@@ -264,10 +262,7 @@ std::uint64_t checksum(const ShardedArray<T>& x) {
   template void save_npy<T>(const ShardedArray<T>&, const std::string&);          \
   template ShardedArray<T> load_npy<T>(const std::string&, const NamedSharding&); \
   template std::uint64_t checksum<T>(const ShardedArray<T>&);
-SHARD_INSTANTIATE_IO(float)
-SHARD_INSTANTIATE_IO(double)
-SHARD_INSTANTIATE_IO(std::int32_t)
-SHARD_INSTANTIATE_IO(std::int64_t)
+SHARD_FOR_EACH_NUMERIC_DTYPE(SHARD_INSTANTIATE_IO)
 #undef SHARD_INSTANTIATE_IO
 
 }  // namespace shard::io

@@ -8,6 +8,7 @@
 
 #include "json.hpp"
 #include "manifest.hpp"
+#include "shard/dtype.hpp"
 #include "shard/error.hpp"
 
 namespace shard {
@@ -86,7 +87,7 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& wh
       if (other.name == e.name || other.file == e.file)
         raise<ValueError>(what, ": arrays '", other.name, "' and '", e.name, "' share a name or a file");
     e.dtype = r.field(a, "dtype", K::kString, where).text;
-    if (e.dtype != "float32" && e.dtype != "float64" && e.dtype != "int32" && e.dtype != "int64")
+    if (!visit_dtype<NumericDtypes>(e.dtype, [](auto) {}))  // the dtypes checkpoints hold
       raise<ValueError>(what, ": array '", e.name, "' has unknown dtype '", e.dtype, "'");
     for (const auto& d : r.field(a, "shape", K::kArray, where).items)
       e.shape.push_back(r.integer(d, "the shape of array '" + e.name + "'"));

@@ -214,20 +214,17 @@ ShardedArray<T> matmul_t(const ShardedArray<T>& a, bool ta, const ShardedArray<T
     blocks.push_back(matmul_t(a.addressable_shards()[i].data, ta, b.addressable_shards()[i].data, tb, staged));
   return place_product(a.mesh(), p, c_shape, devices, blocks, out);
 }
-template ShardedArray<float> matmul_t<float>(const ShardedArray<float>&, bool, const ShardedArray<float>&, bool,
-                                            const NamedSharding*);
-template ShardedArray<double> matmul_t<double>(const ShardedArray<double>&, bool, const ShardedArray<double>&, bool,
-                                              const NamedSharding*);
+#define SHARD_INSTANTIATE_MATMUL_T(T)                                                              \
+  template ShardedArray<T> matmul_t<T>(const ShardedArray<T>&, bool, const ShardedArray<T>&, bool, \
+                                       const NamedSharding*);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_MATMUL_T)
+#undef SHARD_INSTANTIATE_MATMUL_T
 
 }  // namespace detail
 
 #define SHARD_INSTANTIATE(T) \
   template ShardedArray<T> matmul_by_rules<T>(const ShardedArray<T>&, const ShardedArray<T>&, const NamedSharding*);
-SHARD_INSTANTIATE(bool)
-SHARD_INSTANTIATE(float)
-SHARD_INSTANTIATE(double)
-SHARD_INSTANTIATE(std::int32_t)
-SHARD_INSTANTIATE(std::int64_t)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE)
 #undef SHARD_INSTANTIATE
 
 }  // namespace shard

@@ -93,11 +93,7 @@ ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const
 #define SHARD_INSTANTIATE(T)                                                                            \
   template ShardedArray<T> matmul<T>(const ShardedArray<T>&, const ShardedArray<T>&, const NamedSharding*, \
                                      Algorithm);
-SHARD_INSTANTIATE(bool)
-SHARD_INSTANTIATE(float)
-SHARD_INSTANTIATE(double)
-SHARD_INSTANTIATE(std::int32_t)
-SHARD_INSTANTIATE(std::int64_t)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE)
 #undef SHARD_INSTANTIATE
 
 }  // namespace shard

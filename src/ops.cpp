@@ -224,17 +224,11 @@ ShardedArray<T> axpy(T alpha, const ShardedArray<T>& x, const ShardedArray<T>& y
   template ShardedArray<bool> compare<T>(const ShardedArray<T>&, T, CompareOp, bool);                        \
   template ShardedArray<T> unary<T>(const ShardedArray<T>&, UnaryOp);                                        \
   template ShardedArray<T> where<T>(const ShardedArray<bool>&, const ShardedArray<T>&, const ShardedArray<T>&);
-SHARD_INSTANTIATE_OPS(bool)
-SHARD_INSTANTIATE_OPS(float)
-SHARD_INSTANTIATE_OPS(double)
-SHARD_INSTANTIATE_OPS(std::int32_t)
-SHARD_INSTANTIATE_OPS(std::int64_t)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_OPS)
 #undef SHARD_INSTANTIATE_OPS
-template ShardedArray<float> axpy<float>(float, const ShardedArray<float>&, const ShardedArray<float>&);
-template ShardedArray<double> axpy<double>(double, const ShardedArray<double>&, const ShardedArray<double>&);
-template ShardedArray<std::int32_t> axpy<std::int32_t>(std::int32_t, const ShardedArray<std::int32_t>&,
-                                                       const ShardedArray<std::int32_t>&);
-template ShardedArray<std::int64_t> axpy<std::int64_t>(std::int64_t, const ShardedArray<std::int64_t>&,
-                                                       const ShardedArray<std::int64_t>&);
+#define SHARD_INSTANTIATE_AXPY(T) \
+  template ShardedArray<T> axpy<T>(T, const ShardedArray<T>&, const ShardedArray<T>&);
+SHARD_FOR_EACH_NUMERIC_DTYPE(SHARD_INSTANTIATE_AXPY)
+#undef SHARD_INSTANTIATE_AXPY
 
 }  // namespace shard

@@ -146,11 +146,7 @@ ShardedArray<std::int64_t> argmin(const ShardedArray<T>& a, int axis, bool keepd
   template ShardedArray<T> reduce<T>(const ShardedArray<T>&, ReduceKind, const Dims&, bool);         \
   template ShardedArray<std::int64_t> argmax<T>(const ShardedArray<T>&, int, bool);                  \
   template ShardedArray<std::int64_t> argmin<T>(const ShardedArray<T>&, int, bool);
-SHARD_INSTANTIATE_REDUCE(bool)
-SHARD_INSTANTIATE_REDUCE(float)
-SHARD_INSTANTIATE_REDUCE(double)
-SHARD_INSTANTIATE_REDUCE(std::int32_t)
-SHARD_INSTANTIATE_REDUCE(std::int64_t)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_REDUCE)
 #undef SHARD_INSTANTIATE_REDUCE
 
 }  // namespace shard

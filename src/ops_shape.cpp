@@ -627,48 +627,40 @@ ShardedArray<T> take_along_axis_transpose(const ShardedArray<T>& ct, const Shard
 
 }  // namespace detail
 
-#define SHARD_INSTANTIATE_SHAPE_OPS(T)                                                                        \
-  template ShardedArray<T> transpose<T>(const ShardedArray<T>&, std::vector<int>);                            \
-  template ShardedArray<T> swapaxes<T>(const ShardedArray<T>&, int, int);                                     \
-  template ShardedArray<T> moveaxis<T>(const ShardedArray<T>&, int, int);                                     \
-  template ShardedArray<T> reshape<T>(const ShardedArray<T>&, Shape);                                         \
-  template ShardedArray<T> expand_dims<T>(const ShardedArray<T>&, int);                                       \
-  template ShardedArray<T> squeeze<T>(const ShardedArray<T>&, const Dims&);                                   \
-  template ShardedArray<T> slice<T>(const ShardedArray<T>&, const std::vector<Index>&);                       \
-  template ShardedArray<T> concatenate<T>(const std::vector<ShardedArray<T>>&, int);                          \
-  template ShardedArray<T> stack<T>(const std::vector<ShardedArray<T>>&, int);                                \
-  template ShardedArray<T> take<T, std::int32_t>(const ShardedArray<T>&, const ShardedArray<std::int32_t>&, int); \
-  template ShardedArray<T> take<T, std::int64_t>(const ShardedArray<T>&, const ShardedArray<std::int64_t>&, int); \
-  template ShardedArray<T> take_along_axis<T, std::int32_t>(const ShardedArray<T>&, const ShardedArray<std::int32_t>&, int); \
-  template ShardedArray<T> take_along_axis<T, std::int64_t>(const ShardedArray<T>&, const ShardedArray<std::int64_t>&, int);
-#define SHARD_INSTANTIATE_TRANSPOSES(T)                                                                           \
-  template ShardedArray<T> detail::slice_transpose<T>(const ShardedArray<T>&, const detail::NodeMeta<ShardedArray<T>>&, \
-                                                      const std::vector<Index>&);                                     \
-  template ShardedArray<T> detail::take_transpose<T, std::int32_t>(                                                  \
-      const ShardedArray<T>&, const ShardedArray<std::int32_t>&, const detail::NodeMeta<ShardedArray<T>>&, int);      \
-  template ShardedArray<T> detail::take_transpose<T, std::int64_t>(                                                  \
-      const ShardedArray<T>&, const ShardedArray<std::int64_t>&, const detail::NodeMeta<ShardedArray<T>>&, int);      \
-  template ShardedArray<T> detail::take_along_axis_transpose<T, std::int32_t>(                                       \
-      const ShardedArray<T>&, const ShardedArray<std::int32_t>&, const detail::NodeMeta<ShardedArray<T>>&, int);      \
-  template ShardedArray<T> detail::take_along_axis_transpose<T, std::int64_t>(                                       \
-      const ShardedArray<T>&, const ShardedArray<std::int64_t>&, const detail::NodeMeta<ShardedArray<T>>&, int);
-SHARD_INSTANTIATE_TRANSPOSES(float)
-SHARD_INSTANTIATE_TRANSPOSES(double)
+#define SHARD_INSTANTIATE_SHAPE_OPS(T)                                                  \
+  template ShardedArray<T> transpose<T>(const ShardedArray<T>&, std::vector<int>);      \
+  template ShardedArray<T> swapaxes<T>(const ShardedArray<T>&, int, int);               \
+  template ShardedArray<T> moveaxis<T>(const ShardedArray<T>&, int, int);               \
+  template ShardedArray<T> reshape<T>(const ShardedArray<T>&, Shape);                   \
+  template ShardedArray<T> expand_dims<T>(const ShardedArray<T>&, int);                 \
+  template ShardedArray<T> squeeze<T>(const ShardedArray<T>&, const Dims&);             \
+  template ShardedArray<T> slice<T>(const ShardedArray<T>&, const std::vector<Index>&); \
+  template ShardedArray<T> concatenate<T>(const std::vector<ShardedArray<T>>&, int);    \
+  template ShardedArray<T> stack<T>(const std::vector<ShardedArray<T>>&, int);
+// (array, index) type pairs: every dtype with int32 and int64 indices.
+#define SHARD_INSTANTIATE_TAKE(T, I)                                                        \
+  template ShardedArray<T> take<T, I>(const ShardedArray<T>&, const ShardedArray<I>&, int); \
+  template ShardedArray<T> take_along_axis<T, I>(const ShardedArray<T>&, const ShardedArray<I>&, int);
+SHARD_FOR_EACH_DTYPE_PAIR(ALL, INT, SHARD_INSTANTIATE_TAKE)
+#undef SHARD_INSTANTIATE_TAKE
+#define SHARD_INSTANTIATE_TRANSPOSES(T)                \
+  template ShardedArray<T> detail::slice_transpose<T>( \
+      const ShardedArray<T>&, const detail::NodeMeta<ShardedArray<T>>&, const std::vector<Index>&);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_TRANSPOSES)
 #undef SHARD_INSTANTIATE_TRANSPOSES
-SHARD_INSTANTIATE_SHAPE_OPS(bool)
-SHARD_INSTANTIATE_SHAPE_OPS(float)
-SHARD_INSTANTIATE_SHAPE_OPS(double)
-SHARD_INSTANTIATE_SHAPE_OPS(std::int32_t)
-SHARD_INSTANTIATE_SHAPE_OPS(std::int64_t)
+#define SHARD_INSTANTIATE_TAKE_TRANSPOSES(T, I)                                                         \
+  template ShardedArray<T> detail::take_transpose<T, I>(const ShardedArray<T>&, const ShardedArray<I>&, \
+                                                        const detail::NodeMeta<ShardedArray<T>>&, int); \
+  template ShardedArray<T> detail::take_along_axis_transpose<T, I>(                                     \
+      const ShardedArray<T>&, const ShardedArray<I>&, const detail::NodeMeta<ShardedArray<T>>&, int);
+SHARD_FOR_EACH_DTYPE_PAIR(FLOAT, INT, SHARD_INSTANTIATE_TAKE_TRANSPOSES)
+#undef SHARD_INSTANTIATE_TAKE_TRANSPOSES
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_SHAPE_OPS)
 #undef SHARD_INSTANTIATE_SHAPE_OPS
 #define SHARD_INSTANTIATE_PRODUCTS(T)                                             \
   template ShardedArray<T> dot<T>(const ShardedArray<T>&, const ShardedArray<T>&); \
   template ShardedArray<T> vdot<T>(const ShardedArray<T>&, const ShardedArray<T>&);
-SHARD_INSTANTIATE_PRODUCTS(bool)
-SHARD_INSTANTIATE_PRODUCTS(float)
-SHARD_INSTANTIATE_PRODUCTS(double)
-SHARD_INSTANTIATE_PRODUCTS(std::int32_t)
-SHARD_INSTANTIATE_PRODUCTS(std::int64_t)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_PRODUCTS)
 #undef SHARD_INSTANTIATE_PRODUCTS
 
 }  // namespace shard

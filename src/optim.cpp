@@ -386,8 +386,7 @@ void State<T>::load(const std::string& checkpoint_path, const CheckpointManifest
       const;                                                                                                       \
   template double Optimizer::update<T>(std::map<std::string, ShardedArray<T>>&,                                    \
                                        const std::map<std::string, ShardedArray<T>>&, State<T>&) const;
-SHARD_INSTANTIATE_OPTIM(float)
-SHARD_INSTANTIATE_OPTIM(double)
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_OPTIM)
 #undef SHARD_INSTANTIATE_OPTIM
 
 }  // namespace shard::optim

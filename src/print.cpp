@@ -374,11 +374,7 @@ void print(const Tensor<T>& x, const PrintOptions& o) {
   template std::string to_string<T>(const ShardedArray<T>&, const PrintOptions&); \
   template void print<T>(const ShardedArray<T>&, const PrintOptions&);         \
   template void print<T>(const Tensor<T>&, const PrintOptions&);
-SHARD_INSTANTIATE_PRINT(bool)
-SHARD_INSTANTIATE_PRINT(std::int32_t)
-SHARD_INSTANTIATE_PRINT(std::int64_t)
-SHARD_INSTANTIATE_PRINT(float)
-SHARD_INSTANTIATE_PRINT(double)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_PRINT)
 #undef SHARD_INSTANTIATE_PRINT
 
 }  // namespace shard

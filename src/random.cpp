@@ -331,8 +331,7 @@ Tensor<std::int64_t> permutation(Key k, std::int64_t n) {
   template ShardedArray<T> normal<T>(Key, const Shape&, const NamedSharding&);        \
   template Tensor<T> uniform_box<T>(Key, const Shape&, const Box&, T, T);             \
   template Tensor<T> normal_box<T>(Key, const Shape&, const Box&);
-SHARD_INSTANTIATE_RANDOM(float)
-SHARD_INSTANTIATE_RANDOM(double)
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_RANDOM)
 #undef SHARD_INSTANTIATE_RANDOM
 
 }  // namespace shard::random

@@ -141,11 +141,7 @@ ShardedArray<T> redistribute(const Shape& shape, const NamedSharding& to, const 
 #define SHARD_INSTANTIATE_REDISTRIBUTE(T)                                                                    \
   template ShardedArray<T> redistribute<T>(const Shape&, const NamedSharding&, const std::vector<SourcePiece>&, \
                                            const FetchPiece<T>&, const std::string&, bool);
-SHARD_INSTANTIATE_REDISTRIBUTE(bool)
-SHARD_INSTANTIATE_REDISTRIBUTE(std::int32_t)
-SHARD_INSTANTIATE_REDISTRIBUTE(std::int64_t)
-SHARD_INSTANTIATE_REDISTRIBUTE(float)
-SHARD_INSTANTIATE_REDISTRIBUTE(double)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_REDISTRIBUTE)
 #undef SHARD_INSTANTIATE_REDISTRIBUTE
 
 }  // namespace shard::detail

@@ -275,10 +275,9 @@ ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to) {
   return run_general(x, to);
 }
 
-template ShardedArray<bool> reshard<bool>(const ShardedArray<bool>&, const NamedSharding&);
-template ShardedArray<float> reshard<float>(const ShardedArray<float>&, const NamedSharding&);
-template ShardedArray<double> reshard<double>(const ShardedArray<double>&, const NamedSharding&);
-template ShardedArray<std::int32_t> reshard<std::int32_t>(const ShardedArray<std::int32_t>&, const NamedSharding&);
-template ShardedArray<std::int64_t> reshard<std::int64_t>(const ShardedArray<std::int64_t>&, const NamedSharding&);
+#define SHARD_INSTANTIATE_RESHARD(T) \
+  template ShardedArray<T> reshard<T>(const ShardedArray<T>&, const NamedSharding&);
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_RESHARD)
+#undef SHARD_INSTANTIATE_RESHARD
 
 }  // namespace shard

@@ -415,8 +415,7 @@ ShardedArray<T> cholesky(const ShardedArray<T>& a_in) {
   template ShardedArray<T> scalapack_matmul<T>(const ShardedArray<T>&, const ShardedArray<T>&); \
   template ShardedArray<T> solve<T>(const ShardedArray<T>&, const ShardedArray<T>&);            \
   template ShardedArray<T> cholesky<T>(const ShardedArray<T>&);
-SHARD_INSTANTIATE_SCALAPACK(float)
-SHARD_INSTANTIATE_SCALAPACK(double)
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_SCALAPACK)
 #undef SHARD_INSTANTIATE_SCALAPACK
 
 }  // namespace shard::linalg

@@ -116,8 +116,9 @@ Tensor<T> tape_psum(Tape& tape, Tensor<T> x, std::uint32_t axes) {
   if (!tape.context()) raise<Error>("autodiff: a device tape without a device context (internal error)");
   return tape.context()->psum(std::move(x), SpecEntry(std::move(names)));
 }
-template Tensor<float> tape_psum<float>(Tape&, Tensor<float>, std::uint32_t);
-template Tensor<double> tape_psum<double>(Tape&, Tensor<double>, std::uint32_t);
+#define SHARD_INSTANTIATE_TAPE_PSUM(T) template Tensor<T> tape_psum<T>(Tape&, Tensor<T>, std::uint32_t);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_TAPE_PSUM)
+#undef SHARD_INSTANTIATE_TAPE_PSUM
 
 void ShardMapAd::backward(bool keep) {
   if (seeded) {
@@ -695,10 +696,6 @@ ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis, st
                                                        std::size_t);                                           \
   template ShardedArray<T> psum<T>(const ShardedArray<T>&, const Axes&, std::source_location);                 \
   template ShardedArray<T> all_gather<T>(const ShardedArray<T>&, const std::string&, std::source_location);
-SHARD_INSTANTIATE_SPMD(bool)
-SHARD_INSTANTIATE_SPMD(float)
-SHARD_INSTANTIATE_SPMD(double)
-SHARD_INSTANTIATE_SPMD(std::int32_t)
-SHARD_INSTANTIATE_SPMD(std::int64_t)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_SPMD)
 
 }  // namespace shard

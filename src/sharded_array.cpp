@@ -256,10 +256,6 @@ ShardedArray<T> arange(const Shape& shape, const NamedSharding& sharding) {
   template ShardedArray<T> zeros<T>(const Shape&, const NamedSharding&);                                     \
   template ShardedArray<T> full<T>(const Shape&, T, const NamedSharding&);                                   \
   template ShardedArray<T> arange<T>(const Shape&, const NamedSharding&);
-SHARD_INSTANTIATE_ARRAY(bool)
-SHARD_INSTANTIATE_ARRAY(float)
-SHARD_INSTANTIATE_ARRAY(double)
-SHARD_INSTANTIATE_ARRAY(std::int32_t)
-SHARD_INSTANTIATE_ARRAY(std::int64_t)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_ARRAY)
 
 }  // namespace shard

@@ -143,7 +143,9 @@ ShardedArray<T> summa(const ShardedArray<T>& a, const ShardedArray<T>& b_in, Sum
   return ShardedArray<T>(Shape{M, N}, s, std::move(shards));
 }
 
-template ShardedArray<float> summa<float>(const ShardedArray<float>&, const ShardedArray<float>&, SummaOptions);
-template ShardedArray<double> summa<double>(const ShardedArray<double>&, const ShardedArray<double>&, SummaOptions);
+#define SHARD_INSTANTIATE_SUMMA(T) \
+  template ShardedArray<T> summa<T>(const ShardedArray<T>&, const ShardedArray<T>&, SummaOptions);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_SUMMA)
+#undef SHARD_INSTANTIATE_SUMMA
 
 }  // namespace shard::linalg

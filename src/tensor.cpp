@@ -157,10 +157,8 @@ void tensor_index_error(const Shape& shape, std::size_t rank) {
 
 }  // namespace detail
 
-template class Tensor<bool>;
-template class Tensor<float>;
-template class Tensor<double>;
-template class Tensor<std::int32_t>;
-template class Tensor<std::int64_t>;
+#define SHARD_INSTANTIATE_TENSOR(T) template class Tensor<T>;
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_TENSOR)
+#undef SHARD_INSTANTIATE_TENSOR
 
 }  // namespace shard

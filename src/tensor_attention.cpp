@@ -207,9 +207,9 @@ Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T
   return attention_forward(q, k, v, d, scale, static_cast<Tensor<T>*>(nullptr));
 }
 
-template Tensor<float> fused_attention<float>(const Tensor<float>&, const Tensor<float>&, const Tensor<float>&,
-                                              double, bool);
-template Tensor<double> fused_attention<double>(const Tensor<double>&, const Tensor<double>&, const Tensor<double>&,
-                                                double, bool);
+#define SHARD_INSTANTIATE_ATTENTION(T) \
+  template Tensor<T> fused_attention<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, double, bool);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_ATTENTION)
+#undef SHARD_INSTANTIATE_ATTENTION
 
 }  // namespace shard::detail

@@ -471,8 +471,9 @@ Tensor<T> gelu_vjp(const Tensor<T>& x, const Tensor<T>& ct) {
   for (std::int64_t i = 0; i < x.size(); ++i) po[i] = pc[i] * gelu_grad_of(px[i]);
   return out;
 }
-template Tensor<float> gelu_vjp<float>(const Tensor<float>&, const Tensor<float>&);
-template Tensor<double> gelu_vjp<double>(const Tensor<double>&, const Tensor<double>&);
+#define SHARD_INSTANTIATE_GELU_VJP(T) template Tensor<T> gelu_vjp<T>(const Tensor<T>&, const Tensor<T>&);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_GELU_VJP)
+#undef SHARD_INSTANTIATE_GELU_VJP
 }  // namespace detail
 
 #define SHARD_INSTANTIATE_ELEMENTWISE(T)                                                   \
@@ -483,11 +484,7 @@ template Tensor<double> gelu_vjp<double>(const Tensor<double>&, const Tensor<dou
   template Tensor<bool> compare<T>(const Tensor<T>&, T, CompareOp, bool);                  \
   template Tensor<T> unary<T>(const Tensor<T>&, UnaryOp);                                  \
   template Tensor<T> where<T>(const Tensor<bool>&, const Tensor<T>&, const Tensor<T>&);
-SHARD_INSTANTIATE_ELEMENTWISE(bool)
-SHARD_INSTANTIATE_ELEMENTWISE(std::int32_t)
-SHARD_INSTANTIATE_ELEMENTWISE(std::int64_t)
-SHARD_INSTANTIATE_ELEMENTWISE(float)
-SHARD_INSTANTIATE_ELEMENTWISE(double)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_ELEMENTWISE)
 #undef SHARD_INSTANTIATE_ELEMENTWISE
 
 }  // namespace shard

@@ -188,11 +188,7 @@ Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb, T* 
   template Tensor<T> dot<T>(const Tensor<T>&, const Tensor<T>&);           \
   template Tensor<T> vdot<T>(const Tensor<T>&, const Tensor<T>&);                 \
   template Tensor<T> detail::matmul_t<T>(const Tensor<T>&, bool, const Tensor<T>&, bool, T*);
-SHARD_INSTANTIATE_LINALG(bool)
-SHARD_INSTANTIATE_LINALG(std::int32_t)
-SHARD_INSTANTIATE_LINALG(std::int64_t)
-SHARD_INSTANTIATE_LINALG(float)
-SHARD_INSTANTIATE_LINALG(double)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_LINALG)
 #undef SHARD_INSTANTIATE_LINALG
 
 }  // namespace shard

@@ -360,13 +360,11 @@ Tensor<std::int64_t> argmin(const Tensor<T>& x) {
   template Tensor<std::int64_t> argmin<T>(const Tensor<T>&, int, bool);               \
   template Tensor<std::int64_t> argmax<T>(const Tensor<T>&);                          \
   template Tensor<std::int64_t> argmin<T>(const Tensor<T>&);
-SHARD_INSTANTIATE_REDUCE(bool)
-SHARD_INSTANTIATE_REDUCE(std::int32_t)
-SHARD_INSTANTIATE_REDUCE(std::int64_t)
-SHARD_INSTANTIATE_REDUCE(float)
-SHARD_INSTANTIATE_REDUCE(double)
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_REDUCE)
 #undef SHARD_INSTANTIATE_REDUCE
-template Tensor<double> detail::sum_in_double<float>(const Tensor<float>&, const std::vector<int>&, bool);
-template Tensor<double> detail::sum_in_double<double>(const Tensor<double>&, const std::vector<int>&, bool);
+#define SHARD_INSTANTIATE_SUM_IN_DOUBLE(T) \
+  template Tensor<double> detail::sum_in_double<T>(const Tensor<T>&, const std::vector<int>&, bool);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_SUM_IN_DOUBLE)
+#undef SHARD_INSTANTIATE_SUM_IN_DOUBLE
 
 }  // namespace shard

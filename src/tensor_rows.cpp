@@ -167,9 +167,10 @@ Tensor<T> fused_standardize(const Tensor<T>& x, int axis_in, double eps) {
   return standardize_kernel(x, axis, eps, rstd);
 }
 
-template Tensor<float> fused_softmax<float>(const Tensor<float>&, int);
-template Tensor<double> fused_softmax<double>(const Tensor<double>&, int);
-template Tensor<float> fused_standardize<float>(const Tensor<float>&, int, double);
-template Tensor<double> fused_standardize<double>(const Tensor<double>&, int, double);
+#define SHARD_INSTANTIATE_ROWS(T)                             \
+  template Tensor<T> fused_softmax<T>(const Tensor<T>&, int); \
+  template Tensor<T> fused_standardize<T>(const Tensor<T>&, int, double);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_ROWS)
+#undef SHARD_INSTANTIATE_ROWS
 
 }  // namespace shard::detail

@@ -381,42 +381,38 @@ Tensor<T> arange(T start, T stop, T step) {
   }
 }
 
-#define SHARD_INSTANTIATE_SHAPE(T)                                                          \
-  template Tensor<T> reshape<T>(const Tensor<T>&, Shape);                                   \
-  template Tensor<T> reshape<T>(Tensor<T>&&, Shape);                                        \
-  template Tensor<T> transpose<T>(const Tensor<T>&, std::vector<int>);                      \
-  template Tensor<T> swapaxes<T>(const Tensor<T>&, int, int);                               \
-  template Tensor<T> moveaxis<T>(const Tensor<T>&, int, int);                               \
-  template Tensor<T> expand_dims<T>(const Tensor<T>&, int);                                 \
-  template Tensor<T> squeeze<T>(const Tensor<T>&, const Dims&);                             \
-  template Tensor<T> broadcast_to<T>(const Tensor<T>&, const Shape&);                       \
-  template Tensor<T> slice<T>(const Tensor<T>&, const std::vector<Index>&);                 \
-  template Tensor<T> concatenate<T>(const std::vector<Tensor<T>>&, int);                    \
-  template Tensor<T> stack<T>(const std::vector<Tensor<T>>&, int);                          \
-  template Tensor<T> take<T, std::int32_t>(const Tensor<T>&, const Tensor<std::int32_t>&, int); \
-  template Tensor<T> take<T, std::int64_t>(const Tensor<T>&, const Tensor<std::int64_t>&, int); \
-  template Tensor<T> take_along_axis<T, std::int32_t>(const Tensor<T>&, const Tensor<std::int32_t>&, int); \
-  template Tensor<T> take_along_axis<T, std::int64_t>(const Tensor<T>&, const Tensor<std::int64_t>&, int); \
+#define SHARD_INSTANTIATE_SHAPE(T)                                          \
+  template Tensor<T> reshape<T>(const Tensor<T>&, Shape);                   \
+  template Tensor<T> reshape<T>(Tensor<T>&&, Shape);                        \
+  template Tensor<T> transpose<T>(const Tensor<T>&, std::vector<int>);      \
+  template Tensor<T> swapaxes<T>(const Tensor<T>&, int, int);               \
+  template Tensor<T> moveaxis<T>(const Tensor<T>&, int, int);               \
+  template Tensor<T> expand_dims<T>(const Tensor<T>&, int);                 \
+  template Tensor<T> squeeze<T>(const Tensor<T>&, const Dims&);             \
+  template Tensor<T> broadcast_to<T>(const Tensor<T>&, const Shape&);       \
+  template Tensor<T> slice<T>(const Tensor<T>&, const std::vector<Index>&); \
+  template Tensor<T> concatenate<T>(const std::vector<Tensor<T>>&, int);    \
+  template Tensor<T> stack<T>(const std::vector<Tensor<T>>&, int);          \
   template Tensor<T> arange<T>(T, T, T);
-#define SHARD_INSTANTIATE_TRANSPOSES(T)                                                                          \
-  template Tensor<T> detail::slice_transpose<T>(const Tensor<T>&, const detail::NodeMeta<Tensor<T>>&,               \
-                                                const std::vector<Index>&);                                         \
-  template Tensor<T> detail::take_transpose<T, std::int32_t>(const Tensor<T>&, const Tensor<std::int32_t>&,         \
-                                                             const detail::NodeMeta<Tensor<T>>&, int);              \
-  template Tensor<T> detail::take_transpose<T, std::int64_t>(const Tensor<T>&, const Tensor<std::int64_t>&,         \
-                                                             const detail::NodeMeta<Tensor<T>>&, int);              \
-  template Tensor<T> detail::take_along_axis_transpose<T, std::int32_t>(                                           \
-      const Tensor<T>&, const Tensor<std::int32_t>&, const detail::NodeMeta<Tensor<T>>&, int);                      \
-  template Tensor<T> detail::take_along_axis_transpose<T, std::int64_t>(                                           \
-      const Tensor<T>&, const Tensor<std::int64_t>&, const detail::NodeMeta<Tensor<T>>&, int);
-SHARD_INSTANTIATE_TRANSPOSES(float)
-SHARD_INSTANTIATE_TRANSPOSES(double)
+// (array, index) type pairs: every dtype with int32 and int64 indices.
+#define SHARD_INSTANTIATE_TAKE(T, I)                                      \
+  template Tensor<T> take<T, I>(const Tensor<T>&, const Tensor<I>&, int); \
+  template Tensor<T> take_along_axis<T, I>(const Tensor<T>&, const Tensor<I>&, int);
+SHARD_FOR_EACH_DTYPE_PAIR(ALL, INT, SHARD_INSTANTIATE_TAKE)
+#undef SHARD_INSTANTIATE_TAKE
+#define SHARD_INSTANTIATE_TRANSPOSES(T)                                                               \
+  template Tensor<T> detail::slice_transpose<T>(const Tensor<T>&, const detail::NodeMeta<Tensor<T>>&, \
+                                                const std::vector<Index>&);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_TRANSPOSES)
 #undef SHARD_INSTANTIATE_TRANSPOSES
-SHARD_INSTANTIATE_SHAPE(bool)
-SHARD_INSTANTIATE_SHAPE(std::int32_t)
-SHARD_INSTANTIATE_SHAPE(std::int64_t)
-SHARD_INSTANTIATE_SHAPE(float)
-SHARD_INSTANTIATE_SHAPE(double)
+#define SHARD_INSTANTIATE_TAKE_TRANSPOSES(T, I)                                                  \
+  template Tensor<T> detail::take_transpose<T, I>(const Tensor<T>&, const Tensor<I>&,            \
+                                                  const detail::NodeMeta<Tensor<T>>&, int);      \
+  template Tensor<T> detail::take_along_axis_transpose<T, I>(const Tensor<T>&, const Tensor<I>&, \
+                                                             const detail::NodeMeta<Tensor<T>>&, int);
+SHARD_FOR_EACH_DTYPE_PAIR(FLOAT, INT, SHARD_INSTANTIATE_TAKE_TRANSPOSES)
+#undef SHARD_INSTANTIATE_TAKE_TRANSPOSES
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_SHAPE)
 #undef SHARD_INSTANTIATE_SHAPE
 
 }  // namespace shard

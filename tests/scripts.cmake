@@ -4,6 +4,8 @@
 #   scripts.hostfile_example  mpirun_examples/hostfile_example.sh really launches: a localhost
 #                             hostfile, 2 ranks x 2 devices, mesh data=2,model=2, 5 tiny steps
 #   scripts.hostfile_example_gpt  the same with APP=train_gpt (a tiny transformer, 3 steps)
+#   scripts.mpi_layer         no MPI call outside the comm layer (tests/check_mpi_layer.sh)
+#   scripts.dtype_list        the dtype list is written once (tests/check_dtype_list.sh)
 
 add_test(NAME scripts.lint COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/lint_scripts.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(scripts.lint PROPERTIES TIMEOUT 60 LABELS scripts)
@@ -40,3 +42,9 @@ endif()
 # tests/check_mpi_layer.sh; issue 19 moves the rest).
 add_test(NAME scripts.mpi_layer COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_mpi_layer.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(scripts.mpi_layer PROPERTIES TIMEOUT 30 LABELS scripts)
+
+# scripts.dtype_list: the dtype list is written once, SHARD_DTYPE_TABLE in include/shard/dtype.hpp;
+# no other file of src/ or include/ instantiates a template for several dtypes by hand or spells
+# dtype names / .npy codes (tests/check_dtype_list.sh).
+add_test(NAME scripts.dtype_list COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_dtype_list.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(scripts.dtype_list PROPERTIES TIMEOUT 30 LABELS scripts)

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "shard/dtype.hpp"
 #include "shard/named_sharding.hpp"
 #include "shard/sharded_array.hpp"
 
@@ -30,7 +31,7 @@ namespace shard {
 struct CheckpointEntry {
   std::string name;
   std::string file;   ///< "<name>.npy", relative to the checkpoint directory
-  std::string dtype;  ///< "float32", "float64", "int32" or "int64"
+  std::string dtype;  ///< dtype_name of one of NumericDtypes ("float32", "int64", ...)
   Shape shape;
   std::string spec;  ///< PartitionSpec::to_string() of the saved array, e.g. "P('a', None)"
   std::vector<int> mesh_shape;
@@ -128,10 +129,7 @@ ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const 
   extern template ShardedArray<T> load_checkpoint_array<T>(const std::string&, const CheckpointManifest&, \
                                                            const std::string&, const NamedSharding&,     \
                                                            const Shape&);
-SHARD_DECLARE_CHECKPOINT(float)
-SHARD_DECLARE_CHECKPOINT(double)
-SHARD_DECLARE_CHECKPOINT(std::int32_t)
-SHARD_DECLARE_CHECKPOINT(std::int64_t)
+SHARD_FOR_EACH_NUMERIC_DTYPE(SHARD_DECLARE_CHECKPOINT)
 #undef SHARD_DECLARE_CHECKPOINT
 
 namespace detail {

@@ -15,12 +15,14 @@
 #include <cstdint>
 #include <string>
 
+#include "shard/dtype.hpp"
 #include "shard/named_sharding.hpp"
 #include "shard/sharded_array.hpp"
 
 namespace shard::io {
 
-/// numpy's type string of T: "<f4", "<f8", "<i4", "<i8".
+/// numpy's type string of T (dtype_npy_descr): "<f4", "<f8", "<i4", "<i8". .npy files and
+/// checkpoints hold the numeric dtypes (NumericDtypes, SHARD_FOR_EACH_NUMERIC_DTYPE).
 template <typename T>
 const char* npy_descr();
 
@@ -75,10 +77,7 @@ std::uint64_t checksum(const ShardedArray<T>& x);
   extern template void save_npy<T>(const ShardedArray<T>&, const std::string&);          \
   extern template ShardedArray<T> load_npy<T>(const std::string&, const NamedSharding&); \
   extern template std::uint64_t checksum<T>(const ShardedArray<T>&);
-SHARD_DECLARE_IO(float)
-SHARD_DECLARE_IO(double)
-SHARD_DECLARE_IO(std::int32_t)
-SHARD_DECLARE_IO(std::int64_t)
+SHARD_FOR_EACH_NUMERIC_DTYPE(SHARD_DECLARE_IO)
 #undef SHARD_DECLARE_IO
 
 }  // namespace shard::io

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "shard/box.hpp"
+#include "shard/dtype.hpp"
 #include "shard/named_sharding.hpp"
 #include "shard/sharded_array.hpp"
 #include "shard/tensor.hpp"
@@ -88,8 +89,7 @@ float erfinv(float x);
   extern template ShardedArray<T> normal<T>(Key, const Shape&, const NamedSharding&);        \
   extern template Tensor<T> uniform_box<T>(Key, const Shape&, const Box&, T, T);             \
   extern template Tensor<T> normal_box<T>(Key, const Shape&, const Box&);
-SHARD_DECLARE_RANDOM(float)
-SHARD_DECLARE_RANDOM(double)
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_DECLARE_RANDOM)
 #undef SHARD_DECLARE_RANDOM
 
 }  // namespace shard::random

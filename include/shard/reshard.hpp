@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "shard/dtype.hpp"
 #include "shard/sharded_array.hpp"
 
 namespace shard {
@@ -93,11 +94,7 @@ void check_same_devices(const Mesh& a, const Mesh& b, const std::string& what);
 
 #define SHARD_DECLARE_RESHARD(T) \
   extern template ShardedArray<T> reshard<T>(const ShardedArray<T>&, const NamedSharding&);
-SHARD_DECLARE_RESHARD(bool)
-SHARD_DECLARE_RESHARD(float)
-SHARD_DECLARE_RESHARD(double)
-SHARD_DECLARE_RESHARD(std::int32_t)
-SHARD_DECLARE_RESHARD(std::int64_t)
+SHARD_FOR_EACH_DTYPE(SHARD_DECLARE_RESHARD)
 #undef SHARD_DECLARE_RESHARD
 
 }  // namespace shard

@@ -37,6 +37,7 @@
 #include <array>
 #include <string>
 
+#include "shard/dtype.hpp"
 #include "shard/sharded_array.hpp"
 
 namespace shard::linalg {
@@ -109,8 +110,7 @@ ShardedArray<T> cholesky(const ShardedArray<T>& a);
   extern template ShardedArray<T> scalapack_matmul<T>(const ShardedArray<T>&, const ShardedArray<T>&); \
   extern template ShardedArray<T> solve<T>(const ShardedArray<T>&, const ShardedArray<T>&);    \
   extern template ShardedArray<T> cholesky<T>(const ShardedArray<T>&);
-SHARD_DECLARE_SCALAPACK(float)
-SHARD_DECLARE_SCALAPACK(double)
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_DECLARE_SCALAPACK)
 #undef SHARD_DECLARE_SCALAPACK
 
 }  // namespace shard::linalg

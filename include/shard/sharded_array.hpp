@@ -145,11 +145,7 @@ ShardedArray<T> arange(const Shape& shape, const NamedSharding& sharding);
   extern template ShardedArray<T> zeros<T>(const Shape&, const NamedSharding&);                        \
   extern template ShardedArray<T> full<T>(const Shape&, T, const NamedSharding&);                      \
   extern template ShardedArray<T> arange<T>(const Shape&, const NamedSharding&);
-SHARD_DECLARE_ARRAY(bool)
-SHARD_DECLARE_ARRAY(float)
-SHARD_DECLARE_ARRAY(double)
-SHARD_DECLARE_ARRAY(std::int32_t)
-SHARD_DECLARE_ARRAY(std::int64_t)
+SHARD_FOR_EACH_DTYPE(SHARD_DECLARE_ARRAY)
 #undef SHARD_DECLARE_ARRAY
 
 }  // namespace shard

@@ -233,6 +233,11 @@ SHARD_MPI_TEST(Checkpoint, HostileOrCorruptCheckpointsAreRejected) {
   edit_manifest(p, "\"dtype\": \"float32\", ", "");
   expect_error<ValueError>([&] { read_manifest(p); }, {"manifest.json", "lacks the field 'dtype'"});
   on_root([&] { write_file(fs::path(p) / "manifest.json", original); });
+  for (const std::string dtype : {"bool", "float16"}) {  // checkpoints hold the numeric dtypes
+    edit_manifest(p, "\"dtype\": \"float32\"", "\"dtype\": \"" + dtype + "\"");
+    expect_error<ValueError>([&] { read_manifest(p); }, {"manifest.json", "unknown dtype '" + dtype + "'"});
+    on_root([&] { write_file(fs::path(p) / "manifest.json", original); });
+  }
   edit_manifest(p, "\"step\": 4,", "\"step\": 4");
   expect_error<ValueError>([&] { read_manifest(p); }, {"manifest.json", "not valid JSON", "line 5"});
   on_root([&] { write_file(fs::path(p) / "manifest.json", original); });
