@@ -83,9 +83,14 @@ std::uint32_t spec_axes_mask(const Mesh& mesh, const PartitionSpec& spec) {
 }
 
 namespace {
-std::uint32_t axes_mask(const Mesh& mesh, const Axes& axes) {
+/// The mesh axes (bit mask) a collective `op` names, checked as its spec checks them (the same
+/// error whether or not the body's values carry their vma).
+std::uint32_t axes_mask(const Mesh& mesh, const Axes& axes, const char* op) {
+  CollectiveSpec s;
+  s.name = op;
+  resolve_axes(mesh, axes, s);
   std::uint32_t m = 0;
-  for (const auto& name : axes.axes()) m |= 1u << mesh.axis_position(name);
+  for (int a : s.axes) m |= 1u << a;
   return m;
 }
 std::string mask_names(std::uint32_t m, const Mesh& mesh) {
@@ -246,7 +251,7 @@ Tensor<T> DeviceContext::run(detail::CollectiveSpec spec, Tensor<T> x, const std
 template <typename T>
 Tensor<T> DeviceContext::psum(Tensor<T> x, const Axes& axes, std::source_location where) {
   if (auto* tape = detail::recording_tape_for(x)) {
-    const std::uint32_t m = detail::axes_mask(mesh(), axes);
+    const std::uint32_t m = detail::axes_mask(mesh(), axes, "psum");
     return detail::record_collective(
         *tape, "psum", x, detail::vma_of(x, *tape) & ~m, m, [&] { return psum(std::move(x), axes, where); },
         [](const Tensor<T>& ct) { return ct.alias(); });
@@ -258,7 +263,7 @@ template <typename T>
 Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, std::source_location where) {
   if constexpr (std::is_floating_point_v<T>) {
     if (auto* tape = detail::recording_tape_for(x)) {
-      const std::uint32_t m = detail::axes_mask(mesh(), axes);
+      const std::uint32_t m = detail::axes_mask(mesh(), axes, "pmean");
       const T n = static_cast<T>(axis_size(axes));
       return detail::record_collective(
           *tape, "pmean", x, detail::vma_of(x, *tape) & ~m, m, [&] { return pmean(std::move(x), axes, where); },
@@ -281,7 +286,7 @@ Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes, std::source_locatio
   if (auto* tape = detail::recording_tape_for(x)) {
     if constexpr (FloatDtype<T>)
       if (detail::node_of(x, *tape)) detail::raise_not_differentiable("pmax", "JAX defines no transpose for it either");
-    const std::uint32_t m = detail::axes_mask(mesh(), axes);
+    const std::uint32_t m = detail::axes_mask(mesh(), axes, "pmax");
     const std::uint32_t vma = detail::vma_of(x, *tape) & ~m;
     Tensor<T> out = detail::paused([&] { return pmax(std::move(x), axes, where); });
     out.set_ad(vma ? std::make_shared<detail::AdValue>(detail::AdValue{tape->id(), vma, nullptr}) : nullptr);
@@ -295,7 +300,7 @@ Tensor<T> DeviceContext::pmin(Tensor<T> x, const Axes& axes, std::source_locatio
   if (auto* tape = detail::recording_tape_for(x)) {
     if constexpr (FloatDtype<T>)
       if (detail::node_of(x, *tape)) detail::raise_not_differentiable("pmin", "JAX defines no transpose for it either");
-    const std::uint32_t m = detail::axes_mask(mesh(), axes);
+    const std::uint32_t m = detail::axes_mask(mesh(), axes, "pmin");
     const std::uint32_t vma = detail::vma_of(x, *tape) & ~m;
     Tensor<T> out = detail::paused([&] { return pmin(std::move(x), axes, where); });
     out.set_ad(vma ? std::make_shared<detail::AdValue>(detail::AdValue{tape->id(), vma, nullptr}) : nullptr);
@@ -324,7 +329,7 @@ template <typename T>
 Tensor<T> DeviceContext::all_gather(const Tensor<T>& x, const Axes& axes, int dim, bool tiled,
                                     std::source_location where) {
   if (auto* tape = detail::recording_tape_for(x)) {  // transpose: psum_scatter
-    const std::uint32_t m = detail::axes_mask(mesh(), axes);
+    const std::uint32_t m = detail::axes_mask(mesh(), axes, "all_gather");
     return detail::record_collective(
         *tape, "all_gather", x, detail::vma_of(x, *tape) | m, 0, [&] { return all_gather(x, axes, dim, tiled, where); },
         [tape, axes, dim, tiled](const Tensor<T>& ct) { return tape->context()->psum_scatter(ct, axes, dim, tiled); });
@@ -332,10 +337,32 @@ Tensor<T> DeviceContext::all_gather(const Tensor<T>& x, const Axes& axes, int di
   return run(detail::all_gather_spec(mesh(), axes, x.shape(), dim, tiled), view_of(x), where);
 }
 template <typename T>
+Tensor<T> DeviceContext::all_gather_invariant(const Tensor<T>& x, const Axes& axes, int dim, bool tiled,
+                                              std::source_location where) {
+  if (auto* tape = detail::recording_tape_for(x)) {  // transpose: this device's own chunk
+    const std::uint32_t m = detail::axes_mask(mesh(), axes, "all_gather_invariant");
+    const std::int64_t i = axis_index(axes);
+    const int rank = x.ndim();
+    const int d_in = dim < 0 ? dim + rank : dim;  // a bad dim is the kernel's error, raised first
+    const std::int64_t chunk = tiled && d_in >= 0 && d_in < rank ? x.shape()[static_cast<std::size_t>(d_in)] : 1;
+    return detail::record_collective(
+        *tape, "all_gather_invariant", x, detail::vma_of(x, *tape) & ~m, m,
+        [&] { return all_gather(x, axes, dim, tiled, where); },
+        [i, rank, dim, tiled, chunk](const Tensor<T>& ct) {
+          const int d = dim < 0 ? dim + (tiled ? rank : rank + 1) : dim;
+          std::vector<Index> index(static_cast<std::size_t>(d), Slice());
+          if (tiled) index.emplace_back(Slice(i * chunk, (i + 1) * chunk));
+          else index.emplace_back(i);
+          return slice(ct, index);
+        });
+  }
+  return all_gather(x, axes, dim, tiled, where);
+}
+template <typename T>
 Tensor<T> DeviceContext::psum_scatter(Tensor<T> x, const Axes& axes, int dim, bool tiled,
                                       std::source_location where) {
   if (auto* tape = detail::recording_tape_for(x)) {  // transpose: all_gather
-    const std::uint32_t m = detail::axes_mask(mesh(), axes);
+    const std::uint32_t m = detail::axes_mask(mesh(), axes, "psum_scatter");
     return detail::record_collective(
         *tape, "psum_scatter", x, detail::vma_of(x, *tape) | m, 0,
         [&] { return psum_scatter(std::move(x), axes, dim, tiled, where); },
@@ -356,7 +383,7 @@ template <typename T>
 Tensor<T> DeviceContext::all_to_all(const Tensor<T>& x, const Axes& axes, int split_dim, int concat_dim, bool tiled,
                                     std::source_location where) {
   if (auto* tape = detail::recording_tape_for(x)) {  // transpose: split and concat swapped
-    const std::uint32_t m = detail::axes_mask(mesh(), axes);
+    const std::uint32_t m = detail::axes_mask(mesh(), axes, "all_to_all");
     return detail::record_collective(
         *tape, "all_to_all", x, detail::vma_of(x, *tape) | m, 0,
         [&] { return all_to_all(x, axes, split_dim, concat_dim, tiled, where); },
@@ -377,7 +404,7 @@ template <typename T>
 Tensor<T> DeviceContext::ppermute(const Tensor<T>& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
                                   std::source_location where) {
   if (auto* tape = detail::recording_tape_for(x)) {  // transpose: the inverse permutation
-    const std::uint32_t m = detail::axes_mask(mesh(), axes);
+    const std::uint32_t m = detail::axes_mask(mesh(), axes, "ppermute");
     std::vector<std::pair<int, int>> inverse;
     for (const auto& [src, dst] : perm) inverse.emplace_back(dst, src);
     return detail::record_collective(
@@ -683,6 +710,8 @@ ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis, st
   template Tensor<T> DeviceContext::all_gather<T>(Tensor<T>&&, const Axes&, int, bool, std::source_location);  \
   template Tensor<T> DeviceContext::all_gather<T>(const Tensor<T>&, const Axes&, int, bool,                     \
                                                   std::source_location);                                       \
+  template Tensor<T> DeviceContext::all_gather_invariant<T>(const Tensor<T>&, const Axes&, int, bool,           \
+                                                            std::source_location);                             \
   template Tensor<T> DeviceContext::psum_scatter<T>(Tensor<T>, const Axes&, int, bool, std::source_location);  \
   template Tensor<T> DeviceContext::all_to_all<T>(Tensor<T>&&, const Axes&, int, int, bool,                    \
                                                   std::source_location);                                       \

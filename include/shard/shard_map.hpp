@@ -94,6 +94,12 @@ class DeviceContext {
   template <typename T>
   Tensor<T> all_gather(const Tensor<T>& x, const Axes& axes, int dim = 0, bool tiled = false,
                        std::source_location where = std::source_location::current());
+  /// jax.lax.all_gather_invariant: the same values as all_gather, but the result is invariant
+  /// over `axes` (every device holds the same gathered array), so it may be returned under an
+  /// out_spec that omits them; its transpose takes each device's own chunk (no communication).
+  template <typename T>
+  Tensor<T> all_gather_invariant(const Tensor<T>& x, const Axes& axes, int dim = 0, bool tiled = false,
+                                 std::source_location where = std::source_location::current());
   /// Untiled: x.shape[dim] == N, returns psum(x)[axis_index] along dim (dim removed);
   /// tiled: N divides x.shape[dim], returns this device's chunk of psum(x) (dim kept).
   template <typename T>
@@ -172,6 +178,11 @@ template <Dtype T>
 Tensor<T> all_gather(const Tensor<T>& x, const Axes& axes, int dim = 0, bool tiled = false,
                      std::source_location where = std::source_location::current()) {
   return device_context().all_gather(x, axes, dim, tiled, where);
+}
+template <Dtype T>
+Tensor<T> all_gather_invariant(const Tensor<T>& x, const Axes& axes, int dim = 0, bool tiled = false,
+                               std::source_location where = std::source_location::current()) {
+  return device_context().all_gather_invariant(x, axes, dim, tiled, where);
 }
 template <Dtype T>
 Tensor<T> psum_scatter(Tensor<T> x, const Axes& axes, int dim = 0, bool tiled = false,

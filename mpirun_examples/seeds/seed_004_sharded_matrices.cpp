@@ -97,9 +97,11 @@ int main(int argc, char** argv) {
     say("After all-reduce sum:");
     print(all_reduce_sum(sharded_array));
     say("Expected sum: " + to_string(sum(arange<std::int32_t>(1, n_devices + 1))));
-    // All-gather along axis 0.
+    // All-gather along axis 0, returned replicated (out_spec P()): all_gather_invariant, whose
+    // result is the same on every device (JAX's check_vma rejects a plain all_gather there: its
+    // result is typed as varying over 'devices').
     auto all_gather_fn = shard_map(mesh_1d, P("devices", None), P(), [](const Tensor<std::int32_t>& x) {
-      return all_gather(x, "devices", 0);
+      return all_gather_invariant(x, "devices", 0);
     });
     say("After all-gather:");
     print(all_gather_fn(sharded_array));

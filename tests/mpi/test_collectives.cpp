@@ -611,14 +611,15 @@ SHARD_MPI_TEST(Collectives, PermutedAndPartialMeshes) {
 
 SHARD_MPI_TEST(Collectives, ResultsThroughOutSpecs) {
   // The JAX pattern: psum over 'b' gives a result replicated along 'b' (out_spec P('a', None));
-  // a tiled all_gather along dim 1 over 'b' rebuilds the rows of the global array.
+  // a tiled all_gather_invariant along dim 1 over 'b' rebuilds the rows of the global array (an
+  // all_gather's result varies over 'b' as in JAX, so check_vma rejects it under P('a')).
   for (const auto& f : factorisations(runtime().device_count(), 2)) {
     const Mesh mesh = make_mesh(f, {"a", "b"});
     const Shape shape{2 * f[0], 3 * f[1]};
     const Tensor<double> host = random_tensor<double>(shape, 700 + static_cast<std::uint64_t>(f[0]));
     const auto x = device_put(host, NamedSharding(mesh, P("a", "b")));
     const auto [out0, out1] = shard_map(mesh, {P("a", "b")}, {P("a", None), P("a")}, [](const Tensor<double>& b) {
-      return std::make_tuple(psum(b, "b"), all_gather(b, "b", 1, true));  // the free collectives of the body
+      return std::make_tuple(psum(b, "b"), all_gather_invariant(b, "b", 1, true));  // the free collectives
     })(x);
     const std::vector<ShardedArray<double>> out{out0, out1};
     const Tensor<double> sum = build<double>({shape[0], 3}, [&](const Shape& i) {
@@ -655,7 +656,9 @@ void check_array_psum(const Mesh& mesh, const Axes& axes, std::uint64_t seed) {
   for (const auto& a : mesh.axis_names())
     if (std::find(axes.axes().begin(), axes.axes().end(), a) == axes.axes().end()) rest.push_back(a);
   const PartitionSpec out_spec{SpecEntry(rest)};
-  const auto partial = shard_map(mesh, in.spec, out_spec, [](const Tensor<T>& b) { return b; })(x);
+  // Unreduced on purpose (what shard::psum of an array sums): JAX's check_vma=False.
+  const auto partial =
+      shard_map(mesh, in.spec, out_spec, [](const Tensor<T>& b) { return b; }, {.check_vma = false})(x);
   const auto sum = psum(partial, axes);
   EXPECT_EQ(sum.shape(), partial.shape());
   const auto ref = [&](int device) {

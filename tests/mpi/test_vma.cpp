@@ -132,5 +132,37 @@ SHARD_MPI_TEST(Vma, ListsAndIntegers) {
   EXPECT_EQ(counts.to_host()[0], host_count);
 }
 
+// jax.lax.all_gather_invariant: the gathered array is invariant, so it may leave under P();
+// its transpose hands each device its own chunk of the cotangent (no communication).
+SHARD_MPI_TEST(Vma, AllGatherInvariantAndItsTranspose) {
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"x"});
+  const HT host = random_host({2 * static_cast<std::int64_t>(n), 3}, 41);
+  const HT hw = random_host({2 * static_cast<std::int64_t>(n), 3}, 42);
+  const SA x = device_put(host, NamedSharding(mesh, P("x")));
+  const SA w = device_put(hw, NamedSharding(mesh, P()));
+  const SA tiled = shard_map(mesh, P("x"), P(), [](const HT& b) { return all_gather_invariant(b, "x", 0, true); })(x);
+  EXPECT_TRUE(tiled.to_host() == host);
+  const SA stacked = shard_map(mesh, P("x"), P(), [](const HT& b) { return all_gather_invariant(b, "x", 1); })(x);
+  EXPECT_EQ(stacked.shape(), (Shape{2, n, 3}));
+  const HT hs = stacked.to_host();
+  for (std::int64_t r = 0; r < 2; ++r)
+    for (std::int64_t d = 0; d < n; ++d)
+      for (std::int64_t c = 0; c < 3; ++c) EXPECT_EQ(hs[(r * n + d) * 3 + c], host[(d * 2 + r) * 3 + c]);
+  // d/dx sum(all_gather_invariant(x) * w) = w (every device's chunk), tiled and untiled.
+  const SA g = grad([&](const SA& p) {
+    return sum(shard_map(mesh, {P("x"), P()}, {P()}, [](const HT& b, const HT& wv) {
+      return sum(all_gather_invariant(b, "x", 0, true) * wv);
+    })(p, w));
+  })(x);
+  EXPECT_TRUE(g.to_host() == hw);
+  const SA g2 = grad([&](const SA& p) {
+    return sum(shard_map(mesh, {P("x"), P()}, {P()}, [](const HT& b, const HT& wv) {
+      return sum(reshape(all_gather_invariant(b, "x", 0), wv.shape()) * wv);
+    })(p, w));
+  })(x);
+  EXPECT_TRUE(g2.to_host() == hw);
+}
+
 }  // namespace
 }  // namespace shard::testing
