@@ -18,6 +18,7 @@ packages=(
   shellcheck                            # the scripts.lint test
   iproute2                              # ip: the multinode tests look up network interfaces
   clang libclang-rt-14-dev              # clang and libFuzzer for the parser fuzz targets (tests/fuzz.sh)
+  clang-format                          # the scripts.format test (tests/check_format.sh)
   "$@"
 )
 

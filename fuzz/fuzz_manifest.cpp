@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "shard/checkpoint.hpp"
+#include "shard/io/checkpoint.hpp"
 #include "shard/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

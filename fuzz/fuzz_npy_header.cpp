@@ -5,7 +5,7 @@
 #include <string>
 
 #include "shard/error.hpp"
-#include "shard/io.hpp"
+#include "shard/io/io.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "shard/error.hpp"
-#include "shard/partition_spec.hpp"
+#include "shard/sharding/partition_spec.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

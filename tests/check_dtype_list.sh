@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/check_dtype_list.sh [repo]: the dtype list is written once, as SHARD_DTYPE_TABLE in
-# include/shard/dtype.hpp; every other file instantiates and dispatches from it
+# include/shard/core/dtype.hpp; every other file instantiates and dispatches from it
 # (SHARD_FOR_EACH_DTYPE / _NUMERIC_ / _INT_ / _FLOAT_DTYPE, SHARD_FOR_EACH_DTYPE_PAIR, AllDtypes
 # and the other type lists, for_each_dtype, visit_dtype, dtype_name, dtype_npy_descr), so a new
 # dtype is one row there plus its kernels. Fails, naming the file and lines, where a file of
@@ -15,7 +15,7 @@
 # The dtypes are read from the table itself, so a new row is checked too.
 set -euo pipefail
 cd "${1:-$(dirname "${BASH_SOURCE[0]}")/..}"
-list=include/shard/dtype.hpp
+list=include/shard/core/dtype.hpp
 
 # The rows: X(__VA_ARGS__, <C++ type>, "<name>", <kind>, "<.npy descr>")
 row='^[[:space:]]*X\(__VA_ARGS__, ([^,]+), "([^"]+)", [A-Z]+, "([^"]+)"\).*'

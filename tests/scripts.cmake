@@ -6,6 +6,9 @@
 #   scripts.hostfile_example_gpt  the same with APP=train_gpt (a tiny transformer, 3 steps)
 #   scripts.mpi_layer         no MPI call outside the comm layer (tests/check_mpi_layer.sh)
 #   scripts.dtype_list        the dtype list is written once (tests/check_dtype_list.sh)
+#   scripts.format            C++ files follow .clang-format (tests/check_format.sh)
+#   scripts.layers            includes point down the layers, no library file past 700 lines, no
+#                             build outputs tracked (tests/check_layers.sh)
 
 add_test(NAME scripts.lint COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/lint_scripts.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(scripts.lint PROPERTIES TIMEOUT 60 LABELS scripts)
@@ -43,8 +46,19 @@ endif()
 add_test(NAME scripts.mpi_layer COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_mpi_layer.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(scripts.mpi_layer PROPERTIES TIMEOUT 30 LABELS scripts)
 
-# scripts.dtype_list: the dtype list is written once, SHARD_DTYPE_TABLE in include/shard/dtype.hpp;
+# scripts.dtype_list: the dtype list is written once, SHARD_DTYPE_TABLE in include/shard/core/dtype.hpp;
 # no other file of src/ or include/ instantiates a template for several dtypes by hand or spells
 # dtype names / .npy codes (tests/check_dtype_list.sh).
 add_test(NAME scripts.dtype_list COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_dtype_list.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(scripts.dtype_list PROPERTIES TIMEOUT 30 LABELS scripts)
+
+# scripts.layers: DESIGN.md's layer folders: an include that climbs the layer order and is not
+# listed in tests/layers_pending.txt (a ratchet: the list only shrinks), a library file past 700
+# lines or a tracked build output fails (tests/check_layers.sh).
+add_test(NAME scripts.layers COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_layers.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(scripts.layers PROPERTIES TIMEOUT 30 LABELS scripts)
+
+# scripts.format: C++ files follow .clang-format; the files written before the check are listed
+# in tests/format_pending.txt until a change formats them (tests/check_format.sh).
+add_test(NAME scripts.format COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_format.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(scripts.format PROPERTIES TIMEOUT 120 LABELS scripts)

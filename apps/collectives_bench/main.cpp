@@ -18,7 +18,7 @@
 
 #include "common/bench.hpp"
 #include "common/cli.hpp"
-#include "shard/interop.hpp"
+#include "shard/spmd/interop.hpp"
 #include "shard/shard.hpp"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/parse.hpp"
-#include "shard/runtime.hpp"
+#include "shard/runtime/runtime.hpp"
 
 namespace shard::apps {
 

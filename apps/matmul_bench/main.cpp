@@ -19,7 +19,7 @@
 
 #include "common/bench.hpp"
 #include "common/cli.hpp"
-#include "shard/blas.hpp"
+#include "shard/core/blas.hpp"
 #include "shard/shard.hpp"
 
 namespace {

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "shard/checkpoint.hpp"
-#include "shard/optim.hpp"
+#include "shard/io/checkpoint.hpp"
+#include "shard/train/optim.hpp"
 
 namespace train {
 

@@ -1,6 +1,6 @@
 #pragma once
 // train_mlp's checkpoints: every parameter and optimizer state as a .npy file written with
-// one collective MPI-IO write (shard/checkpoint.hpp), plus the step, seed, layers and optimizer
+// one collective MPI-IO write (shard/io/checkpoint.hpp), plus the step, seed, layers and optimizer
 // in the manifest, so a run resumes on any mesh and rank count at the exact step.
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "shard/detail/collective_guard.hpp"
+#include "shard/comm/detail/collective_guard.hpp"
 #include "shard/error.hpp"
 
 namespace shard::mpi {

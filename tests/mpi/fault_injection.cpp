@@ -30,7 +30,7 @@
 #include <string>
 #include <thread>
 
-#include "shard/detail/collective_guard.hpp"
+#include "shard/comm/detail/collective_guard.hpp"
 #include "shard/shard.hpp"
 
 namespace {

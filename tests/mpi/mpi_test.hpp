@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "shard/runtime.hpp"
+#include "shard/runtime/runtime.hpp"
 
 namespace shard::testing {
 

@@ -13,8 +13,8 @@
 #include <set>
 
 #include "mpi_test.hpp"
-#include "shard/autodiff.hpp"
-#include "shard/optim.hpp"
+#include "shard/autodiff/autodiff.hpp"
+#include "shard/train/optim.hpp"
 #include "test_util.hpp"
 
 namespace shard::testing {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "mpi_test.hpp"
-#include "shard/linalg.hpp"
+#include "shard/linalg/linalg.hpp"
 #include "test_util.hpp"
 
 namespace shard::testing {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "mpi_test.hpp"
-#include "shard/autodiff.hpp"
+#include "shard/autodiff/autodiff.hpp"
 #include "test_util.hpp"
 
 namespace shard::testing {
@@ -24,17 +24,17 @@ using SA = ShardedArray<double>;
 
 /// softplus with the user's stable forward (large x would overflow exp) and VJP ct * sigmoid(x).
 auto stable_softplus() {
-  return custom_vjp(
-      [](const auto& x) { return maximum(x, 0.0) + log1p(exp(-abs(x))); },
-      [](const auto& x) { return std::make_pair(maximum(x, 0.0) + log1p(exp(-abs(x))), x); },
-      [](const auto& x, const auto& ct) { return std::make_tuple(ct * sigmoid(x)); });
+  return custom_vjp([](const auto& x) { return maximum(x, 0.0) + log1p(exp(-abs(x))); },
+                    [](const auto& x) { return std::make_pair(maximum(x, 0.0) + log1p(exp(-abs(x))), x); },
+                    [](const auto& x, const auto& ct) { return std::make_tuple(ct * sigmoid(x)); });
 }
 
 /// relu whose derivative at 0 is 1 (JAX's max gives 1/2 at the tie; the user chooses).
 auto relu_one_at_zero() {
-  return custom_vjp([](const auto& x) { return maximum(x, 0.0); },
-                    [](const auto& x) { return std::make_pair(maximum(x, 0.0), x); },
-                    [](const auto& x, const auto& ct) { return std::make_tuple(where(x >= 0.0, ct, ct * 0.0)); });
+  return custom_vjp(
+      [](const auto& x) { return maximum(x, 0.0); },
+      [](const auto& x) { return std::make_pair(maximum(x, 0.0), x); },
+      [](const auto& x, const auto& ct) { return std::make_tuple(where(x >= 0.0, ct, ct * 0.0)); });
 }
 
 double host_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
@@ -98,7 +98,8 @@ SHARD_MPI_TEST(CustomVjp, GlobalViewOnRandomSpecsEqualsTheHost) {
   const HT hx = random_tensor<double>({7, 5}, 62);
   const HT hw = random_tensor<double>({7, 5}, 63);
   const HT hg = grad([&](const HT& p) { return sum(sp(p * 3.0) * hw); })(hx);
-  for (std::int64_t i = 0; i < hx.size(); ++i) EXPECT_NEAR(hg[i], 3.0 * hw[i] * host_sigmoid(3.0 * hx[i]), 1e-12);
+  for (std::int64_t i = 0; i < hx.size(); ++i)
+    EXPECT_NEAR(hg[i], 3.0 * hw[i] * host_sigmoid(3.0 * hx[i]), 1e-12);
   for (const Mesh& mesh : abc_meshes(runtime().device_count())) {
     for (int trial = 0; trial < 3; ++trial) {
       const NamedSharding s(mesh, random_spec(mesh, 2, rng));
@@ -121,14 +122,16 @@ SHARD_MPI_TEST(CustomVjp, InsideADifferentiatedShardMap) {
   const SA w = device_put(hw, NamedSharding(mesh, P()));
   // f(xb, w) = xb * w with its VJP; w is invariant, xb varies over 'd': w's cotangent varies
   // over 'd' (it is computed from xb) and is psummed once, as JAX's transpose of pvary.
-  const auto mul = custom_vjp([](const HT& xb, const HT& wv) { return xb * wv; },
-                              [](const HT& xb, const HT& wv) { return std::make_pair(xb * wv, std::make_pair(xb, wv)); },
-                              [](const auto& res, const HT& ct) {
-                                return std::make_tuple(ct * res.second, sum(ct * res.first, Dims{0}));
-                              });
+  const auto mul =
+      custom_vjp([](const HT& xb, const HT& wv) { return xb * wv; },
+                 [](const HT& xb, const HT& wv) { return std::make_pair(xb * wv, std::make_pair(xb, wv)); },
+                 [](const auto& res, const HT& ct) {
+                   return std::make_tuple(ct * res.second, sum(ct * res.first, Dims{0}));
+                 });
   const auto loss = [&](const std::vector<SA>& p) {
-    return sum(shard_map(mesh, {P("d"), P()}, {P()},
-                         [&](const HT& xb, const HT& wv) { return psum(sum(tanh(mul(xb, wv))), "d"); })(p[0], p[1]));
+    return sum(shard_map(mesh, {P("d"), P()}, {P()}, [&](const HT& xb, const HT& wv) {
+      return psum(sum(tanh(mul(xb, wv))), "d");
+    })(p[0], p[1]));
   };
   const auto g = grad(loss)(std::vector<SA>{x, w});
   const HT gx = g[0].to_host(), gw = g[1].to_host();
@@ -153,9 +156,16 @@ SHARD_MPI_TEST(CustomVjp, InsideADifferentiatedShardMap) {
 
 SHARD_MPI_TEST(CustomVjp, PrimalWhenNotDifferentiatedAndBadCotangents) {
   int primal_calls = 0, fwd_calls = 0;
-  const auto f = custom_vjp([&](const HT& x) { ++primal_calls; return x * 2.0; },
-                            [&](const HT& x) { ++fwd_calls; return std::make_pair(x * 2.0, 0); },
-                            [](int, const HT& ct) { return std::make_tuple(ct * 2.0); });
+  const auto f = custom_vjp(
+      [&](const HT& x) {
+        ++primal_calls;
+        return x * 2.0;
+      },
+      [&](const HT& x) {
+        ++fwd_calls;
+        return std::make_pair(x * 2.0, 0);
+      },
+      [](int, const HT& ct) { return std::make_tuple(ct * 2.0); });
   const HT x = random_tensor<double>({3, 2}, 81);
   const HT y = f(x);
   EXPECT_EQ(primal_calls, 1);
@@ -165,9 +175,9 @@ SHARD_MPI_TEST(CustomVjp, PrimalWhenNotDifferentiatedAndBadCotangents) {
   EXPECT_EQ(fwd_calls, 1);
   for (double v : g) EXPECT_EQ(v, 2.0);
 
-  const auto bad = custom_vjp([](const HT& x) { return x * 2.0; },
-                              [](const HT& x) { return std::make_pair(x * 2.0, 0); },
-                              [](int, const HT& ct) { return std::make_tuple(sum(ct)); });
+  const auto bad =
+      custom_vjp([](const HT& x) { return x * 2.0; }, [](const HT& x) { return std::make_pair(x * 2.0, 0); },
+                 [](int, const HT& ct) { return std::make_tuple(sum(ct)); });
   expect_error<ShapeError>([&] { (void)grad([&](const HT& p) { return sum(bad(p)); })(x); },
                            {"custom_vjp", "argument 0", "(3, 2)"});
 }

@@ -15,8 +15,8 @@
 #include <mpi.h>
 
 #include "mpi_test.hpp"
-#include "shard/autodiff.hpp"
-#include "shard/detail/collective_guard.hpp"
+#include "shard/autodiff/autodiff.hpp"
+#include "shard/comm/detail/collective_guard.hpp"
 #include "test_util.hpp"
 
 namespace shard::testing {

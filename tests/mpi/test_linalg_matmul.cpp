@@ -6,8 +6,8 @@
 #include <cblas.h>
 
 #include "mpi_test.hpp"
-#include "shard/linalg.hpp"
-#include "shard/scalapack.hpp"
+#include "shard/linalg/linalg.hpp"
+#include "shard/linalg/scalapack.hpp"
 #include "test_util.hpp"
 
 namespace shard::testing {

@@ -9,7 +9,7 @@
 #include <random>
 
 #include "mpi_test.hpp"
-#include "shard/optim.hpp"
+#include "shard/train/optim.hpp"
 #include "test_util.hpp"
 
 namespace shard::testing {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "mpi_test.hpp"
-#include "shard/random.hpp"
+#include "shard/array/random.hpp"
 #include "test_util.hpp"
 
 namespace shard::testing {

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "mpi_test.hpp"
-#include "shard/comm_stats.hpp"
-#include "shard/detail/collective_guard.hpp"
-#include "shard/linalg.hpp"
+#include "shard/comm/comm_stats.hpp"
+#include "shard/comm/detail/collective_guard.hpp"
+#include "shard/linalg/linalg.hpp"
 #include "test_util.hpp"
 
 namespace shard::testing {

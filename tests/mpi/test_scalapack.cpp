@@ -10,9 +10,9 @@
 #include <cstddef>
 
 #include "mpi_test.hpp"
-#include "shard/detail/mesh_comms.hpp"
-#include "shard/detail/scalapack_api.hpp"
-#include "shard/scalapack.hpp"
+#include "shard/comm/detail/mesh_comms.hpp"
+#include "shard/linalg/detail/scalapack_api.hpp"
+#include "shard/linalg/scalapack.hpp"
 #include "test_util.hpp"
 
 // Host LAPACK (liblapack / OpenBLAS, linked through ScaLAPACK). The trailing size_t is the

@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "mpi_test.hpp"
-#include "shard/detail/mesh_comms.hpp"
+#include "shard/comm/detail/mesh_comms.hpp"
 #include "test_util.hpp"
 
 namespace shard::testing {

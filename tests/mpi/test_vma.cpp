@@ -34,8 +34,8 @@ double host_sum(const HT& t) {
 /// Expects the output-varies error of check_vma, with this test file as the call site.
 template <typename F>
 void expect_varies(F&& fn, const std::string& output, const std::string& axes) {
-  expect_error<ValueError>(std::forward<F>(fn), {"test_vma.cpp:", "output " + output, "omits mesh axis " + axes,
-                                                 "psum", "check_vma"});
+  expect_error<ValueError>(std::forward<F>(fn), {"test_vma.cpp:", "output " + output,
+                                                 "omits mesh axis " + axes, "psum", "check_vma"});
 }
 
 // The program a new user writes first: the sum of a sharded vector, with the psum forgotten.
@@ -45,7 +45,8 @@ SHARD_MPI_TEST(Vma, AForgottenPsumRaisesOnEveryRank) {
   const Mesh mesh = make_mesh({n}, {"x"});
   const HT host = random_host({4 * static_cast<std::int64_t>(n)}, 11);
   const SA x = device_put(host, NamedSharding(mesh, P("x")));
-  expect_varies([&] { (void)shard_map(mesh, P("x"), P(), [](const HT& b) { return sum(b); })(x); }, "0", "'x'");
+  expect_varies([&] { (void)shard_map(mesh, P("x"), P(), [](const HT& b) { return sum(b); })(x); }, "0",
+                "'x'");
   // The fixed program: psum, or name the axis.
   const SA total = shard_map(mesh, P("x"), P(), [](const HT& b) { return psum(sum(b), "x"); })(x);
   EXPECT_NEAR(total.to_host()[0], host_sum(host), 1e-9);
@@ -53,7 +54,8 @@ SHARD_MPI_TEST(Vma, AForgottenPsumRaisesOnEveryRank) {
   EXPECT_EQ(parts.shape(), (Shape{n}));
   EXPECT_NEAR(host_sum(parts.to_host()), host_sum(host), 1e-9);
   // check_vma = false opts out, as in JAX: no error (the output is one device's value).
-  const SA unchecked = shard_map(mesh, P("x"), P(), [](const HT& b) { return sum(b); }, {.check_vma = false})(x);
+  const SA unchecked =
+      shard_map(mesh, P("x"), P(), [](const HT& b) { return sum(b); }, {.check_vma = false})(x);
   EXPECT_EQ(unchecked.shape(), Shape{});
 }
 
@@ -75,36 +77,51 @@ SHARD_MPI_TEST(Vma, EachRuleOnATwoAxisMesh) {
   for (std::int64_t i = 0; i < 3; ++i) EXPECT_NEAR(w2.to_host()[i], std::exp(hw[i]) * 2.0 + hw[i], 1e-12);
 
   // x varies over {a, b}; a psum over 'b' leaves 'a'.
-  expect_varies([&] { (void)shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return psum(sum(v), "b"); })(x); },
-                "0", "'a'");
-  expect_varies([&] { (void)shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return pmax(sum(v), "a"); })(x); },
-                "0", "'b'");
+  expect_varies(
+      [&] { (void)shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return psum(sum(v), "b"); })(x); }, "0",
+      "'a'");
+  expect_varies(
+      [&] { (void)shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return pmax(sum(v), "a"); })(x); }, "0",
+      "'b'");
   expect_varies([&] { (void)shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return sum(v); })(x); }, "0",
                 "'a', 'b'");
   // The union: an invariant value times a varying one varies.
-  expect_varies([&] {
-    (void)shard_map(mesh, {P(), P("a", "b")}, {P()}, [](const HT& v, const HT& xb) { return v * sum(xb); })(w, x);
-  }, "0", "'a', 'b'");
+  expect_varies(
+      [&] {
+        (void)shard_map(mesh, {P(), P("a", "b")}, {P()},
+                        [](const HT& v, const HT& xb) { return v * sum(xb); })(w, x);
+      },
+      "0", "'a', 'b'");
   // all_gather keeps the value varying (JAX's all_gather; all_gather_invariant is not Shard's).
-  expect_varies([&] {
-    (void)shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return psum(all_gather(v, "a", 0, true), "b"); })(x);
-  }, "0", "'a'");
+  expect_varies(
+      [&] {
+        (void)shard_map(mesh, P("a", "b"), P(),
+                        [](const HT& v) { return psum(all_gather(v, "a", 0, true), "b"); })(x);
+      },
+      "0", "'a'");
   // The second output is the one named.
-  expect_varies([&] {
-    (void)shard_map(mesh, P("a", "b"), {P(), P()}, [](const HT& v) {
-      return std::make_tuple(psum(sum(v), SpecEntry({"a", "b"})), pmin(sum(v), "b"));
-    })(x);
-  }, "1", "'a'");
+  expect_varies(
+      [&] {
+        (void)shard_map(mesh, P("a", "b"), {P(), P()}, [](const HT& v) {
+          return std::make_tuple(psum(sum(v), SpecEntry({"a", "b"})), pmin(sum(v), "b"));
+        })(x);
+      },
+      "1", "'a'");
 
   // Reduced over both axes (one tuple, or one after the other; pmean too): invariant, right values.
-  const SA s1 = shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return psum(sum(v), SpecEntry({"a", "b"})); })(x);
-  const SA s2 = shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return psum(psum(sum(v), "a"), "b"); })(x);
-  const SA s3 = shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return pmean(pmean(sum(v), "b"), "a"); })(x);
+  const SA s1 = shard_map(mesh, P("a", "b"), P(), [](const HT& v) {
+    return psum(sum(v), SpecEntry({"a", "b"}));
+  })(x);
+  const SA s2 =
+      shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return psum(psum(sum(v), "a"), "b"); })(x);
+  const SA s3 =
+      shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return pmean(pmean(sum(v), "b"), "a"); })(x);
   EXPECT_NEAR(s1.to_host()[0], host_sum(hx), 1e-9);
   EXPECT_NEAR(s2.to_host()[0], host_sum(hx), 1e-9);
   EXPECT_NEAR(s3.to_host()[0], host_sum(hx) / (a * b), 1e-9);
   // Naming the remaining axis in the out_spec is the other fix: rows summed over 'b' stay split over 'a'.
-  const SA rows = shard_map(mesh, P("a", "b"), P("a"), [](const HT& v) { return psum(sum(v, Dims{1}), "b"); })(x);
+  const SA rows =
+      shard_map(mesh, P("a", "b"), P("a"), [](const HT& v) { return psum(sum(v, Dims{1}), "b"); })(x);
   const HT hr = rows.to_host();
   for (std::int64_t i = 0; i < hx.shape()[0]; ++i) {
     double r = 0;
@@ -117,16 +134,19 @@ SHARD_MPI_TEST(Vma, EachRuleOnATwoAxisMesh) {
 SHARD_MPI_TEST(Vma, ListsAndIntegers) {
   const int n = runtime().device_count();
   const Mesh mesh = make_mesh({n}, {"x"});
-  const SA x = device_put(random_host({2 * static_cast<std::int64_t>(n), 2}, 31), NamedSharding(mesh, P("x")));
-  expect_varies([&] {
-    (void)shard_map(mesh, P("x"), {std::vector<PartitionSpec>{P(), P()}}, [](const HT& v) {
-      return std::vector<HT>{psum(sum(v), "x"), sum(v)};
-    })(x);
-  }, "0", "'x'");
-  expect_varies([&] {
-    (void)shard_map(mesh, P("x"), P(), [](const HT& v) { return argmax(v); })(x);
-  }, "0", "'x'");
-  const auto counts = shard_map(mesh, P("x"), P(), [](const HT& v) { return psum(sum(astype<std::int64_t>(v > 0.0)), "x"); })(x);
+  const SA x =
+      device_put(random_host({2 * static_cast<std::int64_t>(n), 2}, 31), NamedSharding(mesh, P("x")));
+  expect_varies(
+      [&] {
+        (void)shard_map(mesh, P("x"), {std::vector<PartitionSpec>{P(), P()}}, [](const HT& v) {
+          return std::vector<HT>{psum(sum(v), "x"), sum(v)};
+        })(x);
+      },
+      "0", "'x'");
+  expect_varies([&] { (void)shard_map(mesh, P("x"), P(), [](const HT& v) { return argmax(v); })(x); }, "0",
+                "'x'");
+  const auto counts = shard_map(mesh, P("x"), P(),
+                                [](const HT& v) { return psum(sum(astype<std::int64_t>(v > 0.0)), "x"); })(x);
   std::int64_t host_count = 0;
   for (double v : x.to_host()) host_count += v > 0.0;
   EXPECT_EQ(counts.to_host()[0], host_count);
@@ -141,9 +161,11 @@ SHARD_MPI_TEST(Vma, AllGatherInvariantAndItsTranspose) {
   const HT hw = random_host({2 * static_cast<std::int64_t>(n), 3}, 42);
   const SA x = device_put(host, NamedSharding(mesh, P("x")));
   const SA w = device_put(hw, NamedSharding(mesh, P()));
-  const SA tiled = shard_map(mesh, P("x"), P(), [](const HT& b) { return all_gather_invariant(b, "x", 0, true); })(x);
+  const SA tiled =
+      shard_map(mesh, P("x"), P(), [](const HT& b) { return all_gather_invariant(b, "x", 0, true); })(x);
   EXPECT_TRUE(tiled.to_host() == host);
-  const SA stacked = shard_map(mesh, P("x"), P(), [](const HT& b) { return all_gather_invariant(b, "x", 1); })(x);
+  const SA stacked =
+      shard_map(mesh, P("x"), P(), [](const HT& b) { return all_gather_invariant(b, "x", 1); })(x);
   EXPECT_EQ(stacked.shape(), (Shape{2, n, 3}));
   const HT hs = stacked.to_host();
   for (std::int64_t r = 0; r < 2; ++r)

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "shard/box.hpp"
+#include "shard/core/box.hpp"
 
 namespace shard {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "shard/device.hpp"
+#include "shard/core/device.hpp"
 #include "shard/error.hpp"
-#include "shard/mesh.hpp"
+#include "shard/sharding/mesh.hpp"
 #include "unit_util.hpp"
 
 namespace shard {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "shard/error.hpp"
-#include "shard/mesh.hpp"
-#include "shard/named_sharding.hpp"
+#include "shard/sharding/mesh.hpp"
+#include "shard/sharding/named_sharding.hpp"
 #include "unit_util.hpp"
 
 namespace shard {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "shard/error.hpp"
-#include "shard/partition_spec.hpp"
+#include "shard/sharding/partition_spec.hpp"
 
 namespace shard {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "shard/error.hpp"
-#include "shard/positional_sharding.hpp"
+#include "shard/sharding/positional_sharding.hpp"
 
 namespace shard {
 

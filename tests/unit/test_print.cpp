@@ -6,8 +6,8 @@
 
 #include <cmath>
 
-#include "shard/print.hpp"
-#include "shard/tensor_ops.hpp"
+#include "shard/array/print.hpp"
+#include "shard/core/tensor_ops.hpp"
 
 namespace shard {
 namespace {

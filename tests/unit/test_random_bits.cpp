@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "shard/error.hpp"
-#include "shard/mesh.hpp"
-#include "shard/named_sharding.hpp"
-#include "shard/random.hpp"
+#include "shard/sharding/mesh.hpp"
+#include "shard/sharding/named_sharding.hpp"
+#include "shard/array/random.hpp"
 
 namespace shard::random {
 namespace {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "shard/error.hpp"
-#include "shard/runtime.hpp"
-#include "shard/tensor.hpp"
+#include "shard/runtime/runtime.hpp"
+#include "shard/core/tensor.hpp"
 
 namespace shard {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <type_traits>
 
-#include "shard/tensor_ops.hpp"
+#include "shard/core/tensor_ops.hpp"
 #include "shard/error.hpp"
 
 namespace shard {

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "shard/error.hpp"
-#include "shard/mesh.hpp"
-#include "shard/named_sharding.hpp"
-#include "shard/visualize.hpp"
+#include "shard/sharding/mesh.hpp"
+#include "shard/sharding/named_sharding.hpp"
+#include "shard/array/visualize.hpp"
 
 namespace shard {
 namespace {

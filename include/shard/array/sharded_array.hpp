@@ -1,0 +1,151 @@
+#pragma once
+/// \file ShardedArray<T>: a global array (any rank, 0-d included) stored as the shards of a
+/// NamedSharding. Each process holds only the shards of its own mesh devices. Instantiated
+/// for the five Dtypes (bool, int32_t, int64_t, float, double).
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shard/core/box.hpp"
+#include "shard/core/detail/ad_value.hpp"
+#include "shard/core/dtype.hpp"
+#include "shard/core/index.hpp"
+#include "shard/sharding/named_sharding.hpp"
+#include "shard/sharding/positional_sharding.hpp"
+#include "shard/core/tensor.hpp"
+
+namespace shard {
+
+/// One device's piece of a ShardedArray: its global box and its dense data.
+template <typename T>
+struct Shard {
+  int device = 0;
+  Box box;
+  Tensor<T> data;
+};
+
+template <typename T>
+class ShardedArray {
+ public:
+  using value_type = T;
+
+  /// Assembles an array from this process's shards: one per local mesh device, in mesh
+  /// order, each with the box the sharding gives it. Throws ShapeError otherwise.
+  /// `committed` false makes it JAX's uncommitted array (ops.hpp: it never decides where a
+  /// result lives).
+  ShardedArray(Shape shape, NamedSharding sharding, std::vector<Shard<T>> local_shards, bool committed = true);
+
+  const Shape& shape() const { return shape_; }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  std::int64_t size() const { return num_elements(shape_); }
+  const NamedSharding& sharding() const { return sharding_; }
+  const Mesh& mesh() const { return sharding_.mesh(); }
+  const PartitionSpec& spec() const { return sharding_.spec(); }
+  const char* dtype() const { return dtype_name<T>(); }
+  /// False for an uncommitted array (a Tensor lifted into an op with ShardedArrays).
+  bool committed() const { return committed_; }
+
+  /// Another array over the same shard memory (Tensor::alias of every shard; copies stay
+  /// deep). Local.
+  ShardedArray alias() const { return ShardedArray(*this, AliasTag{}); }
+  /// Autodiff's record of this array (null unless a tape tracks it; autodiff.hpp).
+  const std::shared_ptr<detail::AdValue>& ad() const { return ad_; }
+  void set_ad(std::shared_ptr<detail::AdValue> ad) { ad_ = std::move(ad); }
+
+  /// jax.Array's methods: x.sum(), x.mean(1), x.max(), x.min(), x.reshape({2, -1}), x.transpose() (numpy's x.T)
+  /// (ops.hpp's functions of the same names; collective where those are).
+  ShardedArray<sum_t<T>> sum(const Dims& dims = {}, bool keepdims = false) const;
+  ShardedArray<float_of_t<T>> mean(const Dims& dims = {}, bool keepdims = false) const;
+  ShardedArray max(const Dims& dims = {}, bool keepdims = false) const;
+  ShardedArray min(const Dims& dims = {}, bool keepdims = false) const;
+  ShardedArray reshape(Shape shape) const;
+  ShardedArray transpose() const;
+
+  /// numpy's x[i] (the first dim dropped) and x[{i, Slice(a, b), ...}]: sharded results,
+  /// collective over all ranks when elements move (ops.hpp's slice()).
+  ShardedArray operator[](std::int64_t i) const;
+  ShardedArray operator[](std::initializer_list<Index> index) const;
+
+  /// The shards of this process's devices (JAX's addressable_shards), in mesh order; a
+  /// device whose box is empty has a zero-size shard.
+  const std::vector<Shard<T>>& addressable_shards() const { return shards_; }
+  std::vector<Shard<T>>& addressable_shards() { return shards_; }
+  /// The shard of a local device; throws ValueError if the device is not local or not in the mesh.
+  const Shard<T>& shard_of(int device_id) const;
+  Shard<T>& shard_of(int device_id);
+
+  /// Collective over all ranks: every rank receives the whole array (MPI_Allgatherv of the
+  /// primary copy of each box). The one operation that builds the global array everywhere.
+  Tensor<T> to_host() const;
+  /// Collective over all ranks: rank `root` receives the whole array (MPI_Gatherv); the
+  /// other ranks get an empty tensor.
+  Tensor<T> gather(int root = 0) const;
+
+ private:
+  struct AliasTag {};
+  ShardedArray(const ShardedArray& o, AliasTag)
+      : shape_(o.shape_), sharding_(o.sharding_), committed_(o.committed_), ad_(o.ad_) {
+    shards_.reserve(o.shards_.size());
+    for (const auto& s : o.shards_) shards_.push_back(Shard<T>{s.device, s.box, s.data.alias()});
+  }
+
+  Shape shape_;
+  NamedSharding sharding_;
+  std::vector<Shard<T>> shards_;
+  bool committed_ = true;
+  std::shared_ptr<detail::AdValue> ad_;
+};
+
+/// Collective over all ranks (a metadata check only): every local device copies its box of
+/// `host`. Every rank must pass a host array of the same shape; otherwise ShapeError on every rank.
+template <typename T>
+ShardedArray<T> device_put(const Tensor<T>& host, const NamedSharding& sharding);
+
+/// device_put with a PositionalSharding, converted for the array's rank (to_named(rank)).
+template <typename T>
+ShardedArray<T> device_put(const Tensor<T>& host, const PositionalSharding& sharding) {
+  return device_put(host, sharding.to_named(host.rank()));
+}
+
+/// Collective over all ranks: builds the array by calling `fn(box)` once per distinct box of
+/// this process's devices (replicas on one rank share the call), so the global array is
+/// never materialised. `fn` must return a tensor of shape box.extent; a callback that throws
+/// or returns a wrong shape on any rank raises an error on every rank.
+template <typename T>
+ShardedArray<T> from_callback(const Shape& shape, const NamedSharding& sharding,
+                              const std::function<Tensor<T>(const Box&)>& fn);
+
+/// Local (no communication): like from_callback, for a `fn` that cannot fail on some ranks
+/// only (a pure function of the box, e.g. a counter-based random generator).
+template <typename T>
+ShardedArray<T> generate(const Shape& shape, const NamedSharding& sharding,
+                         const std::function<Tensor<T>(const Box&)>& fn);
+
+/// Local (no communication): an array of zeros.
+template <typename T>
+ShardedArray<T> zeros(const Shape& shape, const NamedSharding& sharding);
+/// Local (no communication): an array with every element `value`.
+template <typename T>
+ShardedArray<T> full(const Shape& shape, T value, const NamedSharding& sharding);
+/// Local (no communication): element at flat row-major index i is i (numpy's arange(n).reshape(shape)).
+template <typename T>
+ShardedArray<T> arange(const Shape& shape, const NamedSharding& sharding);
+
+#define SHARD_DECLARE_ARRAY(T)                                                                         \
+  extern template class ShardedArray<T>;                                                               \
+  extern template ShardedArray<T> device_put<T>(const Tensor<T>&, const NamedSharding&);               \
+  extern template ShardedArray<T> from_callback<T>(const Shape&, const NamedSharding&,                 \
+                                                   const std::function<Tensor<T>(const Box&)>&);       \
+  extern template ShardedArray<T> generate<T>(const Shape&, const NamedSharding&,                      \
+                                              const std::function<Tensor<T>(const Box&)>&);            \
+  extern template ShardedArray<T> zeros<T>(const Shape&, const NamedSharding&);                        \
+  extern template ShardedArray<T> full<T>(const Shape&, T, const NamedSharding&);                      \
+  extern template ShardedArray<T> arange<T>(const Shape&, const NamedSharding&);
+SHARD_FOR_EACH_DTYPE(SHARD_DECLARE_ARRAY)
+#undef SHARD_DECLARE_ARRAY
+
+}  // namespace shard

@@ -1,0 +1,249 @@
+#pragma once
+/// \file The nodes of the autodiff tape (internals of autodiff.hpp): what a node remembers of
+/// its primal, how cotangent contributions accumulate (psums of the ones that vary over extra
+/// mesh axes, waits for deferred gradient sums), and how an op's result becomes a node
+/// (finish). The rules themselves are in vjp_rules.hpp.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "shard/core/detail/tape.hpp"
+#include "shard/error.hpp"
+#include "shard/ops/ops.hpp"
+#include "shard/array/reshard.hpp"
+#include "shard/core/tensor_ops.hpp"
+
+namespace shard::detail {
+
+// ---------------------------------------------------------------- nodes
+
+/// What a node remembers of its primal: the shape, and a ShardedArray's sharding (the
+/// cotangent's sharding, as in JAX).
+template <typename X>
+struct NodeMeta;
+template <Dtype T>
+struct NodeMeta<Tensor<T>> {
+  explicit NodeMeta(const Tensor<T>& x) : shape(x.shape()) {}
+  explicit NodeMeta(Shape s) : shape(std::move(s)) {}
+  Shape shape;
+};
+template <Dtype T>
+struct NodeMeta<ShardedArray<T>> {
+  explicit NodeMeta(const ShardedArray<T>& x) : shape(x.shape()), sharding(x.sharding()) {}
+  Shape shape;
+  NamedSharding sharding;
+};
+
+/// Zeros shaped (and sharded) like a node's primal.
+template <Dtype T>
+Tensor<T> zeros_like(const NodeMeta<Tensor<T>>& m) {
+  return Tensor<T>(m.shape, T(0));
+}
+template <Dtype T>
+ShardedArray<T> zeros_like(const NodeMeta<ShardedArray<T>>& m) {
+  return zeros<T>(m.shape, m.sharding);
+}
+
+/// A psum over the mesh axes `axes` (bit mask over tape.axis_names()) through a device tape's
+/// context (shard_map.cpp).
+template <Dtype T>
+Tensor<T> tape_psum(Tape& tape, Tensor<T> x, std::uint32_t axes);
+
+/// acc += v (same shape; in place when acc's storage is its own).
+template <Dtype T>
+void add_in_place(Tensor<T>& acc, const Tensor<T>& v) {
+  if (acc.unique_storage()) binary_inplace(acc, v, BinaryOp::kAdd);
+  else acc = binary(acc, v, BinaryOp::kAdd);
+}
+template <Dtype T>
+void add_in_place(ShardedArray<T>& acc, const ShardedArray<T>& v) {
+  auto& a = acc.addressable_shards();
+  const auto& b = v.addressable_shards();
+  for (std::size_t i = 0; i < a.size(); ++i) add_in_place(a[i].data, b[i].data);
+}
+template <typename X>
+void accumulate(std::optional<X>& acc, X v) {
+  if (!acc) acc.emplace(std::move(v));
+  else add_in_place(*acc, v);
+}
+
+/// A node whose primal is an array of type X.
+template <typename X>
+struct Node final : NodeBase {
+  /// Pushes the input cotangents of the op, given the output's (`vma`: the output's axes).
+  using Rule = std::function<void(const X& ct, std::uint32_t vma)>;
+
+  Node(const char* op_, Tape& tape_, std::uint32_t vma_, NodeMeta<X> meta_)
+      : NodeBase(op_), tape(&tape_), vma(vma_), meta(std::move(meta_)) {}
+
+  bool has_cotangent() const override { return ct.has_value() || !pending.empty() || !deferred.empty(); }
+
+  /// Adds a contribution that varies over the axes `ct_vma`; one that varies over axes the
+  /// primal does not is summed over them when the node runs (the transpose of pvary).
+  void add(X v, std::uint32_t ct_vma) {
+    if (v.shape() != meta.shape)
+      raise<Error>("autodiff: a cotangent of shape ", to_string(v.shape()), " reached '", op, "' whose value has shape ",
+                   to_string(meta.shape), " (an internal error of a derivative rule)");
+    if constexpr (is_sharded_v<X>) {
+      if (!(v.sharding() == meta.sharding)) v = reshard(v, meta.sharding);
+    }
+    v.set_ad(nullptr);
+    const std::uint32_t excess = ct_vma & ~vma;
+    if (!excess) {
+      accumulate(ct, std::move(v));
+      return;
+    }
+    for (auto& [mask, part] : pending)
+      if (mask == excess) {
+        add_in_place(part, v);
+        return;
+      }
+    pending.emplace_back(excess, std::move(v));
+  }
+
+  /// A contribution whose reduction is in flight (a leaf's, grad_reduce.hpp): `take` waits
+  /// for it and returns it, sharded as the primal.
+  void defer(std::function<X()> take) { deferred.push_back(std::move(take)); }
+
+  /// The whole cotangent: pending contributions psummed over their extra axes and added, and
+  /// the deferred ones waited for.
+  X& total() {
+    if constexpr (is_tensor_v<X>) {
+      for (auto& [mask, part] : pending) accumulate(ct, tape_psum(*tape, std::move(part), mask));
+    }
+    pending.clear();
+    for (auto& take : deferred) accumulate(ct, take());
+    deferred.clear();
+    return *ct;
+  }
+
+  void backward(bool keep) override {
+    if (!has_cotangent()) {
+      if (!keep) rule = nullptr;
+      return;
+    }
+    if constexpr (is_tensor_v<X>) {
+      // The transpose of pvary commutes with a local linear op (a transpose, a reshape): the
+      // contributions that vary over more axes than this value pass through unsummed, so an
+      // invariant parameter used in several places (a tied embedding and its transpose) is
+      // psummed once, at its own node, over the sum of its uses.
+      if (linear_local && rule && !pending.empty()) {
+        for (auto& [mask, part] : pending) rule(part, vma | mask);
+        pending.clear();
+        if (!ct && deferred.empty()) {
+          if (!keep) rule = nullptr;
+          return;
+        }
+      }
+    }
+    const X& c = total();
+    if (rule) rule(c, vma);
+    if (!keep) {
+      rule = nullptr;  // frees the residuals
+      if (!leaf) ct.reset();
+    }
+  }
+  void reset() override {
+    ct.reset();
+    pending.clear();
+    deferred.clear();
+  }
+
+  Tape* tape;
+  std::uint32_t vma;
+  NodeMeta<X> meta;
+  Rule rule;
+  bool leaf = false;
+  bool linear_local = false;  ///< a linear op without communication (see backward)
+  std::optional<X> ct;
+  std::vector<std::pair<std::uint32_t, X>> pending;
+  std::vector<std::function<X()>> deferred;
+};
+
+template <typename X>
+using NodePtr = std::shared_ptr<Node<X>>;
+
+/// x's node on `tape` (null for a constant).
+template <typename X>
+NodePtr<X> node_of(const X& x, const Tape& tape) {
+  const AdValue* a = ad_on(x, &tape);
+  return a && a->node ? std::static_pointer_cast<Node<X>>(a->node) : nullptr;
+}
+template <typename X>
+std::uint32_t vma_of(const X& x, const Tape& tape) {
+  const AdValue* a = ad_on(x, &tape);
+  return a ? a->vma : 0;
+}
+
+/// Pushes a cotangent contribution to an input's node (nothing for a constant).
+template <typename X>
+void push(const NodePtr<X>& n, X v, std::uint32_t vma) {
+  if (n) n->add(std::move(v), vma);
+}
+
+/// What a rule keeps of an array: an alias of its memory without autodiff's record (a copy
+/// when the array only borrows its memory, which may not outlive the tape).
+template <Dtype T>
+Tensor<T> keep(const Tensor<T>& x) {
+  Tensor<T> out = x.owns_memory() || x.size() == 0 ? x.alias() : Tensor<T>(x);
+  out.set_ad(nullptr);
+  return out;
+}
+template <Dtype T>
+ShardedArray<T> keep(const ShardedArray<T>& x) {
+  ShardedArray<T> out = x.alias();
+  for (auto& s : out.addressable_shards())
+    if (!s.data.owns_memory() && s.data.size() > 0) s.data = Tensor<T>(s.data);
+  out.set_ad(nullptr);
+  return out;
+}
+
+/// Marks `out` as the result of op on the inputs: a node (when an input is differentiable
+/// and out is floating) whose rule `make_rule(input nodes...)` returns; otherwise only the
+/// union of the inputs' vma.
+/// `out` is taken by reference and moved only after make_rule ran (rules keep aliases of it).
+template <typename Out, typename MakeRule, typename... In>
+  requires(!std::is_reference_v<Out>)
+Out finish(Tape& tape, const char* op, Out&& out, MakeRule&& make_rule, const In&... in) {
+  const std::uint32_t vma = (vma_of(in, tape) | ... | 0u);
+  if constexpr (FloatDtype<elem_t<Out>>) {
+    if ((node_of(in, tape) || ...)) {
+      auto node = std::make_shared<Node<Out>>(op, tape, vma, NodeMeta<Out>(out));
+      node->rule = make_rule(node_of(in, tape)...);
+      tape.append(node);
+      out.set_ad(std::make_shared<AdValue>(AdValue{tape.id(), vma, std::move(node)}));
+      return std::move(out);
+    }
+  }
+  out.set_ad(vma ? std::make_shared<AdValue>(AdValue{tape.id(), vma, nullptr}) : nullptr);
+  return std::move(out);
+}
+
+/// Marks out's node (if any) as a linear op without communication: its backward passes
+/// varying cotangents through instead of psumming them (Node::backward).
+template <typename Out>
+Out linear_local(Out out) {
+  if (const auto& a = out.ad(); a && a->node) static_cast<Node<Out>*>(a->node.get())->linear_local = true;
+  return out;
+}
+
+/// A non-differentiable result (comparisons, argmax, int ops): only the operands' vma.
+template <typename Out, typename... In>
+Out finish_constant(Tape& tape, Out out, const In&... in) {
+  const std::uint32_t vma = (vma_of(in, tape) | ... | 0u);
+  out.set_ad(vma ? std::make_shared<AdValue>(AdValue{tape.id(), vma, nullptr}) : nullptr);
+  return out;
+}
+
+/// Runs f with recording paused (the kernel itself, or a rule).
+template <typename F>
+auto paused(F&& f) {
+  Pause p;
+  return f();
+}
+
+}  // namespace shard::detail

@@ -1,0 +1,170 @@
+#pragma once
+/// \file The autodiff tape (internals of autodiff.hpp; the design is documented there).
+///
+/// A Tape records, in order, a node per differentiable primitive op applied to arrays it
+/// tracks. A node holds its VJP rule (a closure over the residuals it needs, kept as aliases
+/// of the arrays' storage, never copies) and, during the backward pass, the cotangent
+/// accumulated from its consumers. The backward pass walks the nodes in reverse order, runs
+/// each node's rule on its cotangent and frees the node's residuals as it goes.
+///
+/// Every primitive op kernel (Tensor and ShardedArray, same names) starts with
+///
+///   if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_binary(*tape, a, b, op);
+///
+/// which costs a null-pointer test per operand when nothing is tracked. The record_* functions
+/// (vjp_rules.hpp) run the kernel with recording paused and append a node whose rule is
+/// written with the same ops.
+///
+/// Device tapes (one per device thread, while a shard_map is differentiated from outside) also
+/// track each value's vma: an op's result varies over the union of its operands' axes, and a
+/// cotangent contribution that varies over axes its primal does not is summed over them (the
+/// transpose of JAX's implicit pvary), once per primal, when the primal's node runs or the
+/// leaf is read. Every device runs the same program, so these psums line up across devices.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shard/core/detail/ad_value.hpp"
+#include "shard/core/dtype.hpp"
+
+namespace shard {
+template <typename T>
+class Tensor;
+template <typename T>
+class ShardedArray;
+class DeviceContext;
+}  // namespace shard
+
+namespace shard::detail {
+
+/// A node of the tape: one recorded op (or a leaf: a differentiated input).
+struct NodeBase {
+  explicit NodeBase(const char* op_) : op(op_) {}
+  virtual ~NodeBase() = default;
+  NodeBase(const NodeBase&) = delete;
+  NodeBase& operator=(const NodeBase&) = delete;
+  /// True once a consumer pushed a cotangent here.
+  virtual bool has_cotangent() const = 0;
+  /// Sums the pending contributions (psums on device tapes), runs the rule, frees the residuals
+  /// (keep: leaves them for another backward pass, vjp).
+  virtual void backward(bool keep) = 0;
+  /// Forgets the cotangent (between two backward passes of one tape).
+  virtual void reset() = 0;
+  const char* op;
+};
+
+class Tape {
+ public:
+  /// A global tape (ShardedArray and host Tensor ops on the calling thread, and grad inside a
+  /// shard_map body: the device's local program), or a device tape (a shard_map body's Tensor
+  /// ops on one device thread while the shard_map is differentiated; values carry their vma).
+  explicit Tape(bool device_view = false, std::uint64_t parent = 0);
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+
+  std::uint64_t id() const { return id_; }
+  /// A device tape's outer tape (0 for a global tape).
+  std::uint64_t parent() const { return parent_; }
+  bool device_view() const { return device_view_; }
+  /// The device context psums of a device tape go through (set for each pass).
+  DeviceContext* context() const { return context_; }
+  void set_context(DeviceContext* c) { context_ = c; }
+  /// Bit k of a vma mask is mesh axis k of this tape's body.
+  void set_axis_names(std::vector<std::string> names) { axis_names_ = std::move(names); }
+  const std::vector<std::string>& axis_names() const { return axis_names_; }
+
+  void append(std::shared_ptr<NodeBase> node) { nodes_.push_back(std::move(node)); }
+  /// Runs the backward pass over every node in reverse order of recording (recording paused).
+  void backward(bool keep = false);
+  /// Forgets every cotangent (before another backward pass of a kept tape).
+  void reset();
+  /// Drops every node (and the residuals they hold).
+  void clear() { nodes_.clear(); }
+  std::size_t size() const { return nodes_.size(); }
+
+ private:
+  std::uint64_t id_;
+  std::uint64_t parent_;
+  bool device_view_;
+  DeviceContext* context_ = nullptr;
+  std::vector<std::string> axis_names_;
+  std::vector<std::shared_ptr<NodeBase>> nodes_;
+};
+
+/// The thread's recording state.
+struct TapeState {
+  Tape* tape = nullptr;
+  int paused = 0;
+};
+inline thread_local TapeState t_tape_state;
+
+/// The tape that records now on this thread: null when none or paused.
+inline Tape* recording_tape() {
+  const TapeState& s = t_tape_state;
+  return s.paused ? nullptr : s.tape;
+}
+
+/// Makes `tape` the current tape of this thread for the scope (restores the previous one).
+class TapeScope {
+ public:
+  explicit TapeScope(Tape* tape) : saved_(t_tape_state) { t_tape_state = TapeState{tape, 0}; }
+  ~TapeScope() { t_tape_state = saved_; }
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  TapeState saved_;
+};
+/// Stops recording on this thread for the scope (kernels inside kernels, backward passes).
+class Pause {
+ public:
+  Pause() { ++t_tape_state.paused; }
+  ~Pause() { --t_tape_state.paused; }
+  Pause(const Pause&) = delete;
+  Pause& operator=(const Pause&) = delete;
+};
+
+/// x's AdValue when it belongs to `tape`, else null.
+template <typename A>
+const AdValue* ad_on(const A& x, const Tape* tape) {
+  const auto& a = x.ad();
+  return a && a->tape == tape->id() ? a.get() : nullptr;
+}
+
+/// ValueError: a shard_map body used an array the differentiated function tracks without
+/// receiving it as an argument.
+[[noreturn]] void raise_captured_in_body();
+
+/// The tape an op on these arrays must record on: null unless a tape records on this thread
+/// and one of them belongs to it (the common case, nothing tracked, is one test per operand).
+template <typename... A>
+Tape* recording_tape_for(const A&... xs) {
+  if (!((xs.ad() != nullptr) || ...)) return nullptr;
+  Tape* t = recording_tape();
+  if (!t) return nullptr;
+  if (((ad_on(xs, t) != nullptr) || ...)) return t;
+  if (t->parent() && ((xs.ad() && xs.ad()->tape == t->parent()) || ...)) raise_captured_in_body();
+  return nullptr;
+}
+/// The same for a list of arrays.
+template <typename A>
+Tape* recording_tape_for_list(const std::vector<A>& xs) {
+  for (const auto& x : xs)
+    if (Tape* t = recording_tape_for(x)) return t;
+  return nullptr;
+}
+
+[[noreturn]] void raise_not_differentiable(const char* op, const std::string& why);
+
+// The recorders of the ops defined inline in headers (astype), explicitly instantiated in
+// autodiff.cpp; the others are called from the kernels' .cpp files (vjp_rules.hpp).
+template <Dtype U, Dtype T>
+Tensor<U> record_astype(Tape& tape, const Tensor<T>& x);
+template <Dtype U, Dtype T>
+ShardedArray<U> record_astype(Tape& tape, const ShardedArray<T>& x);
+
+}  // namespace shard::detail

@@ -1,0 +1,190 @@
+#pragma once
+/// \file The local op set on Tensor: numpy / jax.numpy operations on one process's memory.
+/// Nothing here communicates; every function is safe to call from several device threads at
+/// once (shard_map bodies). The operators and the promoting front end (`x + y`, `exp`, `sum`,
+/// `where`, `softmax`, `matmul`, ...) are in array_ops.hpp and shared with ShardedArray;
+/// below are the kernels they call (same-dtype operands) and the shape, indexing and creation
+/// functions. ShardedArray's ops (ops.hpp) run these kernels on each block.
+
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "shard/core/array_ops.hpp"
+#include "shard/core/index.hpp"
+#include "shard/core/tensor.hpp"
+
+namespace shard {
+
+/// numpy's broadcast of two shapes; ShapeError naming both when they do not broadcast.
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+
+// ---------------------------------------------------------------- kernels (same dtype)
+
+/// Elementwise `a op b` with numpy broadcasting. ValueError for ops a dtype has no meaning
+/// for (subtracting bools, bitwise ops on floats).
+template <Dtype T>
+Tensor<T> binary(const Tensor<T>& a, const Tensor<T>& b, BinaryOp op);
+/// `a op s` (or `s op a` when scalar_first), without materialising the scalar.
+template <Dtype T>
+Tensor<T> binary(const Tensor<T>& a, T s, BinaryOp op, bool scalar_first = false);
+template <Dtype T>
+Tensor<bool> compare(const Tensor<T>& a, const Tensor<T>& b, CompareOp op);
+template <Dtype T>
+Tensor<bool> compare(const Tensor<T>& a, T s, CompareOp op, bool scalar_first = false);
+template <Dtype T>
+Tensor<T> unary(const Tensor<T>& x, UnaryOp op);
+/// In place: x = x op y, y broadcast to x's shape (ShapeError otherwise).
+template <Dtype T>
+void binary_inplace(Tensor<T>& x, const Tensor<T>& y, BinaryOp op);
+template <Dtype T>
+Tensor<T> where(const Tensor<bool>& cond, const Tensor<T>& a, const Tensor<T>& b);
+/// Reduces `dims` (every dim for Dims()); keepdims keeps them with size 1. Floating sums and
+/// means accumulate pairwise (float32 in float64); max/min propagate nan. ValueError for
+/// max/min over zero elements (numpy's "zero-size array ... has no identity").
+template <Dtype T>
+Tensor<T> reduce(const Tensor<T>& x, ReduceKind kind, const Dims& dims = {}, bool keepdims = false);
+/// Index of the first largest (smallest) element along `axis`; nan counts as largest.
+template <Dtype T>
+Tensor<std::int64_t> argmax(const Tensor<T>& x, int axis, bool keepdims = false);
+template <Dtype T>
+Tensor<std::int64_t> argmin(const Tensor<T>& x, int axis, bool keepdims = false);
+/// Over the flattened array (axis=None): a 0-d index.
+template <Dtype T>
+Tensor<std::int64_t> argmax(const Tensor<T>& x);
+template <Dtype T>
+Tensor<std::int64_t> argmin(const Tensor<T>& x);
+template <Dtype T>
+Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b);
+template <Dtype T>
+Tensor<T> dot(const Tensor<T>& a, const Tensor<T>& b);
+template <Dtype T>
+Tensor<T> vdot(const Tensor<T>& a, const Tensor<T>& b);
+
+/// Every element converted (bool: non-zero is true).
+template <Dtype U, Dtype T>
+Tensor<U> astype(const Tensor<T>& x) {
+  if (auto* tape = detail::recording_tape_for(x)) return detail::record_astype<U>(*tape, x);
+  Tensor<U> out(x.shape());
+  const T* in = x.data();
+  U* o = out.data();
+  const std::int64_t n = x.size();
+  for (std::int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<U, bool>) o[i] = in[i] != T(0);
+    else o[i] = static_cast<U>(in[i]);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- shape and indexing
+
+/// The same elements in another shape; one dim may be -1 (inferred). ShapeError if the sizes differ.
+template <Dtype T>
+Tensor<T> reshape(const Tensor<T>& x, Shape shape);
+template <Dtype T>
+Tensor<T> reshape(Tensor<T>&& x, Shape shape);
+/// Permutes the dims (reverses them when perm is empty).
+template <Dtype T>
+Tensor<T> transpose(const Tensor<T>& x, std::vector<int> perm = {});
+template <Dtype T>
+Tensor<T> swapaxes(const Tensor<T>& x, int a, int b);
+template <Dtype T>
+Tensor<T> moveaxis(const Tensor<T>& x, int source, int destination);
+/// A new dim of size 1 at `axis` (of the result).
+template <Dtype T>
+Tensor<T> expand_dims(const Tensor<T>& x, int axis);
+/// Drops size-1 dims (all of them for Dims()); ShapeError for a listed dim of another size.
+template <Dtype T>
+Tensor<T> squeeze(const Tensor<T>& x, const Dims& dims = {});
+/// numpy's broadcast_to (a copy).
+template <Dtype T>
+Tensor<T> broadcast_to(const Tensor<T>& x, const Shape& shape);
+/// numpy's basic indexing: x[i], x[a:b:c, ...] (a copy).
+template <Dtype T>
+Tensor<T> slice(const Tensor<T>& x, const std::vector<Index>& index);
+/// Joins along an existing `axis` (shapes must agree elsewhere).
+template <Dtype T>
+Tensor<T> concatenate(const std::vector<Tensor<T>>& xs, int axis = 0);
+/// Joins along a new `axis` (all shapes equal).
+template <Dtype T>
+Tensor<T> stack(const std::vector<Tensor<T>>& xs, int axis = 0);
+/// numpy's take: x.shape[:axis] + indices.shape + x.shape[axis+1:], elements x[.., idx, ..];
+/// negative indices count from the end; ShapeError naming the index when out of range.
+template <Dtype T, Dtype I>
+Tensor<T> take(const Tensor<T>& x, const Tensor<I>& indices, int axis = 0);
+/// numpy's take_along_axis: indices of x's rank, broadcasting on the other dims.
+template <Dtype T, Dtype I>
+Tensor<T> take_along_axis(const Tensor<T>& x, const Tensor<I>& indices, int axis);
+// ---------------------------------------------------------------- creation
+
+template <Dtype T>
+Tensor<T> zeros(const Shape& shape) {
+  return Tensor<T>(shape, T(0));
+}
+template <Dtype T>
+Tensor<T> ones(const Shape& shape) {
+  return Tensor<T>(shape, T(1));
+}
+template <Dtype T>
+Tensor<T> full(const Shape& shape, T value) {
+  return Tensor<T>(shape, value);
+}
+template <Dtype T>
+Tensor<T> zeros_like(const Tensor<T>& x) {
+  return Tensor<T>(x.shape(), T(0));
+}
+template <Dtype T>
+Tensor<T> ones_like(const Tensor<T>& x) {
+  return Tensor<T>(x.shape(), T(1));
+}
+template <Dtype T>
+Tensor<T> full_like(const Tensor<T>& x, T value) {
+  return Tensor<T>(x.shape(), value);
+}
+/// numpy's arange(start, stop, step): ceil((stop - start) / step) elements.
+template <Dtype T>
+Tensor<T> arange(T start, T stop, T step = T(1));
+/// arange(0, stop).
+template <Dtype T>
+Tensor<T> arange(T stop) {
+  return arange<T>(T(0), stop, T(1));
+}
+
+/// jax.nn.one_hot: labels.shape + (n,), 1 where the last index equals the label.
+template <Dtype U = float, Dtype I>
+Tensor<U> one_hot(const Tensor<I>& labels, std::int64_t n) {
+  return astype<U>(equal(expand_dims(labels, -1), arange<I>(static_cast<I>(n))));
+}
+
+/// The in-class spelling of slice(): x[{1, Slice(2, 5)}].
+template <typename T>
+Tensor<T> Tensor<T>::operator[](std::initializer_list<Index> index) const {
+  return shard::slice(*this, std::vector<Index>(index));
+}
+
+template <typename T>
+Tensor<sum_t<T>> Tensor<T>::sum(const Dims& dims, bool keepdims) const {
+  return shard::sum(*this, dims, keepdims);
+}
+template <typename T>
+Tensor<float_of_t<T>> Tensor<T>::mean(const Dims& dims, bool keepdims) const {
+  return shard::mean(*this, dims, keepdims);
+}
+template <typename T>
+Tensor<T> Tensor<T>::max(const Dims& dims, bool keepdims) const {
+  return shard::max(*this, dims, keepdims);
+}
+template <typename T>
+Tensor<T> Tensor<T>::min(const Dims& dims, bool keepdims) const {
+  return shard::min(*this, dims, keepdims);
+}
+template <typename T>
+Tensor<T> Tensor<T>::reshape(Shape shape) const {
+  return shard::reshape(*this, std::move(shape));
+}
+template <typename T>
+Tensor<T> Tensor<T>::transpose() const {
+  return shard::transpose(*this);
+}
+
+}  // namespace shard

@@ -1,0 +1,70 @@
+#pragma once
+/// \file matmul with sharding rules: computation follows the operands' layouts.
+///
+/// For C[.., M, N] = A[.., M, K] @ B[K, N] (or batched B[.., K, N] with the same leading dims)
+/// with A sharded (batch.., rows, k_a) and B (k_b, cols):
+///   - k_a == k_b (both None, or the same mesh axes) and rows, k, cols use distinct axes:
+///       each device multiplies its blocks with OpenBLAS; C is (batch.., rows, cols). When the
+///       contracting dim is sharded, the partial products are summed with one psum over those
+///       axes (or psum_scatter when `out` asks for C split further over them).
+///       P('x', None) @ P(None, 'y') -> P('x', 'y') sends nothing.
+///   - otherwise the operands are resharded to such a layout: the contracting axes become
+///     A's k axes, B's k axes or none, whichever moves the fewest bytes (reshard_plan's bytes,
+///     plus about twice C's blocks for the psum when the contracting dim stays sharded).
+/// Integer types multiply with a plain loop.
+///
+/// `matmul` (the entry point users call) first looks for a 2-D block layout: A[.., M, K]
+/// sharded P(.., r, c) over two single mesh axes of sizes p x q (p*q > 1) and B sharded like
+/// it (P(r, c), or A's spec when batched). It runs Cannon's algorithm when p == q and SUMMA
+/// otherwise (2-D operands; batched ones on a non-square grid use the rules); every other
+/// layout uses the rules above (`matmul_by_rules`). `Algorithm` forces one (linalg.hpp,
+/// scalapack.hpp); a forced algorithm raises a clear error where its layout cannot run.
+
+#include "shard/array/reshard.hpp"
+#include "shard/array/sharded_array.hpp"
+
+namespace shard {
+
+/// The layouts matmul(a, b) runs with (metadata only): the resharded operands' specs, the
+/// result spec, the contracting axes, and the bytes the reshards send.
+struct MatmulPlan {
+  PartitionSpec a, b, out;
+  SpecEntry contract;          ///< mesh axes the partial products are summed over (None: no psum)
+  std::int64_t reshard_bytes = 0;
+  std::string to_string() const;
+};
+
+MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape, const NamedSharding& b,
+                       std::size_t elem_size);
+
+/// How matmul multiplies: kAuto picks as described above; kRules forces the sharding rules;
+/// kCannon, kSumma and kScaLAPACK force linalg::cannon, linalg::summa, scalapack_matmul.
+enum class Algorithm { kAuto, kRules, kCannon, kSumma, kScaLAPACK };
+
+/// "auto", "rules", "cannon", "summa", "scalapack".
+std::string algorithm_name(Algorithm algorithm);
+/// The inverse of algorithm_name; ValueError naming the choices otherwise.
+Algorithm parse_algorithm(const std::string& name);
+
+/// The algorithm kAuto runs for these operands (metadata only).
+Algorithm choose_algorithm(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape,
+                           const NamedSharding& b);
+
+/// Collective over all ranks when anything moves. `out`, when given, is the sharding of the
+/// result (reached with psum_scatter when the rules only split C further over the contracting
+/// axes, otherwise with a reshard of the result).
+template <typename T>
+ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out = nullptr,
+                       Algorithm algorithm = Algorithm::kAuto);
+
+template <typename T>
+ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, Algorithm algorithm) {
+  return matmul(a, b, nullptr, algorithm);
+}
+
+/// matmul with the sharding rules only (what Algorithm::kRules runs).
+template <typename T>
+ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>& b,
+                                const NamedSharding* out = nullptr);
+
+}  // namespace shard

@@ -1,0 +1,157 @@
+#pragma once
+/// \file The device tapes of a shard_map body (internals of shard_map.hpp): the vma its values
+/// carry (JAX's check_vma) and, while autodiff records, the links to the outer tape.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <source_location>
+#include <vector>
+
+#include "shard/array/sharded_array.hpp"
+#include "shard/autodiff/detail/ad_node.hpp"
+#include "shard/sharding/partition_spec.hpp"
+
+namespace shard::detail {
+
+/// The mesh axes (bit k: mesh axis k) a spec names.
+std::uint32_t spec_axes_mask(const Mesh& mesh, const PartitionSpec& spec);
+/// ValueError: a body's output varies over an axis its out_spec omits (JAX's check_vma),
+/// naming the shard_map's call site.
+[[noreturn]] void raise_output_varies(std::size_t j, const PartitionSpec& spec, std::uint32_t extra,
+                                      const Mesh& mesh, bool differentiated,
+                                      const std::source_location& where);
+
+/// The device tapes of a shard_map body (one per local device): each value there carries the
+/// mesh axes it varies over (JAX's vma), so an output whose out_spec omits an axis it varies
+/// over is caught (JAX's check_vma), whether or not anything is differentiated.
+/// Called while autodiff records (autodiff.hpp), it also links the body to the outer tape:
+/// as a node of the outer tape it runs after the outputs' nodes have seeded the device tapes
+/// with the outputs' cotangent blocks: every device runs its tape backward (its pending psums
+/// go through its context), reads its arguments' cotangent blocks, and the blocks are
+/// assembled into the arguments' cotangents (sharded as their in_specs, as in JAX). Without an
+/// outer tape (`outer` null) no node is made: the tapes only carry the vma forward.
+struct ShardMapAd final : NodeBase {
+  ShardMapAd(const Mesh& m, Tape* outer_tape, std::source_location call_site)
+      : NodeBase("shard_map"), mesh(m), outer(outer_tape), where(call_site) {
+    const std::size_t n = m.local_device_ids().size();
+    for (std::size_t li = 0; li < n; ++li) {
+      tapes.push_back(std::make_unique<Tape>(true, outer ? outer->id() : 0));
+      tapes.back()->set_axis_names(m.axis_names());
+    }
+    leaves.resize(n);
+    outs.resize(n);
+    out_vma.resize(n);
+  }
+
+  struct Arg {
+    std::uint32_t vma = 0;
+    bool tracked = false;
+    std::function<void(int li, NodeBase* leaf)> read;  // on device li's thread, after its backward
+    std::function<void()> push;                        // on the calling thread, after every device
+  };
+
+  /// Registers a prepared argument (before the body runs).
+  template <Dtype T>
+  void link(const ShardedArray<T>& p, const PartitionSpec& spec) {
+    Arg a;
+    a.vma = spec_axes_mask(mesh, spec);
+    const NodePtr<ShardedArray<T>> pn = outer ? node_of(p, *outer) : nullptr;
+    if constexpr (FloatDtype<T>) {
+      if (pn) {
+        a.tracked = true;
+        const std::size_t n = p.addressable_shards().size();
+        auto store = std::make_shared<std::vector<std::optional<Tensor<T>>>>(n);
+        std::vector<Shard<T>> meta;  // devices and boxes (no data)
+        for (const auto& s : p.addressable_shards()) meta.push_back(Shard<T>{s.device, s.box, Tensor<T>()});
+        std::vector<Shape> shapes;
+        for (const auto& s : p.addressable_shards()) shapes.push_back(s.data.shape());
+        a.read = [store, shapes](int li, NodeBase* leaf) {
+          auto* node = static_cast<Node<Tensor<T>>*>(leaf);
+          if (node && node->has_cotangent()) {
+            (*store)[li] = std::move(node->total());
+            node->reset();
+          } else {
+            (*store)[li] = Tensor<T>(shapes[li], T(0));
+          }
+        };
+        a.push = [store, pn, meta, shape = p.shape(), sharding = p.sharding()]() {
+          std::vector<Shard<T>> shards = meta;
+          for (std::size_t li = 0; li < shards.size(); ++li) shards[li].data = std::move(*(*store)[li]);
+          push(pn, ShardedArray<T>(shape, sharding, std::move(shards)), 0);
+          for (auto& b : *store) b.reset();
+        };
+      }
+    }
+    args.push_back(std::move(a));
+  }
+
+  /// Device li's block of argument `arg` (in link order): an alias, tracked on its tape.
+  template <Dtype T>
+  Tensor<T> block(const Tensor<T>& data, int li, std::size_t arg) {
+    Tensor<T> b = data.alias();
+    Tape& t = *tapes[li];
+    const Arg& a = args[arg];
+    std::shared_ptr<NodeBase> leaf;
+    if constexpr (FloatDtype<T>) {
+      if (a.tracked) {
+        auto node = std::make_shared<Node<Tensor<T>>>("shard_map argument", t, a.vma, NodeMeta<Tensor<T>>(b));
+        node->leaf = true;
+        leaf = node;
+      }
+    }
+    b.set_ad(a.vma || leaf ? std::make_shared<AdValue>(AdValue{t.id(), a.vma, leaf}) : nullptr);
+    leaves[li].push_back(std::move(leaf));
+    return b;
+  }
+
+  /// Device li's block of output j (the next flat output): its node noted, its vma checked
+  /// against the out_spec, its record removed (the assembled array is the outer tape's).
+  template <Dtype T>
+  void output(int li, Tensor<T>& r, std::size_t j, const PartitionSpec& spec) {
+    const std::uint32_t mask = spec_axes_mask(mesh, spec);
+    std::shared_ptr<NodeBase> node;
+    if (const AdValue* a = ad_on(r, tapes[li].get())) {
+      if (a->vma & ~mask) raise_output_varies(j, spec, a->vma & ~mask, mesh, outer != nullptr, where);
+      node = a->node;
+    }
+    r.set_ad(nullptr);
+    outs[li].push_back(std::move(node));
+    out_vma[li].push_back(mask);
+  }
+
+  /// The outer node of output array `y` (flat output f): its cotangent seeds the devices' tapes.
+  template <Dtype T>
+  void attach(ShardedArray<T>& y, std::size_t f, const std::shared_ptr<ShardMapAd>& self) {
+    if constexpr (FloatDtype<T>) {
+      auto node = std::make_shared<Node<ShardedArray<T>>>("shard_map output", *outer, 0,
+                                                          NodeMeta<ShardedArray<T>>(y));
+      node->rule = [self, f](const ShardedArray<T>& ct, std::uint32_t) {
+        for (std::size_t li = 0; li < self->outs.size(); ++li)
+          if (const auto& dn = self->outs[li][f])
+            static_cast<Node<Tensor<T>>*>(dn.get())->add(ct.addressable_shards()[li].data.alias(),
+                                                         self->out_vma[li][f]);
+        self->seeded = true;
+      };
+      outer->append(node);
+      y.set_ad(std::make_shared<AdValue>(AdValue{outer->id(), 0, std::move(node)}));
+    }
+  }
+
+  bool has_cotangent() const override { return seeded; }
+  void backward(bool keep) override;  // shard_map.cpp
+  void reset() override { seeded = false; }
+
+  Mesh mesh;
+  Tape* outer;  ///< null: the forward vma check only
+  std::source_location where;
+  std::vector<std::unique_ptr<Tape>> tapes;
+  std::vector<Arg> args;
+  std::vector<std::vector<std::shared_ptr<NodeBase>>> leaves;  // [device][argument]
+  std::vector<std::vector<std::shared_ptr<NodeBase>>> outs;    // [device][flat output]
+  std::vector<std::vector<std::uint32_t>> out_vma;             // [device][flat output]
+  bool seeded = false;
+};
+
+}  // namespace shard::detail

@@ -1,0 +1,572 @@
+#pragma once
+/// \file Manual SPMD: shard_map and pmap run a body once per logical device with that
+/// device's blocks; inside it, named-axis collectives with JAX's semantics (jax.lax.psum,
+/// all_gather, psum_scatter, all_to_all, ppermute, axis_index, axis_size).
+
+#include <array>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <source_location>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "shard/comm/detail/collective.hpp"
+#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/spmd/detail/shard_map_ad.hpp"
+#include "shard/error.hpp"
+#include "shard/comm/group_shared.hpp"
+#include "shard/sharding/partition_spec.hpp"
+#include "shard/array/sharded_array.hpp"
+#include "shard/core/tensor_ops.hpp"
+#include "shard/array/reshard.hpp"
+#include "shard/ops/ops.hpp"
+
+namespace shard {
+
+/// Mesh axis names for a collective: "a", {"a", "b"} (their product, row-major) or None.
+using Axes = SpecEntry;
+
+namespace detail {
+class SpmdState;
+}
+
+/// What a shard_map body sees: its device, and the collectives over mesh axes. Every
+/// collective is collective over the devices that differ from this one only along the named
+/// axes; every device of the mesh must issue the same collectives in the same order (SPMD).
+/// Inputs are taken by value: pass std::move(x) to let reductions work in place.
+/// `where` (defaulted) is the caller's source location: the consistency check
+/// (SHARD_CHECK_COLLECTIVES, see detail/collective_guard.hpp) names it when ranks disagree.
+class DeviceContext {
+ public:
+  DeviceContext(std::shared_ptr<detail::SpmdState> state, int local_index);
+
+  int device() const;
+  const Mesh& mesh() const;
+  /// Row-major index of this device over `axes` (jax.lax.axis_index).
+  int axis_index(const Axes& axes) const;
+  /// Product of the sizes of `axes` (jax.lax.axis_size).
+  int axis_size(const Axes& axes) const;
+
+  /// Position of this device among the rank's devices of the mesh (0..k-1).
+  int local_index() const { return local_; }
+
+  template <typename T>
+  Tensor<T> psum(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current());
+  /// The mean over the devices; integer and bool inputs give a floating result (float_of_t),
+  /// as in JAX: the sum is exact, then divided.
+  template <typename T>
+  Tensor<float_of_t<T>> pmean(Tensor<T> x, const Axes& axes,
+                              std::source_location where = std::source_location::current());
+  /// pmax / pmin of bool arrays are a logical or / and.
+  template <typename T>
+  Tensor<T> pmax(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current());
+  template <typename T>
+  Tensor<T> pmin(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current());
+
+  /// Scalar forms: psum(3.0, "a").
+  template <Scalar S>
+  S psum(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+    return static_cast<S>(psum(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where)[0]);
+  }
+  template <Scalar S>
+  float_of_t<scalar_dtype_t<S>> pmean(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+    return pmean(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where)[0];
+  }
+  template <Scalar S>
+  S pmax(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+    return static_cast<S>(pmax(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where)[0]);
+  }
+  template <Scalar S>
+  S pmin(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+    return static_cast<S>(pmin(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where)[0]);
+  }
+
+  /// Untiled: stacks the N blocks along a new dim `dim`; tiled: concatenates along `dim`.
+  /// all_gather, all_to_all and ppermute only read their input: an lvalue is read where it
+  /// lies (not copied first) and stays unchanged; an rvalue's buffer is released afterwards.
+  template <typename T>
+  Tensor<T> all_gather(Tensor<T>&& x, const Axes& axes, int dim = 0, bool tiled = false,
+                       std::source_location where = std::source_location::current());
+  template <typename T>
+  Tensor<T> all_gather(const Tensor<T>& x, const Axes& axes, int dim = 0, bool tiled = false,
+                       std::source_location where = std::source_location::current());
+  /// jax.lax.all_gather_invariant: the same values as all_gather, but the result is invariant
+  /// over `axes` (every device holds the same gathered array), so it may be returned under an
+  /// out_spec that omits them; its transpose takes each device's own chunk (no communication).
+  template <typename T>
+  Tensor<T> all_gather_invariant(const Tensor<T>& x, const Axes& axes, int dim = 0, bool tiled = false,
+                                 std::source_location where = std::source_location::current());
+  /// Untiled: x.shape[dim] == N, returns psum(x)[axis_index] along dim (dim removed);
+  /// tiled: N divides x.shape[dim], returns this device's chunk of psum(x) (dim kept).
+  template <typename T>
+  Tensor<T> psum_scatter(Tensor<T> x, const Axes& axes, int dim = 0, bool tiled = false,
+                         std::source_location where = std::source_location::current());
+  /// Splits split_dim into N chunks, sends chunk j to device j, and concatenates (tiled) or
+  /// stacks (untiled, x.shape[split_dim] == N) the received chunks along concat_dim.
+  template <typename T>
+  Tensor<T> all_to_all(Tensor<T>&& x, const Axes& axes, int split_dim, int concat_dim, bool tiled = false,
+                       std::source_location where = std::source_location::current());
+  template <typename T>
+  Tensor<T> all_to_all(const Tensor<T>& x, const Axes& axes, int split_dim, int concat_dim, bool tiled = false,
+                       std::source_location where = std::source_location::current());
+  /// Sends x from axis index src to dst for each (src, dst) pair (no repeated src or dst);
+  /// a device that is no one's destination gets zeros.
+  template <typename T>
+  Tensor<T> ppermute(Tensor<T>&& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
+                     std::source_location where = std::source_location::current());
+  template <typename T>
+  Tensor<T> ppermute(const Tensor<T>& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
+                     std::source_location where = std::source_location::current());
+
+  /// Group-shared memory over `axes` (group_shared.hpp): the buffer `name` with `count`
+  /// elements per device of the group. Collective over the group on first use (then cached);
+  /// ShardingError when group_shared_available(mesh, axes) is false or the body runs on more
+  /// than one device of this rank.
+  template <typename T>
+  GroupShared<T> group_shared(const Axes& axes, std::int64_t count, const std::string& name) {
+    return GroupShared<T>(mesh(), &shared_window(axes, static_cast<std::size_t>(count) * sizeof(T), name), name);
+  }
+
+ private:
+  detail::SharedWindow& shared_window(const Axes& axes, std::size_t bytes, const std::string& name);
+
+  template <typename T>
+  Tensor<T> run(detail::CollectiveSpec spec, Tensor<T> x, const std::source_location& where);
+
+  std::shared_ptr<detail::SpmdState> state_;
+  int local_;
+};
+
+// ---------------------------------------------------------------- collectives as functions
+
+/// The DeviceContext of the shard_map / pmap body running on the calling thread (what the
+/// free collectives below use). RuntimeError outside a body: named axes are bound only there,
+/// as in JAX.
+DeviceContext& device_context();
+
+/// jax.lax's collectives as free functions of the enclosing body's context, so a body reads
+/// like JAX: `return x / psum(x, "p");`. Same semantics as the DeviceContext methods.
+template <Dtype T>
+Tensor<T> psum(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  return device_context().psum(std::move(x), axes, where);
+}
+template <Dtype T>
+Tensor<float_of_t<T>> pmean(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  return device_context().pmean(std::move(x), axes, where);
+}
+template <Dtype T>
+Tensor<T> pmax(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  return device_context().pmax(std::move(x), axes, where);
+}
+template <Dtype T>
+Tensor<T> pmin(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  return device_context().pmin(std::move(x), axes, where);
+}
+template <Scalar S>
+S psum(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  return device_context().psum(x, axes, where);
+}
+template <Scalar S>
+float_of_t<scalar_dtype_t<S>> pmean(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  return device_context().pmean(x, axes, where);
+}
+template <Dtype T>
+Tensor<T> all_gather(const Tensor<T>& x, const Axes& axes, int dim = 0, bool tiled = false,
+                     std::source_location where = std::source_location::current()) {
+  return device_context().all_gather(x, axes, dim, tiled, where);
+}
+template <Dtype T>
+Tensor<T> all_gather_invariant(const Tensor<T>& x, const Axes& axes, int dim = 0, bool tiled = false,
+                               std::source_location where = std::source_location::current()) {
+  return device_context().all_gather_invariant(x, axes, dim, tiled, where);
+}
+template <Dtype T>
+Tensor<T> psum_scatter(Tensor<T> x, const Axes& axes, int dim = 0, bool tiled = false,
+                       std::source_location where = std::source_location::current()) {
+  return device_context().psum_scatter(std::move(x), axes, dim, tiled, where);
+}
+template <Dtype T>
+Tensor<T> all_to_all(const Tensor<T>& x, const Axes& axes, int split_dim, int concat_dim, bool tiled = false,
+                     std::source_location where = std::source_location::current()) {
+  return device_context().all_to_all(x, axes, split_dim, concat_dim, tiled, where);
+}
+template <Dtype T>
+Tensor<T> ppermute(const Tensor<T>& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
+                   std::source_location where = std::source_location::current()) {
+  return device_context().ppermute(x, axes, std::move(perm), where);
+}
+/// jax.lax.axis_index / axis_size of the enclosing body.
+inline int axis_index(const Axes& axes) { return device_context().axis_index(axes); }
+inline int axis_size(const Axes& axes) { return device_context().axis_size(axes); }
+
+// ---------------------------------------------------------------- typed shard_map
+
+/// The spec of one shard_map argument or result: one PartitionSpec, or (for a std::vector of
+/// arrays) a list with one spec per element; a single spec applies to every element of a
+/// list, as a PartitionSpec prefix does in JAX's pytrees. `{P("data"), param_specs}`.
+class SpecTree {
+ public:
+  SpecTree(PartitionSpec spec) : specs_{std::move(spec)}, single_(true) {}  // NOLINT: P(...) converts
+  SpecTree(std::vector<PartitionSpec> specs) : specs_(std::move(specs)) {}  // NOLINT: {P(...), ...} converts
+  bool is_single() const { return single_; }
+  /// The spec of an array argument or result (`what` i): ValueError for a list.
+  const PartitionSpec& single(const char* what, std::size_t i) const;
+  /// The spec of element k of a list of n arrays: ValueError when a list has another length.
+  const PartitionSpec& at(std::size_t k, std::size_t n, const char* what, std::size_t i) const;
+  const std::vector<PartitionSpec>& specs() const { return specs_; }
+
+ private:
+  std::vector<PartitionSpec> specs_;
+  bool single_ = false;
+};
+
+/// shard_map's options (jax.shard_map's keyword arguments).
+struct ShardMapOptions {
+  /// JAX's check_vma (its default, true): every value in the body carries the mesh axes it
+  /// varies over (from the in_specs; psum/pmean/pmax/pmin remove their axes; an op's result
+  /// varies over the union of its operands'), and an output whose out_spec omits an axis it
+  /// varies over raises ValueError on every rank, where it would otherwise silently return one
+  /// device's partial value. false skips the check (and its small per-op cost) for bodies that
+  /// are known to be invariant; a differentiated shard_map checks regardless (its transposes
+  /// need the vma to be true).
+  bool check_vma = true;
+};
+
+namespace detail {
+
+/// Runs body(ctx) once per local device of `mesh` (k threads for k devices, device 0 on the
+/// calling thread), with the thread's device_context() set. Returns this rank's first failure
+/// (null if none); nothing is agreed yet: agree_after_bodies follows on every rank.
+std::exception_ptr run_bodies(const Mesh& mesh, const std::function<void(DeviceContext&)>& body);
+
+/// Collective over all ranks, after run_bodies: ONE allreduce decides whether any rank failed
+/// (then every rank raises: the failing ones their own error, the others "rank R failed: ...";
+/// a failing rank aborts the job if the others cannot join within SHARD_ABORT_GRACE seconds)
+/// and whether every device returned the same block shapes (flattened over all outputs; a
+/// second allreduce runs only when some rank holds no device of the mesh, to tell it the
+/// shapes). Returns the agreed shapes. `per_device`: this rank's devices' shapes (empty after a
+/// failure or without devices).
+std::vector<Shape> agree_after_bodies(const std::exception_ptr& err, const std::vector<std::vector<Shape>>& per_device,
+                                      bool have_devices);
+
+/// run_bodies, then agree_after_bodies for a body without outputs.
+void run_on_devices(const Mesh& mesh, const std::function<void(DeviceContext&)>& body);
+
+/// An argument checked against its in_spec on `mesh` (same device set, dims divisible) and
+/// resharded to it if needed.
+template <Dtype T>
+ShardedArray<T> prepare_argument(const Mesh& mesh, const PartitionSpec& spec, const ShardedArray<T>& x, std::size_t i);
+void check_in_spec_divides(const Mesh& mesh, const PartitionSpec& spec, const Shape& shape, std::size_t i);
+
+template <typename A>
+struct ArgTraits;
+template <Dtype T>
+struct ArgTraits<ShardedArray<T>> {
+  using Prepared = ShardedArray<T>;
+  using Block = Tensor<T>;
+  static Prepared prepare(const Mesh& m, const SpecTree& s, const ShardedArray<T>& x, std::size_t i) {
+    return prepare_argument(m, s.single("in_specs", i), x, i);
+  }
+  static const Tensor<T>& block(const Prepared& p, int li) { return p.addressable_shards()[li].data; }
+};
+/// A list of arrays with one spec for all (JAX's pytree prefix): the body gets a list of blocks.
+template <Dtype T>
+struct ArgTraits<std::vector<ShardedArray<T>>> {
+  using Prepared = std::vector<ShardedArray<T>>;
+  using Block = std::vector<Tensor<T>>;
+  static Prepared prepare(const Mesh& m, const SpecTree& s, const std::vector<ShardedArray<T>>& xs, std::size_t i) {
+    Prepared out;
+    for (std::size_t k = 0; k < xs.size(); ++k) out.push_back(prepare_argument(m, s.at(k, xs.size(), "in_specs", i), xs[k], i));
+    return out;
+  }
+  static Block block(const Prepared& p, int li) {  // views of the blocks (aliases: no copy)
+    Block b;
+    for (const auto& x : p) b.push_back(x.addressable_shards()[li].data.alias());
+    return b;
+  }
+};
+
+/// What a body may return for one output: a Tensor, a list of Tensors (one spec for all),
+/// or a scalar (a 0-d block).
+template <typename R>
+struct OutTraits {
+  static_assert(Scalar<R>, "a shard_map body returns Tensors, std::vector<Tensor>s, scalars or a std::tuple of them");
+  using D = scalar_dtype_t<R>;
+  using Result = ShardedArray<D>;
+  static void shapes(const R&, std::vector<Shape>& out) { out.push_back(Shape{}); }
+  static std::size_t count(const R&) { return 1; }
+  static Tensor<D> take(R& r, std::size_t) { return Tensor<D>(Shape{}, static_cast<D>(r)); }
+  static Result assemble(std::vector<ShardedArray<D>>& parts) { return std::move(parts.front()); }
+};
+template <Dtype T>
+struct OutTraits<Tensor<T>> {
+  using D = T;
+  using Result = ShardedArray<T>;
+  static void shapes(const Tensor<T>& r, std::vector<Shape>& out) { out.push_back(r.shape()); }
+  static std::size_t count(const Tensor<T>&) { return 1; }
+  static Tensor<T> take(Tensor<T>& r, std::size_t) { return std::move(r); }
+  static Result assemble(std::vector<ShardedArray<T>>& parts) { return std::move(parts.front()); }
+};
+template <Dtype T>
+struct OutTraits<std::vector<Tensor<T>>> {
+  using D = T;
+  using Result = std::vector<ShardedArray<T>>;
+  static void shapes(const std::vector<Tensor<T>>& r, std::vector<Shape>& out) {
+    out.push_back(Shape{static_cast<std::int64_t>(r.size())});  // the count first, then each shape
+    for (const auto& t : r) out.push_back(t.shape());
+  }
+  static std::size_t count(const std::vector<Tensor<T>>& r) { return r.size(); }
+  static Tensor<T> take(std::vector<Tensor<T>>& r, std::size_t k) { return std::move(r[k]); }
+  static Result assemble(std::vector<ShardedArray<T>>& parts) { return std::move(parts); }
+};
+
+template <typename R>
+struct as_tuple {
+  using type = std::tuple<R>;
+};
+template <typename... R>
+struct as_tuple<std::tuple<R...>> {
+  using type = std::tuple<R...>;
+};
+
+template <typename A>
+struct AdArg;
+template <Dtype T>
+struct AdArg<ShardedArray<T>> {
+  static void link(ShardMapAd& ad, const ShardedArray<T>& p, const SpecTree& s, std::size_t i) {
+    ad.link(p, s.single("in_specs", i));
+  }
+  static Tensor<T> block(ShardMapAd& ad, const ShardedArray<T>& p, int li, std::size_t& arg) {
+    return ad.block(p.addressable_shards()[li].data, li, arg++);
+  }
+};
+template <Dtype T>
+struct AdArg<std::vector<ShardedArray<T>>> {
+  static void link(ShardMapAd& ad, const std::vector<ShardedArray<T>>& ps, const SpecTree& s, std::size_t i) {
+    for (std::size_t k = 0; k < ps.size(); ++k) ad.link(ps[k], s.at(k, ps.size(), "in_specs", i));
+  }
+  static std::vector<Tensor<T>> block(ShardMapAd& ad, const std::vector<ShardedArray<T>>& ps, int li, std::size_t& arg) {
+    std::vector<Tensor<T>> b;
+    for (const auto& p : ps) b.push_back(ad.block(p.addressable_shards()[li].data, li, arg++));
+    return b;
+  }
+};
+
+/// The array of one output from each local device's block (the global shape is the block
+/// shape times the parts of each dim of `spec`).
+template <Dtype T>
+ShardedArray<T> assemble_output(const Mesh& mesh, const PartitionSpec& spec, const Shape& block,
+                                std::vector<Tensor<T>> blocks, std::size_t j) {
+  if (!mesh.local_device_ids().empty() && blocks.empty())
+    raise<ValueError>("shard_map: no blocks for output ", j);
+  const NamedSharding sharding(mesh, spec);
+  if (spec.size() > static_cast<int>(block.size()))
+    raise<ShardingError>("shard_map: out_specs[", j, "] = ", spec.to_string(), " has more entries than the ",
+                         block.size(), "-D blocks the body returned");
+  Shape global = block;
+  for (std::size_t d = 0; d < global.size(); ++d) global[d] *= sharding.num_parts(static_cast<int>(d));
+  const auto local = mesh.local_device_ids();
+  std::vector<Shard<T>> shards;
+  for (std::size_t li = 0; li < local.size(); ++li)
+    shards.push_back(Shard<T>{local[li], sharding.box(local[li], global), std::move(blocks[li])});
+  return ShardedArray<T>(global, sharding, std::move(shards));
+}
+
+}  // namespace detail
+
+/// A function mapped over the devices of a mesh: call it with the arguments (see shard_map).
+template <std::size_t N, std::size_t M, typename F>
+class ShardMapped {
+ public:
+  ShardMapped(Mesh mesh, std::array<SpecTree, N> in, std::array<SpecTree, M> out, F f, ShardMapOptions options = {},
+              std::source_location where = std::source_location::current())
+      : mesh_(std::move(mesh)),
+        in_(std::move(in)),
+        out_(std::move(out)),
+        f_(std::move(f)),
+        options_(options),
+        where_(where) {}
+
+  /// Collective over all ranks. Arguments are ShardedArrays (or std::vector<ShardedArray>s,
+  /// one spec for the list), resharded to their in_spec when they are laid out otherwise.
+  template <typename... Args>
+  auto operator()(const Args&... args) const {
+    static_assert(sizeof...(Args) == N, "shard_map: pass exactly one argument per in_spec");
+    return call(std::index_sequence_for<Args...>{}, args...);
+  }
+
+ private:
+  template <std::size_t... I, typename... Args>
+  auto call(std::index_sequence<I...>, const Args&... args) const {
+    for (const auto& t : out_)
+      for (const auto& s : t.specs()) NamedSharding(mesh_, s);  // usage errors before any communication
+    auto prepared = std::make_tuple(detail::ArgTraits<Args>::prepare(mesh_, in_[I], args, I)...);
+    using Ret = decltype(invoke_body(std::declval<DeviceContext&>(),
+                                     detail::ArgTraits<Args>::block(std::get<I>(prepared), 0)...));
+    using Outs = typename detail::as_tuple<Ret>::type;
+    static_assert(std::tuple_size_v<Outs> == M, "shard_map: the body must return one value per out_spec");
+    const int n = static_cast<int>(mesh_.local_device_ids().size());
+    std::vector<std::optional<Outs>> results(static_cast<std::size_t>(n));
+    // Device tapes for the body (detail::ShardMapAd): the values' vma, checked against the
+    // out_specs; while autodiff records, also the links to the outer tape.
+    std::shared_ptr<detail::ShardMapAd> ad;
+    detail::Tape* outer = detail::recording_tape();
+    if (outer || options_.check_vma) {
+      ad = std::make_shared<detail::ShardMapAd>(mesh_, outer, where_);
+      (detail::AdArg<Args>::link(*ad, std::get<I>(prepared), in_[I], I), ...);
+    }
+    const std::exception_ptr err = detail::run_bodies(mesh_, [&](DeviceContext& ctx) {
+      const int li = ctx.local_index();
+      if (ad) {
+        detail::Tape& tape = *ad->tapes[li];
+        tape.set_context(&ctx);
+        std::size_t arg = 0;
+        auto blocks = std::tuple<decltype(detail::AdArg<Args>::block(*ad, std::get<I>(prepared), li, arg))...>{
+            detail::AdArg<Args>::block(*ad, std::get<I>(prepared), li, arg)...};  // braces: in order
+        {
+          detail::TapeScope scope(&tape);
+          if constexpr (std::tuple_size_v<Outs> == 1 && !std::is_same_v<Ret, Outs>)
+            results[li].emplace(std::apply([&](auto&... b) { return invoke_body(ctx, b...); }, blocks));
+          else
+            results[li] = std::apply([&](auto&... b) { return invoke_body(ctx, b...); }, blocks);
+        }
+        note_outputs(std::make_index_sequence<M>{}, *ad, li, *results[li]);
+        return;
+      }
+      if constexpr (std::tuple_size_v<Outs> == 1 && !std::is_same_v<Ret, Outs>)
+        results[li].emplace(invoke_body(ctx, detail::ArgTraits<Args>::block(std::get<I>(prepared), li)...));
+      else
+        results[li] = invoke_body(ctx, detail::ArgTraits<Args>::block(std::get<I>(prepared), li)...);
+    });
+    // Every device's block shapes, flattened over the outputs; agreed over all ranks together
+    // with the failures (one allreduce).
+    std::vector<std::vector<Shape>> shapes(err ? 0 : static_cast<std::size_t>(n));
+    for (int li = 0; !err && li < n; ++li)
+      std::apply([&](const auto&... r) { (detail::OutTraits<std::decay_t<decltype(r)>>::shapes(r, shapes[li]), ...); },
+                 *results[li]);
+    const std::vector<Shape> agreed = detail::agree_after_bodies(err, shapes, n > 0);
+    if (outer) ad->outer->append(ad);  // after the arguments' nodes, before the outputs'
+
+    std::size_t at = 0;
+    auto outputs = build(std::make_index_sequence<M>{}, results, agreed, at);
+    if (outer) {
+      std::size_t f = 0;
+      [&]<std::size_t... J>(std::index_sequence<J...>) {
+        (attach_output<std::tuple_element_t<J, Outs>>(*ad, std::get<J>(outputs), f, ad), ...);
+      }(std::make_index_sequence<M>{});
+    }
+    if constexpr (M == 1) return std::move(std::get<0>(outputs));
+    else return outputs;
+  }
+
+  /// Device li's output blocks, in flat order (list elements one by one; scalars are constants).
+  template <std::size_t... J, typename Outs>
+  void note_outputs(std::index_sequence<J...>, detail::ShardMapAd& ad, int li, Outs& r) const {
+    (note_output<J>(ad, li, std::get<J>(r)), ...);
+  }
+  template <std::size_t J, typename R>
+  void note_output(detail::ShardMapAd& ad, int li, R& r) const {
+    if constexpr (detail::is_tensor_v<R>) {
+      ad.output(li, r, J, out_[J].single("out_specs", J));
+    } else if constexpr (!Scalar<R>) {
+      for (std::size_t k = 0; k < r.size(); ++k) ad.output(li, r[k], J, out_[J].at(k, r.size(), "out_specs", J));
+    }
+  }
+  template <typename R, typename O>
+  static void attach_output(detail::ShardMapAd& ad, O& o, std::size_t& f, const std::shared_ptr<detail::ShardMapAd>& self) {
+    if constexpr (Scalar<R>) {
+      return;
+    } else if constexpr (detail::is_sharded_v<O>) {
+      ad.attach(o, f++, self);
+    } else {
+      for (auto& y : o) ad.attach(y, f++, self);
+    }
+  }
+
+  template <typename... B>
+  auto invoke_body(DeviceContext& ctx, B&&... blocks) const {
+    if constexpr (std::is_invocable_v<const F&, DeviceContext&, B...>) return f_(ctx, std::forward<B>(blocks)...);
+    else return f_(std::forward<B>(blocks)...);
+  }
+
+  template <std::size_t... J, typename Outs>
+  auto build(std::index_sequence<J...>, std::vector<std::optional<Outs>>& results, const std::vector<Shape>& agreed,
+             std::size_t& at) const {
+    return std::tuple{build_one<J>(results, agreed, at)...};
+  }
+
+  /// Output j: its blocks from every local device, assembled into arrays.
+  template <std::size_t J, typename Outs>
+  auto build_one(std::vector<std::optional<Outs>>& results, const std::vector<Shape>& agreed, std::size_t& at) const {
+    using R = std::tuple_element_t<J, Outs>;
+    using Tr = detail::OutTraits<R>;
+    using D = typename Tr::D;
+    constexpr bool kList = !std::is_same_v<typename Tr::Result, ShardedArray<D>>;
+    std::size_t count = 1;
+    if constexpr (kList) count = static_cast<std::size_t>(agreed[at++][0]);
+    std::vector<ShardedArray<D>> parts;
+    for (std::size_t k = 0; k < count; ++k) {
+      std::vector<Tensor<D>> blocks;
+      for (auto& r : results) blocks.push_back(Tr::take(std::get<J>(*r), k));
+      const PartitionSpec& spec = kList ? out_[J].at(k, count, "out_specs", J) : out_[J].single("out_specs", J);
+      parts.push_back(detail::assemble_output(mesh_, spec, agreed[at++], std::move(blocks), J));
+    }
+    return Tr::assemble(parts);
+  }
+
+  Mesh mesh_;
+  std::array<SpecTree, N> in_;
+  std::array<SpecTree, M> out_;
+  F f_;
+  ShardMapOptions options_;
+  std::source_location where_;
+};
+
+/// jax.experimental.shard_map: `shard_map(mesh, {P("data"), P()}, {P()}, f)(x, w)` runs
+/// f(ctx, x_block, w_block) (or f(x_block, w_block): the context is optional, device_context()
+/// and the free collectives reach it) once per device of `mesh`, each argument's block being
+/// the shard its in_spec gives the device; the returned blocks (a Tensor, a std::vector of
+/// Tensors, a scalar, or a std::tuple of those, one per out_spec) are assembled into arrays
+/// with the out_specs (global shape = block shape times the parts of each dim). Arity and
+/// types are checked at compile time; in_specs must divide the argument dims evenly.
+/// An output must not vary over a mesh axis its out_spec omits (JAX's check_vma, on by
+/// default: see ShardMapOptions); `shard_map(mesh, in, out, f, {.check_vma = false})` opts out.
+/// Collective over all ranks; with k devices per rank the body runs on k threads.
+template <std::size_t N, std::size_t M, typename F>
+auto shard_map(const Mesh& mesh, const SpecTree (&in_specs)[N], const SpecTree (&out_specs)[M], F f,
+               ShardMapOptions options = {}, std::source_location where = std::source_location::current()) {
+  return ShardMapped<N, M, F>(mesh, std::to_array(in_specs), std::to_array(out_specs), std::move(f), options, where);
+}
+/// One in_spec (or one out_spec) may be given without braces.
+template <std::size_t M, typename F, std::same_as<PartitionSpec> S>
+auto shard_map(const Mesh& mesh, const S& in_spec, const SpecTree (&out_specs)[M], F f, ShardMapOptions options = {},
+               std::source_location where = std::source_location::current()) {
+  return ShardMapped<1, M, F>(mesh, {SpecTree(in_spec)}, std::to_array(out_specs), std::move(f), options, where);
+}
+template <std::size_t N, typename F, std::same_as<PartitionSpec> S>
+auto shard_map(const Mesh& mesh, const SpecTree (&in_specs)[N], const S& out_spec, F f, ShardMapOptions options = {},
+               std::source_location where = std::source_location::current()) {
+  return ShardMapped<N, 1, F>(mesh, std::to_array(in_specs), {SpecTree(out_spec)}, std::move(f), options, where);
+}
+template <typename F, std::same_as<PartitionSpec> S1, std::same_as<PartitionSpec> S2>
+auto shard_map(const Mesh& mesh, const S1& in_spec, const S2& out_spec, F f, ShardMapOptions options = {},
+               std::source_location where = std::source_location::current()) {
+  return ShardMapped<1, 1, F>(mesh, {SpecTree(in_spec)}, {SpecTree(out_spec)}, std::move(f), options, where);
+}
+
+/// Collective over the mesh: sums an array over mesh axes its spec does not use (partial
+/// sums living on the replicas along those axes); the result keeps x's sharding.
+template <typename T>
+ShardedArray<T> psum(const ShardedArray<T>& x, const Axes& axes, std::source_location where = std::source_location::current());
+/// Collective over all ranks: replicates x along mesh axis `axis` (the spec loses that axis):
+/// one all_gather over the axis when it is the minor axis of its entry and the dims divide
+/// evenly, otherwise the reshard that moves only the missing pieces.
+template <typename T>
+ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis, std::source_location where = std::source_location::current());
+
+}  // namespace shard

@@ -1,0 +1,261 @@
+#include "shard/array/sharded_array.hpp"
+#include "shard/ops/ops.hpp"  // operator[] (slice), instantiated below
+
+#include <algorithm>
+#include <climits>
+#include <map>
+
+#include "shard/comm/detail/comm_verbs.hpp"
+#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/error.hpp"
+#include "shard/mpi/agree.hpp"
+#include "shard/runtime/runtime.hpp"
+
+namespace shard {
+
+namespace {
+
+/// Builds one shard per local mesh device: `make(box)` is called once per distinct box.
+template <typename T, typename Make>
+std::vector<Shard<T>> make_local_shards(const Shape& shape, const NamedSharding& sharding, Make&& make) {
+  checked_num_elements(shape, sizeof(T), "array creation");
+  sharding.check_shape(shape);
+  std::vector<Shard<T>> shards;
+  std::map<Box, std::size_t> first_with_box;
+  for (int d : sharding.mesh().local_device_ids()) {
+    Box b = sharding.box(d, shape);
+    if (auto it = first_with_box.find(b); it != first_with_box.end()) {
+      shards.push_back(Shard<T>{d, b, shards[it->second].data});  // a replica on this rank: copy
+      continue;
+    }
+    Tensor<T> t = make(b);
+    if (t.shape() != b.extent)
+      raise<ShapeError>("the data for device ", d, " (box ", to_string(b), ") has shape ", to_string(t.shape()),
+                        " but its shard of the ", to_string(shape), " array needs ", to_string(b.extent));
+    first_with_box.emplace(b, shards.size());
+    shards.push_back(Shard<T>{d, std::move(b), std::move(t)});
+  }
+  return shards;
+}
+
+const mpi::Communicator& world() { return Runtime::current().world(); }
+
+/// Element counts as MPI ints, with a clear error past MPI's int limit.
+int mpi_count(std::int64_t n, const char* what) {
+  if (n > INT_MAX)
+    raise<ValueError>(what, ": ", n, " elements on one rank exceed MPI's int count limit (", INT_MAX, ")");
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+template <typename T>
+ShardedArray<T>::ShardedArray(Shape shape, NamedSharding sharding, std::vector<Shard<T>> local_shards, bool committed)
+    : shape_(std::move(shape)), sharding_(std::move(sharding)), shards_(std::move(local_shards)), committed_(committed) {
+  checked_num_elements(shape_, sizeof(T), "ShardedArray");
+  sharding_.check_shape(shape_);
+  const auto local = sharding_.mesh().local_device_ids();
+  if (local.size() != shards_.size())
+    raise<ShapeError>("ShardedArray: ", shards_.size(), " shards given but this rank has ", local.size(),
+                      " devices in ", sharding_.mesh().to_string());
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    const Box b = sharding_.box(local[i], shape_);
+    if (shards_[i].device != local[i] || shards_[i].box != b || shards_[i].data.shape() != b.extent)
+      raise<ShapeError>("ShardedArray: shard ", i, " should be device ", local[i], " with box ", to_string(b),
+                        " but is device ", shards_[i].device, " with box ", to_string(shards_[i].box),
+                        " and data of shape ", to_string(shards_[i].data.shape()));
+  }
+}
+
+template <typename T>
+const Shard<T>& ShardedArray<T>::shard_of(int device_id) const {
+  for (const auto& s : shards_)
+    if (s.device == device_id) return s;
+  raise<ValueError>("device ", device_id, " holds no shard on this rank (local mesh devices: ",
+                    sharding_.mesh().local_device_ids().size(), " of ", sharding_.mesh().devices_string(), ")");
+}
+
+template <typename T>
+Shard<T>& ShardedArray<T>::shard_of(int device_id) {
+  return const_cast<Shard<T>&>(std::as_const(*this).shard_of(device_id));
+}
+
+namespace {
+
+/// The primary copy of every box, grouped by owning rank (rank order, then mesh order):
+/// the layout of the to_host / gather receive buffer.
+struct HostPlan {
+  std::vector<std::vector<int>> devices_of_rank;
+  std::vector<int> counts;
+  std::vector<int> displs;
+  std::int64_t total = 0;
+};
+
+HostPlan host_plan(const NamedSharding& sharding, const Shape& shape, int ranks) {
+  HostPlan p;
+  p.devices_of_rank.resize(static_cast<std::size_t>(ranks));
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(ranks), 0);
+  const Topology& topo = sharding.mesh().topology();
+  for (int d : sharding.primary_devices()) {
+    const int r = topo.owner(d);
+    p.devices_of_rank[r].push_back(d);
+    counts[r] += sharding.box(d, shape).size();
+  }
+  for (int r = 0; r < ranks; ++r) {
+    p.counts.push_back(mpi_count(counts[r], "to_host"));
+    p.displs.push_back(mpi_count(p.total, "to_host"));
+    p.total += counts[r];
+  }
+  return p;
+}
+
+template <typename T>
+Tensor<T> pack_primaries(const ShardedArray<T>& a, const std::vector<int>& mine) {
+  std::int64_t n = 0;
+  for (int d : mine) n += a.shard_of(d).data.size();
+  Tensor<T> send({n});
+  T* o = send.data();
+  for (int d : mine) o = std::copy(a.shard_of(d).data.begin(), a.shard_of(d).data.end(), o);
+  return send;
+}
+
+template <typename T>
+void unpack_boxes(const HostPlan& p, const NamedSharding& sharding, const Shape& shape, const T* recv,
+                  Tensor<T>& out) {
+  const Shape origin(shape.size(), 0);
+  std::int64_t off = 0;
+  for (const auto& devs : p.devices_of_rank)
+    for (int d : devs) {
+      const Box b = sharding.box(d, shape);
+      copy_box(recv + off, b.extent, b.offset, out.data(), shape, origin, b, sizeof(T));
+      off += b.size();
+    }
+}
+
+}  // namespace
+
+template <typename T>
+Tensor<T> ShardedArray<T>::to_host() const {
+  if (auto* tape = detail::recording_tape_for(*this)) {  // d to_host: each device takes its box back
+    Tensor<T> out = detail::paused([&] { return to_host(); });
+    auto make = [](auto xn) -> typename detail::Node<Tensor<T>>::Rule {
+      return [xn, s = xn->meta.sharding](const Tensor<T>& ct, std::uint32_t v) { detail::push(xn, device_put(ct, s), v); };
+    };
+    return detail::finish(*tape, "to_host", std::move(out), make, *this);
+  }
+  const auto& comm = world();
+  const detail::CommOp op{"to_host", detail::cat(dtype_name<T>(), to_string(shape_), " ", sharding_.to_string())};
+  detail::check_transfer(op);
+  const HostPlan p = host_plan(sharding_, shape_, comm.size());
+  const Tensor<T> send = pack_primaries(*this, p.devices_of_rank[comm.rank()]);
+  Tensor<T> recv({p.total});
+  detail::allgatherv(detail::world_group(), op, send.data(), detail::transfer_count(send.size(), op), recv.data(),
+                     p.counts, p.displs);
+  Tensor<T> out(shape_);
+  unpack_boxes(p, sharding_, shape_, recv.data(), out);
+  return out;
+}
+
+template <typename T>
+Tensor<T> ShardedArray<T>::gather(int root) const {
+  const auto& comm = world();
+  if (root < 0 || root >= comm.size())
+    raise<ValueError>("gather: root ", root, " is not a rank (there are ", comm.size(), " ranks)");
+  const detail::CommOp op{"gather",
+                          detail::cat(dtype_name<T>(), to_string(shape_), " ", sharding_.to_string(), " to rank ", root)};
+  detail::check_transfer(op);
+  const HostPlan p = host_plan(sharding_, shape_, comm.size());
+  const Tensor<T> send = pack_primaries(*this, p.devices_of_rank[comm.rank()]);
+  const bool is_root = comm.rank() == root;
+  Tensor<T> recv({is_root ? p.total : 0});
+  detail::gatherv(detail::world_group(), op, send.data(), detail::transfer_count(send.size(), op), recv.data(),
+                  p.counts, p.displs, root);
+  if (!is_root) return Tensor<T>();
+  Tensor<T> out(shape_);
+  unpack_boxes(p, sharding_, shape_, recv.data(), out);
+  return out;
+}
+
+template <typename T>
+ShardedArray<T> device_put(const Tensor<T>& host, const NamedSharding& sharding) {
+  const Shape& shape = host.shape();
+  // A shape the sharding does not fit (wrong ndim, say) on some ranks: the error on every rank.
+  mpi::agreed(world(), [&] { sharding.check_shape(shape); });
+  // Every rank must have passed the same global array shape: compare a hash of it.
+  std::uint64_t h = 1469598103934665603ull ^ shape.size();
+  for (auto d : shape) h = (h ^ static_cast<std::uint64_t>(d)) * 1099511628211ull;
+  std::int64_t r[2] = {static_cast<std::int64_t>(h >> 1), -static_cast<std::int64_t>(h >> 1)};
+  const detail::CommOp op{"device_put", "a host array onto " + sharding.to_string()};
+  detail::check_transfer(op);
+  detail::allreduce_min(detail::world_group(), op, r, 2);
+  if (r[0] != -r[1])
+    raise<ShapeError>("device_put: ranks passed host arrays of different shapes (this rank: ", to_string(shape),
+                      "); every rank must pass the same global array");
+  auto shards = make_local_shards<T>(shape, sharding, [&](const Box& b) {
+    Tensor<T> t(b.extent);
+    copy_box(host.data(), shape, Shape(shape.size(), 0), t.data(), b.extent, b.offset, b, sizeof(T));
+    return t;
+  });
+  return ShardedArray<T>(shape, sharding, std::move(shards));
+}
+
+template <typename T>
+ShardedArray<T> from_callback(const Shape& shape, const NamedSharding& sharding,
+                              const std::function<Tensor<T>(const Box&)>& fn) {
+  std::vector<Shard<T>> shards;
+  mpi::agreed(world(), [&] { shards = make_local_shards<T>(shape, sharding, fn); });
+  return ShardedArray<T>(shape, sharding, std::move(shards));
+}
+
+template <typename T>
+ShardedArray<T> generate(const Shape& shape, const NamedSharding& sharding,
+                         const std::function<Tensor<T>(const Box&)>& fn) {
+  auto shards = make_local_shards<T>(shape, sharding, fn);
+  return ShardedArray<T>(shape, sharding, std::move(shards));
+}
+
+template <typename T>
+ShardedArray<T> full(const Shape& shape, T value, const NamedSharding& sharding) {
+  auto shards = make_local_shards<T>(shape, sharding, [&](const Box& b) { return Tensor<T>(b.extent, value); });
+  return ShardedArray<T>(shape, sharding, std::move(shards));
+}
+
+template <typename T>
+ShardedArray<T> zeros(const Shape& shape, const NamedSharding& sharding) {
+  return full<T>(shape, T{0}, sharding);
+}
+
+template <typename T>
+ShardedArray<T> arange(const Shape& shape, const NamedSharding& sharding) {
+  const Shape gstride = strides_of(shape);
+  auto shards = make_local_shards<T>(shape, sharding, [&](const Box& b) {
+    Tensor<T> t(b.extent);
+    const int rank = static_cast<int>(shape.size());
+    Shape idx(shape.size(), 0);
+    for (std::int64_t i = 0; i < t.size(); ++i) {
+      std::int64_t g = 0;
+      for (int d = 0; d < rank; ++d) g += (b.offset[d] + idx[d]) * gstride[d];
+      t[i] = static_cast<T>(g);
+      for (int d = rank - 1; d >= 0; --d) {
+        if (++idx[d] < b.extent[d]) break;
+        idx[d] = 0;
+      }
+    }
+    return t;
+  });
+  return ShardedArray<T>(shape, sharding, std::move(shards));
+}
+
+#define SHARD_INSTANTIATE_ARRAY(T)                                                                           \
+  template class ShardedArray<T>;                                                                            \
+  template ShardedArray<T> device_put<T>(const Tensor<T>&, const NamedSharding&);                            \
+  template ShardedArray<T> from_callback<T>(const Shape&, const NamedSharding&,                              \
+                                            const std::function<Tensor<T>(const Box&)>&);                    \
+  template ShardedArray<T> generate<T>(const Shape&, const NamedSharding&,                                   \
+                                       const std::function<Tensor<T>(const Box&)>&);                         \
+  template ShardedArray<T> zeros<T>(const Shape&, const NamedSharding&);                                     \
+  template ShardedArray<T> full<T>(const Shape&, T, const NamedSharding&);                                   \
+  template ShardedArray<T> arange<T>(const Shape&, const NamedSharding&);
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_ARRAY)
+
+}  // namespace shard

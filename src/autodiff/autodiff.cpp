@@ -1,0 +1,71 @@
+// The autodiff tape (autodiff.hpp, detail/tape.hpp): ids, the backward pass, the recorders
+// of ops defined inline in headers, and the op names (also the kernels' error messages).
+
+#include <atomic>
+
+#include "shard/autodiff/autodiff.hpp"
+#include "shard/error.hpp"
+
+namespace shard::detail {
+
+namespace {
+std::atomic<std::uint64_t> g_next_tape{1};
+}  // namespace
+
+Tape::Tape(bool device_view, std::uint64_t parent)
+    : id_(g_next_tape.fetch_add(1, std::memory_order_relaxed)), parent_(parent), device_view_(device_view) {}
+
+void Tape::backward(bool keep) {
+  Pause pause;
+  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+    (*it)->backward(keep);
+    progress_reductions();  // the gradients' sums in flight (grad_reduce.hpp)
+  }
+}
+
+void Tape::reset() {
+  for (auto& n : nodes_) n->reset();
+}
+
+void raise_not_differentiable(const char* op, const std::string& why) {
+  raise<ValueError>("autodiff: '", op, "' is not differentiable here: ", why);
+}
+
+void raise_captured_in_body() {
+  raise<ValueError>("autodiff: a shard_map body uses an array that the differentiated function tracks without "
+                    "receiving it as an argument; pass it to the shard_map as an argument (with its in_spec) so "
+                    "that its gradient can flow back");
+}
+
+const char* binary_op_name(BinaryOp op) {
+  static const char* kNames[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum",
+                                 "power", "and", "or", "xor", "floor_divide", "remainder"};
+  return kNames[static_cast<int>(op)];
+}
+const char* unary_op_name(UnaryOp op) {
+  static const char* kNames[] = {"exp", "log", "sin", "cos", "tanh", "relu", "sqrt", "abs", "negative", "square",
+                                 "log1p", "expm1", "rsqrt", "sign", "sigmoid", "reciprocal", "floor", "ceil",
+                                 "round", "erf", "logical_not", "gelu", "gelu_grad"};
+  return kNames[static_cast<int>(op)];
+}
+const char* reduce_op_name(ReduceKind kind) {
+  static const char* kNames[] = {"sum", "mean", "max", "min", "prod"};
+  return kNames[static_cast<int>(kind)];
+}
+
+template <Dtype U, Dtype T>
+Tensor<U> record_astype(Tape& tape, const Tensor<T>& x) {
+  return record_astype_impl<U>(tape, x);
+}
+template <Dtype U, Dtype T>
+ShardedArray<U> record_astype(Tape& tape, const ShardedArray<T>& x) {
+  return record_astype_impl<U>(tape, x);
+}
+
+#define SHARD_ASTYPE_TO(U, T)                                                          \
+  template Tensor<U> record_astype<U, T>(Tape&, const Tensor<T>&);                     \
+  template ShardedArray<U> record_astype<U, T>(Tape&, const ShardedArray<T>&);
+SHARD_FOR_EACH_DTYPE_PAIR(ALL, ALL, SHARD_ASTYPE_TO)
+#undef SHARD_ASTYPE_TO
+
+}  // namespace shard::detail

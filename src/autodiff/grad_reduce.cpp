@@ -1,0 +1,170 @@
+// Gradient reduction overlapped with the backward pass (detail/grad_reduce.hpp). Layouts, for
+// a parameter's gradient C = op(A) @ op(B) whose contraction runs over the mesh axes k:
+//   op(A)[rows, k] op(B)[k, cols]             where they lie (the rules' plan needs no reshard)
+//   C_partial[r0:r1, cols] = op(A)[r0:r1] @ op(B)   per device, chunk by chunk (OpenBLAS)
+//   C[r0:r1, cols] = psum_k(C_partial[r0:r1])       MPI_Iallreduce started after each chunk
+// and the chunks in flight are tested between the gemms that follow.
+
+#include "shard/autodiff/detail/grad_reduce.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "shard/comm/detail/collective.hpp"
+#include "shard/error.hpp"
+#include "shard/linalg/matmul.hpp"
+#include "shard/array/sharded_array.hpp"
+
+#include "comm/collective_shared.hpp"
+
+namespace shard {
+
+GradientReduction& gradient_reduction() {
+  static GradientReduction settings;
+  return settings;
+}
+
+namespace detail {
+
+NamedSharding transposed(const NamedSharding& s);  // matmul.cpp
+
+namespace {
+
+/// The reductions in flight of this thread's scope (weak: the parameters' nodes own them).
+struct ScopeState {
+  int depth = 0;
+  std::vector<std::weak_ptr<InFlightReduction>> in_flight;
+};
+thread_local ScopeState t_scope;
+
+void register_in_flight(const std::shared_ptr<InFlightReduction>& r) { t_scope.in_flight.push_back(r); }
+
+/// Rows [q0, q1) of op(a) @ op(b) into the same rows of c (row-major, n columns).
+template <Dtype T>
+void gemm_rows(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb, std::int64_t q0, std::int64_t q1,
+               Tensor<T>& c) {
+  const std::int64_t m = q1 - q0, n = c.shape()[1], k = ta ? a.shape()[0] : a.shape()[1];
+  T* out = c.data() + q0 * n;
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    std::fill(out, out + m * n, T(0));
+    return;
+  }
+  const T* ap = ta ? a.data() + q0 : a.data() + q0 * a.shape()[1];
+  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
+  const int lda = static_cast<int>(a.shape()[1]), ldb = static_cast<int>(b.shape()[1]);
+  if constexpr (std::is_same_v<T, double>)
+    cblas_dgemm(CblasRowMajor, tra, trb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, ap, lda,
+                b.data(), ldb, 0.0, out, static_cast<int>(n));
+  else
+    cblas_sgemm(CblasRowMajor, tra, trb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, ap,
+                lda, b.data(), ldb, 0.0f, out, static_cast<int>(n));
+}
+
+/// A gradient whose chunks are being summed: the blocks (one per local device) and a handle
+/// per chunk. Members in this order so that the handles go before the blocks they write.
+template <Dtype T>
+class DeferredProduct final : public InFlightReduction {
+ public:
+  DeferredProduct(const NamedSharding& s, Shape c_shape, std::vector<int> devices)
+      : sharding_(s), c_shape_(std::move(c_shape)), devices_(std::move(devices)) {}
+
+  void progress() override {
+    for (auto& c : chunks_)
+      if (!c.test()) return;  // one test progresses them all; the rest would not be done either
+  }
+  ShardedArray<T> take() {
+    for (auto& c : chunks_) c.wait();
+    chunks_.clear();
+    std::vector<Shard<T>> shards;
+    for (std::size_t i = 0; i < devices_.size(); ++i)
+      shards.push_back(Shard<T>{devices_[i], sharding_.box(devices_[i], c_shape_), std::move(blocks_[i])});
+    return ShardedArray<T>(c_shape_, sharding_, std::move(shards));
+  }
+
+  NamedSharding sharding_;
+  Shape c_shape_;
+  std::vector<int> devices_;
+  std::vector<Tensor<T>> blocks_;
+  std::vector<PendingPsum> chunks_;
+};
+
+}  // namespace
+
+DeferredReductionScope::DeferredReductionScope() { ++t_scope.depth; }
+DeferredReductionScope::~DeferredReductionScope() {
+  if (--t_scope.depth == 0) t_scope.in_flight.clear();
+}
+
+void progress_reductions() {
+  auto& v = t_scope.in_flight;
+  std::erase_if(v, [](const std::weak_ptr<InFlightReduction>& w) { return w.expired(); });
+  for (auto& w : v)
+    if (auto r = w.lock()) r->progress();
+}
+
+template <Dtype T>
+std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, bool ta, const ShardedArray<T>& b,
+                                                   bool tb, const NamedSharding& out) {
+  if (t_scope.depth == 0 || a.ndim() != 2 || b.ndim() != 2 || !(a.mesh() == b.mesh())) return {};
+  const NamedSharding sa = ta ? transposed(a.sharding()) : a.sharding();
+  const NamedSharding sb = tb ? transposed(b.sharding()) : b.sharding();
+  const Shape as = ta ? Shape{a.shape()[1], a.shape()[0]} : a.shape();
+  const Shape bs = tb ? Shape{b.shape()[1], b.shape()[0]} : b.shape();
+  if (as[1] != bs[0] || choose_algorithm(as, sa, bs, sb) != Algorithm::kRules) return {};
+  const MatmulPlan p = plan_matmul(as, sa, bs, sb, sizeof(T));
+  const Mesh& mesh = a.mesh();
+  if (!(p.a == sa.spec()) || !(p.b == sb.spec()) || p.contract.is_none()) return {};
+  const NamedSharding natural(mesh, p.out);
+  const Shape c_shape{as[0], bs[1]};
+  if (!(out == natural) || c_shape[0] % natural.num_parts(0) != 0 || c_shape[1] % natural.num_parts(1) != 0)
+    return {};  // every device's block has the same shape, so every group's chunks match
+  const Shape block = natural.shard_shape(c_shape);
+  const std::int64_t n = block[1];
+  CollectiveSpec whole = reduce_spec(mesh, ReduceOp::kSum, p.contract, block);
+  whole.dtype = dtype_name<T>();
+  if (use_shared_memory(mesh, whole, false)) return {};  // memory copies: nothing to overlap
+
+  std::vector<int> devices;
+  for (const auto& s : a.addressable_shards()) devices.push_back(s.device);
+  auto d = std::make_shared<DeferredProduct<T>>(natural, c_shape, devices);
+  for (std::size_t i = 0; i < devices.size(); ++i) d->blocks_.emplace_back(block);
+  const GradientReduction& settings = gradient_reduction();
+  const std::int64_t row_bytes = std::max<std::int64_t>(1, n * static_cast<std::int64_t>(sizeof(T)));
+  const std::int64_t rows = std::max<std::int64_t>(1, settings.bucket_bytes / row_bytes);
+  const std::int64_t step = std::max<std::int64_t>(1, rows / 4);  // the gemm's pieces between tests
+  for (std::int64_t r0 = 0; r0 < block[0]; r0 += rows) {
+    const std::int64_t r1 = std::min(block[0], r0 + rows);
+    for (std::int64_t q = r0; q < r1; q += step) {
+      for (std::size_t i = 0; i < devices.size(); ++i)
+        gemm_rows(a.addressable_shards()[i].data, ta, b.addressable_shards()[i].data, tb, q, std::min(r1, q + step),
+                  d->blocks_[i]);
+      progress_reductions();
+    }
+    CollectiveSpec chunk = reduce_spec(mesh, ReduceOp::kSum, p.contract, Shape{r1 - r0, n});
+    chunk.dtype = whole.dtype;
+    // The previous chunk's second phase (bfloat16) starts here, at the same point on every rank.
+    if (!d->chunks_.empty()) d->chunks_.back().post_next_phase();
+    d->chunks_.push_back(start_psum_rows(mesh, chunk, devices, d->blocks_, r0, r1, settings.bfloat16));
+    if (!settings.overlap) d->chunks_.back().wait();
+  }
+  if (block[0] == 0) {  // no rows: still one (empty) sum, so every rank makes the same calls
+    CollectiveSpec chunk = reduce_spec(mesh, ReduceOp::kSum, p.contract, Shape{0, n});
+    chunk.dtype = whole.dtype;
+    d->chunks_.push_back(start_psum_rows(mesh, chunk, devices, d->blocks_, 0, 0, settings.bfloat16));
+  }
+  register_in_flight(d);
+  return [d] { return d->take(); };
+}
+
+#define SHARD_INSTANTIATE_DEFERRED(T)                             \
+  template std::function<ShardedArray<T>()> matmul_t_deferred<T>( \
+      const ShardedArray<T>&, bool, const ShardedArray<T>&, bool, const NamedSharding&);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_DEFERRED)
+#undef SHARD_INSTANTIATE_DEFERRED
+
+}  // namespace detail
+}  // namespace shard

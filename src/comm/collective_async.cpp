@@ -1,0 +1,227 @@
+// Nonblocking sums of row ranges (start_psum_rows, collective.hpp): the backward pass's
+// gradient buckets (grad_reduce.cpp). For each group over the sum's axes that holds a device of
+// this rank: the local members' rows are added in memory, then one MPI_Iallreduce on the
+// group's communicator (or, in bfloat16, an Ialltoallv of each rank's share, a float32 sum and
+// an Iallgatherv of the rounded sums); completion copies the sum to the other local members.
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "shard/comm/comm_stats.hpp"
+#include "shard/comm/detail/collective.hpp"
+#include "shard/comm/detail/collective_guard.hpp"
+#include "shard/comm/detail/comm_verbs.hpp"
+#include "shard/comm/detail/mesh_comms.hpp"
+#include "shard/error.hpp"
+
+#include "comm/collective_guard_internal.hpp"
+#include "comm/collective_members.hpp"
+#include "comm/collective_shared.hpp"
+
+namespace shard::detail {
+
+// ---- start_psum_rows: the nonblocking psum of a row range (the backward pass's gradient buckets).
+struct PendingPsum::State {
+  Mesh mesh;  // keeps the groups' communicators alive
+  CommOp op;  // names the transfers (outlives them: declared first)
+  /// One group's sum: a transfer in flight and what runs when it completes (which may start the
+  /// next phase). `next` (and the buffers it holds) is declared first: it outlives the transfer.
+  /// A step that posts a transfer (`next_posts`) runs only from wait() or post_next_phase(),
+  /// which the caller reaches at the same point of its program on every rank: MPI needs every
+  /// rank to start the collectives of a communicator in the same order, and test() runs when
+  /// transfers happen to complete, which differs between ranks.
+  struct Part {
+    std::function<void(Part&)> next;
+    bool next_posts = false;
+    PendingTransfer transfer;
+  };
+  std::vector<Part> parts;
+};
+
+PendingPsum::PendingPsum() = default;
+PendingPsum::PendingPsum(PendingPsum&&) noexcept = default;
+PendingPsum& PendingPsum::operator=(PendingPsum&&) noexcept = default;
+PendingPsum::~PendingPsum() = default;
+
+bool PendingPsum::done() const { return !state_ || state_->parts.empty(); }
+
+namespace {
+/// Runs the part's next steps once its transfer completed; true when nothing is left. Without
+/// `block`, stops before a step that would post a transfer.
+bool advance(PendingPsum::State::Part& p, bool block) {
+  for (;;) {
+    if (block) p.transfer.wait();
+    else if (!p.transfer.test()) return false;
+    if (!p.next) return true;
+    if (!block && p.next_posts) return false;
+    auto next = std::move(p.next);
+    p.next = nullptr;
+    p.next_posts = false;
+    next(p);
+  }
+}
+}  // namespace
+
+bool PendingPsum::test() {
+  if (done()) return true;
+  bool all = true;
+  for (auto& p : state_->parts) all = advance(p, false) && all;
+  if (all) state_->parts.clear();
+  return all;
+}
+
+void PendingPsum::post_next_phase() {
+  if (done()) return;
+  for (auto& p : state_->parts) {
+    if (!p.next || !p.next_posts) continue;
+    p.transfer.wait();
+    auto next = std::move(p.next);
+    p.next = nullptr;
+    p.next_posts = false;
+    next(p);
+  }
+}
+
+void PendingPsum::wait() {
+  if (done()) return;
+  for (auto& p : state_->parts) advance(p, true);
+  state_->parts.clear();
+}
+
+namespace {
+
+/// float32 -> bfloat16, rounded to nearest even (NaN stays NaN).
+std::uint16_t to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+float from_bf16(std::uint16_t h) {
+  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+/// The bfloat16 sum of `count` floats at acc over g, accumulated in float32: each rank receives
+/// every rank's bfloat16 copy of its 1/P of the elements (Ialltoallv), sums them in float32,
+/// rounds the sum to bfloat16 and the ranks gather the sums (Iallgatherv): half the bytes of a
+/// float32 allreduce. Every rank ends with the same values.
+void start_bf16_sum(PendingPsum::State& st, PendingPsum::State::Part& part, const DeviceGroup& g,
+                    const std::string& axes, float* acc, std::int64_t count, std::function<void()> finish) {
+  struct Buffers {
+    std::vector<std::uint16_t> send, recv, gathered, mine;
+    std::vector<int> counts, displs, recv_counts, recv_displs;
+  };
+  auto b = std::make_shared<Buffers>();
+  const int p = g.comm.size(), me = g.comm.rank();
+  for (int r = 0; r < p; ++r) {  // rank r sums elements [displs[r], displs[r] + counts[r])
+    const std::int64_t lo = count * r / p, hi = count * (r + 1) / p;
+    b->displs.push_back(static_cast<int>(lo));
+    b->counts.push_back(static_cast<int>(hi - lo));
+  }
+  const int mine = b->counts[me];
+  for (int r = 0; r < p; ++r) {
+    b->recv_counts.push_back(mine);
+    b->recv_displs.push_back(r * mine);
+  }
+  b->send.resize(static_cast<std::size_t>(count));
+  for (std::int64_t e = 0; e < count; ++e) b->send[e] = to_bf16(acc[e]);
+  b->recv.resize(static_cast<std::size_t>(mine) * p);
+  part.transfer = ialltoallv(g, st.op, axes, b->send.data(), b->counts, b->displs, b->recv.data(), b->recv_counts,
+                             b->recv_displs);
+  part.next_posts = true;
+  part.next = [b, &g, &st, axes, acc, count, p, mine, finish](PendingPsum::State::Part& q) {
+    b->mine.resize(static_cast<std::size_t>(mine));
+    for (int e = 0; e < mine; ++e) {
+      float s = 0;
+      for (int r = 0; r < p; ++r) s += from_bf16(b->recv[static_cast<std::size_t>(r) * mine + e]);
+      b->mine[e] = to_bf16(s);
+    }
+    b->gathered.resize(static_cast<std::size_t>(count));
+    q.transfer = iallgatherv(g, st.op, axes, b->mine.data(), mine, b->gathered.data(), b->counts, b->displs);
+    q.next = [b, acc, count, finish](PendingPsum::State::Part&) {
+      for (std::int64_t e = 0; e < count; ++e) acc[e] = from_bf16(b->gathered[e]);
+      if (finish) finish();
+    };
+  };
+}
+
+}  // namespace
+
+template <typename T>
+PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
+                            std::vector<Tensor<T>>& blocks, std::int64_t r0, std::int64_t r1, bool bf16,
+                            const std::source_location& where) {
+  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
+    raise<ValueError>("start_psum_rows: float32 and float64 only");
+  } else {
+    if (s.kind != CollectiveKind::kReduce || s.op != ReduceOp::kSum || s.in_shape.size() != 2 ||
+        s.in_shape[0] != r1 - r0)
+      raise<ValueError>("start_psum_rows: the spec must be a psum of the ", r1 - r0, " rows");
+    bf16 = bf16 && std::is_same_v<T, float>;
+    CollectiveSpec checked = s;  // ranks that sum in bfloat16 must all do
+    if (bf16) checked.dtype = "bfloat16-compressed " + s.dtype;
+    if (collective_guard_on()) [[unlikely]]
+      guard_collective(mesh, checked, devices, where);
+    PendingPsum out;
+    out.state_ = std::make_unique<PendingPsum::State>(PendingPsum::State{
+        mesh, CommOp{s.name, checked.dtype + to_string(s.in_shape) + " over " + s.axes_text, where}, {}});
+    auto& st = *out.state_;
+    const std::int64_t n = s.in_shape[1], count = (r1 - r0) * n;
+    const bool shared_ok = use_shared_memory(mesh, s, false);
+    auto rows = [&](int local) { return blocks[local].data() + r0 * n; };
+    for (const auto& g : st.mesh.comms().groups(s.axes)) {
+      const auto m = members_of(g, devices);
+      if (m.empty() || count == 0) continue;
+      T* acc = rows(m[0].local);
+      for (std::size_t i = 1; i < m.size(); ++i) {
+        const T* x = rows(m[i].local);
+        for (std::int64_t e = 0; e < count; ++e) acc[e] += x[e];
+      }
+      std::vector<T*> others;
+      for (std::size_t i = 1; i < m.size(); ++i) others.push_back(rows(m[i].local));
+      std::function<void()> finish;
+      if (!others.empty())
+        finish = [acc, others, count] {
+          for (T* o : others) std::memcpy(o, acc, static_cast<std::size_t>(count) * sizeof(T));
+        };
+      const bool local = g.comm.is_null();
+      if (local || (shared_ok && static_cast<std::size_t>(count) * sizeof(T) >= kSharedReduceMin)) {
+        if (!local) {  // one node: a blocking sum through group-shared memory (memory copies)
+          Tensor<T> view = Tensor<T>::borrow(acc, Shape{r1 - r0, n});
+          shared_reduce(mesh, s, view, where);
+          comm_stats().record(s.name, s.axes_text, count * static_cast<std::int64_t>(sizeof(T)));
+        }
+        if (finish) finish();
+        continue;
+      }
+      auto& part = st.parts.emplace_back();
+      if constexpr (std::is_same_v<T, float>) {
+        if (bf16) {
+          start_bf16_sum(st, part, g, s.axes_text, acc, count, std::move(finish));
+          continue;
+        }
+      }
+      if (finish) part.next = [finish](PendingPsum::State::Part&) { finish(); };
+      part.transfer = iallreduce_sum(g, st.op, s.axes_text, acc, count_of(count, s));
+    }
+    return out;
+  }
+}
+
+#define SHARD_INSTANTIATE_ASYNC(T)                                                                     \
+  template PendingPsum start_psum_rows<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&, \
+                                          std::vector<Tensor<T>>&, std::int64_t, std::int64_t, bool,   \
+                                          const std::source_location&);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_ASYNC)
+#undef SHARD_INSTANTIATE_ASYNC
+
+}  // namespace shard::detail

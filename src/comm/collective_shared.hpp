@@ -1,0 +1,46 @@
+#pragma once
+// Collectives through group-shared memory (collective_shared.cpp): when a group's ranks share a
+// node with one device each, psum / pmean and a psum_scatter over dim 0 go through an MPI-3
+// shared window instead of MPI's transfers. Used by collective_exec.cpp only.
+
+#include <cstddef>
+#include <source_location>
+
+#include "shard/comm/detail/collective.hpp"
+#include "shard/comm/group_shared.hpp"
+#include "shard/core/tensor.hpp"
+
+namespace shard::detail {
+
+/// Blocks of at least this many bytes go through group-shared memory when the group allows it.
+inline constexpr std::size_t kSharedReduceMin = std::size_t{64} << 10;
+
+/// SHARD_SHARED_REDUCE=0 turns the group-shared collectives off (the Runtime sets this, agreed
+/// over the ranks: off if any rank asked).
+void set_shared_reduce(bool on);
+/// False under SHARD_SHARED_REDUCE=0: no transfer between ranks of a node bypasses MPI.
+bool shared_memory_allowed();
+
+/// Whether collective `s` may go through group-shared memory (see the definition). Collective
+/// over the mesh's ranks the first time for s.axes.
+bool use_shared_memory(const Mesh& mesh, const CollectiveSpec& s, bool is_bool);
+
+/// The window for the next collective through group-shared memory on s.axes (`advance` false:
+/// the one the next collective will use, without taking it).
+SharedWindow& next_shared_window(const Mesh& mesh, const CollectiveSpec& s, std::size_t bytes, bool advance = true);
+
+template <typename T>
+T* window_slot(const SharedWindow& w, int slot) {
+  return reinterpret_cast<T*>(w.base + static_cast<std::size_t>(slot) * w.bytes);
+}
+
+/// psum of acc over the group, in place.
+template <typename T>
+void shared_reduce(const Mesh& mesh, const CollectiveSpec& s, Tensor<T>& acc, const std::source_location& where);
+
+/// psum_scatter over dim 0 of acc into out (this rank's chunk, at group position pos).
+template <typename T>
+void shared_psum_scatter(const Mesh& mesh, const CollectiveSpec& s, int pos, const Tensor<T>& acc, Tensor<T>& out,
+                         const std::source_location& where);
+
+}  // namespace shard::detail

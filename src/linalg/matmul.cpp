@@ -1,0 +1,230 @@
+// matmul with sharding rules. Layouts at each step, for A[.., M, K] @ B[K, N]:
+//   A[batch.., rows, k] B[k, cols]   after the chosen reshards (k: the contracting axes)
+//   C_partial[batch.., rows, cols] = A_block @ B_block           OpenBLAS, per device
+//   C[batch.., rows, cols] = psum_k(C_partial)                    only when k names axes
+
+#include "shard/linalg/matmul.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "shard/comm/detail/collective.hpp"
+#include "shard/ops/ops.hpp"
+#include "shard/error.hpp"
+
+namespace shard {
+
+namespace {
+
+std::vector<std::string> without(const std::vector<std::string>& v, const std::set<std::string>& drop) {
+  std::vector<std::string> out;
+  for (const auto& a : v)
+    if (!drop.count(a)) out.push_back(a);
+  return out;
+}
+
+struct Layout {
+  PartitionSpec a, b, out;
+  SpecEntry k;
+};
+
+/// The layouts that contract over the mesh axes `k` (A's k entry and B's k entry become k;
+/// every other entry drops the axes an earlier operand dim already uses).
+Layout layout_for(const PartitionSpec& sa, int ra, const PartitionSpec& sb, int rb, const SpecEntry& k) {
+  std::set<std::string> used(k.axes().begin(), k.axes().end());
+  std::vector<SpecEntry> ea;
+  for (int d = 0; d < ra - 1; ++d) {
+    auto axes = without(sa[d].axes(), used);
+    used.insert(axes.begin(), axes.end());
+    ea.emplace_back(axes);
+  }
+  ea.push_back(k);
+  std::vector<SpecEntry> eb;
+  if (rb > 2)
+    for (int d = 0; d < rb - 2; ++d) eb.push_back(ea[d]);  // batched B follows A's batch dims
+  eb.push_back(k);
+  const SpecEntry cols(without(sb[rb - 1].axes(), used));
+  eb.push_back(cols);
+  std::vector<SpecEntry> eo(ea.begin(), ea.end() - 1);
+  eo.push_back(cols);
+  return Layout{PartitionSpec(ea), PartitionSpec(eb), PartitionSpec(eo), k};
+}
+
+void check_shapes(const Shape& a, const Shape& b) {
+  const bool ok = a.size() >= 2 && (b.size() == 2 || b.size() == a.size()) && a.back() == b[b.size() - 2] &&
+                  (b.size() == 2 || std::equal(a.begin(), a.end() - 2, b.begin()));
+  if (!ok)
+    raise<ShapeError>("matmul: shapes ", to_string(a), " and ", to_string(b),
+                      " do not multiply; need A[.., M, K] and B[K, N] or B[.., K, N] with the same leading dims");
+}
+
+}  // namespace
+
+std::string MatmulPlan::to_string() const {
+  std::ostringstream os;
+  os << a.to_string() << " @ " << b.to_string() << " -> " << out.to_string();
+  if (!contract.is_none()) os << ", psum over " << contract.to_string();
+  os << "; reshards send " << reshard_bytes << " bytes";
+  return os.str();
+}
+
+MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape, const NamedSharding& b,
+                       std::size_t elem_size) {
+  detail::check_same_devices(a.mesh(), b.mesh(), "matmul");
+  check_shapes(a_shape, b_shape);
+  const int ra = static_cast<int>(a_shape.size()), rb = static_cast<int>(b_shape.size());
+  // B's layout spelled on A's mesh (the candidates below name A's mesh axes); a B on another
+  // mesh without such a spelling counts as unsplit there, and its reshard costs what it costs.
+  const PartitionSpec b_spec = equivalent_sharding(b, b_shape, a.mesh()).value_or(NamedSharding(a.mesh(), P())).spec();
+  const SpecEntry ka = a.spec()[ra - 1], kb = b_spec[rb - 2];
+  MatmulPlan best;
+  std::int64_t best_cost = -1;
+  for (const SpecEntry& k : {ka, kb, SpecEntry()}) {
+    const Layout l = layout_for(a.spec(), ra, b_spec, rb, k);
+    const NamedSharding na(a.mesh(), l.a), nb(a.mesh(), l.b), no(a.mesh(), l.out);
+    std::int64_t cost = plan_reshard(a_shape, a, na, elem_size).total_bytes() +
+                        plan_reshard(b_shape, b, nb, elem_size).total_bytes();
+    const std::int64_t reshards = cost;
+    if (!k.is_none()) {  // a psum of C's blocks: about twice their bytes per device
+      Shape c_shape(a_shape.begin(), a_shape.end() - 1);
+      c_shape.push_back(b_shape.back());
+      cost += 2 * num_elements(no.shard_shape(c_shape)) * static_cast<std::int64_t>(elem_size) * a.mesh().size();
+    }
+    if (reshards == 0 && l.a == a.spec() && l.b == b_spec)  // already a supported layout: keep it
+      return MatmulPlan{l.a, l.b, l.out, l.k, 0};
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best = MatmulPlan{l.a, l.b, l.out, l.k, reshards};
+    }
+  }
+  return best;
+}
+
+/// The psum_scatter that leaves C summed over the plan's contracting axes and sharded as
+/// `out`, when `out` splits exactly one dim of C further over them (none otherwise). Its blocks
+/// are all natural.shard_shape(c_shape): only when every dim of C splits evenly (a short last
+/// block of an uneven dim would come back padded to the full block).
+template <typename T>
+std::optional<detail::CollectiveSpec> scatter_spec(const Mesh& mesh, const MatmulPlan& p, const Shape& c_shape,
+                                                   const NamedSharding* out) {
+  if (p.contract.is_none() || !out || !(out->mesh() == mesh)) return std::nullopt;
+  const NamedSharding natural(mesh, p.out);
+  for (int d = 0; d < static_cast<int>(c_shape.size()); ++d)
+    if (c_shape[d] % natural.num_parts(d) != 0) return std::nullopt;
+  for (int d = 0; d < static_cast<int>(c_shape.size()); ++d) {
+    std::vector<std::string> want = p.out[d].axes();
+    want.insert(want.end(), p.contract.axes().begin(), p.contract.axes().end());
+    std::vector<SpecEntry> entries;
+    for (int e = 0; e < static_cast<int>(c_shape.size()); ++e) entries.push_back(e == d ? SpecEntry(want) : p.out[e]);
+    if (!(out->spec() == PartitionSpec(entries)) || c_shape[d] % out->num_parts(d) != 0) continue;
+    detail::CollectiveSpec spec = detail::psum_scatter_spec(mesh, p.contract, natural.shard_shape(c_shape), d, true);
+    spec.dtype = dtype_name<T>();
+    return spec;
+  }
+  return std::nullopt;
+}
+
+/// C from each local device's product block under plan p: the blocks summed over the plan's
+/// contracting axes and placed as `out` (nullptr: p.out). A psum_scatter when `out` splits
+/// exactly one dim of C further over the contracting axes (each device sums only the rows it
+/// keeps); otherwise a psum, then a reshard if `out` differs from p.out.
+template <typename T>
+ShardedArray<T> place_product(const Mesh& mesh, const MatmulPlan& p, const Shape& c_shape, const std::vector<int>& devices,
+                              std::vector<Tensor<T>>& blocks, const NamedSharding* out) {
+  const NamedSharding natural(mesh, p.out);
+  auto assemble = [&](std::vector<Tensor<T>>& data, const NamedSharding& s) {
+    std::vector<Shard<T>> shards;
+    for (std::size_t i = 0; i < devices.size(); ++i)
+      shards.push_back(Shard<T>{devices[i], s.box(devices[i], c_shape), std::move(data[i])});
+    return ShardedArray<T>(c_shape, s, std::move(shards));
+  };
+  if (p.contract.is_none()) {
+    ShardedArray<T> c = assemble(blocks, natural);
+    return out && !(*out == natural) ? reshard(c, *out) : c;
+  }
+  if (auto spec = scatter_spec<T>(mesh, p, c_shape, out)) {
+    std::vector<Tensor<T>> outs;
+    detail::execute_collective<T>(mesh, *spec, devices, blocks, outs);
+    return assemble(outs, *out);
+  }
+  detail::CollectiveSpec spec = detail::reduce_spec(mesh, detail::ReduceOp::kSum, p.contract, natural.shard_shape(c_shape));
+  spec.dtype = dtype_name<T>();
+  std::vector<Tensor<T>> outs;
+  detail::execute_collective<T>(mesh, spec, devices, blocks, outs);
+  ShardedArray<T> c = assemble(outs, natural);
+  return out && !(*out == natural) ? reshard(c, *out) : c;
+}
+
+template <typename T>
+ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out) {
+  const MatmulPlan p = plan_matmul(a.shape(), a.sharding(), b.shape(), b.sharding(), sizeof(T));
+  const Mesh& mesh = a.mesh();
+  const NamedSharding want_a(mesh, p.a), want_b(mesh, p.b);
+  std::optional<ShardedArray<T>> moved_a, moved_b;  // the operands where the plan needs them (no copy when already there)
+  const ShardedArray<T>& la = a.sharding() == want_a ? a : moved_a.emplace(reshard(a, want_a));
+  const ShardedArray<T>& lb = b.sharding() == want_b ? b : moved_b.emplace(reshard(b, want_b));
+  Shape c_shape(a.shape().begin(), a.shape().end() - 1);
+  c_shape.push_back(b.shape().back());
+  std::vector<Tensor<T>> blocks;
+  std::vector<int> devices;
+  for (std::size_t i = 0; i < la.addressable_shards().size(); ++i) {
+    blocks.push_back(matmul(la.addressable_shards()[i].data, lb.addressable_shards()[i].data));
+    devices.push_back(la.addressable_shards()[i].device);
+  }
+  return place_product(mesh, p, c_shape, devices, blocks, out);
+}
+
+namespace detail {
+
+template <Dtype T>
+Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb, T* into = nullptr);  // tensor_linalg.cpp
+
+/// The spec of a 2-D array's transpose.
+NamedSharding transposed(const NamedSharding& s) {
+  std::vector<SpecEntry> e = s.spec().entries();
+  e.resize(2);
+  return NamedSharding(s.mesh(), PartitionSpec(std::vector<SpecEntry>{e[1], e[0]}));
+}
+
+template <Dtype T>
+ShardedArray<T> matmul_t(const ShardedArray<T>& a, bool ta, const ShardedArray<T>& b, bool tb, const NamedSharding* out) {
+  auto fallback = [&] { return matmul(ta ? transpose(a) : a, tb ? transpose(b) : b, out); };
+  if (a.ndim() != 2 || b.ndim() != 2 || !(a.mesh() == b.mesh())) return fallback();
+  const NamedSharding sa = ta ? transposed(a.sharding()) : a.sharding();
+  const NamedSharding sb = tb ? transposed(b.sharding()) : b.sharding();
+  const Shape as = ta ? Shape{a.shape()[1], a.shape()[0]} : a.shape();
+  const Shape bs = tb ? Shape{b.shape()[1], b.shape()[0]} : b.shape();
+  if (as[1] != bs[0]) return fallback();  // the shape error of matmul
+  // Only when the rules multiply the operands where they lie (and matmul would not pick a 2-D
+  // block algorithm): each device multiplies its blocks with the transposes in the gemm.
+  if (choose_algorithm(as, sa, bs, sb) != Algorithm::kRules) return fallback();
+  const MatmulPlan p = plan_matmul(as, sa, bs, sb, sizeof(T));
+  if (!(p.a == sa.spec()) || !(p.b == sb.spec())) return fallback();
+  const Shape c_shape{as[0], bs[1]};
+  std::vector<Tensor<T>> blocks;
+  std::vector<int> devices;
+  for (const auto& s : a.addressable_shards()) devices.push_back(s.device);
+  // A psum_scatter through group-shared memory reads the product from where the gemm wrote it.
+  T* staged = nullptr;
+  if (const auto spec = scatter_spec<T>(a.mesh(), p, c_shape, out))
+    staged = collective_staging<T>(a.mesh(), *spec, devices);
+  for (std::size_t i = 0; i < a.addressable_shards().size(); ++i)
+    blocks.push_back(matmul_t(a.addressable_shards()[i].data, ta, b.addressable_shards()[i].data, tb, staged));
+  return place_product(a.mesh(), p, c_shape, devices, blocks, out);
+}
+#define SHARD_INSTANTIATE_MATMUL_T(T)                                                              \
+  template ShardedArray<T> matmul_t<T>(const ShardedArray<T>&, bool, const ShardedArray<T>&, bool, \
+                                       const NamedSharding*);
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_MATMUL_T)
+#undef SHARD_INSTANTIATE_MATMUL_T
+
+}  // namespace detail
+
+#define SHARD_INSTANTIATE(T) \
+  template ShardedArray<T> matmul_by_rules<T>(const ShardedArray<T>&, const ShardedArray<T>&, const NamedSharding*);
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE)
+#undef SHARD_INSTANTIATE
+
+}  // namespace shard

@@ -1,0 +1,152 @@
+// Reductions on ShardedArrays. Each device reduces its block with the Tensor kernel
+//   partial[kept dims of its box] = reduce(block, dims)          local (pairwise sums)
+// then one collective over the mesh axes that split the reduced dims combines the partials:
+//   out[kept dims] = psum / pmax / pmin / product over those axes
+// float32 and float64 sums cross devices as float64 partials and are rounded once at the end,
+// so the result does not depend on the mesh beyond float64 rounding.
+
+#include <limits>
+
+#include "ops/ops_internal.hpp"
+#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/error.hpp"
+#include "core/tensor_kernels.hpp"
+
+namespace shard {
+
+namespace {
+
+const char* kind_name(ReduceKind k) {
+  static const char* kNames[] = {"sum", "mean", "max", "min", "prod"};
+  return kNames[static_cast<int>(k)];
+}
+
+/// The sharding of a reduction's result: the kept dims' entries (None for reduced dims kept
+/// with keepdims).
+NamedSharding reduced_sharding(const NamedSharding& s, int rank, const std::vector<int>& dims, bool keepdims) {
+  std::vector<SpecEntry> entries;
+  for (int d = 0; d < rank; ++d) {
+    const bool r = std::find(dims.begin(), dims.end(), d) != dims.end();
+    if (!r) entries.push_back(s.spec()[d]);
+    else if (keepdims) entries.emplace_back();
+  }
+  return NamedSharding(s.mesh(), PartitionSpec(std::move(entries)));
+}
+
+Shape reduced_shape(const Shape& shape, const std::vector<int>& dims, bool keepdims) {
+  Shape out;
+  for (int d = 0; d < static_cast<int>(shape.size()); ++d) {
+    const bool r = std::find(dims.begin(), dims.end(), d) != dims.end();
+    if (!r) out.push_back(shape[d]);
+    else if (keepdims) out.push_back(1);
+  }
+  return out;
+}
+
+detail::ReduceOp reduce_op(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::kMax: return detail::ReduceOp::kMax;
+    case ReduceKind::kMin: return detail::ReduceOp::kMin;
+    case ReduceKind::kProd: return detail::ReduceOp::kProd;
+    default: return detail::ReduceOp::kSum;
+  }
+}
+
+}  // namespace
+
+template <Dtype T>
+ShardedArray<T> reduce(const ShardedArray<T>& a, ReduceKind kind, const Dims& dims_in, bool keepdims) {
+  if (auto* tape = detail::recording_tape_for(a)) return detail::record_reduce(*tape, a, kind, dims_in, keepdims);
+  const int rank = a.ndim();
+  const std::vector<int> dims = dims_in.resolve(rank, kind_name(kind));
+  std::int64_t count = 1;
+  for (int d : dims) count *= a.shape()[d];
+  if (kind == ReduceKind::kMean && !std::is_floating_point_v<T>)
+    raise<ValueError>("mean kernel of a ", dtype_name<T>(), " array: the front end shard::mean converts integers "
+                      "to floating first");
+  if (count == 0 && (kind == ReduceKind::kMax || kind == ReduceKind::kMin))
+    raise<ValueError>(kind_name(kind), " over zero elements of a ", dtype_name<T>(), to_string(a.shape()),
+                      " array has no identity (numpy raises too)");
+  const Shape out_shape = reduced_shape(a.shape(), dims, keepdims);
+  const NamedSharding out = reduced_sharding(a.sharding(), rank, dims, keepdims);
+  const SpecEntry axes = detail::axes_of_dims(a.sharding(), dims);
+  const bool sums = kind == ReduceKind::kSum || kind == ReduceKind::kMean;
+  if constexpr (std::is_floating_point_v<T>) {
+    if (sums) {
+      std::vector<Tensor<double>> partial;
+      for (const auto& s : a.addressable_shards()) partial.push_back(detail::sum_in_double(s.data, dims, keepdims));
+      ShardedArray<double> total = detail::combine_over(std::move(partial), axes, detail::ReduceOp::kSum, out, out_shape);
+      const double scale = kind == ReduceKind::kMean ? 1.0 / static_cast<double>(count) : 1.0;
+      std::vector<Tensor<T>> blocks;
+      for (const auto& s : total.addressable_shards()) {
+        Tensor<T> b(s.data.shape());
+        for (std::int64_t i = 0; i < b.size(); ++i) b[i] = static_cast<T>(kind == ReduceKind::kMean ? s.data[i] * scale : s.data[i]);
+        blocks.push_back(std::move(b));
+      }
+      return detail::assemble(out_shape, out, std::move(blocks));
+    }
+  }
+  std::vector<Tensor<T>> partial;
+  for (const auto& s : a.addressable_shards()) partial.push_back(detail::reduce_or_identity(s.data, kind, dims, keepdims));
+  return detail::combine_over(std::move(partial), axes, reduce_op(kind), out, out_shape);
+}
+
+namespace {
+
+template <typename T>
+ShardedArray<std::int64_t> arg_reduce(const ShardedArray<T>& a, int axis, bool keepdims, bool want_max) {
+  const char* what = want_max ? "argmax" : "argmin";
+  const int rank = a.ndim();
+  const int d = resolve_dim(axis, rank, what);
+  if (a.shape()[d] == 0)
+    raise<ValueError>(what, " of a ", to_string(a.shape()), " array along dim ", d, ", which is empty");
+  const std::vector<int> dims{d};
+  const Shape out_shape = reduced_shape(a.shape(), dims, true);
+  const NamedSharding out = reduced_sharding(a.sharding(), rank, dims, true);
+  const SpecEntry axes = detail::axes_of_dims(a.sharding(), dims);
+  // 1. The extreme value of each line along d, over all devices.
+  std::vector<Tensor<T>> partial;
+  const ReduceKind kind = want_max ? ReduceKind::kMax : ReduceKind::kMin;
+  for (const auto& s : a.addressable_shards()) partial.push_back(detail::reduce_or_identity(s.data, kind, dims, true));
+  const ShardedArray<T> best = detail::combine_over(std::move(partial), axes, reduce_op(kind), out, out_shape);
+  // 2. The smallest global index along d where a line reaches it.
+  constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
+  std::vector<Tensor<std::int64_t>> index;
+  for (std::size_t i = 0; i < a.addressable_shards().size(); ++i) {
+    const auto& s = a.addressable_shards()[i];
+    const Tensor<T>& m = best.addressable_shards()[i].data;
+    Tensor<std::int64_t> idx(m.shape(), kNone);
+    const auto v = detail::three_dims(s.data.shape(), d, d + 1);
+    for (std::int64_t o = 0; o < v.outer; ++o)
+      for (std::int64_t j = 0; j < v.n; ++j)
+        for (std::int64_t k = 0; k < v.inner; ++k) {
+          const std::int64_t r = o * v.inner + k;
+          if (idx[r] == kNone && s.data[(o * v.n + j) * v.inner + k] == m[r]) idx[r] = s.box.offset[d] + j;
+        }
+    index.push_back(std::move(idx));
+  }
+  ShardedArray<std::int64_t> r = detail::combine_over(std::move(index), axes, detail::ReduceOp::kMin, out, out_shape);
+  return keepdims ? r : squeeze(r, Dims{d});
+}
+
+}  // namespace
+
+template <Dtype T>
+ShardedArray<std::int64_t> argmax(const ShardedArray<T>& a, int axis, bool keepdims) {
+  if (detail::recording_tape_for(a)) return detail::paused([&] { return arg_reduce(a, axis, keepdims, true); });
+  return arg_reduce(a, axis, keepdims, true);
+}
+template <Dtype T>
+ShardedArray<std::int64_t> argmin(const ShardedArray<T>& a, int axis, bool keepdims) {
+  if (detail::recording_tape_for(a)) return detail::paused([&] { return arg_reduce(a, axis, keepdims, false); });
+  return arg_reduce(a, axis, keepdims, false);
+}
+
+#define SHARD_INSTANTIATE_REDUCE(T)                                                                  \
+  template ShardedArray<T> reduce<T>(const ShardedArray<T>&, ReduceKind, const Dims&, bool);         \
+  template ShardedArray<std::int64_t> argmax<T>(const ShardedArray<T>&, int, bool);                  \
+  template ShardedArray<std::int64_t> argmin<T>(const ShardedArray<T>&, int, bool);
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_REDUCE)
+#undef SHARD_INSTANTIATE_REDUCE
+
+}  // namespace shard

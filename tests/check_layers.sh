@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# tests/check_layers.sh [repo]: the library's shape (DESIGN.md "Layers"). Fails on
+#   - an include that climbs the layer order: a file of include/shard/<layer>/ or src/<layer>/
+#     including a header of a later layer (shard/<layer>/..., or a private src header
+#     "<layer>/...");  the error header (shard/error.hpp) is the ground floor, shard.hpp the
+#     umbrella. Climbs still to be removed are listed in tests/layers_pending.txt as
+#     "file -> included header"; the check fails on a climb not listed there and on a listed one
+#     that is gone (remove its line: the list only shrinks);
+#   - a library file (src/, include/) past 700 lines;
+#   - a tracked build output (object files, archives, build folders).
+set -euo pipefail
+cd "${1:-$(dirname "${BASH_SOURCE[0]}")/..}"
+
+declare -A rank=([mpi]=1 [core]=2 [runtime]=3 [sharding]=4 [comm]=5 [array]=6 [linalg]=7 [ops]=8 [spmd]=9
+                 [autodiff]=10 [jit]=11 [vmap]=11 [io]=12 [train]=12)
+pending_file=tests/layers_pending.txt
+declare -A pending=()
+if [[ -f $pending_file ]]; then
+  while IFS= read -r line; do
+    [[ -z $line || $line == \#* ]] && continue
+    pending["$line"]=1
+  done < "$pending_file"
+fi
+
+layer_of() {  # include/shard/<layer>/... or src/<layer>/...; root files are the ground floor
+  local p=${1#include/shard/}
+  p=${p#src/}
+  local l=${p%%/*}
+  [[ $l == "$p" ]] && { echo 0; return; }
+  echo "${rank[$l]:-0}"
+}
+
+fail=0
+climbs=0
+declare -A seen=()
+while IFS= read -r f; do
+  [[ $f == include/shard/shard.hpp ]] && continue
+  own=$(layer_of "$f")
+  [[ $own -eq 0 ]] && [[ $f != include/shard/error.hpp && $f != src/error.cpp ]] && {
+    echo "check_layers: $f is in no layer folder (DESIGN.md \"Layers\")" >&2
+    fail=1
+    continue
+  }
+  while IFS= read -r inc; do
+    target=$inc
+    [[ $target == shard/* ]] && target=${target#shard/} || target="src/$target"
+    tl=$(layer_of "$target")
+    if [[ $tl -gt $own ]]; then
+      key="$f -> $inc"
+      seen["$key"]=1
+      climbs=$((climbs + 1))
+      if [[ -z ${pending[$key]:-} ]]; then
+        echo "check_layers: $f includes $inc, a later layer: an include must point down the layers (DESIGN.md \"Layers\")" >&2
+        fail=1
+      fi
+    fi
+  done < <(sed -nE 's/^#include "([a-z_]+\/[a-z_/]+\.hpp)".*/\1/p' "$f")
+done < <(git ls-files 'include/shard/*' 'src/*' | grep -E '\.(hpp|cpp)$')
+
+for key in "${!pending[@]}"; do
+  if [[ -z ${seen[$key]:-} ]]; then
+    echo "check_layers: '$key' is listed in $pending_file but no longer climbs: remove the line" >&2
+    fail=1
+  fi
+done
+
+long=$(git ls-files 'src/*' 'include/*' | xargs wc -l | awk '$2 != "total" && $1 > 700 {print "  " $2 " (" $1 " lines)"}')
+if [[ -n $long ]]; then
+  echo "check_layers: library files past 700 lines (split them along a concept):" >&2
+  echo "$long" >&2
+  fail=1
+fi
+
+outputs=$(git ls-files | grep -E '\.(o|obj|a|so|dylib|gch|pch)$|(^|/)(build|CMakeFiles)/' || true)
+if [[ -n $outputs ]]; then
+  echo "check_layers: build outputs are tracked:" >&2
+  while IFS= read -r o; do echo "  $o" >&2; done <<< "$outputs"
+  fail=1
+fi
+
+echo "check_layers: $climbs climbing includes (${#pending[@]} listed in $pending_file as still to remove)"
+exit $fail
