@@ -460,6 +460,40 @@ auto gelu(const X& x, bool approximate = true) {
   if (approximate) return unary(xf, UnaryOp::kGelu);  // one pass; its VJP one more
   return xf * R(0.5) * (erf(xf * static_cast<R>(0.7071067811865476)) + R(1));
 }
+
+namespace detail {
+/// log(exp(a) + exp(b)) of a floating array and an array or scalar of its type, as
+/// jnp.logaddexp computes it: max(a, b) + log1p(exp(-|a - b|)), and a + b where a - b is nan
+/// (a nan operand, or infinities of one sign: -inf, -inf gives -inf). That branch's |a - b| is
+/// replaced by 0 so its derivative stays finite (JAX's custom rule gives 1 and 1 at +inf, +inf).
+template <ArrayLike X, typename B>
+auto logaddexp_floating(const X& a, const B& b) {
+  using R = elem_t<X>;
+  const auto delta = a - b;
+  const auto same_inf = isnan(delta);
+  const auto finite_delta = where(same_inf, R(0), delta);
+  return where(same_inf, a + b, maximum(a, b) + log1p(exp(-abs(finite_delta))));
+}
+}  // namespace detail
+
+/// jnp.logaddexp: log(exp(a) + exp(b)) elementwise without overflow, broadcast and promoted like
+/// a binary op (integers and bool become floating, float_of_t). Either operand may be a scalar.
+/// Gradients: exp(a - out) and exp(b - out) (a sigmoid of a - b), 1/2 each at a == b; with
+/// infinities (0, 1) at (-inf, b), (1, 0) at (+inf, b), (1, 1) at (+inf, +inf) and (-inf, -inf).
+template <ArrayLike X, ArrayLike Y>
+auto logaddexp(const X& a, const Y& b) {
+  using R = float_of_t<promote_t<elem_t<X>, elem_t<Y>>>;
+  return detail::logaddexp_floating(detail::in_view_of<R>(a, b), detail::in_view_of<R>(b, a));
+}
+template <ArrayLike X, Scalar S>
+auto logaddexp(const X& a, S s) {
+  using R = float_of_t<weak_promote_t<elem_t<X>, S>>;
+  return detail::logaddexp_floating(as_dtype<R>(a), static_cast<R>(s));
+}
+template <ArrayLike X, Scalar S>
+auto logaddexp(S s, const X& a) {
+  return logaddexp(a, s);
+}
 /// jax.nn.standardize: (x - mean) / sqrt(var + epsilon) along `axis` (a layer norm without
 /// its scale and bias). A split axis costs two small reductions.
 template <ArrayLike X>

@@ -437,5 +437,68 @@ SHARD_MPI_TEST(PmapTyped, InAxesBroadcastAndChaining) {
   expect_matches(yd[0], full<float>({4, 4}, 4.f), 0, "yd[0]");
 }
 
+// ---------------------------------------------------------------- log-space activations
+
+/// f(a, b) elementwise over the numpy broadcast of a and b, by loops over global indices.
+template <typename F>
+Tensor<double> host_zip(const Tensor<double>& a, const Tensor<double>& b, F f) {
+  const Shape out = host_broadcast(a.shape(), b.shape());
+  Tensor<double> r(out);
+  Shape idx(out.size(), 0);
+  for (std::int64_t i = 0; i < r.size(); ++i, next_index(idx, out))
+    r[i] = f(a[broadcast_offset(a.shape(), idx)], b[broadcast_offset(b.shape(), idx)]);
+  return r;
+}
+
+double host_logaddexp(double a, double b) {
+  return static_cast<double>(std::log(std::exp(static_cast<long double>(a)) + std::exp(static_cast<long double>(b))));
+}
+
+SHARD_MPI_TEST(ArrayOps, Logaddexp) {
+  // Dims of 7 and 5 split 1-4 ways (uneven and empty shards), a broadcast row and column,
+  // a Tensor operand (uncommitted), a scalar, and the extremes, on every mesh.
+  std::uint64_t seed = 1100;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    for (const auto& spec : {P(X.a, X.b), P(X.ab), P(None, X.ab), P()}) {
+      const std::string w = mesh.to_string() + " " + spec.to_string();
+      const Tensor<double> ha = random_tensor<double>({7, 5}, seed++), hrow = random_tensor<double>({5}, seed++);
+      const Tensor<double> hcol = random_tensor<double>({7, 1}, seed++);
+      const auto a = device_put(ha, NamedSharding(mesh, spec));
+      const auto row = device_put(hrow, NamedSharding(mesh, P(X.b)));
+      const auto col = device_put(hcol, NamedSharding(mesh, P(X.a)));
+      expect_matches(logaddexp(a, row), host_zip(ha, hrow, host_logaddexp), 1e-15, w + " logaddexp(a, row)", &spec);
+      expect_matches(logaddexp(col, a), host_zip(hcol, ha, host_logaddexp), 1e-15, w + " logaddexp(col, a)");
+      expect_matches(logaddexp(hrow, a), host_zip(hrow, ha, host_logaddexp), 1e-15, w + " logaddexp(Tensor, a)", &spec);
+      expect_matches(logaddexp(a, -3.5), host_zip(ha, Tensor<double>(Shape{}, -3.5), host_logaddexp), 1e-15,
+                     w + " logaddexp(a, -3.5)", &spec);
+      // float32 from int32 and float32 operands.
+      const Tensor<std::int32_t> hi = random_tensor<std::int32_t>({7, 5}, seed++);
+      const auto af = logaddexp(device_put(hi, NamedSharding(mesh, spec)), astype<float>(a));
+      static_assert(std::is_same_v<decltype(af), const ShardedArray<float>>);
+      const Tensor<double> ha32 = astype<double>(astype<float>(ha));
+      expect_matches(af, astype<float>(host_zip(astype<double>(hi), ha32, host_logaddexp)), 3e-7, w + " int32, float32");
+      // Extremes: the same values however they are split.
+      Tensor<double> ex({7, 5}), ey({7, 5});
+      const double vx[] = {1000, -inf, -inf, inf, inf, -1000, 0.25};
+      const double vy[] = {1000, -inf, 2, -inf, inf, -1000, 700};
+      for (int i = 0; i < 7; ++i)
+        for (int j = 0; j < 5; ++j) {
+          ex(i, j) = vx[i];
+          ey(i, j) = vy[i] - j;
+        }
+      Tensor<double> want({7, 5});
+      for (int i = 0; i < 7; ++i)
+        for (int j = 0; j < 5; ++j) {
+          const double x = ex(i, j), y = ey(i, j), m = std::max(x, y);
+          want(i, j) = x == y ? x + (std::isinf(x) ? 0.0 : std::log(2.0)) : m + std::log1p(std::exp(-std::abs(x - y)));
+        }
+      expect_matches(logaddexp(device_put(ex, NamedSharding(mesh, spec)), device_put(ey, NamedSharding(mesh, P(X.b)))),
+                     want, 1e-15, w + " extremes");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shard::testing

@@ -730,6 +730,52 @@ TEST(TensorOps, DotProductAttentionMatchesItsDefinition) {
   }
 }
 
+// ---------------------------------------------------------------- log-space activations
+
+/// log(exp(a) + exp(b)) in long double (no overflow for |a|, |b| up to thousands).
+double ref_logaddexp(double a, double b) {
+  return static_cast<double>(std::log(std::exp(static_cast<long double>(a)) + std::exp(static_cast<long double>(b))));
+}
+
+TEST(TensorOps, Logaddexp) {
+  // Broadcast operands (3, 1, 4) and (5, 1) against the long double definition.
+  const Tensor<double> a = rnd<double>({3, 1, 4}, 201, -40, 40), b = rnd<double>({5, 1}, 202, -40, 40);
+  expect_near(logaddexp(a, b), ref_zip<double>(a, b, ref_logaddexp), 1e-15, "logaddexp float64");
+  const Tensor<float> af = rnd<float>({6, 7}, 203, -90, 90), bf = rnd<float>({6, 7}, 204, -90, 90);
+  const auto rf = logaddexp(af, bf);
+  static_assert(std::is_same_v<decltype(rf), const Tensor<float>>);
+  expect_near(rf, ref_zip<double>(af, bf, ref_logaddexp), 1e-7, "logaddexp float32");
+  // Promotion as a binary op, then floating: int32 -> float32, int64 -> float64, int32 with a
+  // double scalar -> float64 (the scalar's own type, as for x * 2.5), a float32 array stays
+  // float32 with a double scalar (weak); either operand may be the scalar.
+  const Tensor<std::int32_t> ai = rnd<std::int32_t>({4, 3}, 205, -20, 20);
+  const Tensor<std::int64_t> bl = rnd<std::int64_t>({3}, 206, -20, 20);
+  static_assert(std::is_same_v<decltype(logaddexp(ai, ai)), Tensor<float>>);
+  static_assert(std::is_same_v<decltype(logaddexp(ai, bl)), Tensor<double>>);
+  static_assert(std::is_same_v<decltype(logaddexp(ai, 2.5)), Tensor<double>>);
+  static_assert(std::is_same_v<decltype(logaddexp(af, 2.5)), Tensor<float>>);
+  expect_near(logaddexp(ai, bl), ref_zip<double>(ai, bl, [](auto x, auto y) { return ref_logaddexp(x, y); }), 1e-15,
+              "logaddexp int32, int64");
+  const Tensor<double> s(Shape{}, 2.5);
+  expect_near(logaddexp(a, 2.5), ref_zip<double>(a, s, ref_logaddexp), 1e-15, "logaddexp(a, 2.5)");
+  expect_near(logaddexp(2.5, a), ref_zip<double>(a, s, ref_logaddexp), 1e-15, "logaddexp(2.5, a)");
+  // Extremes as numpy: no overflow at +-1000, -inf is exp's zero, infinities of one sign give
+  // that infinity (-inf, -inf is -inf, not nan), nan propagates.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor<double> ea({9}, std::vector<double>{1000, -1000, -inf, -inf, inf, inf, inf, nan, 1e300});
+  const Tensor<double> eb({9}, std::vector<double>{1000, -1001, -inf, 3, -inf, inf, 5, 0, 1e300});
+  const auto e = logaddexp(ea, eb);
+  const std::vector<double> want{1000 + std::log(2.0), -1000 + std::log1p(std::exp(-1.0)), -inf, 3, inf, inf, inf,
+                                 nan, 1e300 + std::log(2.0)};
+  for (int i = 0; i < 9; ++i) {
+    if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(e[i])) << i;
+    else EXPECT_DOUBLE_EQ(e[i], want[i]) << i << ": " << ea[i] << ", " << eb[i];
+  }
+  const auto ef = logaddexp(Tensor<float>({2}, std::vector<float>{88.f, -INFINITY}), 88.f);
+  EXPECT_FLOAT_EQ(ef[0], 88.f + std::log(2.f));  // exp(88) * 2 overflows float32
+  EXPECT_EQ(ef[1], 88.f);
+}
+
 // ---------------------------------------------------------------- creation and checked shapes
 
 TEST(TensorOps, Creation) {
