@@ -494,6 +494,15 @@ template <ArrayLike X, Scalar S>
 auto logaddexp(S s, const X& a) {
   return logaddexp(a, s);
 }
+
+/// jax.nn.softplus: log(1 + exp(x)) as logaddexp(x, 0), so it neither overflows for large x
+/// (softplus(100) is 100) nor rounds to 0 early for very negative x (softplus(-100) is
+/// exp(-100)). Integers and bool become floating. Its derivative is sigmoid(x) (1/2 at 0).
+/// Elementwise: no communication.
+template <ArrayLike X>
+auto softplus(const X& x) {
+  return logaddexp(x, 0);
+}
 /// jax.nn.standardize: (x - mean) / sqrt(var + epsilon) along `axis` (a layer norm without
 /// its scale and bias). A split axis costs two small reductions.
 template <ArrayLike X>

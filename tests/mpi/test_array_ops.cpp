@@ -500,5 +500,31 @@ SHARD_MPI_TEST(ArrayOps, Logaddexp) {
   }
 }
 
+SHARD_MPI_TEST(ArrayOps, Softplus) {
+  std::uint64_t seed = 1200;
+  auto host_softplus = [](double v) {
+    return static_cast<double>(std::log1p(std::exp(static_cast<long double>(v))));
+  };
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    for (const auto& spec : {P(X.a, X.b), P(None, X.ab), P()}) {
+      const std::string w = mesh.to_string() + " " + spec.to_string();
+      Tensor<double> h = random_tensor<double>({7, 5}, seed++);  // [-100, 100)
+      h(0, 0) = 100;
+      h(6, 4) = -100;
+      h(3, 2) = 0;
+      Tensor<double> want(h.shape());
+      for (std::int64_t i = 0; i < h.size(); ++i) want[i] = host_softplus(h[i]);
+      const auto x = device_put(h, NamedSharding(mesh, spec));
+      expect_matches(softplus(x), want, 1e-15, w + " softplus", &spec);
+      const Tensor<std::int32_t> hi = random_tensor<std::int32_t>({7, 5}, seed++);
+      Tensor<float> wi(hi.shape());
+      for (std::int64_t i = 0; i < hi.size(); ++i) wi[i] = static_cast<float>(host_softplus(hi[i] / 10.0));
+      const auto si = softplus(device_put(hi, NamedSharding(mesh, spec)) / 10);  // int32 / 10 is float32
+      expect_matches(si, wi, 3e-7, w + " softplus float32", &spec);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shard::testing

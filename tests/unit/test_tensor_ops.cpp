@@ -776,6 +776,36 @@ TEST(TensorOps, Logaddexp) {
   EXPECT_EQ(ef[1], 88.f);
 }
 
+TEST(TensorOps, Softplus) {
+  // log(1 + exp(x)) in long double, float64 and float32; integers become floating.
+  auto ref = [](double v) { return static_cast<double>(std::log1p(std::exp(static_cast<long double>(v)))); };
+  const Tensor<double> x = rnd<double>({4, 9}, 211, -60, 60);
+  const Tensor<double> none(Shape{}, 0.0);
+  expect_near(softplus(x), ref_zip<double>(x, none, [&](double v, double) { return ref(v); }), 1e-15, "softplus");
+  const Tensor<float> xf = rnd<float>({50}, 212, -80, 80);
+  const auto sf = softplus(xf);
+  static_assert(std::is_same_v<decltype(sf), const Tensor<float>>);
+  for (std::int64_t i = 0; i < xf.size(); ++i) EXPECT_NEAR(sf[i], ref(xf[i]), 2e-7 * std::max(1.0, ref(xf[i]))) << xf[i];
+  static_assert(std::is_same_v<decltype(softplus(Tensor<std::int32_t>({2}, 1))), Tensor<float>>);
+  static_assert(std::is_same_v<decltype(softplus(Tensor<std::int64_t>({2}, 1))), Tensor<double>>);
+  expect_near(softplus(Tensor<bool>({2}, std::vector<bool>{true, false})),
+              Tensor<double>({2}, std::vector<double>{ref(1), ref(0)}), 1e-7, "softplus of bool");
+  // Extremes: no overflow, no early 0, no precision lost near 0 (log1p), infinities and nan.
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto e = softplus(Tensor<double>({8}, std::vector<double>{100, -100, 1000, -1000, 1e-20, inf, -inf, NAN}));
+  EXPECT_EQ(e[0], 100.0);
+  EXPECT_NEAR(e[1], std::exp(-100.0), 1e-15 * std::exp(-100.0));
+  EXPECT_EQ(e[2], 1000.0);
+  EXPECT_EQ(e[3], 0.0);
+  EXPECT_DOUBLE_EQ(e[4], std::log(2.0));
+  EXPECT_EQ(e[5], inf);
+  EXPECT_EQ(e[6], 0.0);
+  EXPECT_TRUE(std::isnan(e[7]));
+  const auto ef = softplus(Tensor<float>({2}, std::vector<float>{100.f, -100.f}));
+  EXPECT_EQ(ef[0], 100.f);
+  EXPECT_NEAR(ef[1], 3.72e-44f, 3e-45f);  // a float32 subnormal: exp(-100)
+}
+
 // ---------------------------------------------------------------- creation and checked shapes
 
 TEST(TensorOps, Creation) {
