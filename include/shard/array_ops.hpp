@@ -503,6 +503,13 @@ template <ArrayLike X>
 auto softplus(const X& x) {
   return logaddexp(x, 0);
 }
+/// jax.nn.log_sigmoid: log(sigmoid(x)) = -softplus(-x), stable at both ends (log_sigmoid(-100)
+/// is -100, log_sigmoid(100) is -exp(-100)). Its derivative is sigmoid(-x). Elementwise.
+template <ArrayLike X>
+auto log_sigmoid(const X& x) {
+  using R = float_of_t<elem_t<X>>;
+  return -softplus(-as_dtype<R>(x));
+}
 /// jax.nn.standardize: (x - mean) / sqrt(var + epsilon) along `axis` (a layer norm without
 /// its scale and bias). A split axis costs two small reductions.
 template <ArrayLike X>

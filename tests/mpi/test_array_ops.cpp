@@ -526,5 +526,22 @@ SHARD_MPI_TEST(ArrayOps, Softplus) {
   }
 }
 
+SHARD_MPI_TEST(ArrayOps, LogSigmoid) {
+  std::uint64_t seed = 1300;
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    for (const auto& spec : {P(X.ab, None), P(X.b, X.a), P()}) {
+      const std::string w = mesh.to_string() + " " + spec.to_string();
+      Tensor<double> h = random_tensor<double>({7, 5}, seed++);
+      h(1, 1) = 100;
+      h(5, 0) = -100;
+      Tensor<double> want(h.shape());
+      for (std::int64_t i = 0; i < h.size(); ++i)
+        want[i] = static_cast<double>(-std::log1p(std::exp(-static_cast<long double>(h[i]))));
+      expect_matches(log_sigmoid(device_put(h, NamedSharding(mesh, spec))), want, 1e-15, w + " log_sigmoid", &spec);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shard::testing

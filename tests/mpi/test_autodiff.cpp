@@ -809,5 +809,19 @@ SHARD_MPI_TEST(Autodiff, SoftplusGradients) {
       [&](const std::vector<HT>& p) { return sum(softplus(p[0] * p[1]) * p[1]); }, {xs, ss});
 }
 
+SHARD_MPI_TEST(Autodiff, LogSigmoidGradients) {
+  const HT w = spread({7, 5}, 1401, 1.0);
+  check_gradients(
+      "log_sigmoid", [&](const auto& p) { return sum(log_sigmoid(p[0] - p[1]) * w); },
+      {spread({7, 5}, 1402, 6.0), spread({7, 1}, 1403, 2.0)}, 1404);
+  // The derivative is sigmoid(-x): 1/2 at 0, exp(-100) at 100, 1 at -100.
+  const HT x({4}, std::vector<double>{0, 100, -100, -1000});
+  const HT gx = grad([](const HT& v) { return sum(log_sigmoid(v)); })(x);
+  EXPECT_DOUBLE_EQ(gx[0], 0.5);
+  EXPECT_NEAR(gx[1], std::exp(-100.0), 1e-15 * std::exp(-100.0));
+  EXPECT_EQ(gx[2], 1.0);
+  EXPECT_EQ(gx[3], 1.0);
+}
+
 }  // namespace
 }  // namespace shard::testing

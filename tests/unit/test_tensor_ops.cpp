@@ -806,6 +806,30 @@ TEST(TensorOps, Softplus) {
   EXPECT_NEAR(ef[1], 3.72e-44f, 3e-45f);  // a float32 subnormal: exp(-100)
 }
 
+TEST(TensorOps, LogSigmoid) {
+  // log(1 / (1 + exp(-x))) in long double; stable at both ends.
+  auto ref = [](double v) { return static_cast<double>(-std::log1p(std::exp(-static_cast<long double>(v)))); };
+  const Tensor<double> x = rnd<double>({3, 11}, 221, -60, 60);
+  const auto r = log_sigmoid(x);
+  for (std::int64_t i = 0; i < x.size(); ++i) EXPECT_NEAR(r[i], ref(x[i]), 1e-15 * std::max(1.0, std::abs(ref(x[i])))) << x[i];
+  const Tensor<float> xf = rnd<float>({40}, 222, -80, 80);
+  const auto rf = log_sigmoid(xf);
+  static_assert(std::is_same_v<decltype(rf), const Tensor<float>>);
+  for (std::int64_t i = 0; i < xf.size(); ++i)
+    EXPECT_NEAR(rf[i], ref(xf[i]), 2e-7 * std::max(1.0, std::abs(ref(xf[i])))) << xf[i];
+  static_assert(std::is_same_v<decltype(log_sigmoid(Tensor<std::int32_t>({2}, 1))), Tensor<float>>);
+  expect_near(log_sigmoid(Tensor<bool>({2}, std::vector<bool>{true, false})),
+              Tensor<double>({2}, std::vector<double>{ref(1), ref(0)}), 1e-7, "log_sigmoid of bool");
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto e = log_sigmoid(Tensor<double>({6}, std::vector<double>{-100, 100, -1000, 0, inf, -inf}));
+  EXPECT_EQ(e[0], -100.0);
+  EXPECT_NEAR(e[1], -std::exp(-100.0), 1e-15 * std::exp(-100.0));
+  EXPECT_EQ(e[2], -1000.0);
+  EXPECT_DOUBLE_EQ(e[3], -std::log(2.0));
+  EXPECT_EQ(e[4], 0.0);
+  EXPECT_EQ(e[5], -inf);
+}
+
 // ---------------------------------------------------------------- creation and checked shapes
 
 TEST(TensorOps, Creation) {
