@@ -409,6 +409,21 @@ auto all(const X& x, const Dims& dims = {}, bool keepdims = false) {
   return reduce(as_dtype<bool>(x), ReduceKind::kMin, dims, keepdims);
 }
 
+/// jnp.cumsum along `axis` (negative counts from the end): element i is the sum of elements
+/// 0..i along it. Dtypes as sum's (bool gives int32, integers keep their type and wrap as in
+/// JAX); floating prefix sums accumulate in float64. A ShardedArray keeps its sharding: a split
+/// axis costs one all_gather of the blocks' totals (prefix_sum in ops.hpp), never the blocks.
+template <ArrayLike X>
+auto cumsum(const X& x, int axis) {
+  return prefix_sum(as_dtype<sum_t<elem_t<X>>>(x), axis, false);
+}
+/// jnp.cumsum(x) (axis=None): of the flattened array, cumsum(reshape(x, {-1}), 0) (a
+/// ShardedArray is flattened by reshape's rule first).
+template <ArrayLike X>
+auto cumsum(const X& x) {
+  return cumsum(reshape(x, Shape{-1}), 0);
+}
+
 namespace detail {
 // (src/tensor_rows.cpp)
 /// softmax and standardize along `axis` of a floating Tensor, each in one pass over a row

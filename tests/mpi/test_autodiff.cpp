@@ -823,5 +823,81 @@ SHARD_MPI_TEST(Autodiff, LogSigmoidGradients) {
   EXPECT_EQ(gx[3], 1.0);
 }
 
+SHARD_MPI_TEST(Autodiff, CumsumGradients) {
+  const HT w = spread({7, 5}, 1501, 1.0);
+  check_gradients(
+      "cumsum",
+      [&](const auto& p) {
+        return sum(cumsum(p[0], 0) * w) + sum(tanh(cumsum(p[0] * p[1], -1))) + sum(cumsum(p[1]) * p[1]);
+      },
+      {spread({7, 5}, 1502, 1.0), spread({5}, 1503, 1.0)}, 1504);
+  // The VJP is the reverse cumsum of the cotangent: vjp with a random cotangent against loops.
+  const HT x = spread({4, 6}, 1505, 1.0), ct = spread({4, 6}, 1506, 1.0);
+  for (int axis : {0, 1}) {
+    auto [y, fn] = vjp([axis](const HT& v) { return cumsum(v, axis); }, x);
+    const auto [dx] = fn(ct);
+    HT want(x.shape());
+    for (std::int64_t i = 0; i < 4; ++i)
+      for (std::int64_t j = 0; j < 6; ++j) {
+        double acc = 0;
+        if (axis == 0)
+          for (std::int64_t k = i; k < 4; ++k) acc += ct(k, j);
+        else
+          for (std::int64_t k = j; k < 6; ++k) acc += ct(i, k);
+        want(i, j) = acc;
+      }
+    EXPECT_LT(max_rel_diff(dx, want), 1e-15) << "axis " << axis;
+  }
+}
+
+SHARD_MPI_TEST(Autodiff, CumsumInsideShardMap) {
+  // A body's cumsum is of its block (local). The global cumsum along the split rows, written
+  // by hand in the body: the block's cumsum plus the sum of the blocks before it (an all_gather
+  // of the block totals, masked by axis_index), forward against loops and gradients (through
+  // the all_gather's transpose, a psum_scatter) against the global view's cumsum.
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const std::int64_t rows = 3 * n, cols = 4;
+  const SA x = device_put(spread({rows, cols}, 1601, 1.0), NamedSharding(mesh, P("a")));
+  const SA s = device_put(spread({cols}, 1602, 1.0), NamedSharding(mesh, P()));
+  auto body = [n](const HT& blk, const HT& scale) {
+    const HT v = blk * scale;
+    const HT totals = all_gather(sum(v, 0, true), "a", 0, true);  // (n, cols)
+    HT before(Shape{n, 1}, 0.0);
+    for (int q = 0; q < axis_index("a"); ++q) before[q] = 1.0;
+    return cumsum(v, 0) + sum(totals * before, 0, true);
+  };
+  const SA y = shard_map(mesh, {P("a"), P()}, P("a"), body)(x, s);
+  const HT hx = x.to_host(), hs = s.to_host();
+  HT want(hx.shape());
+  for (std::int64_t j = 0; j < cols; ++j) {
+    double acc = 0;
+    for (std::int64_t i = 0; i < rows; ++i) want(i, j) = acc += hx(i, j) * hs[j];
+  }
+  EXPECT_LT(max_rel_diff(y.to_host(), want), 1e-14);
+  const HT c = spread({rows, cols}, 1603, 1.0);
+  expect_same_gradients(
+      "global cumsum in shard_map",
+      [&](const std::vector<SA>& p) { return sum(tanh(shard_map(mesh, {P("a"), P()}, P("a"), body)(p[0], p[1])) * c); },
+      [&](const std::vector<HT>& p) { return sum(tanh(cumsum(p[0] * p[1], 0)) * c); }, {x, s});
+  // The block-local cumsum (along both dims) with an invariant scale: its gradient is one psum.
+  expect_same_gradients(
+      "block cumsum in shard_map",
+      [&](const std::vector<SA>& p) {
+        return shard_map(mesh, {P("a"), P()}, P(), [](const HT& blk, const HT& scale) {
+          return psum(sum(tanh(cumsum(cumsum(blk * scale, 0), 1))), "a");
+        })(p[0], p[1]);
+      },
+      [&](const std::vector<HT>& p) {
+        HT total(Shape{}, 0.0);
+        for (int b = 0; b < n; ++b) {
+          const HT blk = slice(p[0], {Slice(3 * b, 3 * b + 3)});
+          total = total + sum(tanh(cumsum(cumsum(blk * p[1], 0), 1)));
+        }
+        return total;
+      },
+      {x, s});
+}
+
 }  // namespace
 }  // namespace shard::testing
