@@ -540,6 +540,31 @@ auto standardize(const X& x, int axis = -1, double epsilon = 1e-5) {
 }
 
 namespace detail {
+/// A layer_norm parameter lined up with dim `a` of a rank-`r` array: a 1-D p becomes
+/// (n, 1, ..., 1) unless `a` is the last dim; other shapes broadcast as numpy's.
+template <ArrayLike P>
+auto along_dim(const P& p, int a, int r) {
+  using A = std::remove_cvref_t<P>;
+  if (p.ndim() != 1 || a == r - 1) return A(p.alias());
+  Shape s(static_cast<std::size_t>(r - a), 1);
+  s[0] = p.shape()[0];
+  return A(reshape(p, s));
+}
+}  // namespace detail
+
+/// Layer normalisation (flax.linen.LayerNorm, haiku.LayerNorm): standardize(x, axis, epsilon)
+/// * gain + bias. A 1-D gain or bias lies along the normalised axis (shape (D,) for x (B, T, D)
+/// and axis -1, and for x (B, D, T) and axis 1); other shapes broadcast against x as numpy's.
+/// Promoted like the ops it is made of (integer x becomes floating). A split axis costs
+/// standardize's two small reductions; gain and bias line up with x's blocks like any operand.
+template <ArrayLike X, ArrayLike G, ArrayLike B>
+auto layer_norm(const X& x, const G& gain, const B& bias, int axis = -1, double epsilon = 1e-5) {
+  const int r = x.ndim();
+  const int a = resolve_dim(axis, r, "layer_norm");
+  return standardize(x, a, epsilon) * detail::along_dim(gain, a, r) + detail::along_dim(bias, a, r);
+}
+
+namespace detail {
 // (src/tensor_attention.cpp)
 /// What shard::dot_product_attention runs on Tensors: products on the strided head blocks
 /// (no transposes), the causal mask as loop bounds; its VJP in the same blocks.

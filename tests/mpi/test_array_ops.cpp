@@ -630,5 +630,48 @@ SHARD_MPI_TEST(ArrayOps, CumsumSendsOnlyTheBlockTotals) {
   expect_matches(c, host_cumsum(h, 0), 1e-11, "cumsum along a split dim");
 }
 
+// ---------------------------------------------------------------- layer_norm
+
+/// standardize(x, dim) * g + b of a 2-D x by loops, g and b indexed along `dim`.
+Tensor<double> host_layer_norm(const Tensor<double>& x, const Tensor<double>& g, const Tensor<double>& b, int dim,
+                               double eps) {
+  const std::int64_t rows = x.shape()[0], cols = x.shape()[1];
+  const std::int64_t lines = dim == 1 ? rows : cols, n = dim == 1 ? cols : rows;
+  Tensor<double> out(x.shape());
+  auto at = [&](std::int64_t line, std::int64_t k) -> std::int64_t { return dim == 1 ? line * cols + k : k * cols + line; };
+  for (std::int64_t l = 0; l < lines; ++l) {
+    double m = 0, var = 0;
+    for (std::int64_t k = 0; k < n; ++k) m += x[at(l, k)] / static_cast<double>(n);
+    for (std::int64_t k = 0; k < n; ++k) var += (x[at(l, k)] - m) * (x[at(l, k)] - m) / static_cast<double>(n);
+    for (std::int64_t k = 0; k < n; ++k) out[at(l, k)] = (x[at(l, k)] - m) / std::sqrt(var + eps) * g[k] + b[k];
+  }
+  return out;
+}
+
+SHARD_MPI_TEST(ArrayOps, LayerNorm) {
+  // (7, 6) normalised along either dim, that dim split or not (uneven blocks); gain and bias
+  // sharded, replicated or Tensors.
+  std::uint64_t seed = 1500;
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    for (const auto& spec : {P(X.a, X.b), P(None, X.ab), P(X.ab), P()}) {
+      const std::string w = mesh.to_string() + " " + spec.to_string();
+      const Tensor<double> hx = random_tensor<double>({7, 6}, seed++);
+      const Tensor<double> hg6 = random_tensor<double>({6}, seed++) / 50.0, hb6 = random_tensor<double>({6}, seed++);
+      const Tensor<double> hg7 = random_tensor<double>({7}, seed++) / 50.0, hb7 = random_tensor<double>({7}, seed++);
+      const auto x = device_put(hx, NamedSharding(mesh, spec));
+      const auto g6 = device_put(hg6, NamedSharding(mesh, P(X.b))), b6 = device_put(hb6, NamedSharding(mesh, P()));
+      const auto g7 = device_put(hg7, NamedSharding(mesh, P(X.ab))), b7 = device_put(hb7, NamedSharding(mesh, P(X.a)));
+      expect_matches(layer_norm(x, g6, b6), host_layer_norm(hx, hg6, hb6, 1, 1e-5), 1e-12, w + " axis -1", &spec);
+      expect_matches(layer_norm(x, hg6, hb6, 1, 1e-2), host_layer_norm(hx, hg6, hb6, 1, 1e-2), 1e-12,
+                     w + " axis 1, Tensor gain and bias", &spec);
+      expect_matches(layer_norm(x, g7, b7, 0), host_layer_norm(hx, hg7, hb7, 0, 1e-5), 1e-12, w + " axis 0", &spec);
+      const auto y32 = layer_norm(astype<float>(x), astype<float>(g7), astype<float>(b7), -2);
+      static_assert(std::is_same_v<decltype(y32), const ShardedArray<float>>);
+      expect_matches(y32, astype<float>(host_layer_norm(hx, hg7, hb7, 0, 1e-5)), 2e-5, w + " float32");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shard::testing

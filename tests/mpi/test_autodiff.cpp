@@ -899,5 +899,36 @@ SHARD_MPI_TEST(Autodiff, CumsumInsideShardMap) {
       {x, s});
 }
 
+SHARD_MPI_TEST(Autodiff, LayerNormGradients) {
+  // x, gain and bias all differentiated, along the last axis and along axis 0.
+  const HT w = spread({7, 6}, 1701, 1.0);
+  check_gradients(
+      "layer_norm",
+      [&](const auto& p) {
+        return sum(tanh(layer_norm(p[0], p[1], p[2])) * w) + sum(layer_norm(p[0] * 0.5, p[3], p[4], 0, 1e-3) * w);
+      },
+      {spread({7, 6}, 1702, 3.0), spread({6}, 1703, 2.0), spread({6}, 1704, 1.0), spread({7}, 1705, 2.0),
+       spread({7}, 1706, 1.0)},
+      1707);
+  // Inside a shard_map body (rows split over 'a', the normalised axis whole): forward against
+  // the global view, gradients of the replicated gain and bias summed over 'a' by the transpose.
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const std::int64_t rows = 2 * n;
+  const SA x = device_put(spread({rows, 6}, 1708, 3.0), NamedSharding(mesh, P("a")));
+  const SA g = device_put(spread({6}, 1709, 2.0), NamedSharding(mesh, P()));
+  const SA b = device_put(spread({6}, 1710, 1.0), NamedSharding(mesh, P()));
+  auto body = [](const HT& x, const HT& g, const HT& b) { return layer_norm(x, g, b); };
+  const SA y = shard_map(mesh, {P("a"), P(), P()}, P("a"), body)(x, g, b);
+  EXPECT_LT(max_rel_diff(y.to_host(), layer_norm(x.to_host(), g.to_host(), b.to_host())), 1e-14);
+  const HT c = spread({rows, 6}, 1711, 1.0);
+  expect_same_gradients(
+      "layer_norm in shard_map",
+      [&](const std::vector<SA>& p) {
+        return sum(square(shard_map(mesh, {P("a"), P(), P()}, P("a"), body)(p[0], p[1], p[2])) * c);
+      },
+      [&](const std::vector<HT>& p) { return sum(square(layer_norm(p[0], p[1], p[2])) * c); }, {x, g, b});
+}
+
 }  // namespace
 }  // namespace shard::testing

@@ -893,6 +893,53 @@ TEST(TensorOps, LogSigmoid) {
   EXPECT_EQ(e[5], -inf);
 }
 
+TEST(TensorOps, LayerNorm) {
+  // (2, 3, 6) along the last axis with (6,) gain and bias, against loops.
+  const Tensor<double> x = rnd<double>({2, 3, 6}, 231, -5, 5);
+  const Tensor<double> g = rnd<double>({6}, 232, 0.5, 2), b = rnd<double>({6}, 233, -1, 1);
+  const auto y = layer_norm(x, g, b);
+  static_assert(std::is_same_v<decltype(y), const Tensor<double>>);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      double m = 0, var = 0;
+      for (int k = 0; k < 6; ++k) m += x(i, j, k) / 6;
+      for (int k = 0; k < 6; ++k) var += (x(i, j, k) - m) * (x(i, j, k) - m) / 6;
+      for (int k = 0; k < 6; ++k)
+        EXPECT_NEAR(y(i, j, k), (x(i, j, k) - m) / std::sqrt(var + 1e-5) * g[k] + b[k], 1e-12) << i << j << k;
+    }
+  // Along a middle axis: a (D,) gain and bias lie along it; a full-shape (D, T) gain broadcasts.
+  const Tensor<double> z = rnd<double>({2, 5, 3}, 234, -5, 5);
+  const Tensor<double> g5 = rnd<double>({5}, 235, 0.5, 2), b5 = rnd<double>({5}, 236, -1, 1);
+  const Tensor<double> g53 = rnd<double>({5, 3}, 237, 0.5, 2);
+  const auto y1 = layer_norm(z, g5, b5, 1, 1e-3), yn = layer_norm(z, g5, b5, -2, 1e-3);
+  const auto yf = layer_norm(z, g53, b5, 1, 1e-3);
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 3; ++k) {
+      double m = 0, var = 0;
+      for (int j = 0; j < 5; ++j) m += z(i, j, k) / 5;
+      for (int j = 0; j < 5; ++j) var += (z(i, j, k) - m) * (z(i, j, k) - m) / 5;
+      for (int j = 0; j < 5; ++j) {
+        const double s = (z(i, j, k) - m) / std::sqrt(var + 1e-3);
+        EXPECT_NEAR(y1(i, j, k), s * g5[j] + b5[j], 1e-12);
+        EXPECT_NEAR(yn(i, j, k), s * g5[j] + b5[j], 1e-12);
+        EXPECT_NEAR(yf(i, j, k), s * g53(j, k) + b5[j], 1e-12);
+      }
+    }
+  // A constant row normalises to 0 (epsilon keeps it finite): the output is the bias.
+  Tensor<float> c = rnd<float>({2, 4}, 238, -3, 3);
+  for (int k = 0; k < 4; ++k) c(1, k) = 2.5f;
+  const Tensor<float> bf = rnd<float>({4}, 239, -1, 1);
+  const auto yc = layer_norm(c, rnd<float>({4}, 240, 0.5, 2), bf);
+  static_assert(std::is_same_v<decltype(yc), const Tensor<float>>);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(yc(1, k), bf[k]);
+  // Promotion: int32 x with float32 parameters is float32; float32 x with float64 gain is float64.
+  static_assert(std::is_same_v<decltype(layer_norm(Tensor<std::int32_t>({2, 4}, 1), bf, bf)), Tensor<float>>);
+  static_assert(std::is_same_v<decltype(layer_norm(c, Tensor<double>({4}, 1.0), bf)), Tensor<double>>);
+  // A gain of the wrong length does not broadcast; a bad axis is named.
+  EXPECT_THROW((void)layer_norm(x, Tensor<double>({4}, 1.0), b), ShapeError);
+  EXPECT_THROW((void)layer_norm(x, g, b, 3), ShapeError);
+}
+
 // ---------------------------------------------------------------- creation and checked shapes
 
 TEST(TensorOps, Creation) {
