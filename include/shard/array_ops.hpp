@@ -564,6 +564,34 @@ auto layer_norm(const X& x, const G& gain, const B& bias, int axis = -1, double 
   return standardize(x, a, epsilon) * detail::along_dim(gain, a, r) + detail::along_dim(bias, a, r);
 }
 
+/// optax.softmax_cross_entropy_with_integer_labels: the per-example losses
+/// logsumexp(logits) - logits[label] along `axis` (the classes), shaped like labels, which must
+/// have the logits' shape without `axis` (ShapeError otherwise; a label out of range is
+/// take_along_axis's ShapeError). Computed as optax does, the row max subtracted first, so large
+/// logits lose no precision. d/dlogits = softmax(logits) - one_hot(labels); labels (int32 or
+/// int64) have no gradient. On ShardedArrays a split class dim (vocabulary-parallel logits)
+/// costs three small reductions (the max, the picked logits' psum, the sum of exponentials).
+template <ArrayLike X, ArrayLike L>
+auto softmax_cross_entropy_with_integer_labels(const X& logits, const L& labels, int axis = -1) {
+  using T = elem_t<X>;
+  using I = elem_t<L>;
+  static_assert(std::is_floating_point_v<T>, "softmax_cross_entropy_with_integer_labels: logits must be floating");
+  static_assert(std::is_same_v<I, std::int32_t> || std::is_same_v<I, std::int64_t>,
+                "softmax_cross_entropy_with_integer_labels: labels must be int32 or int64");
+  const int a = resolve_dim(axis, logits.ndim(), "softmax_cross_entropy_with_integer_labels");
+  Shape want = logits.shape();
+  want.erase(want.begin() + a);
+  if (labels.shape() != want)
+    raise<ShapeError>("softmax_cross_entropy_with_integer_labels: labels of shape ", to_string(labels.shape()),
+                      " for logits of shape ", to_string(logits.shape()), "; the labels need the logits' shape without",
+                      " the class dim ", a, ": ", to_string(want));
+  const auto& l = detail::in_view_of<T>(logits, labels);  // a Tensor meeting sharded labels joins their mesh
+  const auto& y = detail::in_view_of<I>(labels, logits);
+  const auto shifted = l - max(l, a, true);
+  const auto picked = squeeze(take_along_axis(shifted, expand_dims(y, a), a), Dims{a});
+  return log(sum(exp(shifted), a)) - picked;
+}
+
 namespace detail {
 // (src/tensor_attention.cpp)
 /// What shard::dot_product_attention runs on Tensors: products on the strided head blocks

@@ -673,5 +673,50 @@ SHARD_MPI_TEST(ArrayOps, LayerNorm) {
   }
 }
 
+// ---------------------------------------------------------------- cross entropy
+
+/// -log(softmax(logits)[label]) along the last dim by loops in long double.
+template <typename T, typename I>
+Tensor<double> host_cross_entropy(const Tensor<T>& logits, const Tensor<I>& labels) {
+  const std::int64_t c = logits.shape().back(), rows = logits.size() / c;
+  Tensor<double> out(labels.shape());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    long double m = -INFINITY, s = 0;
+    for (std::int64_t j = 0; j < c; ++j) m = std::max(m, static_cast<long double>(logits[r * c + j]));
+    for (std::int64_t j = 0; j < c; ++j) s += std::exp(static_cast<long double>(logits[r * c + j]) - m);
+    out[r] = static_cast<double>(std::log(s) - (static_cast<long double>(logits[r * c + labels[r]]) - m));
+  }
+  return out;
+}
+
+SHARD_MPI_TEST(ArrayOps, SoftmaxCrossEntropyWithIntegerLabels) {
+  // (7, 5) logits with the batch, the classes (vocabulary-parallel) or both split, uneven;
+  // labels sharded like the batch, otherwise, or a Tensor; large float32 logits.
+  std::uint64_t seed = 1600;
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    for (const auto& spec : {P(X.a, X.b), P(None, X.ab), P(X.ab), P(X.b, X.a), P()}) {
+      const std::string w = mesh.to_string() + " " + spec.to_string();
+      const Tensor<double> hl = random_tensor<double>({7, 5}, seed++) / 10.0;
+      Tensor<std::int32_t> hy({7});
+      for (std::int64_t i = 0; i < 7; ++i) hy[i] = static_cast<std::int32_t>((i * 3 + seed) % 5);
+      const auto logits = device_put(hl, NamedSharding(mesh, spec));
+      const auto want = host_cross_entropy(hl, hy);
+      const auto loss = softmax_cross_entropy_with_integer_labels(logits, device_put(hy, NamedSharding(mesh, P(X.a))));
+      static_assert(std::is_same_v<decltype(loss), const ShardedArray<double>>);
+      expect_matches(loss, want, 1e-13, w + " labels P(a)");
+      expect_matches(softmax_cross_entropy_with_integer_labels(logits, device_put(hy, NamedSharding(mesh, P(X.b)))), want,
+                     1e-13, w + " labels P(b)");
+      expect_matches(softmax_cross_entropy_with_integer_labels(logits, hy), want, 1e-13, w + " Tensor labels");
+      expect_matches(softmax_cross_entropy_with_integer_labels(transpose(logits), astype<std::int64_t>(hy), 0), want,
+                     1e-13, w + " classes on axis 0, int64 labels");
+      Tensor<float> big = astype<float>(random_tensor<double>({7, 5}, seed++)) + 2e4f;  // around 2e4
+      const auto lb = softmax_cross_entropy_with_integer_labels(device_put(big, NamedSharding(mesh, spec)), hy);
+      static_assert(std::is_same_v<decltype(lb), const ShardedArray<float>>);
+      expect_matches(lb, astype<float>(host_cross_entropy(big, hy)), 1e-5, w + " logits around 2e4 (float32)");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shard::testing

@@ -930,5 +930,61 @@ SHARD_MPI_TEST(Autodiff, LayerNormGradients) {
       [&](const std::vector<HT>& p) { return sum(square(layer_norm(p[0], p[1], p[2])) * c); }, {x, g, b});
 }
 
+SHARD_MPI_TEST(Autodiff, SoftmaxCrossEntropyGradients) {
+  Tensor<std::int32_t> labels({7});
+  for (std::int64_t i = 0; i < 7; ++i) labels[i] = static_cast<std::int32_t>((i * 2 + 1) % 5);
+  const HT w = spread({7}, 1801, 1.0);
+  check_gradients(
+      "cross entropy",
+      [&](const auto& p) { return sum(softmax_cross_entropy_with_integer_labels(p[0] * p[1], labels) * w); },
+      {spread({7, 5}, 1802, 4.0), spread({5}, 1803, 2.0)}, 1804);
+  // d loss_i / d logits_ij = softmax_ij - (j == label_i), by loops (weights w_i).
+  const HT logits = spread({7, 5}, 1805, 4.0);
+  const HT gl = grad([&](const HT& l) { return sum(softmax_cross_entropy_with_integer_labels(l, labels) * w); })(logits);
+  for (std::int64_t i = 0; i < 7; ++i) {
+    double m = -INFINITY, s = 0;
+    for (std::int64_t j = 0; j < 5; ++j) m = std::max(m, logits(i, j));
+    for (std::int64_t j = 0; j < 5; ++j) s += std::exp(logits(i, j) - m);
+    for (std::int64_t j = 0; j < 5; ++j)
+      EXPECT_NEAR(gl(i, j), w[i] * (std::exp(logits(i, j) - m) / s - (j == labels[i] ? 1.0 : 0.0)), 1e-15) << i << j;
+  }
+  // Large logits: finite, exact gradients (softmax of the shifted row).
+  const HT big({2, 3}, std::vector<double>{1e300, 1e300, -1e300, 1e4, 1e4 - 1, 1e4 - 2});
+  const Tensor<std::int64_t> yb({2}, std::vector<std::int64_t>{0, 2});
+  const HT gb = grad([&](const HT& l) { return sum(softmax_cross_entropy_with_integer_labels(l, yb)); })(big);
+  const double z = 1 + std::exp(-1.0) + std::exp(-2.0);
+  const std::vector<double> want{0.5 - 1, 0.5, 0, 1 / z, std::exp(-1.0) / z, std::exp(-2.0) / z - 1};
+  for (int k = 0; k < 6; ++k) EXPECT_NEAR(gb[k], want[k], 1e-15) << k;
+  // Inside a shard_map body (data parallel: logits and labels split by rows), the mean loss:
+  // forward against loops, gradient against the global view.
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const std::int64_t rows = 2 * n;
+  Tensor<std::int32_t> hy({rows});
+  for (std::int64_t i = 0; i < rows; ++i) hy[i] = static_cast<std::int32_t>((i * 3 + 2) % 5);
+  const SA xl = device_put(spread({rows, 5}, 1806, 4.0), NamedSharding(mesh, P("a")));
+  const auto yl = device_put(hy, NamedSharding(mesh, P("a")));
+  auto body = [rows](const HT& l, const Tensor<std::int32_t>& y) {
+    return psum(sum(softmax_cross_entropy_with_integer_labels(l, y)), "a") / static_cast<double>(rows);
+  };
+  const SA mean_loss = shard_map(mesh, {P("a"), P("a")}, P(), body)(xl, yl);
+  const HT hl = xl.to_host();
+  double want_mean = 0;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    double m = -INFINITY, s = 0;
+    for (std::int64_t j = 0; j < 5; ++j) m = std::max(m, hl(i, j));
+    for (std::int64_t j = 0; j < 5; ++j) s += std::exp(hl(i, j) - m);
+    want_mean += (m + std::log(s) - hl(i, hy[i])) / static_cast<double>(rows);
+  }
+  EXPECT_NEAR(mean_loss.to_host().item(), want_mean, 1e-14);
+  expect_same_gradients(
+      "cross entropy in shard_map",
+      [&](const std::vector<SA>& p) { return shard_map(mesh, {P("a"), P("a")}, P(), body)(p[0], yl); },
+      [&](const std::vector<HT>& p) {
+        return mean(softmax_cross_entropy_with_integer_labels(p[0], hy));
+      },
+      {xl});
+}
+
 }  // namespace
 }  // namespace shard::testing

@@ -940,6 +940,54 @@ TEST(TensorOps, LayerNorm) {
   EXPECT_THROW((void)layer_norm(x, g, b, 3), ShapeError);
 }
 
+/// -log(softmax(logits)[label]) along the last dim by loops in long double.
+template <typename T, typename I>
+Tensor<double> ref_cross_entropy(const Tensor<T>& logits, const Tensor<I>& labels) {
+  const std::int64_t c = logits.shape().back(), rows = logits.size() / c;
+  Tensor<double> out(labels.shape());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    long double m = -INFINITY, s = 0;
+    for (std::int64_t j = 0; j < c; ++j) m = std::max(m, static_cast<long double>(logits[r * c + j]));
+    for (std::int64_t j = 0; j < c; ++j) s += std::exp(static_cast<long double>(logits[r * c + j]) - m);
+    out[r] = static_cast<double>(std::log(s) - (static_cast<long double>(logits[r * c + labels[r]]) - m));
+  }
+  return out;
+}
+
+TEST(TensorOps, SoftmaxCrossEntropyWithIntegerLabels) {
+  const Tensor<double> logits = rnd<double>({6, 9}, 241, -10, 10);
+  const Tensor<std::int32_t> labels = rnd<std::int32_t>({6}, 242, 0, 8);
+  const auto loss = softmax_cross_entropy_with_integer_labels(logits, labels);
+  static_assert(std::is_same_v<decltype(loss), const Tensor<double>>);
+  expect_near(loss, ref_cross_entropy(logits, labels), 1e-14, "cross entropy (6, 9)");
+  // Leading dims (2, 3) with int64 labels; the classes along axis 0.
+  const Tensor<float> l3 = rnd<float>({2, 3, 5}, 243, -10, 10);
+  const Tensor<std::int64_t> y3 = rnd<std::int64_t>({2, 3}, 244, 0, 4);
+  const auto loss3 = softmax_cross_entropy_with_integer_labels(l3, y3);
+  static_assert(std::is_same_v<decltype(loss3), const Tensor<float>>);
+  expect_near(loss3, ref_cross_entropy(l3, y3), 1e-6, "cross entropy (2, 3, 5)");
+  const Tensor<double> cols = rnd<double>({5, 4}, 245, -10, 10);
+  const Tensor<std::int32_t> ycols = rnd<std::int32_t>({4}, 246, 0, 4);
+  expect_near(softmax_cross_entropy_with_integer_labels(cols, ycols, 0),
+              ref_cross_entropy(transpose(cols), ycols), 1e-14, "cross entropy along axis 0");
+  // Large float32 logits: the max is subtracted before anything is rounded at their magnitude
+  // (logsumexp(l) - l[y] would be ~1e-3 off at 1e4), and a masked (-inf) class costs nothing.
+  const Tensor<float> big({3, 4}, std::vector<float>{1e4f, 1e4f - 1, -1e4f, 1e4f - 2,     //
+                                                     -3e4f, -3e4f + 0.5f, -3e4f, -3e4f,  //
+                                                     5.f, -INFINITY, 4.f, 3.f});
+  const Tensor<std::int32_t> ybig({3}, std::vector<std::int32_t>{1, 1, 2});
+  const auto lb = softmax_cross_entropy_with_integer_labels(big, ybig);
+  const double e1 = std::exp(-1.0), e2 = std::exp(-2.0), h = std::exp(-0.5);
+  EXPECT_NEAR(lb[0], 1 + std::log(1 + e1 + e2), 2e-7);
+  EXPECT_NEAR(lb[1], std::log(1 + 3 * h), 2e-7);
+  EXPECT_NEAR(lb[2], 1 + std::log(1 + e1 + e2), 2e-7);
+  // Shapes that do not line up, labels out of range, a bad axis.
+  EXPECT_THROW((void)softmax_cross_entropy_with_integer_labels(logits, Tensor<std::int32_t>({6, 1}, 0)), ShapeError);
+  EXPECT_THROW((void)softmax_cross_entropy_with_integer_labels(logits, Tensor<std::int32_t>({9}, 0)), ShapeError);
+  EXPECT_THROW((void)softmax_cross_entropy_with_integer_labels(logits, Tensor<std::int32_t>({6}, 9)), ShapeError);
+  EXPECT_THROW((void)softmax_cross_entropy_with_integer_labels(logits, labels, 2), ShapeError);
+}
+
 // ---------------------------------------------------------------- creation and checked shapes
 
 TEST(TensorOps, Creation) {
