@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "shard/core/box.hpp"
@@ -94,5 +95,18 @@ Tensor<double> sum_in_double(const Tensor<T>& x, const std::vector<int>& dims, b
 /// (-inf / +inf, or the type's limits), sums 0, products 1 (a device's empty block).
 template <Dtype T>
 Tensor<T> reduce_or_identity(const Tensor<T>& x, ReduceKind kind, const std::vector<int>& dims, bool keepdims);
+
+/// The accumulator of prefix_sum (cumsum): float64 for floating types, int64 for integers
+/// (added with wrap-around, so int32 results wrap as JAX's do).
+template <Dtype T>
+using scan_acc_t = std::conditional_t<std::is_floating_point_v<T>, double, std::int64_t>;
+/// The sum of each line of x along dim d (d kept with size 1), accumulated as prefix_sum
+/// accumulates: the block totals a sharded cumsum exchanges (tensor_reduce.cpp).
+template <Dtype T>
+Tensor<scan_acc_t<T>> line_totals(const Tensor<T>& x, int d);
+/// prefix_sum(x, d, reverse) with each line's running sum starting at `start` (line_totals'
+/// shape; zeros when null): a block's part of a sharded cumsum.
+template <Dtype T>
+Tensor<T> prefix_sum_from(const Tensor<T>& x, int d, bool reverse, const Tensor<scan_acc_t<T>>* start);
 
 }  // namespace shard::detail

@@ -5,6 +5,8 @@
 //   inner  > 1   by rows: sums pairwise over blocks of 64 rows, the others row by row;
 // vectorised over the contiguous elements either way. Sums of float32 accumulate in float64,
 // so a float32 sum of millions of values is exact to float32's rounding.
+// Prefix sums (cumsum) run along one dim of the same [outer, n, inner] view, a running sum
+// per line (float64 for floating types), vectorised over `inner`.
 
 #include <cmath>
 #include <cstdint>
@@ -353,8 +355,82 @@ Tensor<std::int64_t> argmin(const Tensor<T>& x) {
   return arg_reduce(x.reshaped(Shape{x.size()}), 0, false, false);
 }
 
+// ---------------------------------------------------------------- prefix sums (cumsum)
+
+namespace {
+
+/// The running sums of the lines along the middle dim of [outer, n, inner] (from the end when
+/// reverse), each starting at start[o * inner + k] (0 when null), vectorised over `inner`.
+/// Writes the sums to `out` when it is not null and the lines' final sums to `totals`. Integers
+/// add as unsigned 64-bit values, so overflow wraps (as JAX's int32 and int64 do) instead of
+/// being undefined.
+template <typename T>
+void scan_lines(const T* in, const detail::ThreeDims& v, bool reverse, const detail::scan_acc_t<T>* start, T* out,
+                detail::scan_acc_t<T>* totals) {
+  using W = std::conditional_t<std::is_floating_point_v<T>, double, std::uint64_t>;
+  std::vector<W> acc(static_cast<std::size_t>(v.inner));
+  for (std::int64_t o = 0; o < v.outer; ++o) {
+    for (std::int64_t k = 0; k < v.inner; ++k) acc[k] = start ? static_cast<W>(start[o * v.inner + k]) : W(0);
+    for (std::int64_t step = 0; step < v.n; ++step) {
+      const std::int64_t i = reverse ? v.n - 1 - step : step;
+      const T* __restrict row = in + (o * v.n + i) * v.inner;
+      W* __restrict a = acc.data();
+      for (std::int64_t k = 0; k < v.inner; ++k) a[k] += static_cast<W>(row[k]);
+      if (out) {
+        T* __restrict o_row = out + (o * v.n + i) * v.inner;
+        for (std::int64_t k = 0; k < v.inner; ++k) o_row[k] = static_cast<T>(a[k]);
+      }
+    }
+    if (totals)
+      for (std::int64_t k = 0; k < v.inner; ++k) totals[o * v.inner + k] = static_cast<detail::scan_acc_t<T>>(acc[k]);
+  }
+}
+
+template <typename T>
+void no_bool_scan() {
+  if constexpr (std::is_same_v<T, bool>)
+    raise<ValueError>("prefix_sum kernel of a bool array: the front end shard::cumsum converts bool to int32 first");
+}
+
+}  // namespace
+
+namespace detail {
+
+template <Dtype T>
+Tensor<scan_acc_t<T>> line_totals(const Tensor<T>& x, int d) {
+  no_bool_scan<T>();
+  Shape s = x.shape();
+  s[d] = 1;
+  Tensor<scan_acc_t<T>> totals(s);
+  if constexpr (!std::is_same_v<T, bool>)
+    scan_lines<T>(x.data(), three_dims(x.shape(), d, d + 1), false, nullptr, nullptr, totals.data());
+  return totals;
+}
+
+template <Dtype T>
+Tensor<T> prefix_sum_from(const Tensor<T>& x, int d, bool reverse, const Tensor<scan_acc_t<T>>* start) {
+  no_bool_scan<T>();
+  Tensor<T> out(x.shape());
+  if constexpr (!std::is_same_v<T, bool>)
+    scan_lines<T>(x.data(), three_dims(x.shape(), d, d + 1), reverse, start ? start->data() : nullptr, out.data(),
+                  nullptr);
+  return out;
+}
+
+}  // namespace detail
+
+template <Dtype T>
+Tensor<T> prefix_sum(const Tensor<T>& x, int axis, bool reverse) {
+  if (auto* tape = detail::recording_tape_for(x)) return detail::record_prefix_sum(*tape, x, axis, reverse);
+  return detail::prefix_sum_from(x, resolve_dim(axis, x.rank(), "cumsum"), reverse, nullptr);
+}
+
 #define SHARD_INSTANTIATE_REDUCE(T)                                                   \
   template Tensor<T> reduce<T>(const Tensor<T>&, ReduceKind, const Dims&, bool);      \
+  template Tensor<T> prefix_sum<T>(const Tensor<T>&, int, bool);                      \
+  template Tensor<detail::scan_acc_t<T>> detail::line_totals<T>(const Tensor<T>&, int); \
+  template Tensor<T> detail::prefix_sum_from<T>(const Tensor<T>&, int, bool,                    \
+                                                const Tensor<detail::scan_acc_t<T>>*);        \
   template Tensor<T> detail::reduce_or_identity<T>(const Tensor<T>&, ReduceKind, const std::vector<int>&, bool); \
   template Tensor<std::int64_t> argmax<T>(const Tensor<T>&, int, bool);               \
   template Tensor<std::int64_t> argmin<T>(const Tensor<T>&, int, bool);               \

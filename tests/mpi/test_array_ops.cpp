@@ -437,5 +437,286 @@ SHARD_MPI_TEST(PmapTyped, InAxesBroadcastAndChaining) {
   expect_matches(yd[0], full<float>({4, 4}, 4.f), 0, "yd[0]");
 }
 
+// ---------------------------------------------------------------- log-space activations
+
+/// f(a, b) elementwise over the numpy broadcast of a and b, by loops over global indices.
+template <typename F>
+Tensor<double> host_zip(const Tensor<double>& a, const Tensor<double>& b, F f) {
+  const Shape out = host_broadcast(a.shape(), b.shape());
+  Tensor<double> r(out);
+  Shape idx(out.size(), 0);
+  for (std::int64_t i = 0; i < r.size(); ++i, next_index(idx, out))
+    r[i] = f(a[broadcast_offset(a.shape(), idx)], b[broadcast_offset(b.shape(), idx)]);
+  return r;
+}
+
+double host_logaddexp(double a, double b) {
+  return static_cast<double>(std::log(std::exp(static_cast<long double>(a)) + std::exp(static_cast<long double>(b))));
+}
+
+SHARD_MPI_TEST(ArrayOps, Logaddexp) {
+  // Dims of 7 and 5 split 1-4 ways (uneven and empty shards), a broadcast row and column,
+  // a Tensor operand (uncommitted), a scalar, and the extremes, on every mesh.
+  std::uint64_t seed = 1100;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    for (const auto& spec : {P(X.a, X.b), P(X.ab), P(None, X.ab), P()}) {
+      const std::string w = mesh.to_string() + " " + spec.to_string();
+      const Tensor<double> ha = random_tensor<double>({7, 5}, seed++), hrow = random_tensor<double>({5}, seed++);
+      const Tensor<double> hcol = random_tensor<double>({7, 1}, seed++);
+      const auto a = device_put(ha, NamedSharding(mesh, spec));
+      const auto row = device_put(hrow, NamedSharding(mesh, P(X.b)));
+      const auto col = device_put(hcol, NamedSharding(mesh, P(X.a)));
+      expect_matches(logaddexp(a, row), host_zip(ha, hrow, host_logaddexp), 1e-15, w + " logaddexp(a, row)", &spec);
+      expect_matches(logaddexp(col, a), host_zip(hcol, ha, host_logaddexp), 1e-15, w + " logaddexp(col, a)");
+      expect_matches(logaddexp(hrow, a), host_zip(hrow, ha, host_logaddexp), 1e-15, w + " logaddexp(Tensor, a)", &spec);
+      expect_matches(logaddexp(a, -3.5), host_zip(ha, Tensor<double>(Shape{}, -3.5), host_logaddexp), 1e-15,
+                     w + " logaddexp(a, -3.5)", &spec);
+      // float32 from int32 and float32 operands.
+      const Tensor<std::int32_t> hi = random_tensor<std::int32_t>({7, 5}, seed++);
+      const auto af = logaddexp(device_put(hi, NamedSharding(mesh, spec)), astype<float>(a));
+      static_assert(std::is_same_v<decltype(af), const ShardedArray<float>>);
+      const Tensor<double> ha32 = astype<double>(astype<float>(ha));
+      expect_matches(af, astype<float>(host_zip(astype<double>(hi), ha32, host_logaddexp)), 3e-7, w + " int32, float32");
+      // Extremes: the same values however they are split.
+      Tensor<double> ex({7, 5}), ey({7, 5});
+      const double vx[] = {1000, -inf, -inf, inf, inf, -1000, 0.25};
+      const double vy[] = {1000, -inf, 2, -inf, inf, -1000, 700};
+      for (int i = 0; i < 7; ++i)
+        for (int j = 0; j < 5; ++j) {
+          ex(i, j) = vx[i];
+          ey(i, j) = vy[i] - j;
+        }
+      Tensor<double> want({7, 5});
+      for (int i = 0; i < 7; ++i)
+        for (int j = 0; j < 5; ++j) {
+          const double x = ex(i, j), y = ey(i, j), m = std::max(x, y);
+          want(i, j) = x == y ? x + (std::isinf(x) ? 0.0 : std::log(2.0)) : m + std::log1p(std::exp(-std::abs(x - y)));
+        }
+      expect_matches(logaddexp(device_put(ex, NamedSharding(mesh, spec)), device_put(ey, NamedSharding(mesh, P(X.b)))),
+                     want, 1e-15, w + " extremes");
+    }
+  }
+}
+
+SHARD_MPI_TEST(ArrayOps, Softplus) {
+  std::uint64_t seed = 1200;
+  auto host_softplus = [](double v) {
+    return static_cast<double>(std::log1p(std::exp(static_cast<long double>(v))));
+  };
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    for (const auto& spec : {P(X.a, X.b), P(None, X.ab), P()}) {
+      const std::string w = mesh.to_string() + " " + spec.to_string();
+      Tensor<double> h = random_tensor<double>({7, 5}, seed++);  // [-100, 100)
+      h(0, 0) = 100;
+      h(6, 4) = -100;
+      h(3, 2) = 0;
+      Tensor<double> want(h.shape());
+      for (std::int64_t i = 0; i < h.size(); ++i) want[i] = host_softplus(h[i]);
+      const auto x = device_put(h, NamedSharding(mesh, spec));
+      expect_matches(softplus(x), want, 1e-15, w + " softplus", &spec);
+      const Tensor<std::int32_t> hi = random_tensor<std::int32_t>({7, 5}, seed++);
+      Tensor<float> wi(hi.shape());
+      for (std::int64_t i = 0; i < hi.size(); ++i) wi[i] = static_cast<float>(host_softplus(hi[i] / 10.0));
+      const auto si = softplus(device_put(hi, NamedSharding(mesh, spec)) / 10);  // int32 / 10 is float32
+      expect_matches(si, wi, 3e-7, w + " softplus float32", &spec);
+    }
+  }
+}
+
+SHARD_MPI_TEST(ArrayOps, LogSigmoid) {
+  std::uint64_t seed = 1300;
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    for (const auto& spec : {P(X.ab, None), P(X.b, X.a), P()}) {
+      const std::string w = mesh.to_string() + " " + spec.to_string();
+      Tensor<double> h = random_tensor<double>({7, 5}, seed++);
+      h(1, 1) = 100;
+      h(5, 0) = -100;
+      Tensor<double> want(h.shape());
+      for (std::int64_t i = 0; i < h.size(); ++i)
+        want[i] = static_cast<double>(-std::log1p(std::exp(-static_cast<long double>(h[i]))));
+      expect_matches(log_sigmoid(device_put(h, NamedSharding(mesh, spec))), want, 1e-15, w + " log_sigmoid", &spec);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- cumsum
+
+/// Inclusive prefix sums along `dim` (suffix sums when reverse), each element summed afresh.
+template <typename T>
+Tensor<double> host_cumsum(const Tensor<T>& x, int dim, bool reverse = false) {
+  const Shape& sh = x.shape();
+  const Shape st = strides_of(sh);
+  Tensor<double> r(sh);
+  Shape idx(sh.size(), 0);
+  for (std::int64_t i = 0; i < x.size(); ++i, next_index(idx, sh)) {
+    long double acc = 0;
+    const std::int64_t lo = reverse ? idx[dim] : 0, hi = reverse ? sh[dim] : idx[dim] + 1;
+    for (std::int64_t j = lo; j < hi; ++j) acc += static_cast<long double>(x[i + (j - idx[dim]) * st[dim]]);
+    r[i] = static_cast<double>(acc);
+  }
+  return r;
+}
+
+SHARD_MPI_TEST(ArrayOps, CumsumAlongSplitAxes) {
+  // Every axis of (7, 5) and (7, 3, 2) arrays split 1-8 ways on 1-3-D meshes (uneven and empty
+  // blocks), tuples in mesh order and reversed; float64, float32, int32, bool; reverse scans.
+  std::uint64_t seed = 1400;
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    std::vector<PartitionSpec> specs{P(X.a, X.b), P(X.b, X.a), P(X.ab), P(None, X.ab), P()};
+    if (mesh.ndim() > 1) specs.push_back(P(SpecEntry(std::vector<std::string>{mesh.axis_names()[1], mesh.axis_names()[0]})));
+    for (const auto& spec : specs) {
+      const std::string w = mesh.to_string() + " " + spec.to_string();
+      const Tensor<double> hd = random_tensor<double>({7, 5}, seed++);
+      const Tensor<std::int32_t> hi = random_tensor<std::int32_t>({7, 5}, seed++);
+      Tensor<bool> hb({7, 5});
+      for (std::int64_t i = 0; i < hb.size(); ++i) hb[i] = hi[i] % 3 == 0;
+      const auto xd = device_put(hd, NamedSharding(mesh, spec));
+      const auto xf = astype<float>(xd);
+      const auto xi = device_put(hi, NamedSharding(mesh, spec));
+      const auto xb = device_put(hb, NamedSharding(mesh, spec));
+      for (int axis : {0, 1, -1, -2}) {
+        const int d = axis < 0 ? axis + 2 : axis;
+        const std::string what = w + " axis " + std::to_string(axis);
+        expect_matches(cumsum(xd, axis), host_cumsum(hd, d), 1e-14, what + " float64", &spec);
+        expect_matches(prefix_sum(xd, axis, true), host_cumsum(hd, d, true), 1e-14, what + " reverse", &spec);
+        expect_matches(cumsum(xf, axis), astype<float>(host_cumsum(astype<float>(hd), d)), 1e-7, what + " float32", &spec);
+        const auto ci = cumsum(xi, axis);
+        static_assert(std::is_same_v<decltype(ci), const ShardedArray<std::int32_t>>);
+        expect_matches(ci, astype<std::int32_t>(host_cumsum(hi, d)), 0, what + " int32", &spec);
+        const auto cb = cumsum(xb, axis);
+        static_assert(std::is_same_v<decltype(cb), const ShardedArray<std::int32_t>>);
+        expect_matches(cb, astype<std::int32_t>(host_cumsum(hb, d)), 0, what + " bool", &spec);
+      }
+      // (Tolerances: float64 running sums of values up to 100 lose ~1e-14 each step; the
+      // element-wise relative check is absolute near a zero crossing.)
+      expect_matches(cumsum(xd), host_cumsum(hd.reshaped({35}), 0), 1e-12, w + " flattened");
+    }
+    // 3-D arrays with random specs (every dim may be split, also by several axes).
+    std::mt19937_64 rng(seed);
+    for (int r = 0; r < 6; ++r) {
+      const PartitionSpec spec = random_spec(mesh, 3, rng);
+      const Tensor<double> h = random_tensor<double>({7, 3, 2}, seed++);
+      const auto x = device_put(h, NamedSharding(mesh, spec));
+      for (int axis : {0, 1, 2})
+        expect_matches(cumsum(x, axis), host_cumsum(h, axis), 1e-14,
+                       mesh.to_string() + " " + spec.to_string() + " 3-D axis " + std::to_string(axis), &spec);
+    }
+  }
+}
+
+SHARD_MPI_TEST(ArrayOps, CumsumSendsOnlyTheBlockTotals) {
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const Tensor<double> h = random_tensor<double>({700, 10}, 1450);
+  const auto rows = device_put(h, NamedSharding(mesh, P("a")));
+  const auto cols = device_put(h, NamedSharding(mesh, P(None, "a")));
+  comm_stats().reset();
+  expect_matches(cumsum(cols, 0), host_cumsum(h, 0), 1e-11, "cumsum along an unsplit dim");
+  const std::int64_t before = bytes_sent();  // to_host's gather
+  EXPECT_EQ(comm_stats().entries().count({"all_gather", "'a'"}), 0u) << comm_stats().to_string();
+  const auto c = cumsum(rows, 0);
+  const std::int64_t scan = bytes_sent() - before;
+  // One all_gather of each device's 10 totals (float64); a block is 700 / n rows of 10.
+  const std::int64_t local = static_cast<std::int64_t>(runtime().devices_per_rank());
+  if (runtime().process_count() > 1) {
+    EXPECT_GT(scan, 0);
+  }
+  EXPECT_LE(scan, local * 10 * 8) << comm_stats().to_string();
+  expect_matches(c, host_cumsum(h, 0), 1e-11, "cumsum along a split dim");
+}
+
+// ---------------------------------------------------------------- layer_norm
+
+/// standardize(x, dim) * g + b of a 2-D x by loops, g and b indexed along `dim`.
+Tensor<double> host_layer_norm(const Tensor<double>& x, const Tensor<double>& g, const Tensor<double>& b, int dim,
+                               double eps) {
+  const std::int64_t rows = x.shape()[0], cols = x.shape()[1];
+  const std::int64_t lines = dim == 1 ? rows : cols, n = dim == 1 ? cols : rows;
+  Tensor<double> out(x.shape());
+  auto at = [&](std::int64_t line, std::int64_t k) -> std::int64_t { return dim == 1 ? line * cols + k : k * cols + line; };
+  for (std::int64_t l = 0; l < lines; ++l) {
+    double m = 0, var = 0;
+    for (std::int64_t k = 0; k < n; ++k) m += x[at(l, k)] / static_cast<double>(n);
+    for (std::int64_t k = 0; k < n; ++k) var += (x[at(l, k)] - m) * (x[at(l, k)] - m) / static_cast<double>(n);
+    for (std::int64_t k = 0; k < n; ++k) out[at(l, k)] = (x[at(l, k)] - m) / std::sqrt(var + eps) * g[k] + b[k];
+  }
+  return out;
+}
+
+SHARD_MPI_TEST(ArrayOps, LayerNorm) {
+  // (7, 6) normalised along either dim, that dim split or not (uneven blocks); gain and bias
+  // sharded, replicated or Tensors.
+  std::uint64_t seed = 1500;
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    for (const auto& spec : {P(X.a, X.b), P(None, X.ab), P(X.ab), P()}) {
+      const std::string w = mesh.to_string() + " " + spec.to_string();
+      const Tensor<double> hx = random_tensor<double>({7, 6}, seed++);
+      const Tensor<double> hg6 = random_tensor<double>({6}, seed++) / 50.0, hb6 = random_tensor<double>({6}, seed++);
+      const Tensor<double> hg7 = random_tensor<double>({7}, seed++) / 50.0, hb7 = random_tensor<double>({7}, seed++);
+      const auto x = device_put(hx, NamedSharding(mesh, spec));
+      const auto g6 = device_put(hg6, NamedSharding(mesh, P(X.b))), b6 = device_put(hb6, NamedSharding(mesh, P()));
+      const auto g7 = device_put(hg7, NamedSharding(mesh, P(X.ab))), b7 = device_put(hb7, NamedSharding(mesh, P(X.a)));
+      expect_matches(layer_norm(x, g6, b6), host_layer_norm(hx, hg6, hb6, 1, 1e-5), 1e-12, w + " axis -1", &spec);
+      expect_matches(layer_norm(x, hg6, hb6, 1, 1e-2), host_layer_norm(hx, hg6, hb6, 1, 1e-2), 1e-12,
+                     w + " axis 1, Tensor gain and bias", &spec);
+      expect_matches(layer_norm(x, g7, b7, 0), host_layer_norm(hx, hg7, hb7, 0, 1e-5), 1e-12, w + " axis 0", &spec);
+      const auto y32 = layer_norm(astype<float>(x), astype<float>(g7), astype<float>(b7), -2);
+      static_assert(std::is_same_v<decltype(y32), const ShardedArray<float>>);
+      expect_matches(y32, astype<float>(host_layer_norm(hx, hg7, hb7, 0, 1e-5)), 2e-5, w + " float32");
+    }
+  }
+}
+
+// ---------------------------------------------------------------- cross entropy
+
+/// -log(softmax(logits)[label]) along the last dim by loops in long double.
+template <typename T, typename I>
+Tensor<double> host_cross_entropy(const Tensor<T>& logits, const Tensor<I>& labels) {
+  const std::int64_t c = logits.shape().back(), rows = logits.size() / c;
+  Tensor<double> out(labels.shape());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    long double m = -INFINITY, s = 0;
+    for (std::int64_t j = 0; j < c; ++j) m = std::max(m, static_cast<long double>(logits[r * c + j]));
+    for (std::int64_t j = 0; j < c; ++j) s += std::exp(static_cast<long double>(logits[r * c + j]) - m);
+    out[r] = static_cast<double>(std::log(s) - (static_cast<long double>(logits[r * c + labels[r]]) - m));
+  }
+  return out;
+}
+
+SHARD_MPI_TEST(ArrayOps, SoftmaxCrossEntropyWithIntegerLabels) {
+  // (7, 5) logits with the batch, the classes (vocabulary-parallel) or both split, uneven;
+  // labels sharded like the batch, otherwise, or a Tensor; large float32 logits.
+  std::uint64_t seed = 1600;
+  for (const auto& mesh : meshes()) {
+    const Names X(mesh);
+    for (const auto& spec : {P(X.a, X.b), P(None, X.ab), P(X.ab), P(X.b, X.a), P()}) {
+      const std::string w = mesh.to_string() + " " + spec.to_string();
+      const Tensor<double> hl = random_tensor<double>({7, 5}, seed++) / 10.0;
+      Tensor<std::int32_t> hy({7});
+      for (std::int64_t i = 0; i < 7; ++i) hy[i] = static_cast<std::int32_t>((i * 3 + seed) % 5);
+      const auto logits = device_put(hl, NamedSharding(mesh, spec));
+      const auto want = host_cross_entropy(hl, hy);
+      const auto loss = softmax_cross_entropy_with_integer_labels(logits, device_put(hy, NamedSharding(mesh, P(X.a))));
+      static_assert(std::is_same_v<decltype(loss), const ShardedArray<double>>);
+      expect_matches(loss, want, 1e-13, w + " labels P(a)");
+      expect_matches(softmax_cross_entropy_with_integer_labels(logits, device_put(hy, NamedSharding(mesh, P(X.b)))), want,
+                     1e-13, w + " labels P(b)");
+      expect_matches(softmax_cross_entropy_with_integer_labels(logits, hy), want, 1e-13, w + " Tensor labels");
+      expect_matches(softmax_cross_entropy_with_integer_labels(transpose(logits), astype<std::int64_t>(hy), 0), want,
+                     1e-13, w + " classes on axis 0, int64 labels");
+      Tensor<float> big = astype<float>(random_tensor<double>({7, 5}, seed++)) + 2e4f;  // around 2e4
+      const auto lb = softmax_cross_entropy_with_integer_labels(device_put(big, NamedSharding(mesh, spec)), hy);
+      static_assert(std::is_same_v<decltype(lb), const ShardedArray<float>>);
+      expect_matches(lb, astype<float>(host_cross_entropy(big, hy)), 1e-5, w + " logits around 2e4 (float32)");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shard::testing

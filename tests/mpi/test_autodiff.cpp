@@ -714,5 +714,277 @@ SHARD_MPI_TEST(Autodiff, AParameterUsedTwiceInABodyIsSummedOnce) {
   }
 }
 
+// ---------------------------------------------------------------- composite and scan ops
+
+/// The gradients of f (a generic lambda of a parameter vector: one program for both views) on
+/// float64 Tensors against central finite differences, then on ShardedArrays (every mesh,
+/// random specs, so uneven and empty shards) against the Tensor gradients, sharded like the
+/// parameters. Returns the Tensor gradients.
+template <typename F>
+std::vector<HT> check_gradients(const std::string& what, F f, const std::vector<HT>& host, std::uint64_t seed,
+                                double fd_tol = 2e-6) {
+  const auto [hv, hg] = value_and_grad([&](const std::vector<HT>& p) { return f(p); })(host);
+  EXPECT_NEAR(hv.item(), f(host).item(), 1e-12 * std::max(1.0, std::abs(hv.item()))) << what;
+  const auto fd = finite_differences([&](const std::vector<HT>& p) { return f(p).item(); }, host);
+  for (std::size_t i = 0; i < host.size(); ++i)
+    EXPECT_LT(max_rel_diff(hg[i], fd[i]), fd_tol) << what << " param " << i;
+  std::mt19937_64 rng(seed);  // the same specs on every rank
+  for (const auto& mesh : meshes())
+    for (int r = 0; r < 3; ++r) {
+      std::vector<SA> sp;
+      for (const auto& h : host) sp.push_back(device_put(h, NamedSharding(mesh, random_spec(mesh, h.rank(), rng))));
+      std::string name = what + " " + mesh.to_string();
+      for (const auto& p : sp) name += " " + p.spec().to_string();
+      const auto [v, g] = value_and_grad([&](const std::vector<SA>& p) { return f(p); })(sp);
+      EXPECT_NEAR(v.to_host().item(), hv.item(), 1e-10 * std::max(1.0, std::abs(hv.item()))) << name;
+      for (std::size_t i = 0; i < host.size(); ++i) {
+        EXPECT_EQ(g[i].sharding(), sp[i].sharding()) << name << " param " << i;
+        EXPECT_LT(max_rel_diff(g[i].to_host(), hg[i]), 1e-10) << name << " param " << i;
+      }
+    }
+  return hg;
+}
+
+/// Random values in [-scale, scale).
+HT spread(const Shape& shape, std::uint64_t seed, double scale) {
+  HT t = small_random(shape, seed);
+  for (auto& v : t) v *= scale;
+  return t;
+}
+
+SHARD_MPI_TEST(Autodiff, LogaddexpGradients) {
+  const HT w = spread({7, 5}, 1201, 1.0);  // weights the outputs (a constant)
+  check_gradients(
+      "logaddexp",
+      [&](const auto& p) { return sum(logaddexp(p[0], p[1]) * w) + sum(logaddexp(p[1], 0.3) * logaddexp(-0.7, p[0])); },
+      {spread({7, 5}, 1202, 4.0), spread({5}, 1203, 4.0)}, 1204);
+  // Ties (1/2 each) and infinities: finite where JAX's rule is; -inf, -inf gives 1 and 1.
+  const double inf = std::numeric_limits<double>::infinity();
+  const HT a({7}, std::vector<double>{-inf, inf, inf, -inf, 100, -100, 0.3});
+  const HT b({7}, std::vector<double>{2, 1, inf, -inf, -100, 100, 0.3});
+  const auto [v, g] = value_and_grad([](const std::vector<HT>& p) { return sum(logaddexp(p[0], p[1])); })(
+      std::vector<HT>{a, b});
+  EXPECT_TRUE(std::isnan(v.item()));  // the outputs hold +inf and -inf (checked in test_tensor_ops)
+  const std::vector<double> da{0, 1, 1, 1, 1, std::exp(-200.0), 0.5}, db{1, 0, 1, 1, std::exp(-200.0), 1, 0.5};
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_NEAR(g[0][i], da[i], 1e-15) << "d/da at " << a[i] << ", " << b[i];
+    EXPECT_NEAR(g[1][i], db[i], 1e-15) << "d/db at " << a[i] << ", " << b[i];
+  }
+}
+
+SHARD_MPI_TEST(Autodiff, SoftplusGradients) {
+  const HT w = spread({7, 5}, 1301, 1.0);
+  check_gradients(
+      "softplus", [&](const auto& p) { return sum(softplus(p[0] * p[1]) * w) + sum(softplus(p[1])); },
+      {spread({7, 5}, 1302, 6.0), spread({5}, 1303, 2.0)}, 1304);
+  // The derivative is sigmoid(x): 1/2 at 0, 1 at 100, exp(-100) at -100 (finite, not 0 / 0).
+  const HT x({5}, std::vector<double>{0, 100, -100, 1000, -1000});
+  const HT gx = grad([](const HT& v) { return sum(softplus(v)); })(x);
+  const std::vector<double> want{0.5, 1, std::exp(-100.0), 1, 0};
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(gx[i], want[i], 1e-15 * std::max(1e-30, want[i]) + 1e-300) << x[i];
+  EXPECT_GT(gx[2], 0.0);
+  // Inside a shard_map body: forward against loops, gradient against the global view. The
+  // rows of x are split over 'a'; the scale s is replicated (its gradient is one psum).
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const std::int64_t rows = 2 * n;
+  const SA xs = device_put(spread({rows, 3}, 1305, 5.0), NamedSharding(mesh, P("a")));
+  const SA ss = device_put(spread({3}, 1306, 2.0), NamedSharding(mesh, P()));
+  const SA y = shard_map(mesh, {P("a"), P()}, P("a"), [](const HT& x, const HT& s) { return softplus(x * s); })(xs, ss);
+  const HT hx = xs.to_host(), hs = ss.to_host();
+  HT want_y(hx.shape());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < 3; ++c) {
+      const double v = hx(r, c) * hs[c];
+      want_y(r, c) = std::max(v, 0.0) + std::log1p(std::exp(-std::abs(v)));
+    }
+  EXPECT_LT(max_rel_diff(y.to_host(), want_y), 1e-15);
+  expect_same_gradients(
+      "softplus in shard_map",
+      [&](const std::vector<SA>& p) {
+        return shard_map(mesh, {P("a"), P()}, P(), [](const HT& x, const HT& s) {
+          return psum(sum(softplus(x * s) * s), "a");
+        })(p[0], p[1]);
+      },
+      [&](const std::vector<HT>& p) { return sum(softplus(p[0] * p[1]) * p[1]); }, {xs, ss});
+}
+
+SHARD_MPI_TEST(Autodiff, LogSigmoidGradients) {
+  const HT w = spread({7, 5}, 1401, 1.0);
+  check_gradients(
+      "log_sigmoid", [&](const auto& p) { return sum(log_sigmoid(p[0] - p[1]) * w); },
+      {spread({7, 5}, 1402, 6.0), spread({7, 1}, 1403, 2.0)}, 1404);
+  // The derivative is sigmoid(-x): 1/2 at 0, exp(-100) at 100, 1 at -100.
+  const HT x({4}, std::vector<double>{0, 100, -100, -1000});
+  const HT gx = grad([](const HT& v) { return sum(log_sigmoid(v)); })(x);
+  EXPECT_DOUBLE_EQ(gx[0], 0.5);
+  EXPECT_NEAR(gx[1], std::exp(-100.0), 1e-15 * std::exp(-100.0));
+  EXPECT_EQ(gx[2], 1.0);
+  EXPECT_EQ(gx[3], 1.0);
+}
+
+SHARD_MPI_TEST(Autodiff, CumsumGradients) {
+  const HT w = spread({7, 5}, 1501, 1.0);
+  check_gradients(
+      "cumsum",
+      [&](const auto& p) {
+        return sum(cumsum(p[0], 0) * w) + sum(tanh(cumsum(p[0] * p[1], -1))) + sum(cumsum(p[1]) * p[1]);
+      },
+      {spread({7, 5}, 1502, 1.0), spread({5}, 1503, 1.0)}, 1504);
+  // The VJP is the reverse cumsum of the cotangent: vjp with a random cotangent against loops.
+  const HT x = spread({4, 6}, 1505, 1.0), ct = spread({4, 6}, 1506, 1.0);
+  for (int axis : {0, 1}) {
+    auto [y, fn] = vjp([axis](const HT& v) { return cumsum(v, axis); }, x);
+    const auto [dx] = fn(ct);
+    HT want(x.shape());
+    for (std::int64_t i = 0; i < 4; ++i)
+      for (std::int64_t j = 0; j < 6; ++j) {
+        double acc = 0;
+        if (axis == 0)
+          for (std::int64_t k = i; k < 4; ++k) acc += ct(k, j);
+        else
+          for (std::int64_t k = j; k < 6; ++k) acc += ct(i, k);
+        want(i, j) = acc;
+      }
+    EXPECT_LT(max_rel_diff(dx, want), 1e-15) << "axis " << axis;
+  }
+}
+
+SHARD_MPI_TEST(Autodiff, CumsumInsideShardMap) {
+  // A body's cumsum is of its block (local). The global cumsum along the split rows, written
+  // by hand in the body: the block's cumsum plus the sum of the blocks before it (an all_gather
+  // of the block totals, masked by axis_index), forward against loops and gradients (through
+  // the all_gather's transpose, a psum_scatter) against the global view's cumsum.
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const std::int64_t rows = 3 * n, cols = 4;
+  const SA x = device_put(spread({rows, cols}, 1601, 1.0), NamedSharding(mesh, P("a")));
+  const SA s = device_put(spread({cols}, 1602, 1.0), NamedSharding(mesh, P()));
+  auto body = [n](const HT& blk, const HT& scale) {
+    const HT v = blk * scale;
+    const HT totals = all_gather(sum(v, 0, true), "a", 0, true);  // (n, cols)
+    HT before(Shape{n, 1}, 0.0);
+    for (int q = 0; q < axis_index("a"); ++q) before[q] = 1.0;
+    return cumsum(v, 0) + sum(totals * before, 0, true);
+  };
+  const SA y = shard_map(mesh, {P("a"), P()}, P("a"), body)(x, s);
+  const HT hx = x.to_host(), hs = s.to_host();
+  HT want(hx.shape());
+  for (std::int64_t j = 0; j < cols; ++j) {
+    double acc = 0;
+    for (std::int64_t i = 0; i < rows; ++i) want(i, j) = acc += hx(i, j) * hs[j];
+  }
+  EXPECT_LT(max_rel_diff(y.to_host(), want), 1e-14);
+  const HT c = spread({rows, cols}, 1603, 1.0);
+  expect_same_gradients(
+      "global cumsum in shard_map",
+      [&](const std::vector<SA>& p) { return sum(tanh(shard_map(mesh, {P("a"), P()}, P("a"), body)(p[0], p[1])) * c); },
+      [&](const std::vector<HT>& p) { return sum(tanh(cumsum(p[0] * p[1], 0)) * c); }, {x, s});
+  // The block-local cumsum (along both dims) with an invariant scale: its gradient is one psum.
+  expect_same_gradients(
+      "block cumsum in shard_map",
+      [&](const std::vector<SA>& p) {
+        return shard_map(mesh, {P("a"), P()}, P(), [](const HT& blk, const HT& scale) {
+          return psum(sum(tanh(cumsum(cumsum(blk * scale, 0), 1))), "a");
+        })(p[0], p[1]);
+      },
+      [&](const std::vector<HT>& p) {
+        HT total(Shape{}, 0.0);
+        for (int b = 0; b < n; ++b) {
+          const HT blk = slice(p[0], {Slice(3 * b, 3 * b + 3)});
+          total = total + sum(tanh(cumsum(cumsum(blk * p[1], 0), 1)));
+        }
+        return total;
+      },
+      {x, s});
+}
+
+SHARD_MPI_TEST(Autodiff, LayerNormGradients) {
+  // x, gain and bias all differentiated, along the last axis and along axis 0.
+  const HT w = spread({7, 6}, 1701, 1.0);
+  check_gradients(
+      "layer_norm",
+      [&](const auto& p) {
+        return sum(tanh(layer_norm(p[0], p[1], p[2])) * w) + sum(layer_norm(p[0] * 0.5, p[3], p[4], 0, 1e-3) * w);
+      },
+      {spread({7, 6}, 1702, 3.0), spread({6}, 1703, 2.0), spread({6}, 1704, 1.0), spread({7}, 1705, 2.0),
+       spread({7}, 1706, 1.0)},
+      1707);
+  // Inside a shard_map body (rows split over 'a', the normalised axis whole): forward against
+  // the global view, gradients of the replicated gain and bias summed over 'a' by the transpose.
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const std::int64_t rows = 2 * n;
+  const SA x = device_put(spread({rows, 6}, 1708, 3.0), NamedSharding(mesh, P("a")));
+  const SA g = device_put(spread({6}, 1709, 2.0), NamedSharding(mesh, P()));
+  const SA b = device_put(spread({6}, 1710, 1.0), NamedSharding(mesh, P()));
+  auto body = [](const HT& x, const HT& g, const HT& b) { return layer_norm(x, g, b); };
+  const SA y = shard_map(mesh, {P("a"), P(), P()}, P("a"), body)(x, g, b);
+  EXPECT_LT(max_rel_diff(y.to_host(), layer_norm(x.to_host(), g.to_host(), b.to_host())), 1e-14);
+  const HT c = spread({rows, 6}, 1711, 1.0);
+  expect_same_gradients(
+      "layer_norm in shard_map",
+      [&](const std::vector<SA>& p) {
+        return sum(square(shard_map(mesh, {P("a"), P(), P()}, P("a"), body)(p[0], p[1], p[2])) * c);
+      },
+      [&](const std::vector<HT>& p) { return sum(square(layer_norm(p[0], p[1], p[2])) * c); }, {x, g, b});
+}
+
+SHARD_MPI_TEST(Autodiff, SoftmaxCrossEntropyGradients) {
+  Tensor<std::int32_t> labels({7});
+  for (std::int64_t i = 0; i < 7; ++i) labels[i] = static_cast<std::int32_t>((i * 2 + 1) % 5);
+  const HT w = spread({7}, 1801, 1.0);
+  check_gradients(
+      "cross entropy",
+      [&](const auto& p) { return sum(softmax_cross_entropy_with_integer_labels(p[0] * p[1], labels) * w); },
+      {spread({7, 5}, 1802, 4.0), spread({5}, 1803, 2.0)}, 1804);
+  // d loss_i / d logits_ij = softmax_ij - (j == label_i), by loops (weights w_i).
+  const HT logits = spread({7, 5}, 1805, 4.0);
+  const HT gl = grad([&](const HT& l) { return sum(softmax_cross_entropy_with_integer_labels(l, labels) * w); })(logits);
+  for (std::int64_t i = 0; i < 7; ++i) {
+    double m = -INFINITY, s = 0;
+    for (std::int64_t j = 0; j < 5; ++j) m = std::max(m, logits(i, j));
+    for (std::int64_t j = 0; j < 5; ++j) s += std::exp(logits(i, j) - m);
+    for (std::int64_t j = 0; j < 5; ++j)
+      EXPECT_NEAR(gl(i, j), w[i] * (std::exp(logits(i, j) - m) / s - (j == labels[i] ? 1.0 : 0.0)), 1e-15) << i << j;
+  }
+  // Large logits: finite, exact gradients (softmax of the shifted row).
+  const HT big({2, 3}, std::vector<double>{1e300, 1e300, -1e300, 1e4, 1e4 - 1, 1e4 - 2});
+  const Tensor<std::int64_t> yb({2}, std::vector<std::int64_t>{0, 2});
+  const HT gb = grad([&](const HT& l) { return sum(softmax_cross_entropy_with_integer_labels(l, yb)); })(big);
+  const double z = 1 + std::exp(-1.0) + std::exp(-2.0);
+  const std::vector<double> want{0.5 - 1, 0.5, 0, 1 / z, std::exp(-1.0) / z, std::exp(-2.0) / z - 1};
+  for (int k = 0; k < 6; ++k) EXPECT_NEAR(gb[k], want[k], 1e-15) << k;
+  // Inside a shard_map body (data parallel: logits and labels split by rows), the mean loss:
+  // forward against loops, gradient against the global view.
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const std::int64_t rows = 2 * n;
+  Tensor<std::int32_t> hy({rows});
+  for (std::int64_t i = 0; i < rows; ++i) hy[i] = static_cast<std::int32_t>((i * 3 + 2) % 5);
+  const SA xl = device_put(spread({rows, 5}, 1806, 4.0), NamedSharding(mesh, P("a")));
+  const auto yl = device_put(hy, NamedSharding(mesh, P("a")));
+  auto body = [rows](const HT& l, const Tensor<std::int32_t>& y) {
+    return psum(sum(softmax_cross_entropy_with_integer_labels(l, y)), "a") / static_cast<double>(rows);
+  };
+  const SA mean_loss = shard_map(mesh, {P("a"), P("a")}, P(), body)(xl, yl);
+  const HT hl = xl.to_host();
+  double want_mean = 0;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    double m = -INFINITY, s = 0;
+    for (std::int64_t j = 0; j < 5; ++j) m = std::max(m, hl(i, j));
+    for (std::int64_t j = 0; j < 5; ++j) s += std::exp(hl(i, j) - m);
+    want_mean += (m + std::log(s) - hl(i, hy[i])) / static_cast<double>(rows);
+  }
+  EXPECT_NEAR(mean_loss.to_host().item(), want_mean, 1e-14);
+  expect_same_gradients(
+      "cross entropy in shard_map",
+      [&](const std::vector<SA>& p) { return shard_map(mesh, {P("a"), P("a")}, P(), body)(p[0], yl); },
+      [&](const std::vector<HT>& p) {
+        return mean(softmax_cross_entropy_with_integer_labels(p[0], hy));
+      },
+      {xl});
+}
+
 }  // namespace
 }  // namespace shard::testing

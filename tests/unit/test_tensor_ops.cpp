@@ -424,6 +424,69 @@ TEST(TensorOps, Float32SumIsAccurate) {
   EXPECT_LT(std::abs(v.item() - rv) / rv, 1e-6);
 }
 
+/// Inclusive prefix sums along `dim` (suffix sums when reverse) by loops over multi-indices,
+/// each element summed afresh in long double.
+template <typename T>
+Tensor<double> ref_cumsum(const Tensor<T>& x, int dim, bool reverse = false) {
+  const Shape& sh = x.shape();
+  const Shape st = strides_of(sh);
+  Tensor<double> r(sh);
+  Shape idx(sh.size(), 0);
+  for (std::int64_t i = 0; i < x.size(); ++i, next(idx, sh)) {
+    long double acc = 0;
+    const std::int64_t lo = reverse ? idx[dim] : 0, hi = reverse ? sh[dim] : idx[dim] + 1;
+    for (std::int64_t j = lo; j < hi; ++j) acc += static_cast<long double>(x[i + (j - idx[dim]) * st[dim]]);
+    r[i] = static_cast<double>(acc);
+  }
+  return r;
+}
+
+TEST(TensorOps, Cumsum) {
+  // Every axis of a 3-D array, negative ones too, and the flattened array (axis=None).
+  const Tensor<double> x = rnd<double>({3, 4, 5}, 61);
+  for (int axis : {0, 1, 2, -1, -2, -3}) {
+    const int d = axis < 0 ? axis + 3 : axis;
+    expect_near(cumsum(x, axis), ref_cumsum(x, d), 1e-14, "cumsum axis " + std::to_string(axis));
+    expect_near(prefix_sum(x, axis, true), ref_cumsum(x, d, true), 1e-14, "reverse axis " + std::to_string(axis));
+  }
+  const auto flat = cumsum(x);
+  ASSERT_EQ(flat.shape(), (Shape{60}));
+  expect_near(flat, ref_cumsum(x.reshaped({60}), 0), 1e-14, "cumsum flattened");
+  // Dtypes as sum's: int32 and int64 keep their type (exact), bool counts as int32.
+  const Tensor<std::int32_t> xi = rnd<std::int32_t>({6, 7}, 62, -1000, 1000);
+  const auto ci = cumsum(xi, 1);
+  static_assert(std::is_same_v<decltype(ci), const Tensor<std::int32_t>>);
+  expect_near(ci, ref_cumsum(xi, 1), 0, "cumsum int32");
+  static_assert(std::is_same_v<decltype(cumsum(Tensor<std::int64_t>({2}, 1), 0)), Tensor<std::int64_t>>);
+  const Tensor<bool> xb = rnd<bool>({4, 9}, 63);
+  const auto cb = cumsum(xb, 0);
+  static_assert(std::is_same_v<decltype(cb), const Tensor<std::int32_t>>);
+  expect_near(cb, ref_cumsum(xb, 0), 0, "cumsum bool");
+  static_assert(std::is_same_v<decltype(cumsum(xb)), Tensor<std::int32_t>>);
+  // int32 wraps on overflow, as in JAX.
+  const Tensor<std::int32_t> big({3}, std::vector<std::int32_t>{2147483647, 1, 5});
+  EXPECT_EQ(cumsum(big, 0), Tensor<std::int32_t>({3}, std::vector<std::int32_t>{2147483647, -2147483647 - 1, -2147483643}));
+  // float32 accumulates in float64: a million values in [0, 1) stay within float32 rounding of
+  // the exact prefix sums (a float32 running sum drifts by ~1e-4 relative).
+  const Tensor<float> xf = rnd<float>({1'000'000}, 64, 0, 1);
+  const auto cf = cumsum(xf, 0);
+  double acc = 0, worst = 0;
+  for (std::int64_t i = 0; i < xf.size(); ++i) {
+    acc += static_cast<double>(xf[i]);
+    worst = std::max(worst, std::abs(cf[i] - acc) / acc);
+  }
+  EXPECT_LT(worst, 1e-7);
+  // Empty dims, size-1 dims, a 0-d array (axis=None gives shape (1,)), bad axes.
+  EXPECT_EQ(cumsum(Tensor<float>({0, 3}), 0).shape(), (Shape{0, 3}));
+  EXPECT_EQ(cumsum(Tensor<float>({2, 0}), 0).shape(), (Shape{2, 0}));
+  expect_near(cumsum(x.reshaped({3, 1, 20}), 1), x.reshaped({3, 1, 20}), 0, "cumsum over a size-1 dim");
+  EXPECT_EQ(cumsum(Tensor<double>(Shape{}, 2.5)), Tensor<double>({1}, 2.5));
+  EXPECT_THROW((void)cumsum(Tensor<double>(Shape{}, 2.5), 0), ShapeError);
+  EXPECT_THROW((void)cumsum(x, 3), ShapeError);
+  EXPECT_THROW((void)cumsum(x, -4), ShapeError);
+  EXPECT_THROW((void)prefix_sum(xb, 0), ValueError);  // the kernel itself has no bool
+}
+
 // ---------------------------------------------------------------- products
 
 Tensor<double> ref_matmul(const Tensor<double>& a, const Tensor<double>& b) {
@@ -762,6 +825,201 @@ TEST(TensorOps, DotProductAttentionMatchesItsDefinition) {
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("multiple of the key's and value's heads (3)"), std::string::npos) << e.what();
   }
+}
+
+// ---------------------------------------------------------------- log-space activations
+
+/// log(exp(a) + exp(b)) in long double (no overflow for |a|, |b| up to thousands).
+double ref_logaddexp(double a, double b) {
+  return static_cast<double>(std::log(std::exp(static_cast<long double>(a)) + std::exp(static_cast<long double>(b))));
+}
+
+TEST(TensorOps, Logaddexp) {
+  // Broadcast operands (3, 1, 4) and (5, 1) against the long double definition.
+  const Tensor<double> a = rnd<double>({3, 1, 4}, 201, -40, 40), b = rnd<double>({5, 1}, 202, -40, 40);
+  expect_near(logaddexp(a, b), ref_zip<double>(a, b, ref_logaddexp), 1e-15, "logaddexp float64");
+  const Tensor<float> af = rnd<float>({6, 7}, 203, -90, 90), bf = rnd<float>({6, 7}, 204, -90, 90);
+  const auto rf = logaddexp(af, bf);
+  static_assert(std::is_same_v<decltype(rf), const Tensor<float>>);
+  expect_near(rf, ref_zip<double>(af, bf, ref_logaddexp), 1e-7, "logaddexp float32");
+  // Promotion as a binary op, then floating: int32 -> float32, int64 -> float64, int32 with a
+  // double scalar -> float64 (the scalar's own type, as for x * 2.5), a float32 array stays
+  // float32 with a double scalar (weak); either operand may be the scalar.
+  const Tensor<std::int32_t> ai = rnd<std::int32_t>({4, 3}, 205, -20, 20);
+  const Tensor<std::int64_t> bl = rnd<std::int64_t>({3}, 206, -20, 20);
+  static_assert(std::is_same_v<decltype(logaddexp(ai, ai)), Tensor<float>>);
+  static_assert(std::is_same_v<decltype(logaddexp(ai, bl)), Tensor<double>>);
+  static_assert(std::is_same_v<decltype(logaddexp(ai, 2.5)), Tensor<double>>);
+  static_assert(std::is_same_v<decltype(logaddexp(af, 2.5)), Tensor<float>>);
+  expect_near(logaddexp(ai, bl), ref_zip<double>(ai, bl, [](auto x, auto y) { return ref_logaddexp(x, y); }), 1e-15,
+              "logaddexp int32, int64");
+  const Tensor<double> s(Shape{}, 2.5);
+  expect_near(logaddexp(a, 2.5), ref_zip<double>(a, s, ref_logaddexp), 1e-15, "logaddexp(a, 2.5)");
+  expect_near(logaddexp(2.5, a), ref_zip<double>(a, s, ref_logaddexp), 1e-15, "logaddexp(2.5, a)");
+  // Extremes as numpy: no overflow at +-1000, -inf is exp's zero, infinities of one sign give
+  // that infinity (-inf, -inf is -inf, not nan), nan propagates.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor<double> ea({9}, std::vector<double>{1000, -1000, -inf, -inf, inf, inf, inf, nan, 1e300});
+  const Tensor<double> eb({9}, std::vector<double>{1000, -1001, -inf, 3, -inf, inf, 5, 0, 1e300});
+  const auto e = logaddexp(ea, eb);
+  const std::vector<double> want{1000 + std::log(2.0), -1000 + std::log1p(std::exp(-1.0)), -inf, 3, inf, inf, inf,
+                                 nan, 1e300 + std::log(2.0)};
+  for (int i = 0; i < 9; ++i) {
+    if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(e[i])) << i;
+    else EXPECT_DOUBLE_EQ(e[i], want[i]) << i << ": " << ea[i] << ", " << eb[i];
+  }
+  const auto ef = logaddexp(Tensor<float>({2}, std::vector<float>{88.f, -INFINITY}), 88.f);
+  EXPECT_FLOAT_EQ(ef[0], 88.f + std::log(2.f));  // exp(88) * 2 overflows float32
+  EXPECT_EQ(ef[1], 88.f);
+}
+
+TEST(TensorOps, Softplus) {
+  // log(1 + exp(x)) in long double, float64 and float32; integers become floating.
+  auto ref = [](double v) { return static_cast<double>(std::log1p(std::exp(static_cast<long double>(v)))); };
+  const Tensor<double> x = rnd<double>({4, 9}, 211, -60, 60);
+  const Tensor<double> none(Shape{}, 0.0);
+  expect_near(softplus(x), ref_zip<double>(x, none, [&](double v, double) { return ref(v); }), 1e-15, "softplus");
+  const Tensor<float> xf = rnd<float>({50}, 212, -80, 80);
+  const auto sf = softplus(xf);
+  static_assert(std::is_same_v<decltype(sf), const Tensor<float>>);
+  for (std::int64_t i = 0; i < xf.size(); ++i) EXPECT_NEAR(sf[i], ref(xf[i]), 2e-7 * std::max(1.0, ref(xf[i]))) << xf[i];
+  static_assert(std::is_same_v<decltype(softplus(Tensor<std::int32_t>({2}, 1))), Tensor<float>>);
+  static_assert(std::is_same_v<decltype(softplus(Tensor<std::int64_t>({2}, 1))), Tensor<double>>);
+  expect_near(softplus(Tensor<bool>({2}, std::vector<bool>{true, false})),
+              Tensor<double>({2}, std::vector<double>{ref(1), ref(0)}), 1e-7, "softplus of bool");
+  // Extremes: no overflow, no early 0, no precision lost near 0 (log1p), infinities and nan.
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto e = softplus(Tensor<double>({8}, std::vector<double>{100, -100, 1000, -1000, 1e-20, inf, -inf, NAN}));
+  EXPECT_EQ(e[0], 100.0);
+  EXPECT_NEAR(e[1], std::exp(-100.0), 1e-15 * std::exp(-100.0));
+  EXPECT_EQ(e[2], 1000.0);
+  EXPECT_EQ(e[3], 0.0);
+  EXPECT_DOUBLE_EQ(e[4], std::log(2.0));
+  EXPECT_EQ(e[5], inf);
+  EXPECT_EQ(e[6], 0.0);
+  EXPECT_TRUE(std::isnan(e[7]));
+  const auto ef = softplus(Tensor<float>({2}, std::vector<float>{100.f, -100.f}));
+  EXPECT_EQ(ef[0], 100.f);
+  EXPECT_NEAR(ef[1], 3.72e-44f, 3e-45f);  // a float32 subnormal: exp(-100)
+}
+
+TEST(TensorOps, LogSigmoid) {
+  // log(1 / (1 + exp(-x))) in long double; stable at both ends.
+  auto ref = [](double v) { return static_cast<double>(-std::log1p(std::exp(-static_cast<long double>(v)))); };
+  const Tensor<double> x = rnd<double>({3, 11}, 221, -60, 60);
+  const auto r = log_sigmoid(x);
+  for (std::int64_t i = 0; i < x.size(); ++i) EXPECT_NEAR(r[i], ref(x[i]), 1e-15 * std::max(1.0, std::abs(ref(x[i])))) << x[i];
+  const Tensor<float> xf = rnd<float>({40}, 222, -80, 80);
+  const auto rf = log_sigmoid(xf);
+  static_assert(std::is_same_v<decltype(rf), const Tensor<float>>);
+  for (std::int64_t i = 0; i < xf.size(); ++i)
+    EXPECT_NEAR(rf[i], ref(xf[i]), 2e-7 * std::max(1.0, std::abs(ref(xf[i])))) << xf[i];
+  static_assert(std::is_same_v<decltype(log_sigmoid(Tensor<std::int32_t>({2}, 1))), Tensor<float>>);
+  expect_near(log_sigmoid(Tensor<bool>({2}, std::vector<bool>{true, false})),
+              Tensor<double>({2}, std::vector<double>{ref(1), ref(0)}), 1e-7, "log_sigmoid of bool");
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto e = log_sigmoid(Tensor<double>({6}, std::vector<double>{-100, 100, -1000, 0, inf, -inf}));
+  EXPECT_EQ(e[0], -100.0);
+  EXPECT_NEAR(e[1], -std::exp(-100.0), 1e-15 * std::exp(-100.0));
+  EXPECT_EQ(e[2], -1000.0);
+  EXPECT_DOUBLE_EQ(e[3], -std::log(2.0));
+  EXPECT_EQ(e[4], 0.0);
+  EXPECT_EQ(e[5], -inf);
+}
+
+TEST(TensorOps, LayerNorm) {
+  // (2, 3, 6) along the last axis with (6,) gain and bias, against loops.
+  const Tensor<double> x = rnd<double>({2, 3, 6}, 231, -5, 5);
+  const Tensor<double> g = rnd<double>({6}, 232, 0.5, 2), b = rnd<double>({6}, 233, -1, 1);
+  const auto y = layer_norm(x, g, b);
+  static_assert(std::is_same_v<decltype(y), const Tensor<double>>);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      double m = 0, var = 0;
+      for (int k = 0; k < 6; ++k) m += x(i, j, k) / 6;
+      for (int k = 0; k < 6; ++k) var += (x(i, j, k) - m) * (x(i, j, k) - m) / 6;
+      for (int k = 0; k < 6; ++k)
+        EXPECT_NEAR(y(i, j, k), (x(i, j, k) - m) / std::sqrt(var + 1e-5) * g[k] + b[k], 1e-12) << i << j << k;
+    }
+  // Along a middle axis: a (D,) gain and bias lie along it; a full-shape (D, T) gain broadcasts.
+  const Tensor<double> z = rnd<double>({2, 5, 3}, 234, -5, 5);
+  const Tensor<double> g5 = rnd<double>({5}, 235, 0.5, 2), b5 = rnd<double>({5}, 236, -1, 1);
+  const Tensor<double> g53 = rnd<double>({5, 3}, 237, 0.5, 2);
+  const auto y1 = layer_norm(z, g5, b5, 1, 1e-3), yn = layer_norm(z, g5, b5, -2, 1e-3);
+  const auto yf = layer_norm(z, g53, b5, 1, 1e-3);
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 3; ++k) {
+      double m = 0, var = 0;
+      for (int j = 0; j < 5; ++j) m += z(i, j, k) / 5;
+      for (int j = 0; j < 5; ++j) var += (z(i, j, k) - m) * (z(i, j, k) - m) / 5;
+      for (int j = 0; j < 5; ++j) {
+        const double s = (z(i, j, k) - m) / std::sqrt(var + 1e-3);
+        EXPECT_NEAR(y1(i, j, k), s * g5[j] + b5[j], 1e-12);
+        EXPECT_NEAR(yn(i, j, k), s * g5[j] + b5[j], 1e-12);
+        EXPECT_NEAR(yf(i, j, k), s * g53(j, k) + b5[j], 1e-12);
+      }
+    }
+  // A constant row normalises to 0 (epsilon keeps it finite): the output is the bias.
+  Tensor<float> c = rnd<float>({2, 4}, 238, -3, 3);
+  for (int k = 0; k < 4; ++k) c(1, k) = 2.5f;
+  const Tensor<float> bf = rnd<float>({4}, 239, -1, 1);
+  const auto yc = layer_norm(c, rnd<float>({4}, 240, 0.5, 2), bf);
+  static_assert(std::is_same_v<decltype(yc), const Tensor<float>>);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(yc(1, k), bf[k]);
+  // Promotion: int32 x with float32 parameters is float32; float32 x with float64 gain is float64.
+  static_assert(std::is_same_v<decltype(layer_norm(Tensor<std::int32_t>({2, 4}, 1), bf, bf)), Tensor<float>>);
+  static_assert(std::is_same_v<decltype(layer_norm(c, Tensor<double>({4}, 1.0), bf)), Tensor<double>>);
+  // A gain of the wrong length does not broadcast; a bad axis is named.
+  EXPECT_THROW((void)layer_norm(x, Tensor<double>({4}, 1.0), b), ShapeError);
+  EXPECT_THROW((void)layer_norm(x, g, b, 3), ShapeError);
+}
+
+/// -log(softmax(logits)[label]) along the last dim by loops in long double.
+template <typename T, typename I>
+Tensor<double> ref_cross_entropy(const Tensor<T>& logits, const Tensor<I>& labels) {
+  const std::int64_t c = logits.shape().back(), rows = logits.size() / c;
+  Tensor<double> out(labels.shape());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    long double m = -INFINITY, s = 0;
+    for (std::int64_t j = 0; j < c; ++j) m = std::max(m, static_cast<long double>(logits[r * c + j]));
+    for (std::int64_t j = 0; j < c; ++j) s += std::exp(static_cast<long double>(logits[r * c + j]) - m);
+    out[r] = static_cast<double>(std::log(s) - (static_cast<long double>(logits[r * c + labels[r]]) - m));
+  }
+  return out;
+}
+
+TEST(TensorOps, SoftmaxCrossEntropyWithIntegerLabels) {
+  const Tensor<double> logits = rnd<double>({6, 9}, 241, -10, 10);
+  const Tensor<std::int32_t> labels = rnd<std::int32_t>({6}, 242, 0, 8);
+  const auto loss = softmax_cross_entropy_with_integer_labels(logits, labels);
+  static_assert(std::is_same_v<decltype(loss), const Tensor<double>>);
+  expect_near(loss, ref_cross_entropy(logits, labels), 1e-14, "cross entropy (6, 9)");
+  // Leading dims (2, 3) with int64 labels; the classes along axis 0.
+  const Tensor<float> l3 = rnd<float>({2, 3, 5}, 243, -10, 10);
+  const Tensor<std::int64_t> y3 = rnd<std::int64_t>({2, 3}, 244, 0, 4);
+  const auto loss3 = softmax_cross_entropy_with_integer_labels(l3, y3);
+  static_assert(std::is_same_v<decltype(loss3), const Tensor<float>>);
+  expect_near(loss3, ref_cross_entropy(l3, y3), 1e-6, "cross entropy (2, 3, 5)");
+  const Tensor<double> cols = rnd<double>({5, 4}, 245, -10, 10);
+  const Tensor<std::int32_t> ycols = rnd<std::int32_t>({4}, 246, 0, 4);
+  expect_near(softmax_cross_entropy_with_integer_labels(cols, ycols, 0),
+              ref_cross_entropy(transpose(cols), ycols), 1e-14, "cross entropy along axis 0");
+  // Large float32 logits: the max is subtracted before anything is rounded at their magnitude
+  // (logsumexp(l) - l[y] would be ~1e-3 off at 1e4), and a masked (-inf) class costs nothing.
+  const Tensor<float> big({3, 4}, std::vector<float>{1e4f, 1e4f - 1, -1e4f, 1e4f - 2,     //
+                                                     -3e4f, -3e4f + 0.5f, -3e4f, -3e4f,  //
+                                                     5.f, -INFINITY, 4.f, 3.f});
+  const Tensor<std::int32_t> ybig({3}, std::vector<std::int32_t>{1, 1, 2});
+  const auto lb = softmax_cross_entropy_with_integer_labels(big, ybig);
+  const double e1 = std::exp(-1.0), e2 = std::exp(-2.0), h = std::exp(-0.5);
+  EXPECT_NEAR(lb[0], 1 + std::log(1 + e1 + e2), 2e-7);
+  EXPECT_NEAR(lb[1], std::log(1 + 3 * h), 2e-7);
+  EXPECT_NEAR(lb[2], 1 + std::log(1 + e1 + e2), 2e-7);
+  // Shapes that do not line up, labels out of range, a bad axis.
+  EXPECT_THROW((void)softmax_cross_entropy_with_integer_labels(logits, Tensor<std::int32_t>({6, 1}, 0)), ShapeError);
+  EXPECT_THROW((void)softmax_cross_entropy_with_integer_labels(logits, Tensor<std::int32_t>({9}, 0)), ShapeError);
+  EXPECT_THROW((void)softmax_cross_entropy_with_integer_labels(logits, Tensor<std::int32_t>({6}, 9)), ShapeError);
+  EXPECT_THROW((void)softmax_cross_entropy_with_integer_labels(logits, labels, 2), ShapeError);
 }
 
 // ---------------------------------------------------------------- creation and checked shapes

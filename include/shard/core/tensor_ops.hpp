@@ -44,6 +44,10 @@ Tensor<T> where(const Tensor<bool>& cond, const Tensor<T>& a, const Tensor<T>& b
 /// max/min over zero elements (numpy's "zero-size array ... has no identity").
 template <Dtype T>
 Tensor<T> reduce(const Tensor<T>& x, ReduceKind kind, const Dims& dims = {}, bool keepdims = false);
+/// Inclusive prefix sums along `axis` (lax.cumsum; from the end when reverse), same dtype:
+/// what shard::cumsum runs. Floating sums run in float64; integers wrap. ValueError for bool.
+template <Dtype T>
+Tensor<T> prefix_sum(const Tensor<T>& x, int axis, bool reverse = false);
 /// Index of the first largest (smallest) element along `axis`; nan counts as largest.
 template <Dtype T>
 Tensor<std::int64_t> argmax(const Tensor<T>& x, int axis, bool keepdims = false);

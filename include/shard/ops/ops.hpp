@@ -20,6 +20,8 @@
 ///   - Reductions: local reduction of each block, then one collective (psum, pmax, pmin, or a
 ///     product) over the mesh axes that split the reduced dims; the result's spec drops the
 ///     reduced dims (None with keepdims). float32 sums cross devices in float64.
+///   - Prefix sums (cumsum): the operand's sharding; a split axis costs one all_gather of
+///     the blocks' totals (the block shape with that dim 1) over its mesh axes.
 
 #include <cstdint>
 #include <vector>
@@ -96,6 +98,12 @@ ShardedArray<T> map(const ShardedArray<T>& a, F&& fn) {
 /// Collective over the mesh axes that split the reduced dims (none: local).
 template <Dtype T>
 ShardedArray<T> reduce(const ShardedArray<T>& a, ReduceKind kind, const Dims& dims = {}, bool keepdims = false);
+/// Inclusive prefix sums along `axis` (from the end when reverse), sharded like `a`: each
+/// device scans its block starting from the sum of the blocks before it along `axis`, which
+/// it gets from one all_gather of the blocks' line totals over the mesh axes splitting
+/// `axis` (only the totals move, never the blocks; local when `axis` is not split).
+template <Dtype T>
+ShardedArray<T> prefix_sum(const ShardedArray<T>& a, int axis, bool reverse = false);
 /// The global index of the first maximum (minimum) along `axis` (numpy's argmax): two
 /// collectives (the extreme value, then the smallest index reaching it) over the axes that
 /// split `axis`.

@@ -383,6 +383,21 @@ X record_reduce(Tape& tape, const X& x, ReduceKind kind, const Dims& dims_in, bo
   }
 }
 
+/// cumsum (prefix_sum): linear, its transpose the prefix sums of the cotangent in the other
+/// direction (lax.cumsum's transpose), sharded like the primal; no communication on a Tensor.
+template <ArrayLike X>
+X record_prefix_sum(Tape& tape, const X& x, int axis, bool reverse) {
+  X out = paused([&] { return prefix_sum(x, axis, reverse); });
+  if constexpr (!FloatDtype<elem_t<X>>) {
+    return finish_constant(tape, std::move(out), x);
+  } else {
+    auto make = [&](auto xn) -> typename Node<X>::Rule {
+      return [xn, axis, reverse](const X& ct, std::uint32_t v) { push(xn, prefix_sum(ct, axis, !reverse), v); };
+    };
+    return linear_local(finish(tape, "cumsum", std::move(out), make, x));
+  }
+}
+
 // ---------------------------------------------------------------- products
 
 /// op(a) @ op(b) for 2-D operands, with the transposes in the gemm (tensor_linalg.cpp, matmul.cpp:
