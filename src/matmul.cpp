@@ -115,13 +115,14 @@ namespace detail {
 std::shared_ptr<const MatmulPlan> cached_plan_matmul(const Shape& a_shape, const NamedSharding& a,
                                                      const Shape& b_shape, const NamedSharding& b,
                                                      std::size_t elem_size) {
-  SignatureKey key;
+  thread_local SignatureKey key;
+  key.clear();
   key.add(a_shape);
   key.add(a);
   key.add(b_shape);
   key.add(b);
   key.add(static_cast<std::int64_t>(elem_size));
-  return matmul_plan_cache().get(std::move(key),
+  return matmul_plan_cache().get(key,
                                  [&] { return compute_plan_matmul(a_shape, a, b_shape, b, elem_size); });
 }
 

@@ -39,6 +39,9 @@ namespace shard::detail {
 class SignatureKey {
  public:
   SignatureKey() { words_.reserve(64); }
+  /// Empty again, keeping the storage (callers reuse one thread_local key per cache: no
+  /// allocation per lookup).
+  void clear() { words_.clear(); }
   void add(std::int64_t w) { words_.push_back(w); }
   void add(const Shape& s) {
     add(static_cast<std::int64_t>(s.size()));
@@ -79,14 +82,9 @@ class SignatureKey {
 
   bool operator==(const SignatureKey& o) const { return words_ == o.words_; }
   std::size_t hash() const {
-    std::uint64_t h = 0x9E3779B97F4A7C15ull ^ words_.size();
-    for (std::int64_t w : words_) {  // splitmix64's mixer per word
-      std::uint64_t z = h + static_cast<std::uint64_t>(w) + 0x9E3779B97F4A7C15ull;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      h = z ^ (z >> 31);
-    }
-    return static_cast<std::size_t>(h);
+    std::uint64_t h = words_.size();
+    for (std::int64_t w : words_) h = ((h << 5 | h >> 59) ^ static_cast<std::uint64_t>(w)) * 0x9E3779B97F4A7C15ull;
+    return static_cast<std::size_t>(h ^ h >> 32);  // the equality of the words decides; this only spreads
   }
 
  private:
@@ -100,9 +98,10 @@ class PlanCache {
   explicit PlanCache(std::size_t capacity) : capacity_(capacity) {}
 
   /// The cached plan for `key`, or compute() (run without the lock; its exceptions pass
-  /// through and nothing is stored) remembered as the most recently used.
+  /// through and nothing is stored) remembered as the most recently used. `key` is copied
+  /// before compute() runs (which may reuse the caller's thread_local key for nested plans).
   template <typename Compute>
-  std::shared_ptr<const Plan> get(SignatureKey key, Compute&& compute) {
+  std::shared_ptr<const Plan> get(const SignatureKey& key, Compute&& compute) {
     {
       std::lock_guard lock(mutex_);
       if (auto it = index_.find(key); it != index_.end()) {
@@ -112,10 +111,11 @@ class PlanCache {
       }
       ++counters_.misses;
     }
+    SignatureKey stored = key;
     auto plan = std::make_shared<const Plan>(compute());
     std::lock_guard lock(mutex_);
-    if (capacity_ == 0 || index_.count(key)) return plan;
-    lru_.emplace_front(std::move(key), plan);
+    if (capacity_ == 0 || index_.count(stored)) return plan;
+    lru_.emplace_front(std::move(stored), plan);
     index_.emplace(lru_.front().first, lru_.begin());
     while (lru_.size() > capacity_) evict_last();
     return plan;

@@ -202,12 +202,13 @@ namespace detail {
 
 std::shared_ptr<const ReshardPlan> cached_plan_reshard(const Shape& shape, const NamedSharding& from,
                                                        const NamedSharding& to, std::size_t elem_size) {
-  SignatureKey key;
+  thread_local SignatureKey key;
+  key.clear();
   key.add(shape);
   key.add(from);
   key.add(to);
   key.add(static_cast<std::int64_t>(elem_size));
-  return reshard_plan_cache().get(std::move(key), [&] { return compute_plan_reshard(shape, from, to, elem_size); });
+  return reshard_plan_cache().get(key, [&] { return compute_plan_reshard(shape, from, to, elem_size); });
 }
 
 }  // namespace detail
