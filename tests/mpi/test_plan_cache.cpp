@@ -4,8 +4,11 @@
 // rank checks every shard it holds). Uneven shapes (7x5 @ 5x3) throughout.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "mpi_test.hpp"
 #include "shard/detail/plan_cache.hpp"
