@@ -4,6 +4,7 @@
 //
 //   mpirun -n 4 --oversubscribe matmul_bench --n 4096 --mesh 2x2
 //   mpirun -n 2 --bind-to core matmul_bench --n 1024,4096 --algorithms summa,scalapack --json
+//   mpirun -n 2 matmul_bench --overhead            per-call time of 16 x 16 products (rules layouts)
 
 #include <cblas.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -285,6 +287,63 @@ int run(shard::Runtime& rt, const shard::Mesh& mesh, const Options& o) {
   return 0;
 }
 
+/// --overhead: the time of one small product per call (planning, reshards, the closing psum,
+/// the wrapping; the gemm itself is tiny), on a 1-D mesh 'a' over every device, for the rules'
+/// layouts and one value_and_grad step: the median over `batches` batches of `calls` calls,
+/// the slowest rank's. Public API only, so the same source builds against older libraries.
+template <typename T>
+int run_overhead(shard::Runtime& rt, std::int64_t n, int batches, int calls, bool json) {
+  const MPI_Comm world = rt.world().get();
+  const shard::Mesh mesh = shard::make_mesh({rt.device_count()}, {"a"});
+  auto on = [&](std::uint64_t matrix, const P& spec) { return make_matrix<T>(matrix, n, shard::NamedSharding(mesh, spec)); };
+  const auto rows = on(1, P("a", shard::None)), cols = on(2, P(shard::None, "a")), repl = on(3, P());
+  const auto brows = on(4, P("a", shard::None));
+  const auto target = on(5, P("a", shard::None));
+  volatile double sink = 0;
+  auto first = [](const shard::ShardedArray<T>& c) {
+    const auto& s = c.addressable_shards();
+    return !s.empty() && s[0].data.size() > 0 ? static_cast<double>(s[0].data[0]) : 0.0;
+  };
+  const std::vector<std::pair<std::string, std::function<double()>>> cases = {
+      {"P('a',None) @ P()            no communication", [&] { return first(shard::matmul(rows, repl)); }},
+      {"P(None,'a') @ P('a',None)    one psum", [&] { return first(shard::matmul(cols, brows)); }},
+      {"P('a',None) @ P('a',None)    B all-gathered first", [&] { return first(shard::matmul(rows, brows)); }},
+      {"value_and_grad sum((x @ w) * t), x P('a',None), w P()",
+       [&] {
+         const std::vector<shard::ShardedArray<T>> params = {rows, repl};
+         auto loss = [&](const std::vector<shard::ShardedArray<T>>& p) { return shard::sum(shard::matmul(p[0], p[1]) * target); };
+         const auto [value, grads] = shard::value_and_grad(loss)(params);
+         return first(grads[1]);
+       }},
+  };
+  std::ostringstream os;
+  if (!json)
+    os << "matmul_bench --overhead: " << rt.process_count() << " ranks x " << rt.devices_per_rank() << " devices, "
+       << mesh.to_string() << ", " << n << "x" << n << " " << shard::dtype_name<T>() << ", median over " << batches
+       << " batches of " << calls << " calls (slowest rank)\n";
+  for (const auto& [name, f] : cases) {
+    for (int i = 0; i < std::max(10, calls / 10); ++i) sink = sink + f();  // warm-up: communicators, buffers
+    std::vector<double> per;
+    for (int b = 0; b < batches; ++b) {
+      MPI_Barrier(world);
+      const double t0 = MPI_Wtime();
+      for (int i = 0; i < calls; ++i) sink = sink + f();
+      per.push_back((MPI_Wtime() - t0) / calls * 1e6);
+    }
+    double us = shard::apps::median(per);
+    MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, world);
+    char line[512];
+    if (json)
+      std::snprintf(line, sizeof line, "{\"overhead\": \"%s\", \"n\": %lld, \"ranks\": %d, \"us_per_call\": %.3f}\n",
+                    name.c_str(), static_cast<long long>(n), rt.process_count(), us);
+    else
+      std::snprintf(line, sizeof line, "%-58s %10.2f us per call\n", name.c_str(), us);
+    os << line;
+  }
+  shard::apps::print0(rt, os.str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -305,13 +364,25 @@ int main(int argc, char** argv) {
         "summa-panel", po::value(&o.summa_panel)->default_value(0), "SUMMA panel width (0: 256)")(
         "host-check-limit", po::value(&o.host_limit)->default_value(2048),
         "largest n checked against a host product (larger n: a random projection)")(
-        "json", "one JSON object per row");
+        "json", "one JSON object per row")(
+        "overhead", "time small products per call instead (1-D mesh over every device; --n defaults to 16)")(
+        "calls", po::value<int>()->default_value(1000), "--overhead: calls per timed batch")(
+        "batches", po::value<int>()->default_value(15), "--overhead: timed batches (the median is reported)");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
                                          "Usage: mpirun -n N matmul_bench [--n 4096] [--mesh PxQ] [--algorithms ...]\n"
                                          "Times distributed matmul algorithms against ScaLAPACK and local OpenBLAS."))
       return 0;
     o.json = vm.count("json") > 0;
+    if (vm.count("overhead")) {
+      const int calls = vm["calls"].as<int>(), batches = vm["batches"].as<int>();
+      shard::apps::check_at_least("calls", calls, 1);
+      shard::apps::check_at_least("batches", batches, 1);
+      const std::int64_t n = vm["n"].defaulted() ? 16 : shard::apps::parse_int_list(sizes, "n", "16", 1).front();
+      shard::apps::check_choice("dtype", dtype, {"float64", "f64", "double", "float32", "f32", "float"});
+      if (dtype == "float64" || dtype == "f64" || dtype == "double") return run_overhead<double>(rt, n, batches, calls, o.json);
+      return run_overhead<float>(rt, n, batches, calls, o.json);
+    }
     o.sizes = shard::apps::parse_int_list(sizes, "n", "1024,4096", 1);
     if (o.sizes.empty()) shard::raise<shard::ValueError>("--n needs at least one size");
     shard::apps::check_at_least("repeats", o.repeats, 1);

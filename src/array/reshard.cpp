@@ -23,6 +23,7 @@
 #include "shard/autodiff/detail/vjp_rules.hpp"
 #include "shard/error.hpp"
 #include "shard/runtime/runtime.hpp"
+#include "array/plan_cache.hpp"
 #include "array/redistribute.hpp"
 
 namespace shard {
@@ -137,15 +138,18 @@ std::string ReshardPlan::to_string() const {
   return os.str();
 }
 
-ReshardPlan plan_reshard(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
-                         std::size_t elem_size, const std::string& dtype) {
+namespace {
+
+/// The plan of plan_reshard, computed (the cache below remembers it; no dtype label).
+ReshardPlan compute_plan_reshard(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
+                                 std::size_t elem_size) {
   detail::check_same_devices(from.mesh(), to.mesh(), "reshard");
   from.check_shape(shape);
   to.check_shape(shape);
   const bool across = !(from.mesh() == to.mesh());
   if (across)
     if (auto eq = equivalent_sharding(from, shape, to.mesh())) {
-      ReshardPlan p = plan_reshard(shape, *eq, to, elem_size, dtype);
+      ReshardPlan p = compute_plan_reshard(shape, *eq, to, elem_size);
       p.from = from.spec().to_string() + " on " + from.mesh().to_string();
       p.translated = eq->spec().to_string();
       return p;
@@ -154,7 +158,6 @@ ReshardPlan plan_reshard(const Shape& shape, const NamedSharding& from, const Na
   const Topology& topo = mesh.topology();
   ReshardPlan p;
   p.shape = shape;
-  p.dtype = dtype;
   p.from = from.spec().to_string() + (across ? " on " + from.mesh().to_string() : "");
   p.to = to.spec().to_string();
   p.bytes_sent.assign(static_cast<std::size_t>(topo.process_count), 0);
@@ -190,6 +193,30 @@ ReshardPlan plan_reshard(const Shape& shape, const NamedSharding& from, const Na
   const auto plan = detail::plan_transfers(shape, to, old_boxes(shape, from));
   p.bytes_sent = detail::transfer_bytes(plan, topo, elem_size);
   for (const auto& t : plan) p.pieces += topo.owner(t.src) != topo.owner(t.dst);
+  return p;
+}
+
+}  // namespace
+
+namespace detail {
+
+std::shared_ptr<const ReshardPlan> cached_plan_reshard(const Shape& shape, const NamedSharding& from,
+                                                       const NamedSharding& to, std::size_t elem_size) {
+  thread_local SignatureKey key;
+  key.clear();
+  key.add(shape);
+  key.add(from);
+  key.add(to);
+  key.add(static_cast<std::int64_t>(elem_size));
+  return reshard_plan_cache().get(key, [&] { return compute_plan_reshard(shape, from, to, elem_size); });
+}
+
+}  // namespace detail
+
+ReshardPlan plan_reshard(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
+                         std::size_t elem_size, const std::string& dtype) {
+  ReshardPlan p = *detail::cached_plan_reshard(shape, from, to, elem_size);
+  p.dtype = dtype;
   return p;
 }
 
@@ -251,7 +278,8 @@ ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to) {
     detail::check_same_devices(x.mesh(), to.mesh(), "reshard");
     if (auto eq = equivalent_sharding(x.sharding(), x.shape(), to.mesh())) return reshard(relabel(x, *eq), to);
   }
-  const ReshardPlan p = reshard_plan(x, to);
+  const std::shared_ptr<const ReshardPlan> plan = detail::cached_plan_reshard(x.shape(), x.sharding(), to, sizeof(T));
+  const ReshardPlan& p = *plan;
   switch (p.kind) {
     case Kind::kNone:
       return ShardedArray<T>(x.shape(), to, x.addressable_shards());

@@ -19,6 +19,7 @@
 #include "shard/array/sharded_array.hpp"
 
 #include "comm/collective_shared.hpp"
+#include "array/plan_cache.hpp"
 
 namespace shard {
 
@@ -115,7 +116,8 @@ std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, boo
   const Shape as = ta ? Shape{a.shape()[1], a.shape()[0]} : a.shape();
   const Shape bs = tb ? Shape{b.shape()[1], b.shape()[0]} : b.shape();
   if (as[1] != bs[0] || choose_algorithm(as, sa, bs, sb) != Algorithm::kRules) return {};
-  const MatmulPlan p = plan_matmul(as, sa, bs, sb, sizeof(T));
+  const auto plan = cached_plan_matmul(as, sa, bs, sb, sizeof(T));
+  const MatmulPlan& p = *plan;
   const Mesh& mesh = a.mesh();
   if (!(p.a == sa.spec()) || !(p.b == sb.spec()) || p.contract.is_none()) return {};
   const NamedSharding natural(mesh, p.out);

@@ -14,6 +14,8 @@
 #include "shard/ops/ops.hpp"
 #include "shard/error.hpp"
 
+#include "array/plan_cache.hpp"
+
 namespace shard {
 
 namespace {
@@ -70,8 +72,12 @@ std::string MatmulPlan::to_string() const {
   return os.str();
 }
 
-MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape, const NamedSharding& b,
-                       std::size_t elem_size) {
+namespace {
+
+/// The plan of plan_matmul, computed (the cache below remembers it): the checks, then the
+/// candidate layouts' reshard plans (themselves cached).
+MatmulPlan compute_plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape,
+                               const NamedSharding& b, std::size_t elem_size) {
   detail::check_same_devices(a.mesh(), b.mesh(), "matmul");
   check_shapes(a_shape, b_shape);
   const int ra = static_cast<int>(a_shape.size()), rb = static_cast<int>(b_shape.size());
@@ -84,8 +90,8 @@ MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape
   for (const SpecEntry& k : {ka, kb, SpecEntry()}) {
     const Layout l = layout_for(a.spec(), ra, b_spec, rb, k);
     const NamedSharding na(a.mesh(), l.a), nb(a.mesh(), l.b), no(a.mesh(), l.out);
-    std::int64_t cost = plan_reshard(a_shape, a, na, elem_size).total_bytes() +
-                        plan_reshard(b_shape, b, nb, elem_size).total_bytes();
+    std::int64_t cost = detail::cached_plan_reshard(a_shape, a, na, elem_size)->total_bytes() +
+                        detail::cached_plan_reshard(b_shape, b, nb, elem_size)->total_bytes();
     const std::int64_t reshards = cost;
     if (!k.is_none()) {  // a psum of C's blocks: about twice their bytes per device
       Shape c_shape(a_shape.begin(), a_shape.end() - 1);
@@ -100,6 +106,31 @@ MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape
     }
   }
   return best;
+}
+
+}  // namespace
+
+namespace detail {
+
+std::shared_ptr<const MatmulPlan> cached_plan_matmul(const Shape& a_shape, const NamedSharding& a,
+                                                     const Shape& b_shape, const NamedSharding& b,
+                                                     std::size_t elem_size) {
+  thread_local SignatureKey key;
+  key.clear();
+  key.add(a_shape);
+  key.add(a);
+  key.add(b_shape);
+  key.add(b);
+  key.add(static_cast<std::int64_t>(elem_size));
+  return matmul_plan_cache().get(key,
+                                 [&] { return compute_plan_matmul(a_shape, a, b_shape, b, elem_size); });
+}
+
+}  // namespace detail
+
+MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape, const NamedSharding& b,
+                       std::size_t elem_size) {
+  return *detail::cached_plan_matmul(a_shape, a, b_shape, b, elem_size);
 }
 
 /// The psum_scatter that leaves C summed over the plan's contracting axes and sharded as
@@ -159,12 +190,13 @@ ShardedArray<T> place_product(const Mesh& mesh, const MatmulPlan& p, const Shape
 
 template <typename T>
 ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out) {
-  const MatmulPlan p = plan_matmul(a.shape(), a.sharding(), b.shape(), b.sharding(), sizeof(T));
+  const auto plan = detail::cached_plan_matmul(a.shape(), a.sharding(), b.shape(), b.sharding(), sizeof(T));
+  const MatmulPlan& p = *plan;
   const Mesh& mesh = a.mesh();
-  const NamedSharding want_a(mesh, p.a), want_b(mesh, p.b);
   std::optional<ShardedArray<T>> moved_a, moved_b;  // the operands where the plan needs them (no copy when already there)
-  const ShardedArray<T>& la = a.sharding() == want_a ? a : moved_a.emplace(reshard(a, want_a));
-  const ShardedArray<T>& lb = b.sharding() == want_b ? b : moved_b.emplace(reshard(b, want_b));
+  const ShardedArray<T>& la = p.a == a.spec() ? a : moved_a.emplace(reshard(a, NamedSharding(mesh, p.a)));
+  const ShardedArray<T>& lb =
+      b.mesh() == mesh && p.b == b.spec() ? b : moved_b.emplace(reshard(b, NamedSharding(mesh, p.b)));
   Shape c_shape(a.shape().begin(), a.shape().end() - 1);
   c_shape.push_back(b.shape().back());
   std::vector<Tensor<T>> blocks;
@@ -200,7 +232,8 @@ ShardedArray<T> matmul_t(const ShardedArray<T>& a, bool ta, const ShardedArray<T
   // Only when the rules multiply the operands where they lie (and matmul would not pick a 2-D
   // block algorithm): each device multiplies its blocks with the transposes in the gemm.
   if (choose_algorithm(as, sa, bs, sb) != Algorithm::kRules) return fallback();
-  const MatmulPlan p = plan_matmul(as, sa, bs, sb, sizeof(T));
+  const auto plan = cached_plan_matmul(as, sa, bs, sb, sizeof(T));
+  const MatmulPlan& p = *plan;
   if (!(p.a == sa.spec()) || !(p.b == sb.spec())) return fallback();
   const Shape c_shape{as[0], bs[1]};
   std::vector<Tensor<T>> blocks;
