@@ -3,13 +3,14 @@
 # written before the check are listed in tests/format_pending.txt until a change formats them:
 # the check fails on an unformatted file that is not listed, and on a listed file that is
 # formatted now (remove its line: the list only shrinks). A new file, or a file a change
-# reformats, stays formatted. Skipped (exit 0, said so) when clang-format is missing.
+# reformats, stays formatted; a listed file that is gone fails too. Skipped (exit 77, ctest's
+# SKIP_RETURN_CODE) when clang-format is missing.
 set -euo pipefail
 cd "${1:-$(dirname "${BASH_SOURCE[0]}")/..}"
 fmt=$(command -v clang-format || command -v clang-format-14 || true)
 if [[ -z $fmt ]]; then
   echo "check_format: clang-format not found (cmake/install-deps.sh installs it); skipped"
-  exit 0
+  exit 77
 fi
 declare -A pending=()
 while IFS= read -r line; do
@@ -30,5 +31,11 @@ while IFS= read -r f; do
     fail=1
   fi
 done < <(git ls-files '*.cpp' '*.hpp' '*.h')
+for f in "${!pending[@]}"; do
+  if [[ ! -f $f ]]; then
+    echo "check_format: $f is listed in tests/format_pending.txt but does not exist: remove its line" >&2
+    fail=1
+  fi
+done
 echo "check_format: $checked files formatted, ${#pending[@]} listed in tests/format_pending.txt as still to format"
 exit $fail

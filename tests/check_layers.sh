@@ -23,6 +23,7 @@ if [[ -f $pending_file ]]; then
 fi
 
 layer_of() {  # include/shard/<layer>/... or src/<layer>/...; root files are the ground floor
+  [[ $1 == shard.hpp || $1 == include/shard/shard.hpp ]] && { echo 99; return; }  # the umbrella: above all
   local p=${1#include/shard/}
   p=${p#src/}
   local l=${p%%/*}
@@ -54,7 +55,7 @@ while IFS= read -r f; do
         fail=1
       fi
     fi
-  done < <(sed -nE 's/^#include "([a-z_]+\/[a-z_/]+\.hpp)".*/\1/p' "$f")
+  done < <(sed -nE 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]([A-Za-z0-9_]+\/[A-Za-z0-9_/.]+\.hpp)[">].*/\1/p' "$f")
 done < <(git ls-files 'include/shard/*' 'src/*' | grep -E '\.(hpp|cpp)$')
 
 for key in "${!pending[@]}"; do

@@ -83,7 +83,8 @@ class SignatureKey {
   bool operator==(const SignatureKey& o) const { return words_ == o.words_; }
   std::size_t hash() const {
     std::uint64_t h = words_.size();
-    for (std::int64_t w : words_) h = ((h << 5 | h >> 59) ^ static_cast<std::uint64_t>(w)) * 0x9E3779B97F4A7C15ull;
+    for (std::int64_t w : words_)
+      h = ((h << 5 | h >> 59) ^ static_cast<std::uint64_t>(w)) * 0x9E3779B97F4A7C15ull;
     return static_cast<std::size_t>(h ^ h >> 32);  // the equality of the words decides; this only spreads
   }
 

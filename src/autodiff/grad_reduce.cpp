@@ -126,7 +126,7 @@ std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, boo
     return {};  // every device's block has the same shape, so every group's chunks match
   const Shape block = natural.shard_shape(c_shape);
   const std::int64_t n = block[1];
-  CollectiveSpec whole = reduce_spec(mesh, ReduceOp::kSum, p.contract, block);
+  CollectiveSpec whole = reduce_spec(mesh, ReduceKind::kSum, p.contract, block);
   whole.dtype = dtype_name<T>();
   if (use_shared_memory(mesh, whole, false)) return {};  // memory copies: nothing to overlap
 
@@ -146,7 +146,7 @@ std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, boo
                   d->blocks_[i]);
       progress_reductions();
     }
-    CollectiveSpec chunk = reduce_spec(mesh, ReduceOp::kSum, p.contract, Shape{r1 - r0, n});
+    CollectiveSpec chunk = reduce_spec(mesh, ReduceKind::kSum, p.contract, Shape{r1 - r0, n});
     chunk.dtype = whole.dtype;
     // The previous chunk's second phase (bfloat16) starts here, at the same point on every rank.
     if (!d->chunks_.empty()) d->chunks_.back().post_next_phase();
@@ -154,7 +154,7 @@ std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, boo
     if (!settings.overlap) d->chunks_.back().wait();
   }
   if (block[0] == 0) {  // no rows: still one (empty) sum, so every rank makes the same calls
-    CollectiveSpec chunk = reduce_spec(mesh, ReduceOp::kSum, p.contract, Shape{0, n});
+    CollectiveSpec chunk = reduce_spec(mesh, ReduceKind::kSum, p.contract, Shape{0, n});
     chunk.dtype = whole.dtype;
     d->chunks_.push_back(start_psum_rows(mesh, chunk, devices, d->blocks_, 0, 0, settings.bfloat16));
   }

@@ -163,7 +163,7 @@ PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, const std
   if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
     raise<ValueError>("start_psum_rows: float32 and float64 only");
   } else {
-    if (s.kind != CollectiveKind::kReduce || s.op != ReduceOp::kSum || s.in_shape.size() != 2 ||
+    if (s.kind != CollectiveKind::kReduce || s.op != ReduceKind::kSum || s.in_shape.size() != 2 ||
         s.in_shape[0] != r1 - r0)
       raise<ValueError>("start_psum_rows: the spec must be a psum of the ", r1 - r0, " rows");
     bf16 = bf16 && std::is_same_v<T, float>;

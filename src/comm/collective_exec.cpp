@@ -52,29 +52,29 @@ int comm_rank_of(const DeviceGroup& g, int world_rank) {
 }
 
 template <typename T>
-MPI_Op mpi_op(ReduceOp op) {
+MPI_Op mpi_op(ReduceKind op) {
   constexpr bool kBool = std::is_same_v<T, bool>;  // MPI's logical ops: max is or, min is and
   switch (op) {
-    case ReduceOp::kMax: return kBool ? MPI_LOR : MPI_MAX;
-    case ReduceOp::kMin: return kBool ? MPI_LAND : MPI_MIN;
-    case ReduceOp::kProd: return MPI_PROD;
+    case ReduceKind::kMax: return kBool ? MPI_LOR : MPI_MAX;
+    case ReduceKind::kMin: return kBool ? MPI_LAND : MPI_MIN;
+    case ReduceKind::kProd: return MPI_PROD;
     default: return MPI_SUM;
   }
 }
 
 template <typename T>
-void combine(Tensor<T>& acc, const Tensor<T>& x, ReduceOp op) {
+void combine(Tensor<T>& acc, const Tensor<T>& x, ReduceKind op) {
   T* a = acc.data();
   const T* b = x.data();
   const std::int64_t n = acc.size();
   switch (op) {
-    case ReduceOp::kMax:
+    case ReduceKind::kMax:
       for (std::int64_t i = 0; i < n; ++i) a[i] = b[i] > a[i] ? b[i] : a[i];
       break;
-    case ReduceOp::kMin:
+    case ReduceKind::kMin:
       for (std::int64_t i = 0; i < n; ++i) a[i] = b[i] < a[i] ? b[i] : a[i];
       break;
-    case ReduceOp::kProd:
+    case ReduceKind::kProd:
       if constexpr (!std::is_same_v<T, bool>)
         for (std::int64_t i = 0; i < n; ++i) a[i] = static_cast<T>(a[i] * b[i]);
       break;
@@ -90,7 +90,7 @@ template <typename T>
 void check_dtype(const CollectiveSpec& s) {
   if constexpr (std::is_same_v<T, bool>) {
     const bool sums = s.kind == CollectiveKind::kPsumScatter ||
-                      (s.kind == CollectiveKind::kReduce && s.op != ReduceOp::kMax && s.op != ReduceOp::kMin);
+                      (s.kind == CollectiveKind::kReduce && s.op != ReduceKind::kMax && s.op != ReduceKind::kMin);
     if (sums)
       raise<ValueError>(s.name, " over ", s.axes_text, " of a bool array: sums of bool are not defined; convert "
                         "with astype<std::int32_t>(x) first (pmax is a logical or, pmin a logical and)");
@@ -143,7 +143,7 @@ void run_reduce(const Mesh& mesh, const CollectiveSpec& s, const DeviceGroup& g,
         });
     comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(acc.bytes()));
   }
-  if (s.op == ReduceOp::kMean)
+  if (s.op == ReduceKind::kMean)
     if constexpr (!std::is_same_v<T, bool>)
       for (auto& v : acc) v = static_cast<T>(v / static_cast<T>(s.group_size));
   hand_out(acc, m, outs);
@@ -216,7 +216,7 @@ void run_psum_scatter(const Mesh& mesh, const CollectiveSpec& s, const DeviceGro
                       const std::source_location& where) {
   const Topology& topo = mesh.topology();
   Tensor<T> acc = std::move(ins[m[0].local]);
-  for (std::size_t i = 1; i < m.size(); ++i) combine(acc, ins[m[i].local], ReduceOp::kSum);
+  for (std::size_t i = 1; i < m.size(); ++i) combine(acc, ins[m[i].local], ReduceKind::kSum);
   const std::int64_t extent = s.tiled ? s.in_shape[s.dim] / s.group_size : 1;
   const std::int64_t ce = num_elements(s.in_shape) / s.group_size;
   const bool one_per_rank = g.ranks.size() == g.devices.size();

@@ -31,7 +31,7 @@ bool use_shared_memory(const Mesh& mesh, const CollectiveSpec& s, bool is_bool) 
   if (!g_shared_reduce || s.group_size < 2) return false;
   switch (s.kind) {
     case CollectiveKind::kReduce:
-      if (is_bool || (s.op != ReduceOp::kSum && s.op != ReduceOp::kMean)) return false;
+      if (is_bool || (s.op != ReduceKind::kSum && s.op != ReduceKind::kMean)) return false;
       break;
     case CollectiveKind::kPsumScatter:
       if (is_bool || s.dim != 0) return false;

@@ -50,7 +50,7 @@ void resolve_axes(const Mesh& mesh, const SpecEntry& axes, CollectiveSpec& spec)
   spec.axes_text = axes.is_none() ? "()" : axes.to_string();
 }
 
-CollectiveSpec reduce_spec(const Mesh& mesh, ReduceOp op, const SpecEntry& axes, const Shape& shape) {
+CollectiveSpec reduce_spec(const Mesh& mesh, ReduceKind op, const SpecEntry& axes, const Shape& shape) {
   static const char* kNames[] = {"psum", "pmean", "pmax", "pmin", "pprod"};
   CollectiveSpec s = base(mesh, kNames[static_cast<int>(op)], CollectiveKind::kReduce, axes, shape);
   s.op = op;

@@ -183,6 +183,8 @@ Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T
   const Problem d = check(q.shape(), k.shape(), v.shape(), causal);
   const T scale = static_cast<T>(scale_in);
   if (auto* tape = recording_tape_for(q, k, v)) {
+    if (!node_of(q, *tape) && !node_of(k, *tape) && !node_of(v, *tape))  // only the vma: no residuals
+      return finish_constant(*tape, paused([&] { return fused_attention(q, k, v, scale_in, causal); }), q, k, v);
     Tensor<T> probs;
     Tensor<T> out = paused([&] { return attention_forward(q, k, v, d, scale, &probs); });
     auto make = [&](auto qn, auto kn, auto vn) -> typename Node<Tensor<T>>::Rule {

@@ -133,8 +133,11 @@ template <Dtype T>
 Tensor<T> dot(const Tensor<T>& a, const Tensor<T>& b) {
   if (a.rank() == 0 || b.rank() == 0) return binary(a, b, BinaryOp::kMul);
   if (b.rank() <= 2) return matmul(a, b);  // numpy's dot and matmul agree here
-  if (detail::recording_tape_for(a, b))
-    detail::raise_not_differentiable("dot", "with a right operand of more than 2 dims; write it with matmul");
+  if (auto* tape = detail::recording_tape_for(a, b)) {
+    if (detail::node_of(a, *tape) || detail::node_of(b, *tape))
+      detail::raise_not_differentiable("dot", "with a right operand of more than 2 dims; write it with matmul");
+    return detail::finish_constant(*tape, detail::paused([&] { return dot(a, b); }), a, b);  // the vma only
+  }
   // b N-D: contract a's last dim with b's second-to-last; result a.shape[:-1] + b.shape[:-2] + b.shape[-1:].
   const std::int64_t k = a.shape().back();
   if (b.shape()[b.rank() - 2] != k)

@@ -180,7 +180,7 @@ ShardedArray<T> place_product(const Mesh& mesh, const MatmulPlan& p, const Shape
     detail::execute_collective<T>(mesh, *spec, devices, blocks, outs);
     return assemble(outs, *out);
   }
-  detail::CollectiveSpec spec = detail::reduce_spec(mesh, detail::ReduceOp::kSum, p.contract, natural.shard_shape(c_shape));
+  detail::CollectiveSpec spec = detail::reduce_spec(mesh, ReduceKind::kSum, p.contract, natural.shard_shape(c_shape));
   spec.dtype = dtype_name<T>();
   std::vector<Tensor<T>> outs;
   detail::execute_collective<T>(mesh, spec, devices, blocks, outs);

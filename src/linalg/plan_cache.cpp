@@ -2,8 +2,8 @@
 
 #include "array/plan_cache.hpp"
 
-#include "shard/linalg/matmul.hpp"
 #include "shard/array/reshard.hpp"
+#include "shard/linalg/matmul.hpp"
 
 namespace shard::detail {
 
@@ -17,7 +17,9 @@ PlanCache<ReshardPlan>& reshard_plan_cache() {
   return *cache;
 }
 
-PlanCacheStats plan_cache_stats() { return PlanCacheStats{matmul_plan_cache().counters(), reshard_plan_cache().counters()}; }
+PlanCacheStats plan_cache_stats() {
+  return PlanCacheStats{matmul_plan_cache().counters(), reshard_plan_cache().counters()};
+}
 
 void reset_plan_cache_stats() {
   matmul_plan_cache().reset_counters();

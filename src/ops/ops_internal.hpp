@@ -52,7 +52,7 @@ SpecEntry axes_of_dims(const NamedSharding& s, const std::vector<int>& dims);
 /// Collective over the devices that differ along `axes` (local when axes is None): combines
 /// per-device partial blocks with `op` and assembles the result sharded as `out`.
 template <typename T>
-ShardedArray<T> combine_over(std::vector<Tensor<T>> partial, const SpecEntry& axes, ReduceOp op,
+ShardedArray<T> combine_over(std::vector<Tensor<T>> partial, const SpecEntry& axes, ReduceKind op,
                              const NamedSharding& out, const Shape& out_shape) {
   if (axes.is_none()) return assemble(out_shape, out, std::move(partial));
   std::vector<Tensor<T>> outs;

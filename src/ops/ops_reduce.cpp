@@ -43,14 +43,9 @@ Shape reduced_shape(const Shape& shape, const std::vector<int>& dims, bool keepd
   return out;
 }
 
-detail::ReduceOp reduce_op(ReduceKind k) {
-  switch (k) {
-    case ReduceKind::kMax: return detail::ReduceOp::kMax;
-    case ReduceKind::kMin: return detail::ReduceOp::kMin;
-    case ReduceKind::kProd: return detail::ReduceOp::kProd;
-    default: return detail::ReduceOp::kSum;
-  }
-}
+/// The reduction across devices that combines per-device partial results of `k`: a mean's
+/// partial sums are summed (the division by the count follows), the others combine as themselves.
+ReduceKind reduce_op(ReduceKind k) { return k == ReduceKind::kMean ? ReduceKind::kSum : k; }
 
 }  // namespace
 
@@ -75,7 +70,7 @@ ShardedArray<T> reduce(const ShardedArray<T>& a, ReduceKind kind, const Dims& di
     if (sums) {
       std::vector<Tensor<double>> partial;
       for (const auto& s : a.addressable_shards()) partial.push_back(detail::sum_in_double(s.data, dims, keepdims));
-      ShardedArray<double> total = detail::combine_over(std::move(partial), axes, detail::ReduceOp::kSum, out, out_shape);
+      ShardedArray<double> total = detail::combine_over(std::move(partial), axes, ReduceKind::kSum, out, out_shape);
       const double scale = kind == ReduceKind::kMean ? 1.0 / static_cast<double>(count) : 1.0;
       std::vector<Tensor<T>> blocks;
       for (const auto& s : total.addressable_shards()) {
@@ -125,7 +120,7 @@ ShardedArray<std::int64_t> arg_reduce(const ShardedArray<T>& a, int axis, bool k
         }
     index.push_back(std::move(idx));
   }
-  ShardedArray<std::int64_t> r = detail::combine_over(std::move(index), axes, detail::ReduceOp::kMin, out, out_shape);
+  ShardedArray<std::int64_t> r = detail::combine_over(std::move(index), axes, ReduceKind::kMin, out, out_shape);
   return keepdims ? r : squeeze(r, Dims{d});
 }
 

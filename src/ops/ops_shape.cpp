@@ -409,7 +409,7 @@ ShardedArray<T> take(const ShardedArray<T>& x, const ShardedArray<I>& indices, i
     const auto& ib = li.addressable_shards()[i].data;
     blocks.push_back(split.is_none() ? take(s.data, ib, a) : masked_take(s.data, ib, a, s.box.offset[a], x.shape()[a]));
   }
-  return detail::combine_over(std::move(blocks), split, detail::ReduceOp::kSum, out, out_shape);
+  return detail::combine_over(std::move(blocks), split, ReduceKind::kSum, out, out_shape);
 }
 
 template <Dtype T, Dtype I>
@@ -471,7 +471,7 @@ ShardedArray<T> take_along_axis(const ShardedArray<T>& x, const ShardedArray<I>&
     Tensor<T> picked = take_along_axis(s.data, local, a);
     blocks.push_back(where(broadcast_to(inside, picked.shape()), picked, Tensor<T>(Shape{}, T(0))));
   }
-  return detail::combine_over(std::move(blocks), split, detail::ReduceOp::kSum, out, out_shape);
+  return detail::combine_over(std::move(blocks), split, ReduceKind::kSum, out, out_shape);
 }
 
 // ---------------------------------------------------------------- products
@@ -577,7 +577,7 @@ ShardedArray<T> take_transpose(const ShardedArray<T>& ct, const ShardedArray<I>&
     blocks.push_back(std::move(out));
   }
   const std::vector<std::string> idx_axes = idx_sharding.spec().axes();
-  return combine_over(std::move(blocks), idx_axes.empty() ? SpecEntry() : SpecEntry(idx_axes), ReduceOp::kSum,
+  return combine_over(std::move(blocks), idx_axes.empty() ? SpecEntry() : SpecEntry(idx_axes), ReduceKind::kSum,
                       x.sharding, x.shape);
 }
 

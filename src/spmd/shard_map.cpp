@@ -91,6 +91,17 @@ std::uint32_t axes_mask(const Mesh& mesh, const Axes& axes, const char* op) {
 
 namespace {
 
+/// The tape a collective whose result varies over its axes (all_gather, psum_scatter,
+/// all_to_all, ppermute) records on: the operand's, or the running body's device tape when the
+/// operand carries nothing (an invariant value): its result varies over the axes all the same,
+/// as JAX's implicit pvary makes it.
+template <Dtype T>
+Tape* varying_collective_tape(const Tensor<T>& x) {
+  if (Tape* t = recording_tape_for(x)) return t;
+  Tape* t = recording_tape();
+  return t && t->device_view() ? t : nullptr;
+}
+
 /// A collective applied to a value a tape tracks. Device tapes: the result varies over
 /// `out_vma`; `transpose(ct)` is the input's cotangent, which varies over the result's axes
 /// plus `ct_extra` (psum's transpose is pvary). Inside grad within a body (a local tape) a
@@ -196,7 +207,7 @@ Tensor<T> DeviceContext::psum(Tensor<T> x, const Axes& axes, std::source_locatio
         *tape, "psum", x, detail::vma_of(x, *tape) & ~m, m, [&] { return psum(std::move(x), axes, where); },
         [](const Tensor<T>& ct) { return ct.alias(); });
   }
-  auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kSum, axes, x.shape());  // before x is moved from
+  auto spec = detail::reduce_spec(mesh(), ReduceKind::kSum, axes, x.shape());  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
@@ -211,7 +222,7 @@ Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, std::s
     }
   }
   if constexpr (std::is_floating_point_v<T>) {
-    auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kMean, axes, x.shape());  // before x is moved from
+    auto spec = detail::reduce_spec(mesh(), ReduceKind::kMean, axes, x.shape());  // before x is moved from
     return run(std::move(spec), std::move(x), where);
   } else {  // JAX: the exact integer sum, then a true division
     using F = float_of_t<T>;
@@ -232,7 +243,7 @@ Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes, std::source_locatio
     out.set_ad(vma ? std::make_shared<detail::AdValue>(detail::AdValue{tape->id(), vma, nullptr}) : nullptr);
     return out;
   }
-  auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kMax, axes, x.shape());  // before x is moved from
+  auto spec = detail::reduce_spec(mesh(), ReduceKind::kMax, axes, x.shape());  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
@@ -246,7 +257,7 @@ Tensor<T> DeviceContext::pmin(Tensor<T> x, const Axes& axes, std::source_locatio
     out.set_ad(vma ? std::make_shared<detail::AdValue>(detail::AdValue{tape->id(), vma, nullptr}) : nullptr);
     return out;
   }
-  auto spec = detail::reduce_spec(mesh(), detail::ReduceOp::kMin, axes, x.shape());  // before x is moved from
+  auto spec = detail::reduce_spec(mesh(), ReduceKind::kMin, axes, x.shape());  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
 namespace {
@@ -261,14 +272,14 @@ Tensor<T> view_of(const Tensor<T>& x) {
 template <typename T>
 Tensor<T> DeviceContext::all_gather(Tensor<T>&& x, const Axes& axes, int dim, bool tiled,
                                     std::source_location where) {
-  if (detail::recording_tape_for(x)) return all_gather(static_cast<const Tensor<T>&>(x), axes, dim, tiled, where);
+  if (detail::varying_collective_tape(x)) return all_gather(static_cast<const Tensor<T>&>(x), axes, dim, tiled, where);
   auto spec = detail::all_gather_spec(mesh(), axes, x.shape(), dim, tiled);  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
 Tensor<T> DeviceContext::all_gather(const Tensor<T>& x, const Axes& axes, int dim, bool tiled,
                                     std::source_location where) {
-  if (auto* tape = detail::recording_tape_for(x)) {  // transpose: psum_scatter
+  if (auto* tape = detail::varying_collective_tape(x)) {  // transpose: psum_scatter
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "all_gather");
     return detail::record_collective(
         *tape, "all_gather", x, detail::vma_of(x, *tape) | m, 0, [&] { return all_gather(x, axes, dim, tiled, where); },
@@ -301,7 +312,7 @@ Tensor<T> DeviceContext::all_gather_invariant(const Tensor<T>& x, const Axes& ax
 template <typename T>
 Tensor<T> DeviceContext::psum_scatter(Tensor<T> x, const Axes& axes, int dim, bool tiled,
                                       std::source_location where) {
-  if (auto* tape = detail::recording_tape_for(x)) {  // transpose: all_gather
+  if (auto* tape = detail::varying_collective_tape(x)) {  // transpose: all_gather
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "psum_scatter");
     return detail::record_collective(
         *tape, "psum_scatter", x, detail::vma_of(x, *tape) | m, 0,
@@ -314,7 +325,7 @@ Tensor<T> DeviceContext::psum_scatter(Tensor<T> x, const Axes& axes, int dim, bo
 template <typename T>
 Tensor<T> DeviceContext::all_to_all(Tensor<T>&& x, const Axes& axes, int split_dim, int concat_dim, bool tiled,
                                     std::source_location where) {
-  if (detail::recording_tape_for(x))
+  if (detail::varying_collective_tape(x))
     return all_to_all(static_cast<const Tensor<T>&>(x), axes, split_dim, concat_dim, tiled, where);
   auto spec = detail::all_to_all_spec(mesh(), axes, x.shape(), split_dim, concat_dim, tiled);  // before x is moved from
   return run(std::move(spec), std::move(x), where);
@@ -322,7 +333,7 @@ Tensor<T> DeviceContext::all_to_all(Tensor<T>&& x, const Axes& axes, int split_d
 template <typename T>
 Tensor<T> DeviceContext::all_to_all(const Tensor<T>& x, const Axes& axes, int split_dim, int concat_dim, bool tiled,
                                     std::source_location where) {
-  if (auto* tape = detail::recording_tape_for(x)) {  // transpose: split and concat swapped
+  if (auto* tape = detail::varying_collective_tape(x)) {  // transpose: split and concat swapped
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "all_to_all");
     return detail::record_collective(
         *tape, "all_to_all", x, detail::vma_of(x, *tape) | m, 0,
@@ -336,14 +347,14 @@ Tensor<T> DeviceContext::all_to_all(const Tensor<T>& x, const Axes& axes, int sp
 template <typename T>
 Tensor<T> DeviceContext::ppermute(Tensor<T>&& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
                                   std::source_location where) {
-  if (detail::recording_tape_for(x)) return ppermute(static_cast<const Tensor<T>&>(x), axes, std::move(perm), where);
+  if (detail::varying_collective_tape(x)) return ppermute(static_cast<const Tensor<T>&>(x), axes, std::move(perm), where);
   auto spec = detail::ppermute_spec(mesh(), axes, x.shape(), std::move(perm));  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
 Tensor<T> DeviceContext::ppermute(const Tensor<T>& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
                                   std::source_location where) {
-  if (auto* tape = detail::recording_tape_for(x)) {  // transpose: the inverse permutation
+  if (auto* tape = detail::varying_collective_tape(x)) {  // transpose: the inverse permutation
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "ppermute");
     std::vector<std::pair<int, int>> inverse;
     for (const auto& [src, dst] : perm) inverse.emplace_back(dst, src);
@@ -588,7 +599,7 @@ ShardedArray<T> psum(const ShardedArray<T>& x, const Axes& axes, std::source_loc
         raise<ShardingError>("psum: mesh axis '", a, "' splits the array (", x.spec().to_string(),
                              "); an array-level psum sums partial values living on the replicas along axes the "
                              "spec does not use");
-  detail::CollectiveSpec spec = detail::reduce_spec(x.mesh(), detail::ReduceOp::kSum, axes, x.shape());
+  detail::CollectiveSpec spec = detail::reduce_spec(x.mesh(), ReduceKind::kSum, axes, x.shape());
   spec.dtype = dtype_name<T>();
   return run_on_shards(x, spec, x.sharding(), x.shape(), where);
 }

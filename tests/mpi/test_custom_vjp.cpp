@@ -5,6 +5,7 @@
 // varies over; a psum inside fwd makes the output invariant), the primal function when nothing
 // is differentiated, and a bwd that returns a wrong shape. Checked on every rank.
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -174,6 +175,27 @@ SHARD_MPI_TEST(CustomVjp, PrimalWhenNotDifferentiatedAndBadCotangents) {
   const HT g = grad([&](const HT& p) { return sum(f(p)); })(x);
   EXPECT_EQ(fwd_calls, 1);
   for (double v : g) EXPECT_EQ(v, 2.0);
+
+  // Inside a shard_map body that nothing differentiates (its values carry their vma) f runs too.
+  std::atomic<int> body_primal{0}, body_fwd{0};
+  const auto h = custom_vjp(
+      [&](const HT& v) {
+        ++body_primal;
+        return v * 2.0;
+      },
+      [&](const HT& v) {
+        ++body_fwd;
+        return std::make_pair(v * 2.0, 0);
+      },
+      [](int, const HT& ct) { return std::make_tuple(ct * 2.0); });
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"d"});
+  const HT hx = random_tensor<double>({2 * static_cast<std::int64_t>(n)}, 82);
+  const SA xs = device_put(hx, NamedSharding(mesh, P("d")));
+  const HT ys = shard_map(mesh, P("d"), P("d"), [&](const HT& v) { return h(v); })(xs).to_host();
+  EXPECT_EQ(body_primal.load(), static_cast<int>(mesh.local_device_ids().size()));
+  EXPECT_EQ(body_fwd.load(), 0);
+  for (std::int64_t i = 0; i < hx.size(); ++i) EXPECT_EQ(ys[i], 2.0 * hx[i]);
 
   const auto bad =
       custom_vjp([](const HT& x) { return x * 2.0; }, [](const HT& x) { return std::make_pair(x * 2.0, 0); },

@@ -26,7 +26,8 @@ Tensor<T> host_matmul(const Tensor<T>& a, const Tensor<T>& b) {
   for (std::int64_t r = 0; r < m; ++r)
     for (std::int64_t col = 0; col < n; ++col) {
       double s = 0;
-      for (std::int64_t q = 0; q < k; ++q) s += static_cast<double>(a[r * k + q]) * static_cast<double>(b[q * n + col]);
+      for (std::int64_t q = 0; q < k; ++q)
+        s += static_cast<double>(a[r * k + q]) * static_cast<double>(b[q * n + col]);
       c[r * n + col] = static_cast<T>(s);
     }
   return c;
@@ -50,7 +51,8 @@ void expect_close(const ShardedArray<T>& c, const Tensor<T>& ref, const std::str
     const auto want = reference_slice(ref, s.box);
     ASSERT_EQ(static_cast<std::int64_t>(want.size()), s.data.size()) << what;
     for (std::size_t i = 0; i < want.size(); ++i) {
-      const double w = static_cast<double>(want[i]), got = static_cast<double>(s.data[static_cast<std::int64_t>(i)]);
+      const double w = static_cast<double>(want[i]),
+                   got = static_cast<double>(s.data[static_cast<std::int64_t>(i)]);
       if (std::abs(got - w) > tol * (1 + std::abs(w))) {
         ADD_FAILURE() << what << " device " << s.device << " element " << i << ": " << got << " vs " << w;
         return;
@@ -69,9 +71,9 @@ struct Case {
 std::vector<Case> rule_cases() {
   const int n = runtime().device_count();
   const Mesh line = make_mesh({n}, {"a"});
-  std::vector<Case> out = {{line, P("a", None), P()},          {line, P(None, "a"), P("a", None)},
-                           {line, P(), P(None, "a")},          {line, P("a", None), P("a", None)},
-                           {line, P(None, "a"), P()},          {line, P(None, "a"), P(None, "a")}};
+  std::vector<Case> out = {{line, P("a", None), P()}, {line, P(None, "a"), P("a", None)},
+                           {line, P(), P(None, "a")}, {line, P("a", None), P("a", None)},
+                           {line, P(None, "a"), P()}, {line, P(None, "a"), P(None, "a")}};
   const auto f = factorisations(n, 2);
   const Mesh grid = make_mesh(f[f.size() / 2], {"a", "b"});
   out.push_back({grid, P("a", "b"), P("b", None)});
@@ -135,18 +137,21 @@ SHARD_MPI_TEST(PlanCache, AnotherSignatureIsANewMiss) {
   EXPECT_EQ(misses(), 3);
   // Another element size (float32).
   const Tensor<float> fa = random_tensor<float>({7, 5}, 4), fb = random_tensor<float>({5, 3}, 5);
-  expect_close(matmul(device_put(fa, NamedSharding(mesh, P("a", None))), device_put(fb, NamedSharding(mesh, P()))),
-               host_matmul(fa, fb), "float32");
+  expect_close(
+      matmul(device_put(fa, NamedSharding(mesh, P("a", None))), device_put(fb, NamedSharding(mesh, P()))),
+      host_matmul(fa, fb), "float32");
   EXPECT_EQ(misses(), 4);
   // Another mesh over the same devices: axis named differently, devices in reverse order.
   const Mesh named_z = make_mesh({n}, {"z"});
-  expect_close(matmul(device_put(ha, NamedSharding(named_z, P("z", None))), device_put(hb, NamedSharding(named_z, P()))),
+  expect_close(matmul(device_put(ha, NamedSharding(named_z, P("z", None))),
+                      device_put(hb, NamedSharding(named_z, P()))),
                host_matmul(ha, hb), "axis 'z'");
   EXPECT_EQ(misses(), 5);
   std::vector<int> reversed = mesh.device_ids();
   std::reverse(reversed.begin(), reversed.end());
   const Mesh backwards({n}, {"a"}, reversed);
-  expect_close(matmul(device_put(ha, NamedSharding(backwards, P("a", None))), device_put(hb, NamedSharding(backwards, P()))),
+  expect_close(matmul(device_put(ha, NamedSharding(backwards, P("a", None))),
+                      device_put(hb, NamedSharding(backwards, P()))),
                host_matmul(ha, hb), "reversed devices");
   EXPECT_EQ(misses(), n > 1 ? 6 : 5);  // one device: the same mesh
   // The first signatures again: hits only.
@@ -172,8 +177,9 @@ SHARD_MPI_TEST(PlanCache, AnotherSignatureIsANewMiss) {
   }
   const auto before_rebuild = misses();
   const Mesh again = make_mesh({n}, {"t"});
-  expect_close(matmul(device_put(ha, NamedSharding(again, P("t", None))), device_put(hb, NamedSharding(again, P()))),
-               host_matmul(ha, hb), "mesh built again");
+  expect_close(
+      matmul(device_put(ha, NamedSharding(again, P("t", None))), device_put(hb, NamedSharding(again, P()))),
+      host_matmul(ha, hb), "mesh built again");
   EXPECT_EQ(misses(), before_rebuild);
 }
 
@@ -271,7 +277,8 @@ SHARD_MPI_TEST(PlanCache, EvictsTheLeastRecentlyUsed) {
   // Capacity 0: nothing is kept, every lookup plans.
   detail::set_plan_cache_capacity(0);
   EXPECT_EQ(plan_cache_stats().matmul.size, 0u);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(plan_matmul({7, 5}, rows, {5, 3}, none, 8).to_string(), p1.to_string());
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(plan_matmul({7, 5}, rows, {5, 3}, none, 8).to_string(), p1.to_string());
   EXPECT_EQ(plan_cache_stats().matmul.misses, 7);
   detail::set_plan_cache_capacity(detail::kDefaultPlanCacheCapacity);
   EXPECT_EQ(plan_cache_stats().matmul.capacity, detail::kDefaultPlanCacheCapacity);
@@ -281,8 +288,8 @@ SHARD_MPI_TEST(PlanCache, ThreadsShareOneCache) {
   // Metadata only (no communication): several threads plan the same signatures at once.
   const int n = runtime().device_count();
   const Mesh mesh = make_mesh({n}, {"a"});
-  const std::vector<NamedSharding> specs = {NamedSharding(mesh, P("a", None)), NamedSharding(mesh, P(None, "a")),
-                                            NamedSharding(mesh, P())};
+  const std::vector<NamedSharding> specs = {NamedSharding(mesh, P("a", None)),
+                                            NamedSharding(mesh, P(None, "a")), NamedSharding(mesh, P())};
   std::vector<std::string> want;
   for (const auto& s : specs) want.push_back(plan_matmul({7, 5}, s, {5, 3}, specs[0], 8).to_string());
   detail::clear_plan_caches();
@@ -294,7 +301,8 @@ SHARD_MPI_TEST(PlanCache, ThreadsShareOneCache) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kIterations; ++i) {
         const std::size_t k = static_cast<std::size_t>(i + t) % specs.size();
-        if (plan_matmul({7, 5}, specs[k], {5, 3}, specs[0], 8).to_string() != want[k]) ++wrong[static_cast<std::size_t>(t)];
+        if (plan_matmul({7, 5}, specs[k], {5, 3}, specs[0], 8).to_string() != want[k])
+          ++wrong[static_cast<std::size_t>(t)];
       }
     });
   for (auto& th : threads) th.join();

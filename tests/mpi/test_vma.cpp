@@ -186,5 +186,61 @@ SHARD_MPI_TEST(Vma, AllGatherInvariantAndItsTranspose) {
   EXPECT_TRUE(g2.to_host() == hw);
 }
 
+// A collective whose result varies over its axes does so for an invariant operand too (JAX's
+// implicit pvary): returned under P() it raises, and differentiated, the invariant parameter's
+// cotangent is summed over the axis.
+SHARD_MPI_TEST(Vma, CollectivesOfInvariantValuesVary) {
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"x"});
+  const HT hw = random_host({2 * static_cast<std::int64_t>(n)}, 51);
+  const SA w = device_put(hw, NamedSharding(mesh, P()));
+  std::vector<std::pair<int, int>> shift;
+  for (int d = 0; d < n; ++d) shift.emplace_back(d, (d + 1) % n);
+  expect_varies(
+      [&] { (void)shard_map(mesh, P(), P(), [](const HT& v) { return psum_scatter(v, "x", 0, true); })(w); },
+      "0", "'x'");
+  expect_varies(
+      [&] { (void)shard_map(mesh, P(), P(), [&](const HT& v) { return ppermute(v, "x", shift); })(w); }, "0",
+      "'x'");
+  expect_varies(
+      [&] { (void)shard_map(mesh, P(), P(), [](const HT& v) { return all_to_all(v, "x", 0, 0, true); })(w); },
+      "0", "'x'");
+  expect_varies([&] { (void)shard_map(mesh, P(), P(), [](const HT& v) { return all_gather(v, "x"); })(w); },
+                "0", "'x'");
+  // loss = psum(sum(ppermute(c) * W), 'x') = n * sum(c * W) (a full cyclic shift of the same c):
+  // dW = n * c, the psum over 'x' of W's per-device cotangents.
+  const HT hc = random_host({2 * static_cast<std::int64_t>(n)}, 52);
+  const SA c = device_put(hc, NamedSharding(mesh, P()));
+  const SA g = grad([&](const SA& W) {
+    return sum(shard_map(mesh, {P(), P()}, {P()}, [&](const HT& cb, const HT& wb) {
+      return psum(sum(ppermute(cb, "x", shift) * wb), "x");
+    })(c, W));
+  })(w);
+  const HT hg = g.to_host();
+  for (std::int64_t i = 0; i < hc.size(); ++i) EXPECT_NEAR(hg[i], n * hc[i], 1e-12) << i;
+}
+
+// Ops whose derivative is not defined still run in a body that nothing differentiates: the vma
+// the body's values carry is not a tape to differentiate.
+SHARD_MPI_TEST(Vma, UndifferentiableOpsRunInAPlainBody) {
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"x"});
+  const HT ha = random_host({2 * static_cast<std::int64_t>(n), 3}, 61);
+  const HT hb = random_host({2, 3, 4}, 62);
+  const SA a = device_put(ha, NamedSharding(mesh, P("x")));
+  const SA b = device_put(hb, NamedSharding(mesh, P()));
+  const SA out =
+      shard_map(mesh, {P("x"), P()}, {P("x")}, [](const HT& ab, const HT& bb) { return dot(ab, bb); })(a, b);
+  EXPECT_EQ(out.shape(), (Shape{2 * static_cast<std::int64_t>(n), 2, 4}));
+  const HT ho = out.to_host();
+  for (std::int64_t i = 0; i < ha.shape()[0]; ++i)
+    for (std::int64_t j = 0; j < 2; ++j)
+      for (std::int64_t m = 0; m < 4; ++m) {
+        double r = 0;
+        for (std::int64_t k = 0; k < 3; ++k) r += ha[i * 3 + k] * hb[(j * 3 + k) * 4 + m];
+        EXPECT_NEAR(ho[(i * 2 + j) * 4 + m], r, 1e-12);
+      }
+}
+
 }  // namespace
 }  // namespace shard::testing

@@ -408,16 +408,22 @@ A with_vma(const A& x, std::uint32_t vma, const Tape& scratch) {
 template <typename F, typename Fwd, typename Bwd, ArrayLike... A>
 auto run_custom_vjp(const F& f, const Fwd& fwd, const Bwd& bwd, const A&... args) {
   Tape* tape = recording_tape_for(args...);
-  if (!tape) return f(args...);  // not differentiated: the primal function, as JAX calls it
+  // Not differentiated (no argument has a node; a shard_map body's values may still carry their
+  // vma, which f's own ops then compute): the primal function, as JAX calls it.
+  if (!tape || !(node_of(args, *tape) || ...)) return f(args...);
   std::shared_ptr<Tape> scratch;
+  // fwd's arguments on a device tape: aliases carrying the arguments' vma on the scratch tape,
+  // kept alive by the rule (residuals may alias them).
+  std::shared_ptr<std::tuple<A...>> wrapped;
   if (tape->device_view()) {
     scratch = std::make_shared<Tape>(true, 0);
     scratch->set_axis_names(tape->axis_names());
+    wrapped = std::make_shared<std::tuple<A...>>(with_vma(args, vma_of(args, *tape), *scratch)...);
   }
   auto [out, res] = [&] {
     if (!scratch) return paused([&] { return fwd(args...); });
     TapeScope scope(scratch.get());
-    return fwd(with_vma(args, vma_of(args, *tape), *scratch)...);
+    return std::apply(fwd, *wrapped);
   }();
   using Out = std::remove_cvref_t<decltype(out)>;
   static_assert(ArrayLike<Out>, "custom_vjp: fwd must return std::pair(output array, residuals)");
@@ -428,8 +434,8 @@ auto run_custom_vjp(const F& f, const Fwd& fwd, const Bwd& bwd, const A&... args
     if ((node_of(args, *tape) || ...)) {
       auto node = std::make_shared<Node<Out>>("custom_vjp", *tape, vma, NodeMeta<Out>(out));
       const std::array<Shape, sizeof...(A)> shapes{args.shape()...};
-      node->rule = [bwd, res = std::move(res), scratch, shapes, nodes = std::make_tuple(node_of(args, *tape)...)](
-                       const Out& ct, std::uint32_t v) {
+      node->rule = [bwd, res = std::move(res), scratch, wrapped, shapes,
+                    nodes = std::make_tuple(node_of(args, *tape)...)](const Out& ct, std::uint32_t v) {
         auto cts = [&] {
           if (!scratch) return paused([&] { return bwd(res, ct); });
           TapeScope scope(scratch.get());
@@ -457,6 +463,8 @@ auto run_custom_vjp(const F& f, const Fwd& fwd, const Bwd& bwd, const A&... args
 /// which returns std::pair(output, residuals) (its ops are not recorded), and the backward pass
 /// calls bwd(residuals, output_cotangent), which returns a std::tuple with one cotangent per
 /// argument, each of its argument's type and shape (an integer argument's entry is ignored).
+/// Residuals are values, as in JAX: keep arrays (x.alias() shares an array's memory without
+/// a copy), not references to fwd's arguments.
 /// Arguments and the output are arrays of one view (Tensor or ShardedArray); inside a
 /// differentiated shard_map body the output varies over the union of the arguments' axes, and a
 /// cotangent bwd returns for an argument that varies over fewer axes is psummed over the rest,

@@ -416,6 +416,7 @@ class ShardMapped {
     // out_specs; while autodiff records, also the links to the outer tape.
     std::shared_ptr<detail::ShardMapAd> ad;
     detail::Tape* outer = detail::recording_tape();
+    if (outer && outer->device_view() && outer->parent() == 0) outer = nullptr;  // a body's vma tape: not differentiated
     if (outer || options_.check_vma) {
       ad = std::make_shared<detail::ShardMapAd>(mesh_, outer, where_);
       (detail::AdArg<Args>::link(*ad, std::get<I>(prepared), in_[I], I), ...);

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "shard/core/array_ops.hpp"
 #include "shard/core/box.hpp"
 #include "shard/sharding/mesh.hpp"
 #include "shard/sharding/partition_spec.hpp"
@@ -17,13 +18,12 @@
 namespace shard::detail {
 
 enum class CollectiveKind { kReduce, kAllGather, kPsumScatter, kAllToAll, kPpermute };
-enum class ReduceOp { kSum, kMean, kMax, kMin, kProd };
 
 /// One collective as every device of the mesh issues it. Built from metadata only, so every
 /// rank builds the same spec and raises the same error before any communication.
 struct CollectiveSpec {
   CollectiveKind kind = CollectiveKind::kReduce;
-  ReduceOp op = ReduceOp::kSum;
+  ReduceKind op = ReduceKind::kSum;
   std::string name;                     ///< "psum", "all_gather", ... (CommStats kind)
   std::vector<int> axes;                ///< mesh axis positions, major to minor
   std::string axes_text;                ///< "'a'" or "('a','b')"
@@ -42,7 +42,7 @@ struct CollectiveSpec {
 /// Resolves axis names against the mesh: unknown or repeated names throw ShardingError.
 void resolve_axes(const Mesh& mesh, const SpecEntry& axes, CollectiveSpec& spec);
 
-CollectiveSpec reduce_spec(const Mesh& mesh, ReduceOp op, const SpecEntry& axes, const Shape& shape);
+CollectiveSpec reduce_spec(const Mesh& mesh, ReduceKind op, const SpecEntry& axes, const Shape& shape);
 CollectiveSpec all_gather_spec(const Mesh& mesh, const SpecEntry& axes, const Shape& shape, int dim, bool tiled);
 CollectiveSpec psum_scatter_spec(const Mesh& mesh, const SpecEntry& axes, const Shape& shape, int dim, bool tiled);
 CollectiveSpec all_to_all_spec(const Mesh& mesh, const SpecEntry& axes, const Shape& shape, int split_dim,
