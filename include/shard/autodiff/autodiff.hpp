@@ -466,7 +466,8 @@ auto run_custom_vjp(const F& f, const Fwd& fwd, const Bwd& bwd, const A&... args
 /// Residuals are values, as in JAX: keep arrays (x.alias() shares an array's memory without
 /// a copy), not references to fwd's arguments.
 /// Arguments and the output are arrays of one view (Tensor or ShardedArray); inside a
-/// differentiated shard_map body the output varies over the union of the arguments' axes, and a
+/// differentiated shard_map body fwd's and bwd's values carry their vma as every op's do (the
+/// output varies over what fwd computes it from; a psum inside fwd makes it invariant), and a
 /// cotangent bwd returns for an argument that varies over fewer axes is psummed over the rest,
 /// as for every op. Collective where f, fwd and bwd are.
 template <typename F, typename Fwd, typename Bwd>
