@@ -1,0 +1,4 @@
+#pragma once
+/// \file Compatibility: the header moved to shard/core/box.hpp (its layer's folder); include that, or
+/// shard/shard.hpp.
+#include "shard/core/box.hpp"
