@@ -3,7 +3,7 @@
 
 #include <type_traits>
 
-#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/core/trace.hpp"
 #include "shard/error.hpp"
 #include "shard/linalg/linalg.hpp"
 #include "shard/linalg/matmul.hpp"
