@@ -1,5 +1,4 @@
 #include "shard/array/sharded_array.hpp"
-#include "shard/ops/ops.hpp"  // operator[] (slice), instantiated below
 
 #include <algorithm>
 #include <climits>

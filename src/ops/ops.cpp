@@ -56,13 +56,16 @@ SpecEntry axes_of_dims(const NamedSharding& s, const std::vector<int>& dims) {
 /// every rank holds.
 template <Dtype T, typename Kernel>
 ShardedArray<T> record_uncommitted(Tape& tape, const Tensor<T>& x, const Mesh&, Kernel kernel) {
+  Tensor<T> operand;  // x's record only: the kernel may move x's storage away
+  operand.set_ad(x.ad());
+  const Shape shape = x.shape();
   ShardedArray<T> out = paused(kernel);
   for (auto& s : out.addressable_shards()) s.data.set_ad(nullptr);
-  KernelVjp<ShardedArray<T>, Tensor<T>> vjp = [shape = x.shape()](const ShardedArray<T>& ct, const std::vector<bool>&) {
+  KernelVjp<ShardedArray<T>, Tensor<T>> vjp = [shape](const ShardedArray<T>& ct, const std::vector<bool>&) {
     const auto& shards = ct.addressable_shards();
     return std::vector<std::optional<Tensor<T>>>{shards.empty() ? Tensor<T>(shape, T(0)) : shards.front().data.alias()};
   };
-  return record_vjp<ShardedArray<T>, Tensor<T>>(tape, "uncommitted", std::move(out), {&x}, std::move(vjp));
+  return record_vjp<ShardedArray<T>, Tensor<T>>(tape, "uncommitted", std::move(out), {&operand}, std::move(vjp));
 }
 
 template <Dtype T>

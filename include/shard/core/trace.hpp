@@ -114,10 +114,11 @@ ShardedArray<T> take_along_axis_transpose(const ShardedArray<T>& ct, const Shard
 template <typename Out, typename In>
 using KernelVjp = std::function<std::vector<std::optional<In>>(const Out& ct, const std::vector<bool>& need)>;
 
-/// Records `out = op(inputs...)` with the VJP `vjp` (floating arrays; defined by autodiff).
+/// Records `out = op(inputs...)` with the VJP `vjp` (floating arrays; defined by autodiff): the
+/// result varies over the axes `vma`, the inputs' cotangents over those plus `ct_extra`.
 template <typename Out, typename In>
 Out record_vjp_node(Tape& tape, const char* op, Out out, const std::vector<const In*>& inputs,
-                    KernelVjp<Out, In> vjp);
+                    KernelVjp<Out, In> vjp, std::uint32_t vma, std::uint32_t ct_extra);
 
 /// The vma of the inputs on `tape` (bit mask over the body's mesh axes).
 template <typename In>
@@ -136,16 +137,22 @@ bool any_differentiable(const Tape& tape, const std::vector<const In*>& inputs) 
 }
 
 /// Records an op whose kernel computes its own VJP: a node when an input is differentiable
-/// and the result floating, else the result carries the inputs' vma only. Build `vjp` (which
-/// keeps aliases of the output it needs, keep(out)) before calling: `out` is moved here.
+/// and the result floating, else the result carries the vma only. Build `vjp` (which keeps
+/// aliases of the output it needs, keep(out)) before calling: `out` is moved here. The result
+/// varies over the inputs' axes, or over `out_vma` when given (a collective's rule: psum's result
+/// varies over fewer axes, all_gather's over more); the inputs' cotangents vary over the
+/// result's axes plus `ct_extra` (psum's transpose is pvary). The inputs must still carry their
+/// records: a kernel that moves an operand away passes a Tensor that holds only the operand's ad().
 template <typename Out, typename In>
 Out record_vjp(Tape& tape, const char* op, Out out, const std::vector<const In*>& inputs,
-               KernelVjp<Out, In> vjp) {
+               KernelVjp<Out, In> vjp, std::optional<std::uint32_t> out_vma = std::nullopt,
+               std::uint32_t ct_extra = 0) {
+  const std::uint32_t vma = out_vma ? *out_vma : vma_of_all(tape, inputs);
   if constexpr (FloatDtype<elem_t<Out>> && FloatDtype<elem_t<In>>) {
     if (any_differentiable(tape, inputs))
-      return record_vjp_node(tape, op, std::move(out), inputs, std::move(vjp));
+      return record_vjp_node(tape, op, std::move(out), inputs, std::move(vjp), vma, ct_extra);
   }
-  return with_vma(tape, std::move(out), vma_of_all(tape, inputs));
+  return with_vma(tape, std::move(out), vma);
 }
 
 }  // namespace shard::detail

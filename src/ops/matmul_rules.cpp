@@ -3,7 +3,7 @@
 //   C_partial[batch.., rows, cols] = A_block @ B_block           OpenBLAS, per device
 //   C[batch.., rows, cols] = psum_k(C_partial)                    only when k names axes
 
-#include "shard/linalg/matmul.hpp"
+#include "shard/ops/matmul.hpp"
 
 #include <algorithm>
 #include <optional>
