@@ -2,11 +2,11 @@
 
 #include <algorithm>
 
-#include "sharding/mesh_state.hpp"
-#include "shard/linalg/detail/scalapack_api.hpp"
-#include "shard/spmd/interop.hpp"
 #include "shard/error.hpp"
+#include "shard/linalg/detail/scalapack_api.hpp"
 #include "shard/runtime/runtime.hpp"
+#include "shard/spmd/interop.hpp"
+#include "sharding/mesh_state.hpp"
 
 namespace shard {
 
@@ -86,7 +86,8 @@ bool MeshComms::groups_share_node(const std::vector<int>& axes) {
     if (auto it = share_node_.find(axes); it != share_node_.end()) return it->second;
   }
   const int me = topology_.process_index;
-  const auto mine = std::count_if(devices_.begin(), devices_.end(), [&](int d) { return topology_.owner(d) == me; });
+  const auto mine =
+      std::count_if(devices_.begin(), devices_.end(), [&](int d) { return topology_.owner(d) == me; });
   bool ok = mine == 1;
   if (mine > 0)  // the groups' properties are the same on all their ranks, so the splits match
     for (const auto& g : groups(axes)) {
@@ -104,14 +105,16 @@ bool MeshComms::groups_share_node(const std::vector<int>& axes) {
   return ok;
 }
 
-SharedWindow& MeshComms::shared_window(const std::vector<int>& axes, const std::string& name, std::size_t bytes) {
+SharedWindow& MeshComms::shared_window(const std::vector<int>& axes, const std::string& name,
+                                       std::size_t bytes) {
   const auto key = std::make_tuple(axes, name, bytes);
   {
     std::lock_guard lock(mutex_);
     if (auto it = windows_.find(key); it != windows_.end()) return *it->second;
   }
   if (!groups_share_node(axes))
-    raise<ShardingError>("group-shared memory '", name, "' is not available on this mesh (it needs one device per rank ",
+    raise<ShardingError>("group-shared memory '", name,
+                         "' is not available on this mesh (it needs one device per rank ",
                          "and every rank of the group on one node; check shard::group_shared_available)");
   const DeviceGroup& g = groups(axes).front();
   const bool alone = g.devices.size() == 1;
@@ -122,8 +125,9 @@ SharedWindow& MeshComms::shared_window(const std::vector<int>& axes, const std::
     const auto lo = g.comm.allreduce<std::uint64_t>(bytes, MPI_MIN);
     const auto hi = g.comm.allreduce<std::uint64_t>(bytes, MPI_MAX);
     if (lo != hi)
-      raise<ValueError>("group-shared memory '", name, "': the devices of a group asked for different sizes (", lo,
-                        " to ", hi, " bytes per slot)");
+      raise<ValueError>("group-shared memory '", name,
+                        "': the devices of a group asked for different sizes (", lo, " to ", hi,
+                        " bytes per slot)");
   }
   auto w = std::make_unique<SharedWindow>();
   w->bytes = bytes;
@@ -134,7 +138,8 @@ SharedWindow& MeshComms::shared_window(const std::vector<int>& axes, const std::
   const int n = alone ? 1 : g.comm.size();
   const MPI_Aint size = w->index == 0 ? static_cast<MPI_Aint>(bytes) * n : 0;
   void* base = nullptr;
-  mpi::check(MPI_Win_allocate_shared(size, 1, MPI_INFO_NULL, comm, &base, &w->win), "MPI_Win_allocate_shared");
+  mpi::check(MPI_Win_allocate_shared(size, 1, MPI_INFO_NULL, comm, &base, &w->win),
+             "MPI_Win_allocate_shared");
   mpi::check(MPI_Win_lock_all(MPI_MODE_NOCHECK, w->win), "MPI_Win_lock_all");
   MPI_Aint sz = 0;
   int disp = 0;

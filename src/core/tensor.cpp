@@ -1,5 +1,4 @@
 #include "shard/core/tensor.hpp"
-#include "shard/core/tensor_ops.hpp"  // Tensor::operator[](index list), instantiated below
 
 #include <atomic>
 #include <cstdint>
@@ -7,9 +6,9 @@
 #include <mutex>
 #include <vector>
 
-#include "shard/runtime/runtime.hpp"
-
+#include "shard/core/tensor_ops.hpp"  // Tensor::operator[](index list), instantiated below
 #include "shard/error.hpp"
+#include "shard/runtime/runtime.hpp"
 
 namespace shard {
 
@@ -127,7 +126,8 @@ void* tensor_alloc(std::size_t bytes, const Shape& shape, const char* dtype) {
       }
     }
   }
-  const std::int64_t live = g_live.fetch_add(static_cast<std::int64_t>(bytes)) + static_cast<std::int64_t>(bytes);
+  const std::int64_t live =
+      g_live.fetch_add(static_cast<std::int64_t>(bytes)) + static_cast<std::int64_t>(bytes);
   std::int64_t peak = g_peak.load();
   while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
   }
@@ -140,8 +140,10 @@ void tensor_free(void* p, std::size_t bytes) noexcept {
     if (cache().give(p, bytes)) return;
   } catch (...) {  // the cache could not grow: free normally
   }
-  if (bytes >= BufferCache::kMinBytes) line_aligned_delete(p);
-  else ::operator delete(p);
+  if (bytes >= BufferCache::kMinBytes)
+    line_aligned_delete(p);
+  else
+    ::operator delete(p);
 }
 
 SharedBuffer::~SharedBuffer() { tensor_free(data, bytes); }

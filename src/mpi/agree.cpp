@@ -10,7 +10,18 @@
 namespace shard::mpi {
 
 namespace {
-enum Kind : int { kGeneric = 0, kSharding, kShape, kValue, kMesh, kMpi, kRuntime, kIo, kAllocation, kMismatch };
+enum Kind : int {
+  kGeneric = 0,
+  kSharding,
+  kShape,
+  kValue,
+  kMesh,
+  kMpi,
+  kRuntime,
+  kIo,
+  kAllocation,
+  kMismatch
+};
 }  // namespace
 
 int error_kind(const std::exception& e) {
@@ -28,15 +39,24 @@ int error_kind(const std::exception& e) {
 
 void throw_error_of_kind(int kind, const std::string& msg) {
   switch (kind) {
-    case kSharding: throw ShardingError(msg);
-    case kShape: throw ShapeError(msg);
-    case kValue: throw ValueError(msg);
-    case kMesh: throw MeshMismatchError(msg);
-    case kRuntime: throw RuntimeError(msg);
-    case kIo: throw IoError(msg);
-    case kAllocation: throw AllocationError(msg);
-    case kMismatch: throw CollectiveMismatchError(msg);
-    default: throw Error(msg);
+    case kSharding:
+      throw ShardingError(msg);
+    case kShape:
+      throw ShapeError(msg);
+    case kValue:
+      throw ValueError(msg);
+    case kMesh:
+      throw MeshMismatchError(msg);
+    case kRuntime:
+      throw RuntimeError(msg);
+    case kIo:
+      throw IoError(msg);
+    case kAllocation:
+      throw AllocationError(msg);
+    case kMismatch:
+      throw CollectiveMismatchError(msg);
+    default:
+      throw Error(msg);
   }
 }
 

@@ -1,7 +1,5 @@
 #include "shard/runtime/runtime.hpp"
 
-#include "shard/core/blas.hpp"
-
 #include <malloc.h>
 #include <unistd.h>
 
@@ -17,14 +15,14 @@
 #include <stdexcept>
 #include <string>
 
-#include "shard/comm/detail/collective_guard.hpp"
-#include "shard/runtime/detail/device_executor.hpp"
-#include "shard/runtime/detail/env.hpp"
-#include "shard/error.hpp"
-#include "shard/core/tensor.hpp"
-
 #include "comm/collective_cma.hpp"
 #include "comm/collective_shared.hpp"
+#include "shard/comm/detail/collective_guard.hpp"
+#include "shard/core/blas.hpp"
+#include "shard/core/tensor.hpp"
+#include "shard/error.hpp"
+#include "shard/runtime/detail/device_executor.hpp"
+#include "shard/runtime/detail/env.hpp"
 
 namespace shard {
 
@@ -33,7 +31,8 @@ namespace {
 Runtime* g_current = nullptr;
 
 int parse_positive(const std::string& text, const char* source) {
-  return static_cast<int>(detail::parse_integer(text, detail::cat("devices per rank from ", source), 1, 4096));
+  return static_cast<int>(
+      detail::parse_integer(text, detail::cat("devices per rank from ", source), 1, 4096));
 }
 
 /// Devices per rank: the option, else `--devices-per-rank` in argv, else the environment.
@@ -124,10 +123,11 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
     const int kmax = world_.allreduce(local_error.empty() ? k : 0, MPI_MAX);
     if (!local_error.empty()) raise<RuntimeError>(local_error);
     if (kmin != kmax)
-      raise<RuntimeError>(kmin == 0 ? "another rank has an invalid devices-per-rank setting"
-                                    : "ranks disagree on devices per rank (between " +
-                                          std::to_string(kmin) + " and " + std::to_string(kmax) +
-                                          "); pass the same --devices-per-rank or SHARD_DEVICES_PER_RANK to all ranks");
+      raise<RuntimeError>(
+          kmin == 0 ? "another rank has an invalid devices-per-rank setting"
+                    : "ranks disagree on devices per rank (between " + std::to_string(kmin) + " and " +
+                          std::to_string(kmax) +
+                          "); pass the same --devices-per-rank or SHARD_DEVICES_PER_RANK to all ranks");
     topology_.devices_per_rank = k;
 
     // The environment's settings that change which MPI calls a collective makes (checking, the
@@ -145,10 +145,12 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
     }
     if (!keep_error.empty()) env_error = keep_error;
     long long env[5] = {check ? 1 : 0, static_cast<long long>(timeout * 1000.0 + 0.5),
-                        static_cast<long long>(grace * 1000.0 + 0.5), shared_reduce ? 0 : 1, env_error.empty() ? 0 : 1};
+                        static_cast<long long>(grace * 1000.0 + 0.5), shared_reduce ? 0 : 1,
+                        env_error.empty() ? 0 : 1};
     mpi::check(MPI_Allreduce(MPI_IN_PLACE, env, 5, MPI_LONG_LONG, MPI_MAX, world_.get()), "MPI_Allreduce");
     if (!env_error.empty()) raise<RuntimeError>(env_error);
-    if (env[4]) raise<RuntimeError>("another rank has an invalid SHARD_* environment variable (see its error)");
+    if (env[4])
+      raise<RuntimeError>("another rank has an invalid SHARD_* environment variable (see its error)");
     // Timeout: unset on every rank (-1) is the watcher thread's default; 0 turns both off.
     detail::set_collective_guard(env[0] != 0, static_cast<double>(env[1]) / 1000.0);
     if (env[1] < 0) detail::start_collective_watch(detail::kDefaultCollectiveTimeout);
@@ -185,7 +187,8 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
     long long mine[2] = {static_cast<long long>(getpid()),
                          static_cast<long long>(reinterpret_cast<std::uintptr_t>(detail::cma_probe_word()))};
     std::vector<long long> peers(2 * static_cast<std::size_t>(node.size()));
-    mpi::check(MPI_Allgather(mine, 2, MPI_LONG_LONG, peers.data(), 2, MPI_LONG_LONG, node.get()), "MPI_Allgather");
+    mpi::check(MPI_Allgather(mine, 2, MPI_LONG_LONG, peers.data(), 2, MPI_LONG_LONG, node.get()),
+               "MPI_Allgather");
     const int next = (node.rank() + 1) % node.size();
     int cma_ok = node.size() < 2 || detail::cma_probe(peers[2 * next], peers[2 * next + 1]) ? 1 : 0;
     mpi::check(MPI_Allreduce(MPI_IN_PLACE, &cma_ok, 1, MPI_INT, MPI_MIN, world_.get()), "MPI_Allreduce");
@@ -254,8 +257,8 @@ namespace {
 /// every rank exits 1 after printing its own line (none is lost to another's MPI_Abort);
 /// aborts the job if some rank is still working.
 int fail_job(const std::exception_ptr& err) {
-  const std::string msg =
-      detail::error_message(err, "the program threw an exception that is not a std::exception (e.g. throw 42)");
+  const std::string msg = detail::error_message(
+      err, "the program threw an exception that is not a std::exception (e.g. throw 42)");
   std::fprintf(stderr, "%serror: %s\n", detail::rank_prefix().c_str(), msg.c_str());
   std::fflush(stderr);
   if (!mpi::is_active()) std::exit(1);
@@ -268,8 +271,8 @@ int fail_job(const std::exception_ptr& err) {
 /// rank fails: wait (at most 5 s) for all on MPI_COMM_WORLD, then finalize and exit 1 on every
 /// rank, or abort the job if some rank started.
 [[noreturn]] void fail_start(const std::exception_ptr& err) {
-  const std::string msg =
-      detail::error_message(err, "an exception that is not a std::exception escaped while starting the runtime");
+  const std::string msg = detail::error_message(
+      err, "an exception that is not a std::exception escaped while starting the runtime");
   std::fprintf(stderr, "%serror: %s\n", detail::rank_prefix().c_str(), msg.c_str());
   std::fflush(stderr);
   if (!mpi::is_active()) std::exit(1);

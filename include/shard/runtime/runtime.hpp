@@ -22,8 +22,9 @@ struct RuntimeOptions {
   /// Keep freed memory in the process instead of handing it back to the OS (glibc: no mmap
   /// for large blocks, no trimming; Shard: up to 16 freed tensor buffers >= 16 KiB, 1 GiB in
   /// all, reused at exactly their size), so the large temporary buffers of MPI collectives
-  /// and of Shard are not page-faulted in again on every call and keep their addresses. Env SHARD_KEEP_FREED_MEMORY=0 turns
-  /// it off. Measured here: a 64 MiB MPI_Reduce_scatter on 2 ranks took 19 ms instead of 51.
+  /// and of Shard are not page-faulted in again on every call and keep their addresses. Env
+  /// SHARD_KEEP_FREED_MEMORY=0 turns it off. Measured here: a 64 MiB MPI_Reduce_scatter on 2 ranks took 19 ms
+  /// instead of 51.
   bool keep_freed_memory = true;
 };
 

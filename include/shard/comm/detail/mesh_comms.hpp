@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "shard/comm/group_shared.hpp"
-#include "shard/sharding/mesh.hpp"
 #include "shard/mpi/communicator.hpp"
+#include "shard/sharding/mesh.hpp"
 
 namespace shard::detail {
 
@@ -21,10 +21,10 @@ namespace shard::detail {
 /// the axes were named: JAX's axis_index of a tuple); the group's ranks are ordered by their
 /// first device in that order.
 struct DeviceGroup {
-  int id = 0;                   ///< row-major index over the other axes
-  std::vector<int> devices;     ///< device ids in axis-index order
-  std::vector<int> ranks;       ///< distinct owning ranks, by first device
-  mpi::Communicator comm;       ///< over `ranks` in that order; null if it is only this rank
+  int id = 0;                ///< row-major index over the other axes
+  std::vector<int> devices;  ///< device ids in axis-index order
+  std::vector<int> ranks;    ///< distinct owning ranks, by first device
+  mpi::Communicator comm;    ///< over `ranks` in that order; null if it is only this rank
 };
 
 class MeshComms {
