@@ -4,7 +4,6 @@
 #include <string>
 #include <vector>
 
-#include "shard/comm/detail/collective_guard.hpp"
 #include "shard/error.hpp"
 
 namespace shard::mpi {

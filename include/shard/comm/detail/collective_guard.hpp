@@ -42,12 +42,6 @@
 #include "shard/mpi/communicator.hpp"
 
 namespace shard {
-
-/// Ranks issued different collectives (found by SHARD_CHECK_COLLECTIVES); raised on every rank.
-class CollectiveMismatchError : public ValueError {
-  using ValueError::ValueError;
-};
-
 namespace detail {
 
 /// Bit 1: consistency check on; bit 2: polled watchdog on (SHARD_COLLECTIVE_TIMEOUT set).
