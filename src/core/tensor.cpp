@@ -1,20 +1,24 @@
 #include "shard/core/tensor.hpp"
 
+#include <malloc.h>
+
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <iterator>
 #include <mutex>
 #include <vector>
 
+#include "shard/core/memory.hpp"
 #include "shard/core/tensor_ops.hpp"  // Tensor::operator[](index list), instantiated below
 #include "shard/error.hpp"
-#include "shard/runtime/runtime.hpp"
 
 namespace shard {
 
 namespace {
 std::atomic<std::int64_t> g_live{0};
 std::atomic<std::int64_t> g_peak{0};
+bool g_keep_freed = false;  // set_keep_freed_memory
 
 /// Large buffers start on a cache line: Open MPI's single-copy transfers (process_vm_readv)
 /// and memcpy run at full speed only when source and destination share their offset within
@@ -106,6 +110,17 @@ TensorMemoryStats tensor_memory_stats() { return {g_live.load(), g_peak.load()};
 void reset_tensor_memory_peak() { g_peak.store(g_live.load()); }
 
 void release_cached_tensor_memory() { cache().clear(); }
+
+void set_keep_freed_memory(bool keep) {
+  // glibc defaults: blocks >= 128 KiB (adaptive up to 32 MiB) come from mmap and go back to
+  // the OS on free; the top of the heap is trimmed above 128 KiB.
+  mallopt(M_MMAP_MAX, keep ? 0 : 65536);
+  mallopt(M_TRIM_THRESHOLD, keep ? INT_MAX : 128 * 1024);
+  g_keep_freed = keep;
+  if (!keep) release_cached_tensor_memory();
+}
+
+bool keep_freed_memory() { return g_keep_freed; }
 
 namespace detail {
 

@@ -1,10 +1,8 @@
 #include "shard/runtime/runtime.hpp"
 
-#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -19,7 +17,6 @@
 #include "comm/collective_shared.hpp"
 #include "shard/comm/detail/collective_guard.hpp"
 #include "shard/core/blas.hpp"
-#include "shard/core/tensor.hpp"
 #include "shard/error.hpp"
 #include "shard/runtime/detail/device_executor.hpp"
 #include "shard/runtime/detail/env.hpp"
@@ -53,21 +50,6 @@ int devices_per_rank_from(const RuntimeOptions& options, int argc, char** argv) 
 }
 
 }  // namespace
-
-namespace {
-bool g_keep_freed = false;
-}
-
-void set_keep_freed_memory(bool keep) {
-  // glibc defaults: blocks >= 128 KiB (adaptive up to 32 MiB) come from mmap and go back to
-  // the OS on free; the top of the heap is trimmed above 128 KiB.
-  mallopt(M_MMAP_MAX, keep ? 0 : 65536);
-  mallopt(M_TRIM_THRESHOLD, keep ? INT_MAX : 128 * 1024);
-  g_keep_freed = keep;
-  if (!keep) release_cached_tensor_memory();
-}
-
-bool keep_freed_memory() { return g_keep_freed; }
 
 bool keep_freed_memory_from_env() { return detail::env_flag("SHARD_KEEP_FREED_MEMORY").value_or(true); }
 

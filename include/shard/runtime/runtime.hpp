@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "shard/core/device.hpp"
+#include "shard/core/memory.hpp"  // set_keep_freed_memory, keep_freed_memory
 #include "shard/mpi/communicator.hpp"
 
 namespace shard {
@@ -28,11 +29,6 @@ struct RuntimeOptions {
   bool keep_freed_memory = true;
 };
 
-/// Switches glibc's policy for freed memory (see RuntimeOptions::keep_freed_memory). Local,
-/// process-wide; the Runtime calls it at start-up.
-void set_keep_freed_memory(bool keep);
-/// Whether the policy is on.
-bool keep_freed_memory();
 /// Whether a Runtime with RuntimeOptions::keep_freed_memory = true switches the policy on:
 /// env SHARD_KEEP_FREED_MEMORY (1/0, on/off, true/false, yes/no; default on). RuntimeError
 /// naming the variable and its value when it is none of these.
