@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "shard/error.hpp"
-#include "shard/linalg/detail/scalapack_api.hpp"
 #include "shard/runtime/runtime.hpp"
 #include "sharding/mesh_state.hpp"
 
@@ -32,16 +31,22 @@ MeshComms::~MeshComms() {
     MPI_Win_unlock_all(w->win);
     MPI_Win_free(&w->win);
   }
-  for (const auto& [key, context] : blacs_)
-    if (context >= 0) scalapack_api::Cblacs_gridexit(context);
+  for (const auto& [key, h] : handles_) h.release(h.value);
 }
 
-int MeshComms::blacs_context(std::pair<int, int> key, const std::function<int()>& create) {
+int MeshComms::cached_handle(const std::string& kind, std::pair<int, int> key,
+                             const std::function<int()>& create, void (*release)(int)) {
   std::lock_guard lock(mutex_);
-  if (auto it = blacs_.find(key); it != blacs_.end()) return it->second;
-  const int context = create();
-  ++blacs_created_;
-  return blacs_.emplace(key, context).first->second;
+  auto k = std::make_pair(kind, key);
+  if (auto it = handles_.find(k); it != handles_.end()) return it->second.value;
+  const int value = create();
+  return handles_.emplace(std::move(k), Handle{value, release}).first->second.value;
+}
+
+int MeshComms::handles_created(const std::string& kind) const {
+  std::lock_guard lock(mutex_);
+  return static_cast<int>(
+      std::count_if(handles_.begin(), handles_.end(), [&](const auto& h) { return h.first.first == kind; }));
 }
 
 const std::vector<DeviceGroup>& MeshComms::groups(const std::vector<int>& axes) {
