@@ -1,7 +1,5 @@
 #include "shard/runtime/runtime.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -13,13 +11,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "comm/collective_cma.hpp"
-#include "comm/collective_shared.hpp"
-#include "shard/comm/detail/collective_guard.hpp"
 #include "shard/core/blas.hpp"
 #include "shard/error.hpp"
+#include "shard/mpi/agree.hpp"
 #include "shard/runtime/detail/device_executor.hpp"
 #include "shard/runtime/detail/env.hpp"
+#include "shard/runtime/detail/layer_hooks.hpp"
 
 namespace shard {
 
@@ -49,7 +46,32 @@ int devices_per_rank_from(const RuntimeOptions& options, int argc, char** argv) 
   return static_cast<int>(detail::env_integer("SHARD_DEVICES_PER_RANK", 1, 4096).value_or(1));
 }
 
+std::vector<detail::RuntimeHooks>& registered_hooks() {
+  static auto* hooks = new std::vector<detail::RuntimeHooks>;  // never destroyed: read until exit
+  return *hooks;
+}
+
+/// The layers' stop hooks, the last registered first (the Runtime ends, or its start-up failed).
+void stop_layers() {
+  const auto& hooks = registered_hooks();
+  for (auto it = hooks.rbegin(); it != hooks.rend(); ++it)
+    if (it->stop) it->stop();
+}
+
 }  // namespace
+
+namespace detail {
+
+void register_runtime_hooks(const RuntimeHooks& hooks) {
+  auto& all = registered_hooks();
+  for (const auto& h : all)
+    if (std::strcmp(h.layer, hooks.layer) == 0) return;
+  all.push_back(hooks);
+}
+
+const std::vector<RuntimeHooks>& runtime_hooks() { return registered_hooks(); }
+
+}  // namespace detail
 
 bool keep_freed_memory_from_env() { return detail::env_flag("SHARD_KEEP_FREED_MEMORY").value_or(true); }
 
@@ -58,6 +80,7 @@ Runtime::Runtime(RuntimeOptions options) { init(nullptr, nullptr, options); }
 
 void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
   if (g_current) raise<RuntimeError>("a shard::Runtime already exists; create exactly one per process");
+  detail::install_layer_hooks();  // what the layers above do at the start and the end
   uncaught_at_start_ = std::uncaught_exceptions();
   // Read before MPI starts (its buffers follow the policy); a bad value is raised once MPI is up.
   std::string keep_error;
@@ -112,33 +135,31 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
                           "); pass the same --devices-per-rank or SHARD_DEVICES_PER_RANK to all ranks");
     topology_.devices_per_rank = k;
 
-    // The environment's settings that change which MPI calls a collective makes (checking, the
-    // watchdog, group-shared memory) must be the same on every rank: the most checking, the
-    // longest timeout and grace any rank asked for, shared memory off if any rank turned it off.
-    bool check = false, shared_reduce = true;
-    double timeout = -1, grace = 5.0;
+    // The layers' environment settings (comm: checking, the watchdog, the abort grace,
+    // group-shared memory) change which MPI calls a collective makes, so every rank must use the
+    // same: one exchange agrees on each setting word (its maximum over the ranks) and on whether
+    // some rank has a bad value.
+    const auto& hooks = detail::runtime_hooks();
+    std::vector<std::int64_t> env;
     std::string env_error;
-    try {
-      detail::configure_collective_guard_from_env(check, timeout);
-      grace = detail::env_seconds("SHARD_ABORT_GRACE", 1e6).value_or(5.0);
-      shared_reduce = detail::env_flag("SHARD_SHARED_REDUCE").value_or(true);
-    } catch (const Error& e) {
-      env_error = e.message();
+    for (const auto& h : hooks) {
+      const std::size_t at = env.size();
+      env.resize(at + static_cast<std::size_t>(h.setting_words), 0);
+      if (!h.read_settings || !env_error.empty()) continue;
+      try {
+        h.read_settings(env.data() + at);
+      } catch (const Error& e) {
+        env_error = e.message();
+      }
     }
     if (!keep_error.empty()) env_error = keep_error;
-    long long env[5] = {check ? 1 : 0, static_cast<long long>(timeout * 1000.0 + 0.5),
-                        static_cast<long long>(grace * 1000.0 + 0.5), shared_reduce ? 0 : 1,
-                        env_error.empty() ? 0 : 1};
-    mpi::check(MPI_Allreduce(MPI_IN_PLACE, env, 5, MPI_LONG_LONG, MPI_MAX, world_.get()), "MPI_Allreduce");
+    env.push_back(env_error.empty() ? 0 : 1);
+    mpi::check(MPI_Allreduce(MPI_IN_PLACE, env.data(), static_cast<int>(env.size()), MPI_INT64_T, MPI_MAX,
+                             world_.get()),
+               "MPI_Allreduce");
     if (!env_error.empty()) raise<RuntimeError>(env_error);
-    if (env[4])
+    if (env.back())
       raise<RuntimeError>("another rank has an invalid SHARD_* environment variable (see its error)");
-    // Timeout: unset on every rank (-1) is the watcher thread's default; 0 turns both off.
-    detail::set_collective_guard(env[0] != 0, static_cast<double>(env[1]) / 1000.0);
-    if (env[1] < 0) detail::start_collective_watch(detail::kDefaultCollectiveTimeout);
-    detail::set_abort_grace_seconds(static_cast<double>(env[2]) / 1000.0);
-    detail::set_shared_reduce(env[3] == 0);
-    detail::open_watchdog_comm(world_);
     // Device threads call OpenBLAS at the same time: one OpenBLAS thread per call (DESIGN.md).
     if (k > 1) set_blas_threads(1);
 
@@ -164,21 +185,16 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
       topology_.node_of_process.push_back(
           static_cast<int>(std::lower_bound(unique.begin(), unique.end(), leaders[p]) - unique.begin()));
 
-    // Whether a rank may read another rank's memory on its node (process_vm_readv; containers
-    // may forbid it): each reads a word of the next rank of its node; the world agrees.
-    long long mine[2] = {static_cast<long long>(getpid()),
-                         static_cast<long long>(reinterpret_cast<std::uintptr_t>(detail::cma_probe_word()))};
-    std::vector<long long> peers(2 * static_cast<std::size_t>(node.size()));
-    mpi::check(MPI_Allgather(mine, 2, MPI_LONG_LONG, peers.data(), 2, MPI_LONG_LONG, node.get()),
-               "MPI_Allgather");
-    const int next = (node.rank() + 1) % node.size();
-    int cma_ok = node.size() < 2 || detail::cma_probe(peers[2 * next], peers[2 * next + 1]) ? 1 : 0;
-    mpi::check(MPI_Allreduce(MPI_IN_PLACE, &cma_ok, 1, MPI_INT, MPI_MIN, world_.get()), "MPI_Allreduce");
-    detail::set_cma_allowed(cma_ok != 0);
+    // The layers above start last, with their agreed settings (comm: the collective check and
+    // the watchdog, group-shared memory, single-copy reads between the ranks of a node).
+    std::size_t at = 0;
+    for (const auto& h : hooks) {
+      if (h.start) h.start({world_, node, env.data() + at});
+      at += static_cast<std::size_t>(h.setting_words);
+    }
   } catch (...) {
     g_current = nullptr;
-    detail::stop_collective_watch();
-    detail::close_watchdog_comm();
+    stop_layers();
     world_ = mpi::Communicator();
     throw;
   }
@@ -192,12 +208,13 @@ Runtime::~Runtime() {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   // Every rank must be here, not in a collective (a rank that skipped one would leave the
-  // others waiting forever): with the check on, one exchange tells.
-  const bool agreed = std::uncaught_exceptions() > uncaught_at_start_ || detail::agree_at_end_of_program();
+  // others waiting forever): with comm's collective check on, one exchange tells.
+  bool agreed = true;
+  if (std::uncaught_exceptions() <= uncaught_at_start_)
+    for (const auto& h : detail::runtime_hooks())
+      if (h.agree_at_end) agreed = h.agree_at_end() && agreed;
   executor_.reset();
-  detail::stop_collective_watch();
-  detail::set_collective_guard(false, 0);
-  detail::close_watchdog_comm();
+  stop_layers();
   world_ = mpi::Communicator();
   detail::remember_world_rank(-1);
   g_current = nullptr;
@@ -244,8 +261,14 @@ int fail_job(const std::exception_ptr& err) {
   std::fprintf(stderr, "%serror: %s\n", detail::rank_prefix().c_str(), msg.c_str());
   std::fflush(stderr);
   if (!mpi::is_active()) std::exit(1);
-  detail::mark_failure_for_exit(err);
-  if (!detail::wait_for_every_rank_to_fail(detail::abort_grace_seconds())) MPI_Abort(MPI_COMM_WORLD, 1);
+  // The layers tell the other ranks and wait for them (comm: at most SHARD_ABORT_GRACE s).
+  int waited = 0, every_rank_failed = 0;
+  for (const auto& h : detail::runtime_hooks())
+    if (h.fail_program) {
+      ++waited;
+      every_rank_failed += h.fail_program(err) ? 1 : 0;
+    }
+  if (waited == 0 || every_rank_failed < waited) MPI_Abort(MPI_COMM_WORLD, 1);
   return 1;
 }
 
@@ -258,7 +281,7 @@ int fail_job(const std::exception_ptr& err) {
   std::fprintf(stderr, "%serror: %s\n", detail::rank_prefix().c_str(), msg.c_str());
   std::fflush(stderr);
   if (!mpi::is_active()) std::exit(1);
-  if (!detail::wait_for_every_rank_to_fail(5.0, MPI_COMM_WORLD)) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (!mpi::barrier_within(MPI_COMM_WORLD, 5.0)) MPI_Abort(MPI_COMM_WORLD, 1);
   MPI_Finalize();
   std::exit(1);
 }
