@@ -119,24 +119,6 @@ Tensor<T> transpose(const Tensor<T>& x, std::vector<int> perm) {
 }
 
 template <Dtype T>
-Tensor<T> swapaxes(const Tensor<T>& x, int a, int b) {
-  std::vector<int> perm(static_cast<std::size_t>(x.rank()));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::swap(perm[resolve_dim(a, x.rank(), "swapaxes")], perm[resolve_dim(b, x.rank(), "swapaxes")]);
-  return transpose(x, perm);
-}
-
-template <Dtype T>
-Tensor<T> moveaxis(const Tensor<T>& x, int source, int destination) {
-  const int s = resolve_dim(source, x.rank(), "moveaxis"), d = resolve_dim(destination, x.rank(), "moveaxis");
-  std::vector<int> perm;
-  for (int k = 0; k < x.rank(); ++k)
-    if (k != s) perm.push_back(k);
-  perm.insert(perm.begin() + d, s);
-  return transpose(x, perm);
-}
-
-template <Dtype T>
 Tensor<T> expand_dims(const Tensor<T>& x, int axis) {
   const int a = resolve_dim(axis, x.rank() + 1, "expand_dims");
   Shape s = x.shape();
@@ -146,18 +128,10 @@ Tensor<T> expand_dims(const Tensor<T>& x, int axis) {
 
 template <Dtype T>
 Tensor<T> squeeze(const Tensor<T>& x, const Dims& dims) {
+  const std::vector<int> drop = detail::squeezed_dims(x.shape(), dims);
   Shape s;
-  if (dims.is_all()) {
-    for (auto d : x.shape())
-      if (d != 1) s.push_back(d);
-  } else {
-    const auto ds = dims.resolve(x.rank(), "squeeze");
-    for (int d : ds)
-      if (x.shape()[d] != 1)
-        raise<ShapeError>("squeeze: dim ", d, " of shape ", to_string(x.shape()), " has size ", x.shape()[d], ", not 1");
-    for (int d = 0; d < x.rank(); ++d)
-      if (!std::binary_search(ds.begin(), ds.end(), d)) s.push_back(x.shape()[d]);
-  }
+  for (int d = 0; d < x.rank(); ++d)
+    if (!std::binary_search(drop.begin(), drop.end(), d)) s.push_back(x.shape()[d]);
   return x.reshaped(std::move(s));
 }
 
@@ -385,8 +359,6 @@ Tensor<T> arange(T start, T stop, T step) {
   template Tensor<T> reshape<T>(const Tensor<T>&, Shape);                   \
   template Tensor<T> reshape<T>(Tensor<T>&&, Shape);                        \
   template Tensor<T> transpose<T>(const Tensor<T>&, std::vector<int>);      \
-  template Tensor<T> swapaxes<T>(const Tensor<T>&, int, int);               \
-  template Tensor<T> moveaxis<T>(const Tensor<T>&, int, int);               \
   template Tensor<T> expand_dims<T>(const Tensor<T>&, int);                 \
   template Tensor<T> squeeze<T>(const Tensor<T>&, const Dims&);             \
   template Tensor<T> broadcast_to<T>(const Tensor<T>&, const Shape&);       \

@@ -60,24 +60,6 @@ ShardedArray<T> transpose(const ShardedArray<T>& a, std::vector<int> perm) {
 }
 
 template <Dtype T>
-ShardedArray<T> swapaxes(const ShardedArray<T>& a, int d1, int d2) {
-  std::vector<int> perm(static_cast<std::size_t>(a.ndim()));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::swap(perm[resolve_dim(d1, a.ndim(), "swapaxes")], perm[resolve_dim(d2, a.ndim(), "swapaxes")]);
-  return transpose(a, perm);
-}
-
-template <Dtype T>
-ShardedArray<T> moveaxis(const ShardedArray<T>& a, int source, int destination) {
-  const int s = resolve_dim(source, a.ndim(), "moveaxis"), d = resolve_dim(destination, a.ndim(), "moveaxis");
-  std::vector<int> perm;
-  for (int k = 0; k < a.ndim(); ++k)
-    if (k != s) perm.push_back(k);
-  perm.insert(perm.begin() + d, s);
-  return transpose(a, perm);
-}
-
-template <Dtype T>
 ShardedArray<T> expand_dims(const ShardedArray<T>& a, int axis) {
   if (auto* tape = detail::recording_tape_for(a))
     return detail::record_reshape_like<ShardedArray<T>>(*tape, a, "expand_dims", [&] { return expand_dims(a, axis); });
@@ -96,15 +78,7 @@ ShardedArray<T> squeeze(const ShardedArray<T>& a, const Dims& dims) {
   if (auto* tape = detail::recording_tape_for(a))
     return detail::record_reshape_like<ShardedArray<T>>(*tape, a, "squeeze", [&] { return squeeze(a, dims); });
   std::vector<int> drop;
-  if (dims.is_all()) {
-    for (int d = 0; d < a.ndim(); ++d)
-      if (a.shape()[d] == 1) drop.push_back(d);
-  } else {
-    drop = dims.resolve(a.ndim(), "squeeze");
-    for (int d : drop)
-      if (a.shape()[d] != 1)
-        raise<ShapeError>("squeeze: dim ", d, " of shape ", to_string(a.shape()), " has size ", a.shape()[d], ", not 1");
-  }
+  drop = detail::squeezed_dims(a.shape(), dims);
   const ShardedArray<T> g = reshard(a, without_dims(a.sharding(), drop));  // a split size-1 dim: gather it
   Shape out_shape;
   std::vector<SpecEntry> entries;
@@ -629,8 +603,6 @@ ShardedArray<T> take_along_axis_transpose(const ShardedArray<T>& ct, const Shard
 
 #define SHARD_INSTANTIATE_SHAPE_OPS(T)                                                  \
   template ShardedArray<T> transpose<T>(const ShardedArray<T>&, std::vector<int>);      \
-  template ShardedArray<T> swapaxes<T>(const ShardedArray<T>&, int, int);               \
-  template ShardedArray<T> moveaxis<T>(const ShardedArray<T>&, int, int);               \
   template ShardedArray<T> reshape<T>(const ShardedArray<T>&, Shape);                   \
   template ShardedArray<T> expand_dims<T>(const ShardedArray<T>&, int);                 \
   template ShardedArray<T> squeeze<T>(const ShardedArray<T>&, const Dims&);             \
