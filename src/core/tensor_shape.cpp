@@ -95,11 +95,7 @@ Tensor<T> transpose(const Tensor<T>& x, std::vector<int> perm) {
   const int rank = x.rank();
   if (perm.empty())
     for (int k = rank - 1; k >= 0; --k) perm.push_back(k);
-  std::vector<int> sorted = perm;
-  std::sort(sorted.begin(), sorted.end());
-  bool ok = static_cast<int>(sorted.size()) == rank;
-  for (int k = 0; ok && k < rank; ++k) ok = sorted[k] == k;
-  if (!ok) raise<ShapeError>("transpose: the permutation does not permute the ", rank, " dims of ", to_string(x.shape()));
+  detail::check_permutation(perm, x.shape());
   Shape out_shape, st;
   const Shape in_st = strides_of(x.shape());
   for (int p : perm) {
@@ -167,16 +163,11 @@ Tensor<T> concatenate(const std::vector<Tensor<T>>& xs, int axis) {
   if (xs.empty()) raise<ValueError>("concatenate: need at least one array");
   if (auto* tape = detail::recording_tape_for_list(xs)) return detail::record_concatenate(*tape, xs, axis);
   const int rank = xs[0].rank();
-  if (rank == 0) raise<ShapeError>("concatenate: zero-dimensional arrays cannot be concatenated");
-  const int a = resolve_dim(axis, rank, "concatenate");
+  const int a = detail::concatenate_axis(axis, rank);
   Shape out_shape = xs[0].shape();
   out_shape[a] = 0;
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    bool ok = xs[i].rank() == rank;
-    for (int d = 0; ok && d < rank; ++d) ok = d == a || xs[i].shape()[d] == xs[0].shape()[d];
-    if (!ok)
-      raise<ShapeError>("concatenate: array ", i, " has shape ", to_string(xs[i].shape()), " but array 0 has ",
-                        to_string(xs[0].shape()), "; all dims but ", a, " must match");
+    detail::check_concatenate_operand(xs[0].shape(), xs[i].shape(), i, a);
     out_shape[a] += xs[i].shape()[a];
   }
   Tensor<T> out(out_shape);
@@ -200,9 +191,7 @@ Tensor<T> stack(const std::vector<Tensor<T>>& xs, int axis) {
   const int a = resolve_dim(axis, xs[0].rank() + 1, "stack");
   std::vector<Tensor<T>> expanded;
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    if (xs[i].shape() != xs[0].shape())
-      raise<ShapeError>("stack: array ", i, " has shape ", to_string(xs[i].shape()), " but array 0 has ",
-                        to_string(xs[0].shape()), "; all arrays must have the same shape");
+    detail::check_stack_operand(xs[0].shape(), xs[i].shape(), i);
     Shape s = xs[i].shape();
     s.insert(s.begin() + a, 1);
     expanded.push_back(Tensor<T>::borrow(const_cast<T*>(xs[i].data()), std::move(s)));  // read only
@@ -246,10 +235,7 @@ Tensor<T> take_along_axis(const Tensor<T>& x, const Tensor<I>& indices, int axis
     raise<ShapeError>("take_along_axis: indices of shape ", to_string(indices.shape()), " and an array of shape ",
                       to_string(x.shape()), " need the same number of dims");
   const int a = resolve_dim(axis, x.rank(), "take_along_axis");
-  Shape xs = x.shape(), is = indices.shape();
-  xs[a] = is[a] = 1;
-  Shape out_shape = broadcast_shapes(xs, is);
-  out_shape[a] = indices.shape()[a];
+  const Shape out_shape = detail::take_along_axis_shape(x.shape(), indices.shape(), a);
   Shape xst = strides_of(x.shape());  // the axis contributes through the index
   for (int d = 0; d < x.rank(); ++d)
     if (d == a || (x.shape()[d] == 1 && out_shape[d] != 1)) xst[d] = 0;
