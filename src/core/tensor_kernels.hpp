@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/shape_rules.hpp"  // the shape checks both views' kernels share
 #include "shard/core/box.hpp"
 #include "shard/core/tensor_ops.hpp"
 

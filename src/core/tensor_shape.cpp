@@ -95,11 +95,7 @@ Tensor<T> transpose(const Tensor<T>& x, std::vector<int> perm) {
   const int rank = x.rank();
   if (perm.empty())
     for (int k = rank - 1; k >= 0; --k) perm.push_back(k);
-  std::vector<int> sorted = perm;
-  std::sort(sorted.begin(), sorted.end());
-  bool ok = static_cast<int>(sorted.size()) == rank;
-  for (int k = 0; ok && k < rank; ++k) ok = sorted[k] == k;
-  if (!ok) raise<ShapeError>("transpose: the permutation does not permute the ", rank, " dims of ", to_string(x.shape()));
+  detail::check_permutation(perm, x.shape());
   Shape out_shape, st;
   const Shape in_st = strides_of(x.shape());
   for (int p : perm) {
@@ -119,24 +115,6 @@ Tensor<T> transpose(const Tensor<T>& x, std::vector<int> perm) {
 }
 
 template <Dtype T>
-Tensor<T> swapaxes(const Tensor<T>& x, int a, int b) {
-  std::vector<int> perm(static_cast<std::size_t>(x.rank()));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::swap(perm[resolve_dim(a, x.rank(), "swapaxes")], perm[resolve_dim(b, x.rank(), "swapaxes")]);
-  return transpose(x, perm);
-}
-
-template <Dtype T>
-Tensor<T> moveaxis(const Tensor<T>& x, int source, int destination) {
-  const int s = resolve_dim(source, x.rank(), "moveaxis"), d = resolve_dim(destination, x.rank(), "moveaxis");
-  std::vector<int> perm;
-  for (int k = 0; k < x.rank(); ++k)
-    if (k != s) perm.push_back(k);
-  perm.insert(perm.begin() + d, s);
-  return transpose(x, perm);
-}
-
-template <Dtype T>
 Tensor<T> expand_dims(const Tensor<T>& x, int axis) {
   const int a = resolve_dim(axis, x.rank() + 1, "expand_dims");
   Shape s = x.shape();
@@ -146,18 +124,10 @@ Tensor<T> expand_dims(const Tensor<T>& x, int axis) {
 
 template <Dtype T>
 Tensor<T> squeeze(const Tensor<T>& x, const Dims& dims) {
+  const std::vector<int> drop = detail::squeezed_dims(x.shape(), dims);
   Shape s;
-  if (dims.is_all()) {
-    for (auto d : x.shape())
-      if (d != 1) s.push_back(d);
-  } else {
-    const auto ds = dims.resolve(x.rank(), "squeeze");
-    for (int d : ds)
-      if (x.shape()[d] != 1)
-        raise<ShapeError>("squeeze: dim ", d, " of shape ", to_string(x.shape()), " has size ", x.shape()[d], ", not 1");
-    for (int d = 0; d < x.rank(); ++d)
-      if (!std::binary_search(ds.begin(), ds.end(), d)) s.push_back(x.shape()[d]);
-  }
+  for (int d = 0; d < x.rank(); ++d)
+    if (!std::binary_search(drop.begin(), drop.end(), d)) s.push_back(x.shape()[d]);
   return x.reshaped(std::move(s));
 }
 
@@ -193,16 +163,11 @@ Tensor<T> concatenate(const std::vector<Tensor<T>>& xs, int axis) {
   if (xs.empty()) raise<ValueError>("concatenate: need at least one array");
   if (auto* tape = detail::recording_tape_for_list(xs)) return detail::record_concatenate(*tape, xs, axis);
   const int rank = xs[0].rank();
-  if (rank == 0) raise<ShapeError>("concatenate: zero-dimensional arrays cannot be concatenated");
-  const int a = resolve_dim(axis, rank, "concatenate");
+  const int a = detail::concatenate_axis(axis, rank);
   Shape out_shape = xs[0].shape();
   out_shape[a] = 0;
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    bool ok = xs[i].rank() == rank;
-    for (int d = 0; ok && d < rank; ++d) ok = d == a || xs[i].shape()[d] == xs[0].shape()[d];
-    if (!ok)
-      raise<ShapeError>("concatenate: array ", i, " has shape ", to_string(xs[i].shape()), " but array 0 has ",
-                        to_string(xs[0].shape()), "; all dims but ", a, " must match");
+    detail::check_concatenate_operand(xs[0].shape(), xs[i].shape(), i, a);
     out_shape[a] += xs[i].shape()[a];
   }
   Tensor<T> out(out_shape);
@@ -226,9 +191,7 @@ Tensor<T> stack(const std::vector<Tensor<T>>& xs, int axis) {
   const int a = resolve_dim(axis, xs[0].rank() + 1, "stack");
   std::vector<Tensor<T>> expanded;
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    if (xs[i].shape() != xs[0].shape())
-      raise<ShapeError>("stack: array ", i, " has shape ", to_string(xs[i].shape()), " but array 0 has ",
-                        to_string(xs[0].shape()), "; all arrays must have the same shape");
+    detail::check_stack_operand(xs[0].shape(), xs[i].shape(), i);
     Shape s = xs[i].shape();
     s.insert(s.begin() + a, 1);
     expanded.push_back(Tensor<T>::borrow(const_cast<T*>(xs[i].data()), std::move(s)));  // read only
@@ -272,10 +235,7 @@ Tensor<T> take_along_axis(const Tensor<T>& x, const Tensor<I>& indices, int axis
     raise<ShapeError>("take_along_axis: indices of shape ", to_string(indices.shape()), " and an array of shape ",
                       to_string(x.shape()), " need the same number of dims");
   const int a = resolve_dim(axis, x.rank(), "take_along_axis");
-  Shape xs = x.shape(), is = indices.shape();
-  xs[a] = is[a] = 1;
-  Shape out_shape = broadcast_shapes(xs, is);
-  out_shape[a] = indices.shape()[a];
+  const Shape out_shape = detail::take_along_axis_shape(x.shape(), indices.shape(), a);
   Shape xst = strides_of(x.shape());  // the axis contributes through the index
   for (int d = 0; d < x.rank(); ++d)
     if (d == a || (x.shape()[d] == 1 && out_shape[d] != 1)) xst[d] = 0;
@@ -385,8 +345,6 @@ Tensor<T> arange(T start, T stop, T step) {
   template Tensor<T> reshape<T>(const Tensor<T>&, Shape);                   \
   template Tensor<T> reshape<T>(Tensor<T>&&, Shape);                        \
   template Tensor<T> transpose<T>(const Tensor<T>&, std::vector<int>);      \
-  template Tensor<T> swapaxes<T>(const Tensor<T>&, int, int);               \
-  template Tensor<T> moveaxis<T>(const Tensor<T>&, int, int);               \
   template Tensor<T> expand_dims<T>(const Tensor<T>&, int);                 \
   template Tensor<T> squeeze<T>(const Tensor<T>&, const Dims&);             \
   template Tensor<T> broadcast_to<T>(const Tensor<T>&, const Shape&);       \

@@ -45,11 +45,7 @@ ShardedArray<T> transpose(const ShardedArray<T>& a, std::vector<int> perm) {
   const int rank = a.ndim();
   if (perm.empty())
     for (int k = rank - 1; k >= 0; --k) perm.push_back(k);
-  std::vector<int> sorted = perm;
-  std::sort(sorted.begin(), sorted.end());
-  bool ok = static_cast<int>(sorted.size()) == rank;
-  for (int k = 0; ok && k < rank; ++k) ok = sorted[k] == k;
-  if (!ok) raise<ShapeError>("transpose: the permutation does not permute the ", rank, " dims of ", to_string(a.shape()));
+  detail::check_permutation(perm, a.shape());
   Shape out_shape;
   std::vector<SpecEntry> entries;
   for (int p : perm) {
@@ -58,24 +54,6 @@ ShardedArray<T> transpose(const ShardedArray<T>& a, std::vector<int> perm) {
   }
   const NamedSharding out(a.mesh(), PartitionSpec(std::move(entries)));
   return blockwise(a, out_shape, out, [&](const Tensor<T>& b) { return transpose(b, perm); });
-}
-
-template <Dtype T>
-ShardedArray<T> swapaxes(const ShardedArray<T>& a, int d1, int d2) {
-  std::vector<int> perm(static_cast<std::size_t>(a.ndim()));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::swap(perm[resolve_dim(d1, a.ndim(), "swapaxes")], perm[resolve_dim(d2, a.ndim(), "swapaxes")]);
-  return transpose(a, perm);
-}
-
-template <Dtype T>
-ShardedArray<T> moveaxis(const ShardedArray<T>& a, int source, int destination) {
-  const int s = resolve_dim(source, a.ndim(), "moveaxis"), d = resolve_dim(destination, a.ndim(), "moveaxis");
-  std::vector<int> perm;
-  for (int k = 0; k < a.ndim(); ++k)
-    if (k != s) perm.push_back(k);
-  perm.insert(perm.begin() + d, s);
-  return transpose(a, perm);
 }
 
 template <Dtype T>
@@ -97,15 +75,7 @@ ShardedArray<T> squeeze(const ShardedArray<T>& a, const Dims& dims) {
   if (auto* tape = detail::recording_tape_for(a))
     return detail::record_reshape_like<ShardedArray<T>>(*tape, a, "squeeze", [&] { return squeeze(a, dims); });
   std::vector<int> drop;
-  if (dims.is_all()) {
-    for (int d = 0; d < a.ndim(); ++d)
-      if (a.shape()[d] == 1) drop.push_back(d);
-  } else {
-    drop = dims.resolve(a.ndim(), "squeeze");
-    for (int d : drop)
-      if (a.shape()[d] != 1)
-        raise<ShapeError>("squeeze: dim ", d, " of shape ", to_string(a.shape()), " has size ", a.shape()[d], ", not 1");
-  }
+  drop = detail::squeezed_dims(a.shape(), dims);
   const ShardedArray<T> g = reshard(a, without_dims(a.sharding(), drop));  // a split size-1 dim: gather it
   Shape out_shape;
   std::vector<SpecEntry> entries;
@@ -290,18 +260,13 @@ ShardedArray<T> concatenate(const std::vector<ShardedArray<T>>& xs, int axis) {
   if (xs.empty()) raise<ValueError>("concatenate: need at least one array");
   if (auto* tape = detail::recording_tape_for_list(xs)) return detail::record_concatenate(*tape, xs, axis);
   const int rank = xs[0].ndim();
-  if (rank == 0) raise<ShapeError>("concatenate: zero-dimensional arrays cannot be concatenated");
-  const int a = resolve_dim(axis, rank, "concatenate");
+  const int a = detail::concatenate_axis(axis, rank);
   Shape out_shape = xs[0].shape();
   out_shape[a] = 0;
   const ShardedArray<T>* first_committed = &xs[0];
   for (std::size_t i = 0; i < xs.size(); ++i) {
     detail::check_same_devices(xs[0].mesh(), xs[i].mesh(), "concatenate");
-    bool ok = xs[i].ndim() == rank;
-    for (int d = 0; ok && d < rank; ++d) ok = d == a || xs[i].shape()[d] == xs[0].shape()[d];
-    if (!ok)
-      raise<ShapeError>("concatenate: array ", i, " has shape ", to_string(xs[i].shape()), " but array 0 has ",
-                        to_string(xs[0].shape()), "; all dims but ", a, " must match");
+    detail::check_concatenate_operand(xs[0].shape(), xs[i].shape(), i, a);
     out_shape[a] += xs[i].shape()[a];
     if (!first_committed->committed() && xs[i].committed()) first_committed = &xs[i];
   }
@@ -333,9 +298,7 @@ ShardedArray<T> stack(const std::vector<ShardedArray<T>>& xs, int axis) {
   const int a = resolve_dim(axis, xs[0].ndim() + 1, "stack");
   std::vector<ShardedArray<T>> expanded;
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    if (xs[i].shape() != xs[0].shape())
-      raise<ShapeError>("stack: array ", i, " has shape ", to_string(xs[i].shape()), " but array 0 has ",
-                        to_string(xs[0].shape()), "; all arrays must have the same shape");
+    detail::check_stack_operand(xs[0].shape(), xs[i].shape(), i);
     expanded.push_back(expand_dims(xs[i], a));
   }
   return concatenate(expanded, a);
@@ -421,10 +384,7 @@ ShardedArray<T> take_along_axis(const ShardedArray<T>& x, const ShardedArray<I>&
     raise<ShapeError>("take_along_axis: indices of shape ", to_string(indices.shape()), " and an array of shape ",
                       to_string(x.shape()), " need the same number of dims");
   const int a = resolve_dim(axis, x.ndim(), "take_along_axis");
-  Shape xs = x.shape(), is = indices.shape();
-  xs[a] = is[a] = 1;
-  Shape out_shape = broadcast_shapes(xs, is);
-  out_shape[a] = indices.shape()[a];
+  const Shape out_shape = detail::take_along_axis_shape(x.shape(), indices.shape(), a);
   // The result: x's spec on the other dims (None where x is broadcast) and None along the axis.
   std::vector<SpecEntry> entries;
   for (int d = 0; d < x.ndim(); ++d) entries.push_back(d == a || x.shape()[d] != out_shape[d] ? SpecEntry() : x.spec()[d]);
@@ -630,8 +590,6 @@ ShardedArray<T> take_along_axis_transpose(const ShardedArray<T>& ct, const Shard
 
 #define SHARD_INSTANTIATE_SHAPE_OPS(T)                                                  \
   template ShardedArray<T> transpose<T>(const ShardedArray<T>&, std::vector<int>);      \
-  template ShardedArray<T> swapaxes<T>(const ShardedArray<T>&, int, int);               \
-  template ShardedArray<T> moveaxis<T>(const ShardedArray<T>&, int, int);               \
   template ShardedArray<T> reshape<T>(const ShardedArray<T>&, Shape);                   \
   template ShardedArray<T> expand_dims<T>(const ShardedArray<T>&, int);                 \
   template ShardedArray<T> squeeze<T>(const ShardedArray<T>&, const Dims&);             \

@@ -4,7 +4,8 @@
 /// once (shard_map bodies). The operators and the promoting front end (`x + y`, `exp`, `sum`,
 /// `where`, `softmax`, `matmul`, ...) are in array_ops.hpp and shared with ShardedArray;
 /// below are the kernels they call (same-dtype operands) and the shape, indexing and creation
-/// functions. ShardedArray's ops (ops.hpp) run these kernels on each block.
+/// functions (swapaxes, moveaxis and one_hot, composed of these, are shape_ops.hpp's, shared
+/// too). ShardedArray's ops (ops.hpp) run these kernels on each block.
 
 #include <cstdint>
 #include <initializer_list>
@@ -12,6 +13,7 @@
 
 #include "shard/core/array_ops.hpp"
 #include "shard/core/index.hpp"
+#include "shard/core/shape_ops.hpp"
 #include "shard/core/tensor.hpp"
 
 namespace shard {
@@ -90,10 +92,6 @@ Tensor<T> reshape(Tensor<T>&& x, Shape shape);
 /// Permutes the dims (reverses them when perm is empty).
 template <Dtype T>
 Tensor<T> transpose(const Tensor<T>& x, std::vector<int> perm = {});
-template <Dtype T>
-Tensor<T> swapaxes(const Tensor<T>& x, int a, int b);
-template <Dtype T>
-Tensor<T> moveaxis(const Tensor<T>& x, int source, int destination);
 /// A new dim of size 1 at `axis` (of the result).
 template <Dtype T>
 Tensor<T> expand_dims(const Tensor<T>& x, int axis);
@@ -152,12 +150,6 @@ Tensor<T> arange(T start, T stop, T step = T(1));
 template <Dtype T>
 Tensor<T> arange(T stop) {
   return arange<T>(T(0), stop, T(1));
-}
-
-/// jax.nn.one_hot: labels.shape + (n,), 1 where the last index equals the label.
-template <Dtype U = float, Dtype I>
-Tensor<U> one_hot(const Tensor<I>& labels, std::int64_t n) {
-  return astype<U>(equal(expand_dims(labels, -1), arange<I>(static_cast<I>(n))));
 }
 
 /// The in-class spelling of slice(): x[{1, Slice(2, 5)}].

@@ -29,6 +29,7 @@
 #include "shard/core/array_ops.hpp"
 #include "shard/array/reshard.hpp"
 #include "shard/array/sharded_array.hpp"
+#include "shard/core/shape_ops.hpp"
 #include "shard/core/tensor_ops.hpp"
 
 namespace shard {
@@ -119,15 +120,13 @@ template <Dtype T>
 ShardedArray<std::int64_t> argmin(const ShardedArray<T>& a);
 
 // ---------------------------------------------------------------- shape and indexing
+// (swapaxes, moveaxis and one_hot, composed of these, are written once for both views in
+// shape_ops.hpp.)
 
 /// Local: permutes the dims (reverses them when perm is empty); spec entries move with their
 /// dims, so no data moves between devices.
 template <Dtype T>
 ShardedArray<T> transpose(const ShardedArray<T>& a, std::vector<int> perm = {});
-template <Dtype T>
-ShardedArray<T> swapaxes(const ShardedArray<T>& a, int d1, int d2);
-template <Dtype T>
-ShardedArray<T> moveaxis(const ShardedArray<T>& a, int source, int destination);
 /// The same elements in another shape (one dim may be -1). Local when each group of merged
 /// or split dims is sharded only on its major dim and the shards stay whole rows of the
 /// result (the major result dim of the group takes the axes); otherwise that group's dims are
@@ -164,11 +163,6 @@ ShardedArray<T> take(const ShardedArray<T>& x, const ShardedArray<I>& indices, i
 /// `axis` dim is handled like take's: masked local picks, one psum over its axes.
 template <Dtype T, Dtype I>
 ShardedArray<T> take_along_axis(const ShardedArray<T>& x, const ShardedArray<I>& indices, int axis);
-/// jax.nn.one_hot: labels.shape + (n,), sharded like labels (None on the new dim).
-template <Dtype U = float, Dtype I>
-ShardedArray<U> one_hot(const ShardedArray<I>& labels, std::int64_t n) {
-  return astype<U>(equal(expand_dims(labels, -1), arange<I>(static_cast<I>(n))));
-}
 
 // ---------------------------------------------------------------- products
 
