@@ -45,13 +45,24 @@ function(shard_add_mpi_test target)
   foreach(n IN LISTS ARG_RANKS)
     foreach(k IN LISTS ARG_DEVICES)
       set(name ${target}${ARG_SUFFIX}.np${n}.dpr${k})
+      # Each test its own Open MPI session folder: two mpiexec of `ctest -j` starting at once
+      # otherwise race to create /tmp/ompi.<host>.<uid> ("mkdir ... File exists", orte_init fails).
+      # A short path: PMIx puts its Unix sockets there (108-byte limit).
+      get_property(_shard_test_no GLOBAL PROPERTY SHARD_MPI_TEST_COUNT)
+      if(NOT _shard_test_no)
+        set(_shard_test_no 0)
+      endif()
+      math(EXPR _shard_test_no "${_shard_test_no} + 1")
+      set_property(GLOBAL PROPERTY SHARD_MPI_TEST_COUNT ${_shard_test_no})
+      string(MD5 _shard_build_tag "${CMAKE_BINARY_DIR}")
+      string(SUBSTRING "${_shard_build_tag}" 0 6 _shard_build_tag)
       add_test(NAME ${name}
         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${SHARD_MPIEXEC_FLAGS} ${MPIEXEC_PREFLAGS}
                 $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS} ${ARG_ARGS})
       set_tests_properties(${name} PROPERTIES
         TIMEOUT ${ARG_TIMEOUT}
         LABELS "mpi"
-        ENVIRONMENT "${SHARD_MPI_TEST_ENV};SHARD_DEVICES_PER_RANK=${k};${ARG_ENV}")
+        ENVIRONMENT "${SHARD_MPI_TEST_ENV};SHARD_DEVICES_PER_RANK=${k};OMPI_MCA_orte_tmpdir_base=/tmp/shard-${_shard_build_tag}-${_shard_test_no};${ARG_ENV}")
     endforeach()
   endforeach()
 endfunction()
