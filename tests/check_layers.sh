@@ -4,9 +4,11 @@
 #     including a header of a later layer (shard/<layer>/..., or a private src header
 #     "<layer>/...");  the error header (shard/error.hpp) is the ground floor; shard.hpp (the
 #     umbrella) and the flat layout's forwarding headers (include/shard/<name>.hpp) sit above every
-#     layer: users include them, the library does not. Climbs still to be removed are listed in tests/layers_pending.txt as
-#     "file -> included header"; the check fails on a climb not listed there and on a listed one
-#     that is gone (remove its line: the list only shrinks);
+#     layer: users include them, the library does not. src/shard.cpp, the library's top, sits
+#     above every layer too: its install_layer_hooks registers the Runtime hooks of each layer
+#     above the runtime (the runtime names no later layer). Climbs still to be removed are listed
+#     in tests/layers_pending.txt as "file -> included header"; the check fails on a climb not
+#     listed there and on a listed one that is gone (remove its line: the list only shrinks);
 #   - a library file (src/, include/) past 700 lines;
 #   - a tracked build output (object files, archives, build folders).
 set -euo pipefail
@@ -41,8 +43,8 @@ climbs=0
 declare -A seen=()
 while IFS= read -r f; do
   own=$(layer_of "$f")
-  [[ $f == src/* && $own -eq 99 ]] && { echo "check_layers: $f is in no layer folder of src/" >&2; fail=1; continue; }
-  [[ $own -eq 99 ]] && continue  # the umbrella and the forwarding headers may include anything
+  [[ $f == src/* && $own -eq 99 && $f != src/shard.cpp ]] && { echo "check_layers: $f is in no layer folder of src/" >&2; fail=1; continue; }
+  [[ $own -eq 99 ]] && continue  # the umbrella, the forwarding headers and src/shard.cpp may include anything
   if [[ $own -eq 0 && $f != include/shard/error.hpp && $f != src/error.cpp ]]; then
     echo "check_layers: $f is in no layer folder (DESIGN.md \"Layers\")" >&2
     fail=1

@@ -60,6 +60,10 @@ class AllocationError : public Error {
 class IoError : public Error {
   using Error::Error;
 };
+/// Ranks issued different collectives (found by SHARD_CHECK_COLLECTIVES); raised on every rank.
+class CollectiveMismatchError : public ValueError {
+  using ValueError::ValueError;
+};
 
 namespace detail {
 

@@ -1,4 +1,4 @@
 #pragma once
-/// \file Compatibility: the header moved to shard/linalg/matmul.hpp (its layer's folder); include that, or
+/// \file Compatibility: the header moved to shard/ops/matmul.hpp (its layer's folder); include that, or
 /// shard/shard.hpp.
-#include "shard/linalg/matmul.hpp"
+#include "shard/ops/matmul.hpp"

@@ -12,7 +12,7 @@
 #include "shard/spmd/interop.hpp"
 #include "shard/io/io.hpp"
 #include "shard/linalg/linalg.hpp"
-#include "shard/linalg/matmul.hpp"
+#include "shard/ops/matmul.hpp"
 #include "shard/sharding/mesh.hpp"
 #include "shard/mpi/agree.hpp"
 #include "shard/mpi/communicator.hpp"

@@ -20,7 +20,7 @@
 #include "shard/comm/comm_stats.hpp"
 #include "shard/comm/detail/collective.hpp"
 #include "shard/comm/detail/mesh_comms.hpp"
-#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/core/trace.hpp"
 #include "shard/error.hpp"
 #include "shard/runtime/runtime.hpp"
 #include "array/plan_cache.hpp"
@@ -269,10 +269,11 @@ template <typename T>
 ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to) {
   if (auto* tape = detail::recording_tape_for(x)) {  // the cotangent is resharded back (Node::add)
     auto out = detail::paused([&] { return reshard(x, to); });
-    auto make = [](auto xn) -> typename detail::Node<ShardedArray<T>>::Rule {
-      return [xn](const ShardedArray<T>& ct, std::uint32_t v) { detail::push(xn, ct.alias(), v); };
+    detail::KernelVjp<ShardedArray<T>, ShardedArray<T>> vjp = [](const ShardedArray<T>& ct, const std::vector<bool>&) {
+      return std::vector<std::optional<ShardedArray<T>>>{ct.alias()};
     };
-    return detail::finish(*tape, "reshard", std::move(out), make, x);
+    return detail::record_vjp<ShardedArray<T>, ShardedArray<T>>(*tape, "reshard", std::move(out), {&x},
+                                                                std::move(vjp));
   }
   if (!(x.mesh() == to.mesh())) {
     detail::check_same_devices(x.mesh(), to.mesh(), "reshard");

@@ -1,12 +1,11 @@
 #include "shard/array/sharded_array.hpp"
-#include "shard/ops/ops.hpp"  // operator[] (slice), instantiated below
 
 #include <algorithm>
 #include <climits>
 #include <map>
 
 #include "shard/comm/detail/comm_verbs.hpp"
-#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/core/trace.hpp"
 #include "shard/error.hpp"
 #include "shard/mpi/agree.hpp"
 #include "shard/runtime/runtime.hpp"
@@ -131,10 +130,10 @@ template <typename T>
 Tensor<T> ShardedArray<T>::to_host() const {
   if (auto* tape = detail::recording_tape_for(*this)) {  // d to_host: each device takes its box back
     Tensor<T> out = detail::paused([&] { return to_host(); });
-    auto make = [](auto xn) -> typename detail::Node<Tensor<T>>::Rule {
-      return [xn, s = xn->meta.sharding](const Tensor<T>& ct, std::uint32_t v) { detail::push(xn, device_put(ct, s), v); };
+    detail::KernelVjp<Tensor<T>, ShardedArray<T>> vjp = [s = sharding_](const Tensor<T>& ct, const std::vector<bool>&) {
+      return std::vector<std::optional<ShardedArray<T>>>{device_put(ct, s)};
     };
-    return detail::finish(*tape, "to_host", std::move(out), make, *this);
+    return detail::record_vjp<Tensor<T>, ShardedArray<T>>(*tape, "to_host", std::move(out), {this}, std::move(vjp));
   }
   const auto& comm = world();
   const detail::CommOp op{"to_host", detail::cat(dtype_name<T>(), to_string(shape_), " ", sharding_.to_string())};

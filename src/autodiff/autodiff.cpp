@@ -1,5 +1,5 @@
 // The autodiff tape (autodiff.hpp, detail/tape.hpp): ids, the backward pass, the recorders
-// of ops defined inline in headers, and the op names (also the kernels' error messages).
+// of ops defined inline in headers.
 
 #include <atomic>
 
@@ -35,22 +35,6 @@ void raise_captured_in_body() {
   raise<ValueError>("autodiff: a shard_map body uses an array that the differentiated function tracks without "
                     "receiving it as an argument; pass it to the shard_map as an argument (with its in_spec) so "
                     "that its gradient can flow back");
-}
-
-const char* binary_op_name(BinaryOp op) {
-  static const char* kNames[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum",
-                                 "power", "and", "or", "xor", "floor_divide", "remainder"};
-  return kNames[static_cast<int>(op)];
-}
-const char* unary_op_name(UnaryOp op) {
-  static const char* kNames[] = {"exp", "log", "sin", "cos", "tanh", "relu", "sqrt", "abs", "negative", "square",
-                                 "log1p", "expm1", "rsqrt", "sign", "sigmoid", "reciprocal", "floor", "ceil",
-                                 "round", "erf", "logical_not", "gelu", "gelu_grad"};
-  return kNames[static_cast<int>(op)];
-}
-const char* reduce_op_name(ReduceKind kind) {
-  static const char* kNames[] = {"sum", "mean", "max", "min", "prod"};
-  return kNames[static_cast<int>(kind)];
 }
 
 template <Dtype U, Dtype T>

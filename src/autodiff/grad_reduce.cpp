@@ -15,7 +15,7 @@
 
 #include "shard/comm/detail/collective.hpp"
 #include "shard/error.hpp"
-#include "shard/linalg/matmul.hpp"
+#include "shard/ops/matmul.hpp"
 #include "shard/array/sharded_array.hpp"
 
 #include "comm/collective_shared.hpp"

@@ -580,15 +580,8 @@ void raise_if_poisoned() {
                         "); this job cannot run more collectives: let the error end it (guarded_main)");
 }
 
-bool wait_for_every_rank_to_fail(double seconds, MPI_Comm comm) {
-  if (comm == MPI_COMM_NULL && g_watchdog_comm.is_null()) return false;
-  MPI_Request all_failed = MPI_REQUEST_NULL;
-  if (MPI_Ibarrier(comm == MPI_COMM_NULL ? g_watchdog_comm.get() : comm, &all_failed) != MPI_SUCCESS) return false;
-  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  int done = 0;
-  while (MPI_Test(&all_failed, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && Clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  return done != 0;
+bool wait_for_every_rank_to_fail(double seconds) {
+  return !g_watchdog_comm.is_null() && mpi::barrier_within(g_watchdog_comm.get(), seconds);
 }
 
 void open_watchdog_comm(const mpi::Communicator& world) {

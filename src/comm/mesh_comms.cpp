@@ -2,30 +2,11 @@
 
 #include <algorithm>
 
-#include "sharding/mesh_state.hpp"
-#include "shard/linalg/detail/scalapack_api.hpp"
-#include "shard/spmd/interop.hpp"
 #include "shard/error.hpp"
 #include "shard/runtime/runtime.hpp"
+#include "sharding/mesh_state.hpp"
 
 namespace shard {
-
-MPI_Comm axis_communicator(const Mesh& mesh, const Axes& axes) {
-  std::vector<int> positions;
-  for (const auto& a : axes.axes()) positions.push_back(mesh.axis_position(a));
-  const auto& groups = mesh.comms().groups(positions);
-  const std::string named = detail::cat("axis_communicator(", mesh.to_string(), ", ", axes.to_string(), ")");
-  if (groups.size() != 1)
-    raise<ValueError>(named, ": this rank holds devices of ", groups.size(),
-                      " groups along those axes; a communicator serves one group (use shard_map)");
-  const auto& g = groups.front();
-  if (g.comm.is_null()) return MPI_COMM_NULL;
-  if (g.ranks.size() != g.devices.size())
-    raise<ValueError>(named, ": the group's ", g.devices.size(), " devices live on ", g.ranks.size(),
-                      " ranks; the communicator has one rank per device only with one device per rank along "
-                      "those axes (use shard_map)");
-  return g.comm.get();
-}
 
 detail::MeshComms& Mesh::comms() const {
   std::lock_guard lock(state_->comms_mutex);
@@ -50,16 +31,22 @@ MeshComms::~MeshComms() {
     MPI_Win_unlock_all(w->win);
     MPI_Win_free(&w->win);
   }
-  for (const auto& [key, context] : blacs_)
-    if (context >= 0) scalapack_api::Cblacs_gridexit(context);
+  for (const auto& [key, h] : handles_) h.release(h.value);
 }
 
-int MeshComms::blacs_context(std::pair<int, int> key, const std::function<int()>& create) {
+int MeshComms::cached_handle(const std::string& kind, std::pair<int, int> key,
+                             const std::function<int()>& create, void (*release)(int)) {
   std::lock_guard lock(mutex_);
-  if (auto it = blacs_.find(key); it != blacs_.end()) return it->second;
-  const int context = create();
-  ++blacs_created_;
-  return blacs_.emplace(key, context).first->second;
+  auto k = std::make_pair(kind, key);
+  if (auto it = handles_.find(k); it != handles_.end()) return it->second.value;
+  const int value = create();
+  return handles_.emplace(std::move(k), Handle{value, release}).first->second.value;
+}
+
+int MeshComms::handles_created(const std::string& kind) const {
+  std::lock_guard lock(mutex_);
+  return static_cast<int>(
+      std::count_if(handles_.begin(), handles_.end(), [&](const auto& h) { return h.first.first == kind; }));
 }
 
 const std::vector<DeviceGroup>& MeshComms::groups(const std::vector<int>& axes) {
@@ -86,7 +73,8 @@ bool MeshComms::groups_share_node(const std::vector<int>& axes) {
     if (auto it = share_node_.find(axes); it != share_node_.end()) return it->second;
   }
   const int me = topology_.process_index;
-  const auto mine = std::count_if(devices_.begin(), devices_.end(), [&](int d) { return topology_.owner(d) == me; });
+  const auto mine =
+      std::count_if(devices_.begin(), devices_.end(), [&](int d) { return topology_.owner(d) == me; });
   bool ok = mine == 1;
   if (mine > 0)  // the groups' properties are the same on all their ranks, so the splits match
     for (const auto& g : groups(axes)) {
@@ -104,14 +92,16 @@ bool MeshComms::groups_share_node(const std::vector<int>& axes) {
   return ok;
 }
 
-SharedWindow& MeshComms::shared_window(const std::vector<int>& axes, const std::string& name, std::size_t bytes) {
+SharedWindow& MeshComms::shared_window(const std::vector<int>& axes, const std::string& name,
+                                       std::size_t bytes) {
   const auto key = std::make_tuple(axes, name, bytes);
   {
     std::lock_guard lock(mutex_);
     if (auto it = windows_.find(key); it != windows_.end()) return *it->second;
   }
   if (!groups_share_node(axes))
-    raise<ShardingError>("group-shared memory '", name, "' is not available on this mesh (it needs one device per rank ",
+    raise<ShardingError>("group-shared memory '", name,
+                         "' is not available on this mesh (it needs one device per rank ",
                          "and every rank of the group on one node; check shard::group_shared_available)");
   const DeviceGroup& g = groups(axes).front();
   const bool alone = g.devices.size() == 1;
@@ -122,8 +112,9 @@ SharedWindow& MeshComms::shared_window(const std::vector<int>& axes, const std::
     const auto lo = g.comm.allreduce<std::uint64_t>(bytes, MPI_MIN);
     const auto hi = g.comm.allreduce<std::uint64_t>(bytes, MPI_MAX);
     if (lo != hi)
-      raise<ValueError>("group-shared memory '", name, "': the devices of a group asked for different sizes (", lo,
-                        " to ", hi, " bytes per slot)");
+      raise<ValueError>("group-shared memory '", name,
+                        "': the devices of a group asked for different sizes (", lo, " to ", hi,
+                        " bytes per slot)");
   }
   auto w = std::make_unique<SharedWindow>();
   w->bytes = bytes;
@@ -134,7 +125,8 @@ SharedWindow& MeshComms::shared_window(const std::vector<int>& axes, const std::
   const int n = alone ? 1 : g.comm.size();
   const MPI_Aint size = w->index == 0 ? static_cast<MPI_Aint>(bytes) * n : 0;
   void* base = nullptr;
-  mpi::check(MPI_Win_allocate_shared(size, 1, MPI_INFO_NULL, comm, &base, &w->win), "MPI_Win_allocate_shared");
+  mpi::check(MPI_Win_allocate_shared(size, 1, MPI_INFO_NULL, comm, &base, &w->win),
+             "MPI_Win_allocate_shared");
   mpi::check(MPI_Win_lock_all(MPI_MODE_NOCHECK, w->win), "MPI_Win_lock_all");
   MPI_Aint sz = 0;
   int disp = 0;

@@ -1,14 +1,16 @@
 #include "shard/core/tensor.hpp"
-#include "shard/core/tensor_ops.hpp"  // Tensor::operator[](index list), instantiated below
+
+#include <malloc.h>
 
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <iterator>
 #include <mutex>
 #include <vector>
 
-#include "shard/runtime/runtime.hpp"
-
+#include "shard/core/memory.hpp"
+#include "shard/core/tensor_ops.hpp"  // Tensor::operator[](index list), instantiated below
 #include "shard/error.hpp"
 
 namespace shard {
@@ -16,6 +18,7 @@ namespace shard {
 namespace {
 std::atomic<std::int64_t> g_live{0};
 std::atomic<std::int64_t> g_peak{0};
+bool g_keep_freed = false;  // set_keep_freed_memory
 
 /// Large buffers start on a cache line: Open MPI's single-copy transfers (process_vm_readv)
 /// and memcpy run at full speed only when source and destination share their offset within
@@ -108,6 +111,17 @@ void reset_tensor_memory_peak() { g_peak.store(g_live.load()); }
 
 void release_cached_tensor_memory() { cache().clear(); }
 
+void set_keep_freed_memory(bool keep) {
+  // glibc defaults: blocks >= 128 KiB (adaptive up to 32 MiB) come from mmap and go back to
+  // the OS on free; the top of the heap is trimmed above 128 KiB.
+  mallopt(M_MMAP_MAX, keep ? 0 : 65536);
+  mallopt(M_TRIM_THRESHOLD, keep ? INT_MAX : 128 * 1024);
+  g_keep_freed = keep;
+  if (!keep) release_cached_tensor_memory();
+}
+
+bool keep_freed_memory() { return g_keep_freed; }
+
 namespace detail {
 
 void* tensor_alloc(std::size_t bytes, const Shape& shape, const char* dtype) {
@@ -127,7 +141,8 @@ void* tensor_alloc(std::size_t bytes, const Shape& shape, const char* dtype) {
       }
     }
   }
-  const std::int64_t live = g_live.fetch_add(static_cast<std::int64_t>(bytes)) + static_cast<std::int64_t>(bytes);
+  const std::int64_t live =
+      g_live.fetch_add(static_cast<std::int64_t>(bytes)) + static_cast<std::int64_t>(bytes);
   std::int64_t peak = g_peak.load();
   while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
   }
@@ -140,8 +155,10 @@ void tensor_free(void* p, std::size_t bytes) noexcept {
     if (cache().give(p, bytes)) return;
   } catch (...) {  // the cache could not grow: free normally
   }
-  if (bytes >= BufferCache::kMinBytes) line_aligned_delete(p);
-  else ::operator delete(p);
+  if (bytes >= BufferCache::kMinBytes)
+    line_aligned_delete(p);
+  else
+    ::operator delete(p);
 }
 
 SharedBuffer::~SharedBuffer() { tensor_free(data, bytes); }

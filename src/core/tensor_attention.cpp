@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "core/row_kernels.hpp"
-#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/core/trace.hpp"
 #include "shard/error.hpp"
 #include "shard/core/tensor_ops.hpp"
 
@@ -183,28 +183,25 @@ Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T
   const Problem d = check(q.shape(), k.shape(), v.shape(), causal);
   const T scale = static_cast<T>(scale_in);
   if (auto* tape = recording_tape_for(q, k, v)) {
-    if (!node_of(q, *tape) && !node_of(k, *tape) && !node_of(v, *tape))  // only the vma: no residuals
+    const std::vector<const Tensor<T>*> inputs{&q, &k, &v};
+    if (!any_differentiable(*tape, inputs))  // only the vma: no residuals
       return finish_constant(*tape, paused([&] { return fused_attention(q, k, v, scale_in, causal); }), q, k, v);
     Tensor<T> probs;
     Tensor<T> out = paused([&] { return attention_forward(q, k, v, d, scale, &probs); });
-    auto make = [&](auto qn, auto kn, auto vn) -> typename Node<Tensor<T>>::Rule {
-      return [qn, kn, vn, qk = keep(q), kk = keep(k), vk = keep(v), pk = std::move(probs), d, scale](
-                 const Tensor<T>& ct, std::uint32_t vma) {
-        Tensor<T> dq(qk.shape()), dk(kk.shape(), T(0)), dv(vk.shape(), T(0));
-        if (qk.size() > 0) {
-          Tensor<T> ds(Shape{d.T, d.S});
-          each_head(d, [&](std::int64_t b, std::int64_t n, std::int64_t qo, std::int64_t ko) {
-            backward_head(d, scale, qk.data() + qo, kk.data() + ko, vk.data() + ko,
-                          pk.data() + (b * d.N + n) * d.T * d.S, ct.data() + qo, ds.data(), dq.data() + qo,
-                          dk.data() + ko, dv.data() + ko);
-          });
-        }
-        push(qn, std::move(dq), vma);
-        push(kn, std::move(dk), vma);
-        push(vn, std::move(dv), vma);
-      };
+    KernelVjp<Tensor<T>, Tensor<T>> vjp = [qk = keep(q), kk = keep(k), vk = keep(v), pk = std::move(probs), d,
+                                           scale](const Tensor<T>& ct, const std::vector<bool>&) {
+      Tensor<T> dq(qk.shape()), dk(kk.shape(), T(0)), dv(vk.shape(), T(0));
+      if (qk.size() > 0) {
+        Tensor<T> ds(Shape{d.T, d.S});
+        each_head(d, [&](std::int64_t b, std::int64_t n, std::int64_t qo, std::int64_t ko) {
+          backward_head(d, scale, qk.data() + qo, kk.data() + ko, vk.data() + ko,
+                        pk.data() + (b * d.N + n) * d.T * d.S, ct.data() + qo, ds.data(), dq.data() + qo,
+                        dk.data() + ko, dv.data() + ko);
+        });
+      }
+      return std::vector<std::optional<Tensor<T>>>{std::move(dq), std::move(dk), std::move(dv)};
     };
-    return finish(*tape, "dot_product_attention", std::move(out), make, q, k, v);
+    return record_vjp<Tensor<T>, Tensor<T>>(*tape, "dot_product_attention", std::move(out), inputs, std::move(vjp));
   }
   return attention_forward(q, k, v, d, scale, static_cast<Tensor<T>*>(nullptr));
 }

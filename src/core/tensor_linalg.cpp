@@ -8,7 +8,7 @@
 
 #include "shard/error.hpp"
 #include "shard/core/tensor_ops.hpp"
-#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/core/trace.hpp"
 #include "core/tensor_kernels.hpp"
 
 namespace shard {
@@ -134,7 +134,7 @@ Tensor<T> dot(const Tensor<T>& a, const Tensor<T>& b) {
   if (a.rank() == 0 || b.rank() == 0) return binary(a, b, BinaryOp::kMul);
   if (b.rank() <= 2) return matmul(a, b);  // numpy's dot and matmul agree here
   if (auto* tape = detail::recording_tape_for(a, b)) {
-    if (detail::node_of(a, *tape) || detail::node_of(b, *tape))
+    if (detail::differentiable_on(a, *tape) || detail::differentiable_on(b, *tape))
       detail::raise_not_differentiable("dot", "with a right operand of more than 2 dims; write it with matmul");
     return detail::finish_constant(*tape, detail::paused([&] { return dot(a, b); }), a, b);  // the vma only
   }

@@ -17,7 +17,7 @@
 
 #include "shard/error.hpp"
 #include "shard/core/tensor_ops.hpp"
-#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/core/trace.hpp"
 #include "core/tensor_kernels.hpp"
 
 namespace shard {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/row_kernels.hpp"
-#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/core/trace.hpp"
 #include "shard/error.hpp"
 #include "shard/core/tensor_ops.hpp"
 
@@ -141,12 +141,10 @@ Tensor<T> fused_softmax(const Tensor<T>& x, int axis_in) {
   const int axis = resolve_axis(axis_in, x.rank(), "softmax");
   if (auto* tape = recording_tape_for(x)) {
     Tensor<T> out = paused([&] { return softmax_kernel(x, axis); });
-    auto make = [&](auto xn) -> typename Node<Tensor<T>>::Rule {
-      return [xn, yk = keep(out), axis](const Tensor<T>& ct, std::uint32_t v) {
-        push(xn, softmax_grad_kernel(yk, ct, axis), v);
-      };
+    KernelVjp<Tensor<T>, Tensor<T>> vjp = [yk = keep(out), axis](const Tensor<T>& ct, const std::vector<bool>&) {
+      return std::vector<std::optional<Tensor<T>>>{softmax_grad_kernel(yk, ct, axis)};
     };
-    return finish(*tape, "softmax", std::move(out), make, x);
+    return record_vjp<Tensor<T>, Tensor<T>>(*tape, "softmax", std::move(out), {&x}, std::move(vjp));
   }
   return softmax_kernel(x, axis);
 }
@@ -157,12 +155,11 @@ Tensor<T> fused_standardize(const Tensor<T>& x, int axis_in, double eps) {
   Tensor<T> rstd;
   if (auto* tape = recording_tape_for(x)) {
     Tensor<T> out = paused([&] { return standardize_kernel(x, axis, eps, rstd); });
-    auto make = [&](auto xn) -> typename Node<Tensor<T>>::Rule {
-      return [xn, yk = keep(out), rk = std::move(rstd), axis](const Tensor<T>& ct, std::uint32_t v) {
-        push(xn, standardize_grad_kernel(yk, rk, ct, axis), v);
-      };
+    KernelVjp<Tensor<T>, Tensor<T>> vjp = [yk = keep(out), rk = std::move(rstd), axis](const Tensor<T>& ct,
+                                                                                       const std::vector<bool>&) {
+      return std::vector<std::optional<Tensor<T>>>{standardize_grad_kernel(yk, rk, ct, axis)};
     };
-    return finish(*tape, "standardize", std::move(out), make, x);
+    return record_vjp<Tensor<T>, Tensor<T>>(*tape, "standardize", std::move(out), {&x}, std::move(vjp));
   }
   return standardize_kernel(x, axis, eps, rstd);
 }

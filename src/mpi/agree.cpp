@@ -1,16 +1,28 @@
 #include "shard/mpi/agree.hpp"
 
+#include <chrono>
 #include <climits>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "shard/comm/detail/collective_guard.hpp"
 #include "shard/error.hpp"
 
 namespace shard::mpi {
 
 namespace {
-enum Kind : int { kGeneric = 0, kSharding, kShape, kValue, kMesh, kMpi, kRuntime, kIo, kAllocation, kMismatch };
+enum Kind : int {
+  kGeneric = 0,
+  kSharding,
+  kShape,
+  kValue,
+  kMesh,
+  kMpi,
+  kRuntime,
+  kIo,
+  kAllocation,
+  kMismatch
+};
 }  // namespace
 
 int error_kind(const std::exception& e) {
@@ -28,15 +40,24 @@ int error_kind(const std::exception& e) {
 
 void throw_error_of_kind(int kind, const std::string& msg) {
   switch (kind) {
-    case kSharding: throw ShardingError(msg);
-    case kShape: throw ShapeError(msg);
-    case kValue: throw ValueError(msg);
-    case kMesh: throw MeshMismatchError(msg);
-    case kRuntime: throw RuntimeError(msg);
-    case kIo: throw IoError(msg);
-    case kAllocation: throw AllocationError(msg);
-    case kMismatch: throw CollectiveMismatchError(msg);
-    default: throw Error(msg);
+    case kSharding:
+      throw ShardingError(msg);
+    case kShape:
+      throw ShapeError(msg);
+    case kValue:
+      throw ValueError(msg);
+    case kMesh:
+      throw MeshMismatchError(msg);
+    case kRuntime:
+      throw RuntimeError(msg);
+    case kIo:
+      throw IoError(msg);
+    case kAllocation:
+      throw AllocationError(msg);
+    case kMismatch:
+      throw CollectiveMismatchError(msg);
+    default:
+      throw Error(msg);
   }
 }
 
@@ -69,6 +90,17 @@ void raise_failure_of(const Communicator& comm, int first, std::exception_ptr lo
   check(MPI_Bcast(msg.data(), header[1], MPI_CHAR, first, comm.get()), "MPI_Bcast");
   if (local) std::rethrow_exception(local);
   throw_error_of_kind(header[0], "rank " + std::to_string(first) + " failed: " + msg);
+}
+
+bool barrier_within(MPI_Comm comm, double seconds) {
+  MPI_Request all = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(comm, &all) != MPI_SUCCESS) return false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int done = 0;
+  while (MPI_Test(&all, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return done != 0;
 }
 
 }  // namespace shard::mpi

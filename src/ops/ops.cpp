@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "ops/ops_internal.hpp"
-#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/core/trace.hpp"
 #include "shard/error.hpp"
 
 namespace shard {
@@ -56,24 +56,16 @@ SpecEntry axes_of_dims(const NamedSharding& s, const std::vector<int>& dims) {
 /// every rank holds.
 template <Dtype T, typename Kernel>
 ShardedArray<T> record_uncommitted(Tape& tape, const Tensor<T>& x, const Mesh&, Kernel kernel) {
-  const NodePtr<Tensor<T>> xn = node_of(x, tape);
-  const std::uint32_t vma = vma_of(x, tape);
+  Tensor<T> operand;  // x's record only: the kernel may move x's storage away
+  operand.set_ad(x.ad());
+  const Shape shape = x.shape();
   ShardedArray<T> out = paused(kernel);
   for (auto& s : out.addressable_shards()) s.data.set_ad(nullptr);
-  if constexpr (FloatDtype<T>) {
-    if (xn) {
-      auto node = std::make_shared<Node<ShardedArray<T>>>("uncommitted", tape, vma, NodeMeta<ShardedArray<T>>(out));
-      node->rule = [xn, shape = x.shape()](const ShardedArray<T>& ct, std::uint32_t v) {
-        const auto& shards = ct.addressable_shards();
-        push(xn, shards.empty() ? Tensor<T>(shape, T(0)) : shards.front().data.alias(), v);
-      };
-      tape.append(node);
-      out.set_ad(std::make_shared<AdValue>(AdValue{tape.id(), vma, std::move(node)}));
-      return out;
-    }
-  }
-  out.set_ad(vma ? std::make_shared<AdValue>(AdValue{tape.id(), vma, nullptr}) : nullptr);
-  return out;
+  KernelVjp<ShardedArray<T>, Tensor<T>> vjp = [shape](const ShardedArray<T>& ct, const std::vector<bool>&) {
+    const auto& shards = ct.addressable_shards();
+    return std::vector<std::optional<Tensor<T>>>{shards.empty() ? Tensor<T>(shape, T(0)) : shards.front().data.alias()};
+  };
+  return record_vjp<ShardedArray<T>, Tensor<T>>(tape, "uncommitted", std::move(out), {&operand}, std::move(vjp));
 }
 
 template <Dtype T>

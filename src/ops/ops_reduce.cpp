@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "ops/ops_internal.hpp"
-#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/core/trace.hpp"
 #include "shard/error.hpp"
 #include "core/tensor_kernels.hpp"
 

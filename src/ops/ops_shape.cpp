@@ -12,7 +12,8 @@
 #include <optional>
 
 #include "ops/ops_internal.hpp"
-#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/array/detail/node_meta.hpp"
+#include "shard/core/trace.hpp"
 #include "array/redistribute.hpp"
 #include "shard/error.hpp"
 #include "core/tensor_kernels.hpp"

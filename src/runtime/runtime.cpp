@@ -1,12 +1,6 @@
 #include "shard/runtime/runtime.hpp"
 
-#include "shard/core/blas.hpp"
-
-#include <malloc.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -17,14 +11,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "shard/comm/detail/collective_guard.hpp"
+#include "shard/core/blas.hpp"
+#include "shard/error.hpp"
+#include "shard/mpi/agree.hpp"
 #include "shard/runtime/detail/device_executor.hpp"
 #include "shard/runtime/detail/env.hpp"
-#include "shard/error.hpp"
-#include "shard/core/tensor.hpp"
-
-#include "comm/collective_cma.hpp"
-#include "comm/collective_shared.hpp"
+#include "shard/runtime/detail/layer_hooks.hpp"
 
 namespace shard {
 
@@ -33,7 +25,8 @@ namespace {
 Runtime* g_current = nullptr;
 
 int parse_positive(const std::string& text, const char* source) {
-  return static_cast<int>(detail::parse_integer(text, detail::cat("devices per rank from ", source), 1, 4096));
+  return static_cast<int>(
+      detail::parse_integer(text, detail::cat("devices per rank from ", source), 1, 4096));
 }
 
 /// Devices per rank: the option, else `--devices-per-rank` in argv, else the environment.
@@ -53,22 +46,32 @@ int devices_per_rank_from(const RuntimeOptions& options, int argc, char** argv) 
   return static_cast<int>(detail::env_integer("SHARD_DEVICES_PER_RANK", 1, 4096).value_or(1));
 }
 
+std::vector<detail::RuntimeHooks>& registered_hooks() {
+  static auto* hooks = new std::vector<detail::RuntimeHooks>;  // never destroyed: read until exit
+  return *hooks;
+}
+
+/// The layers' stop hooks, the last registered first (the Runtime ends, or its start-up failed).
+void stop_layers() {
+  const auto& hooks = registered_hooks();
+  for (auto it = hooks.rbegin(); it != hooks.rend(); ++it)
+    if (it->stop) it->stop();
+}
+
 }  // namespace
 
-namespace {
-bool g_keep_freed = false;
+namespace detail {
+
+void register_runtime_hooks(const RuntimeHooks& hooks) {
+  auto& all = registered_hooks();
+  for (const auto& h : all)
+    if (std::strcmp(h.layer, hooks.layer) == 0) return;
+  all.push_back(hooks);
 }
 
-void set_keep_freed_memory(bool keep) {
-  // glibc defaults: blocks >= 128 KiB (adaptive up to 32 MiB) come from mmap and go back to
-  // the OS on free; the top of the heap is trimmed above 128 KiB.
-  mallopt(M_MMAP_MAX, keep ? 0 : 65536);
-  mallopt(M_TRIM_THRESHOLD, keep ? INT_MAX : 128 * 1024);
-  g_keep_freed = keep;
-  if (!keep) release_cached_tensor_memory();
-}
+const std::vector<RuntimeHooks>& runtime_hooks() { return registered_hooks(); }
 
-bool keep_freed_memory() { return g_keep_freed; }
+}  // namespace detail
 
 bool keep_freed_memory_from_env() { return detail::env_flag("SHARD_KEEP_FREED_MEMORY").value_or(true); }
 
@@ -77,6 +80,7 @@ Runtime::Runtime(RuntimeOptions options) { init(nullptr, nullptr, options); }
 
 void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
   if (g_current) raise<RuntimeError>("a shard::Runtime already exists; create exactly one per process");
+  detail::install_layer_hooks();  // what the layers above do at the start and the end
   uncaught_at_start_ = std::uncaught_exceptions();
   // Read before MPI starts (its buffers follow the policy); a bad value is raised once MPI is up.
   std::string keep_error;
@@ -124,37 +128,38 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
     const int kmax = world_.allreduce(local_error.empty() ? k : 0, MPI_MAX);
     if (!local_error.empty()) raise<RuntimeError>(local_error);
     if (kmin != kmax)
-      raise<RuntimeError>(kmin == 0 ? "another rank has an invalid devices-per-rank setting"
-                                    : "ranks disagree on devices per rank (between " +
-                                          std::to_string(kmin) + " and " + std::to_string(kmax) +
-                                          "); pass the same --devices-per-rank or SHARD_DEVICES_PER_RANK to all ranks");
+      raise<RuntimeError>(
+          kmin == 0 ? "another rank has an invalid devices-per-rank setting"
+                    : "ranks disagree on devices per rank (between " + std::to_string(kmin) + " and " +
+                          std::to_string(kmax) +
+                          "); pass the same --devices-per-rank or SHARD_DEVICES_PER_RANK to all ranks");
     topology_.devices_per_rank = k;
 
-    // The environment's settings that change which MPI calls a collective makes (checking, the
-    // watchdog, group-shared memory) must be the same on every rank: the most checking, the
-    // longest timeout and grace any rank asked for, shared memory off if any rank turned it off.
-    bool check = false, shared_reduce = true;
-    double timeout = -1, grace = 5.0;
+    // The layers' environment settings (comm: checking, the watchdog, the abort grace,
+    // group-shared memory) change which MPI calls a collective makes, so every rank must use the
+    // same: one exchange agrees on each setting word (its maximum over the ranks) and on whether
+    // some rank has a bad value.
+    const auto& hooks = detail::runtime_hooks();
+    std::vector<std::int64_t> env;
     std::string env_error;
-    try {
-      detail::configure_collective_guard_from_env(check, timeout);
-      grace = detail::env_seconds("SHARD_ABORT_GRACE", 1e6).value_or(5.0);
-      shared_reduce = detail::env_flag("SHARD_SHARED_REDUCE").value_or(true);
-    } catch (const Error& e) {
-      env_error = e.message();
+    for (const auto& h : hooks) {
+      const std::size_t at = env.size();
+      env.resize(at + static_cast<std::size_t>(h.setting_words), 0);
+      if (!h.read_settings || !env_error.empty()) continue;
+      try {
+        h.read_settings(env.data() + at);
+      } catch (const Error& e) {
+        env_error = e.message();
+      }
     }
     if (!keep_error.empty()) env_error = keep_error;
-    long long env[5] = {check ? 1 : 0, static_cast<long long>(timeout * 1000.0 + 0.5),
-                        static_cast<long long>(grace * 1000.0 + 0.5), shared_reduce ? 0 : 1, env_error.empty() ? 0 : 1};
-    mpi::check(MPI_Allreduce(MPI_IN_PLACE, env, 5, MPI_LONG_LONG, MPI_MAX, world_.get()), "MPI_Allreduce");
+    env.push_back(env_error.empty() ? 0 : 1);
+    mpi::check(MPI_Allreduce(MPI_IN_PLACE, env.data(), static_cast<int>(env.size()), MPI_INT64_T, MPI_MAX,
+                             world_.get()),
+               "MPI_Allreduce");
     if (!env_error.empty()) raise<RuntimeError>(env_error);
-    if (env[4]) raise<RuntimeError>("another rank has an invalid SHARD_* environment variable (see its error)");
-    // Timeout: unset on every rank (-1) is the watcher thread's default; 0 turns both off.
-    detail::set_collective_guard(env[0] != 0, static_cast<double>(env[1]) / 1000.0);
-    if (env[1] < 0) detail::start_collective_watch(detail::kDefaultCollectiveTimeout);
-    detail::set_abort_grace_seconds(static_cast<double>(env[2]) / 1000.0);
-    detail::set_shared_reduce(env[3] == 0);
-    detail::open_watchdog_comm(world_);
+    if (env.back())
+      raise<RuntimeError>("another rank has an invalid SHARD_* environment variable (see its error)");
     // Device threads call OpenBLAS at the same time: one OpenBLAS thread per call (DESIGN.md).
     if (k > 1) set_blas_threads(1);
 
@@ -180,20 +185,16 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
       topology_.node_of_process.push_back(
           static_cast<int>(std::lower_bound(unique.begin(), unique.end(), leaders[p]) - unique.begin()));
 
-    // Whether a rank may read another rank's memory on its node (process_vm_readv; containers
-    // may forbid it): each reads a word of the next rank of its node; the world agrees.
-    long long mine[2] = {static_cast<long long>(getpid()),
-                         static_cast<long long>(reinterpret_cast<std::uintptr_t>(detail::cma_probe_word()))};
-    std::vector<long long> peers(2 * static_cast<std::size_t>(node.size()));
-    mpi::check(MPI_Allgather(mine, 2, MPI_LONG_LONG, peers.data(), 2, MPI_LONG_LONG, node.get()), "MPI_Allgather");
-    const int next = (node.rank() + 1) % node.size();
-    int cma_ok = node.size() < 2 || detail::cma_probe(peers[2 * next], peers[2 * next + 1]) ? 1 : 0;
-    mpi::check(MPI_Allreduce(MPI_IN_PLACE, &cma_ok, 1, MPI_INT, MPI_MIN, world_.get()), "MPI_Allreduce");
-    detail::set_cma_allowed(cma_ok != 0);
+    // The layers above start last, with their agreed settings (comm: the collective check and
+    // the watchdog, group-shared memory, single-copy reads between the ranks of a node).
+    std::size_t at = 0;
+    for (const auto& h : hooks) {
+      if (h.start) h.start({world_, node, env.data() + at});
+      at += static_cast<std::size_t>(h.setting_words);
+    }
   } catch (...) {
     g_current = nullptr;
-    detail::stop_collective_watch();
-    detail::close_watchdog_comm();
+    stop_layers();
     world_ = mpi::Communicator();
     throw;
   }
@@ -207,12 +208,13 @@ Runtime::~Runtime() {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   // Every rank must be here, not in a collective (a rank that skipped one would leave the
-  // others waiting forever): with the check on, one exchange tells.
-  const bool agreed = std::uncaught_exceptions() > uncaught_at_start_ || detail::agree_at_end_of_program();
+  // others waiting forever): with comm's collective check on, one exchange tells.
+  bool agreed = true;
+  if (std::uncaught_exceptions() <= uncaught_at_start_)
+    for (const auto& h : detail::runtime_hooks())
+      if (h.agree_at_end) agreed = h.agree_at_end() && agreed;
   executor_.reset();
-  detail::stop_collective_watch();
-  detail::set_collective_guard(false, 0);
-  detail::close_watchdog_comm();
+  stop_layers();
   world_ = mpi::Communicator();
   detail::remember_world_rank(-1);
   g_current = nullptr;
@@ -254,13 +256,19 @@ namespace {
 /// every rank exits 1 after printing its own line (none is lost to another's MPI_Abort);
 /// aborts the job if some rank is still working.
 int fail_job(const std::exception_ptr& err) {
-  const std::string msg =
-      detail::error_message(err, "the program threw an exception that is not a std::exception (e.g. throw 42)");
+  const std::string msg = detail::error_message(
+      err, "the program threw an exception that is not a std::exception (e.g. throw 42)");
   std::fprintf(stderr, "%serror: %s\n", detail::rank_prefix().c_str(), msg.c_str());
   std::fflush(stderr);
   if (!mpi::is_active()) std::exit(1);
-  detail::mark_failure_for_exit(err);
-  if (!detail::wait_for_every_rank_to_fail(detail::abort_grace_seconds())) MPI_Abort(MPI_COMM_WORLD, 1);
+  // The layers tell the other ranks and wait for them (comm: at most SHARD_ABORT_GRACE s).
+  int waited = 0, every_rank_failed = 0;
+  for (const auto& h : detail::runtime_hooks())
+    if (h.fail_program) {
+      ++waited;
+      every_rank_failed += h.fail_program(err) ? 1 : 0;
+    }
+  if (waited == 0 || every_rank_failed < waited) MPI_Abort(MPI_COMM_WORLD, 1);
   return 1;
 }
 
@@ -268,12 +276,12 @@ int fail_job(const std::exception_ptr& err) {
 /// rank fails: wait (at most 5 s) for all on MPI_COMM_WORLD, then finalize and exit 1 on every
 /// rank, or abort the job if some rank started.
 [[noreturn]] void fail_start(const std::exception_ptr& err) {
-  const std::string msg =
-      detail::error_message(err, "an exception that is not a std::exception escaped while starting the runtime");
+  const std::string msg = detail::error_message(
+      err, "an exception that is not a std::exception escaped while starting the runtime");
   std::fprintf(stderr, "%serror: %s\n", detail::rank_prefix().c_str(), msg.c_str());
   std::fflush(stderr);
   if (!mpi::is_active()) std::exit(1);
-  if (!detail::wait_for_every_rank_to_fail(5.0, MPI_COMM_WORLD)) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (!mpi::barrier_within(MPI_COMM_WORLD, 5.0)) MPI_Abort(MPI_COMM_WORLD, 1);
   MPI_Finalize();
   std::exit(1);
 }

@@ -14,6 +14,7 @@
 #include "shard/error.hpp"
 #include "shard/mpi/agree.hpp"
 #include "shard/array/reshard.hpp"
+#include "shard/core/trace.hpp"
 #include "shard/runtime/runtime.hpp"
 #include "spmd/spmd_state.hpp"
 
@@ -109,25 +110,21 @@ Tape* varying_collective_tape(const Tensor<T>& x) {
 template <Dtype T, typename Kernel, typename Transpose>
 Tensor<T> record_collective(Tape& tape, const char* op, const Tensor<T>& x, std::uint32_t out_vma,
                             std::uint32_t ct_extra, Kernel kernel, Transpose transpose) {
-  const NodePtr<Tensor<T>> xn = node_of(x, tape);
-  if (xn && !tape.device_view())
+  if (differentiable_on(x, tape) && !tape.device_view())
     raise_not_differentiable(op, "grad inside a shard_map body differentiates the device's local program, where a "
                                  "collective has no derivative; differentiate the function that calls the shard_map "
                                  "instead (its collectives transpose as in JAX)");
+  Tensor<T> operand;  // x's record only: the kernel may move x's storage away (psum)
+  operand.set_ad(x.ad());
   Tensor<T> out = paused(kernel);
   if constexpr (FloatDtype<T>) {
-    if (xn) {
-      auto node = std::make_shared<Node<Tensor<T>>>(op, tape, out_vma, NodeMeta<Tensor<T>>(out));
-      node->rule = [xn, transpose, ct_extra](const Tensor<T>& ct, std::uint32_t v) {
-        push(xn, transpose(ct), v | ct_extra);
-      };
-      tape.append(node);
-      out.set_ad(std::make_shared<AdValue>(AdValue{tape.id(), out_vma, std::move(node)}));
-      return out;
-    }
+    KernelVjp<Tensor<T>, Tensor<T>> vjp = [transpose](const Tensor<T>& ct, const std::vector<bool>&) {
+      return std::vector<std::optional<Tensor<T>>>{transpose(ct)};
+    };
+    return record_vjp<Tensor<T>, Tensor<T>>(tape, op, std::move(out), {&operand}, std::move(vjp), out_vma,
+                                            ct_extra);
   }
-  out.set_ad(out_vma ? std::make_shared<AdValue>(AdValue{tape.id(), out_vma, nullptr}) : nullptr);
-  return out;
+  return with_vma(tape, std::move(out), out_vma);
 }
 
 }  // namespace
@@ -236,7 +233,7 @@ template <typename T>
 Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes, std::source_location where) {
   if (auto* tape = detail::recording_tape_for(x)) {
     if constexpr (FloatDtype<T>)
-      if (detail::node_of(x, *tape)) detail::raise_not_differentiable("pmax", "JAX defines no transpose for it either");
+      if (detail::differentiable_on(x, *tape)) detail::raise_not_differentiable("pmax", "JAX defines no transpose for it either");
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "pmax");
     const std::uint32_t vma = detail::vma_of(x, *tape) & ~m;
     Tensor<T> out = detail::paused([&] { return pmax(std::move(x), axes, where); });
@@ -250,7 +247,7 @@ template <typename T>
 Tensor<T> DeviceContext::pmin(Tensor<T> x, const Axes& axes, std::source_location where) {
   if (auto* tape = detail::recording_tape_for(x)) {
     if constexpr (FloatDtype<T>)
-      if (detail::node_of(x, *tape)) detail::raise_not_differentiable("pmin", "JAX defines no transpose for it either");
+      if (detail::differentiable_on(x, *tape)) detail::raise_not_differentiable("pmin", "JAX defines no transpose for it either");
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "pmin");
     const std::uint32_t vma = detail::vma_of(x, *tape) & ~m;
     Tensor<T> out = detail::paused([&] { return pmin(std::move(x), axes, where); });

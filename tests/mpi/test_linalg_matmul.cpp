@@ -7,6 +7,7 @@
 
 #include "mpi_test.hpp"
 #include "shard/linalg/linalg.hpp"
+#include "shard/ops/matmul.hpp"
 #include "shard/linalg/scalapack.hpp"
 #include "test_util.hpp"
 

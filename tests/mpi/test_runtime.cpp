@@ -2,8 +2,13 @@
 
 #include <cstdlib>
 #include <set>
+#include <string>
 
 #include "mpi_test.hpp"
+#include "shard/comm/detail/collective_guard.hpp"
+#include "shard/mpi/agree.hpp"
+#include "shard/runtime/detail/env.hpp"
+#include "shard/runtime/detail/layer_hooks.hpp"
 #include "test_util.hpp"
 
 namespace shard::testing {
@@ -51,6 +56,27 @@ SHARD_MPI_TEST(Runtime, OnlyOneAtATime) {
   EXPECT_THROW(Runtime second, RuntimeError);
   EXPECT_EQ(&Runtime::current(), &runtime());
 }
+
+// The comm layer takes part in the Runtime's start and end through the hooks it registers
+// (shard/runtime/detail/layer_hooks.hpp), once, and its start ran with the agreed settings.
+SHARD_MPI_TEST(Runtime, CommRegistersItsHooks) {
+  int comm = 0;
+  for (const auto& h : detail::runtime_hooks())
+    if (std::string(h.layer) == "comm") {
+      ++comm;
+      EXPECT_TRUE(h.read_settings && h.start && h.agree_at_end && h.stop && h.fail_program);
+    }
+  EXPECT_EQ(comm, 1);
+  EXPECT_EQ(detail::collective_check_on(), detail::env_flag("SHARD_CHECK_COLLECTIVES").value_or(true));
+  if (!std::getenv("SHARD_COLLECTIVE_TIMEOUT")) {  // unset: the watcher thread, at its default limit
+    EXPECT_EQ(detail::collective_watch_seconds(), detail::kDefaultCollectiveTimeout);
+  }
+  const auto grace = detail::env_seconds("SHARD_ABORT_GRACE", 1e6);
+  EXPECT_NEAR(detail::abort_grace_seconds(), grace.value_or(5.0), 1e-3);  // agreed in milliseconds
+}
+
+// The failing ranks' timed barrier (guarded_main, the Runtime's failed start): every rank joins.
+SHARD_MPI_TEST(Mpi, BarrierWithin) { EXPECT_TRUE(mpi::barrier_within(runtime().world().get(), 60.0)); }
 
 SHARD_MPI_TEST(Mesh, MakeMeshKeepsRanksOnMinorAxes) {
   const Runtime& rt = runtime();

@@ -51,6 +51,13 @@ enum class UnaryOp {
 enum class ReduceKind { kSum, kMean, kMax, kMin, kProd };
 
 namespace detail {
+/// The ops' names as numpy spells them (messages, tape nodes; src/core/op_names.cpp).
+const char* binary_op_name(BinaryOp op);
+const char* unary_op_name(UnaryOp op);
+const char* reduce_op_name(ReduceKind kind);
+}  // namespace detail
+
+namespace detail {
 template <typename X>
 inline constexpr bool is_tensor_v = false;
 template <typename T>

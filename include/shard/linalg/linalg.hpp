@@ -4,12 +4,12 @@
 #include <cstdint>
 #include <string>
 
-#include "shard/linalg/matmul.hpp"
+#include "shard/linalg/algorithm.hpp"
 #include "shard/array/sharded_array.hpp"
 
 namespace shard::linalg {
 
-using shard::Algorithm;  // matmul(a, b, Algorithm::kCannon) etc. (matmul.hpp)
+using shard::Algorithm;  // matmul(a, b, Algorithm::kCannon) etc. (algorithm.hpp; matmul itself is in ops/matmul.hpp)
 
 struct CannonOptions {
   /// Row panels each block product is split into, with MPI_Testall between them so the

@@ -22,6 +22,11 @@ void raise_if_any(const Communicator& comm, std::exception_ptr local);
 int error_kind(const std::exception& e);
 [[noreturn]] void throw_error_of_kind(int kind, const std::string& message);
 
+/// For ranks that failed and wait for the others to fail too: joins a nonblocking barrier on
+/// `comm` and polls it for at most `seconds`. True if every rank of `comm` joined in time;
+/// never throws (an MPI error gives false).
+bool barrier_within(MPI_Comm comm, double seconds);
+
 /// Runs `fn` and agrees on its outcome over `comm` (see raise_if_any).
 template <typename F>
 void agreed(const Communicator& comm, F&& fn) {

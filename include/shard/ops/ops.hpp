@@ -218,4 +218,4 @@ ShardedArray<T> ShardedArray<T>::operator[](std::initializer_list<Index> index) 
 
 }  // namespace shard
 
-#include "shard/linalg/matmul.hpp"  // the sharded matmul kernel the front end's matmul() calls
+#include "shard/ops/matmul.hpp"  // the sharded matmul kernel the front end's matmul() calls

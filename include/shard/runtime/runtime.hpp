@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "shard/core/device.hpp"
+#include "shard/core/memory.hpp"  // set_keep_freed_memory, keep_freed_memory
 #include "shard/mpi/communicator.hpp"
 
 namespace shard {
@@ -22,16 +23,12 @@ struct RuntimeOptions {
   /// Keep freed memory in the process instead of handing it back to the OS (glibc: no mmap
   /// for large blocks, no trimming; Shard: up to 16 freed tensor buffers >= 16 KiB, 1 GiB in
   /// all, reused at exactly their size), so the large temporary buffers of MPI collectives
-  /// and of Shard are not page-faulted in again on every call and keep their addresses. Env SHARD_KEEP_FREED_MEMORY=0 turns
-  /// it off. Measured here: a 64 MiB MPI_Reduce_scatter on 2 ranks took 19 ms instead of 51.
+  /// and of Shard are not page-faulted in again on every call and keep their addresses. Env
+  /// SHARD_KEEP_FREED_MEMORY=0 turns it off. Measured here: a 64 MiB MPI_Reduce_scatter on 2 ranks took 19 ms
+  /// instead of 51.
   bool keep_freed_memory = true;
 };
 
-/// Switches glibc's policy for freed memory (see RuntimeOptions::keep_freed_memory). Local,
-/// process-wide; the Runtime calls it at start-up.
-void set_keep_freed_memory(bool keep);
-/// Whether the policy is on.
-bool keep_freed_memory();
 /// Whether a Runtime with RuntimeOptions::keep_freed_memory = true switches the policy on:
 /// env SHARD_KEEP_FREED_MEMORY (1/0, on/off, true/false, yes/no; default on). RuntimeError
 /// naming the variable and its value when it is none of these.

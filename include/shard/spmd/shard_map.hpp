@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "shard/comm/detail/collective.hpp"
-#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/core/detail/tape.hpp"
 #include "shard/spmd/detail/shard_map_ad.hpp"
 #include "shard/error.hpp"
 #include "shard/comm/group_shared.hpp"

@@ -11,7 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "shard/array/detail/node_meta.hpp"
 #include "shard/core/detail/tape.hpp"
+#include "shard/core/trace.hpp"
 #include "shard/error.hpp"
 #include "shard/ops/ops.hpp"
 #include "shard/array/reshard.hpp"
@@ -20,23 +22,6 @@
 namespace shard::detail {
 
 // ---------------------------------------------------------------- nodes
-
-/// What a node remembers of its primal: the shape, and a ShardedArray's sharding (the
-/// cotangent's sharding, as in JAX).
-template <typename X>
-struct NodeMeta;
-template <Dtype T>
-struct NodeMeta<Tensor<T>> {
-  explicit NodeMeta(const Tensor<T>& x) : shape(x.shape()) {}
-  explicit NodeMeta(Shape s) : shape(std::move(s)) {}
-  Shape shape;
-};
-template <Dtype T>
-struct NodeMeta<ShardedArray<T>> {
-  explicit NodeMeta(const ShardedArray<T>& x) : shape(x.shape()), sharding(x.sharding()) {}
-  Shape shape;
-  NamedSharding sharding;
-};
 
 /// Zeros shaped (and sharded) like a node's primal.
 template <Dtype T>
@@ -173,33 +158,11 @@ NodePtr<X> node_of(const X& x, const Tape& tape) {
   const AdValue* a = ad_on(x, &tape);
   return a && a->node ? std::static_pointer_cast<Node<X>>(a->node) : nullptr;
 }
-template <typename X>
-std::uint32_t vma_of(const X& x, const Tape& tape) {
-  const AdValue* a = ad_on(x, &tape);
-  return a ? a->vma : 0;
-}
 
 /// Pushes a cotangent contribution to an input's node (nothing for a constant).
 template <typename X>
 void push(const NodePtr<X>& n, X v, std::uint32_t vma) {
   if (n) n->add(std::move(v), vma);
-}
-
-/// What a rule keeps of an array: an alias of its memory without autodiff's record (a copy
-/// when the array only borrows its memory, which may not outlive the tape).
-template <Dtype T>
-Tensor<T> keep(const Tensor<T>& x) {
-  Tensor<T> out = x.owns_memory() || x.size() == 0 ? x.alias() : Tensor<T>(x);
-  out.set_ad(nullptr);
-  return out;
-}
-template <Dtype T>
-ShardedArray<T> keep(const ShardedArray<T>& x) {
-  ShardedArray<T> out = x.alias();
-  for (auto& s : out.addressable_shards())
-    if (!s.data.owns_memory() && s.data.size() > 0) s.data = Tensor<T>(s.data);
-  out.set_ad(nullptr);
-  return out;
 }
 
 /// Marks `out` as the result of op on the inputs: a node (when an input is differentiable
@@ -229,21 +192,6 @@ template <typename Out>
 Out linear_local(Out out) {
   if (const auto& a = out.ad(); a && a->node) static_cast<Node<Out>*>(a->node.get())->linear_local = true;
   return out;
-}
-
-/// A non-differentiable result (comparisons, argmax, int ops): only the operands' vma.
-template <typename Out, typename... In>
-Out finish_constant(Tape& tape, Out out, const In&... in) {
-  const std::uint32_t vma = (vma_of(in, tape) | ... | 0u);
-  out.set_ad(vma ? std::make_shared<AdValue>(AdValue{tape.id(), vma, nullptr}) : nullptr);
-  return out;
-}
-
-/// Runs f with recording paused (the kernel itself, or a rule).
-template <typename F>
-auto paused(F&& f) {
-  Pause p;
-  return f();
 }
 
 }  // namespace shard::detail

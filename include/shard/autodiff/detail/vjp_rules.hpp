@@ -20,16 +20,13 @@
 #include "shard/autodiff/detail/ad_node.hpp"
 #include "shard/autodiff/detail/grad_reduce.hpp"
 #include "shard/core/detail/tape.hpp"
+#include "shard/core/trace.hpp"
 #include "shard/error.hpp"
 #include "shard/ops/ops.hpp"
 #include "shard/array/reshard.hpp"
 #include "shard/core/tensor_ops.hpp"
 
 namespace shard::detail {
-
-/// ct * gelu'(x) in one pass over Tensors of one shape (src/core/tensor_elementwise.cpp).
-template <Dtype T>
-Tensor<T> gelu_vjp(const Tensor<T>& x, const Tensor<T>& ct);
 
 // ---------------------------------------------------------------- helpers
 
@@ -64,30 +61,6 @@ inline Shape keepdims_shape(const Shape& shape, const std::vector<int>& dims) {
   for (int d : dims) s[d] = 1;
   return s;
 }
-
-// View-specific transposes (tensor_shape.cpp, ops_shape.cpp).
-/// The cotangent of x from that of slice(x, index): ct placed at the slice, zeros elsewhere.
-template <Dtype T>
-Tensor<T> slice_transpose(const Tensor<T>& ct, const NodeMeta<Tensor<T>>& x, const std::vector<Index>& index);
-template <Dtype T>
-ShardedArray<T> slice_transpose(const ShardedArray<T>& ct, const NodeMeta<ShardedArray<T>>& x,
-                                const std::vector<Index>& index);
-/// The cotangent of x from that of take(x, indices, axis): rows scatter-added.
-template <Dtype T, Dtype I>
-Tensor<T> take_transpose(const Tensor<T>& ct, const Tensor<I>& indices, const NodeMeta<Tensor<T>>& x, int axis);
-template <Dtype T, Dtype I>
-ShardedArray<T> take_transpose(const ShardedArray<T>& ct, const ShardedArray<I>& indices,
-                               const NodeMeta<ShardedArray<T>>& x, int axis);
-template <Dtype T, Dtype I>
-Tensor<T> take_along_axis_transpose(const Tensor<T>& ct, const Tensor<I>& indices, const NodeMeta<Tensor<T>>& x,
-                                    int axis);
-template <Dtype T, Dtype I>
-ShardedArray<T> take_along_axis_transpose(const ShardedArray<T>& ct, const ShardedArray<I>& indices,
-                                          const NodeMeta<ShardedArray<T>>& x, int axis);
-
-const char* binary_op_name(BinaryOp op);
-const char* unary_op_name(UnaryOp op);
-const char* reduce_op_name(ReduceKind kind);
 
 // ---------------------------------------------------------------- elementwise
 
@@ -295,12 +268,12 @@ X record_where(Tape& tape, const C& cond, const X& a, const X& b) {
   }
 }
 
-template <ArrayLike X, ArrayLike Y>
-auto record_compare(Tape& tape, const X& a, const Y& b, CompareOp op) {
+template <ArrayLike X>
+rebind_t<X, bool> record_compare(Tape& tape, const X& a, const X& b, CompareOp op) {
   return finish_constant(tape, paused([&] { return compare(a, b, op); }), a, b);
 }
 template <ArrayLike X>
-auto record_compare_scalar(Tape& tape, const X& a, elem_t<X> s, CompareOp op, bool scalar_first) {
+rebind_t<X, bool> record_compare_scalar(Tape& tape, const X& a, elem_t<X> s, CompareOp op, bool scalar_first) {
   return finish_constant(tape, paused([&] { return compare(a, s, op, scalar_first); }), a);
 }
 
@@ -406,8 +379,6 @@ X record_prefix_sum(Tape& tape, const X& x, int axis, bool reverse) {
 /// matmul's; a contraction over mesh axes then ends in a psum_scatter where `out` splits C
 /// further over them, instead of a psum and a reshard). `into`: m x n elements the Tensor
 /// form writes its product to (the result borrows them).
-template <Dtype T>
-Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb, T* into = nullptr);
 template <Dtype T>
 ShardedArray<T> matmul_t(const ShardedArray<T>& a, bool ta, const ShardedArray<T>& b, bool tb,
                          const NamedSharding* out = nullptr);

@@ -42,12 +42,6 @@
 #include "shard/mpi/communicator.hpp"
 
 namespace shard {
-
-/// Ranks issued different collectives (found by SHARD_CHECK_COLLECTIVES); raised on every rank.
-class CollectiveMismatchError : public ValueError {
-  using ValueError::ValueError;
-};
-
 namespace detail {
 
 /// Bit 1: consistency check on; bit 2: polled watchdog on (SHARD_COLLECTIVE_TIMEOUT set).
@@ -70,7 +64,7 @@ inline constexpr double kDefaultCollectiveTimeout = 600.0;
 /// MPI_Finalize).
 void open_watchdog_comm(const mpi::Communicator& world);
 void close_watchdog_comm();
-/// Reads SHARD_CHECK_COLLECTIVES and SHARD_COLLECTIVE_TIMEOUT (called by the Runtime):
+/// Reads SHARD_CHECK_COLLECTIVES and SHARD_COLLECTIVE_TIMEOUT (comm's Runtime hooks):
 /// timeout_seconds is -1 when SHARD_COLLECTIVE_TIMEOUT is unset (the watcher's default).
 void configure_collective_guard_from_env(bool& check, double& timeout_seconds);
 
@@ -154,10 +148,9 @@ void announce_failure(const std::exception_ptr& err);
 void retire_failure_notices(const mpi::Communicator& world);
 /// RuntimeError if an earlier failure left a collective unfinished.
 void raise_if_poisoned();
-/// After a failure: joins the other failed ranks (a nonblocking barrier on `comm`, by default
-/// the world's duplicate) and says whether every rank got there within `seconds` (and this
-/// rank's failure exchange, if it posted one, completed).
-bool wait_for_every_rank_to_fail(double seconds, MPI_Comm comm = MPI_COMM_NULL);
+/// After a failure: joins the other failed ranks (mpi::barrier_within on the world's duplicate)
+/// and says whether every rank got there within `seconds`.
+bool wait_for_every_rank_to_fail(double seconds);
 
 /// Seconds a rank whose shard_map body failed waits for the other ranks to reach the
 /// agreement at the end of shard_map before it aborts the job, and a rank whose program failed

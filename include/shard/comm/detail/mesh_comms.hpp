@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "shard/comm/group_shared.hpp"
-#include "shard/sharding/mesh.hpp"
 #include "shard/mpi/communicator.hpp"
+#include "shard/sharding/mesh.hpp"
 
 namespace shard::detail {
 
@@ -21,16 +21,16 @@ namespace shard::detail {
 /// the axes were named: JAX's axis_index of a tuple); the group's ranks are ordered by their
 /// first device in that order.
 struct DeviceGroup {
-  int id = 0;                   ///< row-major index over the other axes
-  std::vector<int> devices;     ///< device ids in axis-index order
-  std::vector<int> ranks;       ///< distinct owning ranks, by first device
-  mpi::Communicator comm;       ///< over `ranks` in that order; null if it is only this rank
+  int id = 0;                ///< row-major index over the other axes
+  std::vector<int> devices;  ///< device ids in axis-index order
+  std::vector<int> ranks;    ///< distinct owning ranks, by first device
+  mpi::Communicator comm;    ///< over `ranks` in that order; null if it is only this rank
 };
 
 class MeshComms {
  public:
   MeshComms(std::vector<int> shape, std::vector<int> devices, Topology topology);
-  /// Frees the cached BLACS grids (Cblacs_gridexit) while MPI is still active.
+  /// Frees the windows and the cached handles (BLACS grids) while MPI is still active.
   ~MeshComms();
   MeshComms(const MeshComms&) = delete;
   MeshComms& operator=(const MeshComms&) = delete;
@@ -73,20 +73,30 @@ class MeshComms {
   /// Number of MPI communicators created so far (for tests of the cache).
   int communicators_created() const { return created_; }
 
+  /// A handle that a later layer builds over the mesh's ranks and keeps as long as the mesh
+  /// (linalg's BLACS grids), cached by `kind` and `key`. The first call for a (kind, key) runs
+  /// `create` (collective as that layer says) and caches its result; the destructor passes
+  /// each cached handle to its `release` while MPI is still active.
+  int cached_handle(const std::string& kind, std::pair<int, int> key, const std::function<int()>& create,
+                    void (*release)(int));
+  /// Number of handles of `kind` created so far (for tests of the caches).
+  int handles_created(const std::string& kind) const;
+
   /// The BLACS context of the process grid keyed by (mesh axis of the grid's process rows,
-  /// mesh axis of its process columns). The first call for a key runs `create` (collective
-  /// over all ranks; it returns -1 on ranks outside the grid) and caches its result; the
-  /// grid is freed with the mesh.
+  /// mesh axis of its process columns): a cached_handle of kind "blacs". The first call for a
+  /// key runs `create` (collective over all ranks; it returns -1 on ranks outside the grid);
+  /// the grid is freed (Cblacs_gridexit) with the mesh. Defined in the linalg layer, which
+  /// owns BLACS (src/linalg/blacs_context.cpp).
   int blacs_context(std::pair<int, int> key, const std::function<int()>& create);
   /// Number of BLACS grids created so far (for tests of the cache).
-  int blacs_grids_created() const { return blacs_created_; }
+  int blacs_grids_created() const { return handles_created("blacs"); }
 
  private:
   std::vector<int> shape_;
   std::vector<int> devices_;
   Topology topology_;
   int ranks_ = 0;  // distinct ranks owning a device of the mesh
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::vector<DeviceGroup> build_groups(const std::vector<int>& axes, bool count);
 
   std::map<std::vector<int>, std::vector<DeviceGroup>> cache_;
@@ -96,8 +106,11 @@ class MeshComms {
   int created_ = 0;
   std::map<std::vector<int>, bool> share_node_;
   std::map<std::tuple<std::vector<int>, std::string, std::size_t>, std::unique_ptr<SharedWindow>> windows_;
-  std::map<std::pair<int, int>, int> blacs_;  // grid key -> BLACS context (-1: not in the grid)
-  int blacs_created_ = 0;
+  struct Handle {
+    int value;
+    void (*release)(int);
+  };
+  std::map<std::pair<std::string, std::pair<int, int>>, Handle> handles_;  // (kind, key) -> handle
 };
 
 }  // namespace shard::detail

@@ -12,8 +12,8 @@
 ///   if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_binary(*tape, a, b, op);
 ///
 /// which costs a null-pointer test per operand when nothing is tracked. The record_* functions
-/// (vjp_rules.hpp) run the kernel with recording paused and append a node whose rule is
-/// written with the same ops.
+/// (declared in core/trace.hpp, defined by autodiff with the rules of vjp_rules.hpp) run the
+/// kernel with recording paused and append a node whose rule is written with the same ops.
 ///
 /// Device tapes (one per device thread, while a shard_map is differentiated from outside) also
 /// track each value's vma: an op's result varies over the union of its operands' axes, and a
@@ -160,8 +160,56 @@ Tape* recording_tape_for_list(const std::vector<A>& xs) {
 
 [[noreturn]] void raise_not_differentiable(const char* op, const std::string& why);
 
-// The recorders of the ops defined inline in headers (astype), explicitly instantiated in
-// autodiff.cpp; the others are called from the kernels' .cpp files (vjp_rules.hpp).
+/// The mesh axes x varies over on `tape` (0 when it does not belong to it).
+template <typename X>
+std::uint32_t vma_of(const X& x, const Tape& tape) {
+  const AdValue* a = ad_on(x, &tape);
+  return a ? a->vma : 0;
+}
+/// True when x is differentiable on `tape` (it has a node there, not only a vma).
+template <typename X>
+bool differentiable_on(const X& x, const Tape& tape) {
+  const AdValue* a = ad_on(x, &tape);
+  return a && a->node;
+}
+/// out as a constant of `tape` that varies over the axes `vma`.
+template <typename Out>
+Out with_vma(const Tape& tape, Out out, std::uint32_t vma) {
+  out.set_ad(vma ? std::make_shared<AdValue>(AdValue{tape.id(), vma, nullptr}) : nullptr);
+  return out;
+}
+/// A non-differentiable result (comparisons, argmax, int ops): only the operands' vma.
+template <typename Out, typename... In>
+Out finish_constant(Tape& tape, Out out, const In&... in) {
+  return with_vma(tape, std::move(out), (vma_of(in, tape) | ... | 0u));
+}
+
+/// Runs f with recording paused (the kernel itself, or a rule).
+template <typename F>
+auto paused(F&& f) {
+  Pause p;
+  return f();
+}
+
+/// What a rule keeps of an array: an alias of its memory without autodiff's record (a copy
+/// when the array only borrows its memory, which may not outlive the tape).
+template <Dtype T>
+Tensor<T> keep(const Tensor<T>& x) {
+  Tensor<T> out = x.owns_memory() || x.size() == 0 ? x.alias() : Tensor<T>(x);
+  out.set_ad(nullptr);
+  return out;
+}
+template <Dtype T>
+ShardedArray<T> keep(const ShardedArray<T>& x) {
+  ShardedArray<T> out = x.alias();
+  for (auto& s : out.addressable_shards())
+    if (!s.data.owns_memory() && s.data.size() > 0) s.data = Tensor<T>(s.data);
+  out.set_ad(nullptr);
+  return out;
+}
+
+// The recorder of astype (defined inline in headers), explicitly instantiated in autodiff.cpp;
+// the other recorders are declared in core/trace.hpp.
 template <Dtype U, Dtype T>
 Tensor<U> record_astype(Tape& tape, const Tensor<T>& x);
 template <Dtype U, Dtype T>

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "shard/array/sharded_array.hpp"
-#include "shard/autodiff/detail/ad_node.hpp"
+#include "shard/core/detail/tape.hpp"
 #include "shard/sharding/partition_spec.hpp"
 
 namespace shard::detail {
@@ -52,59 +52,16 @@ struct ShardMapAd final : NodeBase {
     std::function<void()> push;                        // on the calling thread, after every device
   };
 
+  // Defined by the autodiff layer with the nodes (src/autodiff/shard_map_links.cpp), for every dtype.
   /// Registers a prepared argument (before the body runs).
   template <Dtype T>
-  void link(const ShardedArray<T>& p, const PartitionSpec& spec) {
-    Arg a;
-    a.vma = spec_axes_mask(mesh, spec);
-    const NodePtr<ShardedArray<T>> pn = outer ? node_of(p, *outer) : nullptr;
-    if constexpr (FloatDtype<T>) {
-      if (pn) {
-        a.tracked = true;
-        const std::size_t n = p.addressable_shards().size();
-        auto store = std::make_shared<std::vector<std::optional<Tensor<T>>>>(n);
-        std::vector<Shard<T>> meta;  // devices and boxes (no data)
-        for (const auto& s : p.addressable_shards()) meta.push_back(Shard<T>{s.device, s.box, Tensor<T>()});
-        std::vector<Shape> shapes;
-        for (const auto& s : p.addressable_shards()) shapes.push_back(s.data.shape());
-        a.read = [store, shapes](int li, NodeBase* leaf) {
-          auto* node = static_cast<Node<Tensor<T>>*>(leaf);
-          if (node && node->has_cotangent()) {
-            (*store)[li] = std::move(node->total());
-            node->reset();
-          } else {
-            (*store)[li] = Tensor<T>(shapes[li], T(0));
-          }
-        };
-        a.push = [store, pn, meta, shape = p.shape(), sharding = p.sharding()]() {
-          std::vector<Shard<T>> shards = meta;
-          for (std::size_t li = 0; li < shards.size(); ++li) shards[li].data = std::move(*(*store)[li]);
-          push(pn, ShardedArray<T>(shape, sharding, std::move(shards)), 0);
-          for (auto& b : *store) b.reset();
-        };
-      }
-    }
-    args.push_back(std::move(a));
-  }
-
+  void link(const ShardedArray<T>& p, const PartitionSpec& spec);
   /// Device li's block of argument `arg` (in link order): an alias, tracked on its tape.
   template <Dtype T>
-  Tensor<T> block(const Tensor<T>& data, int li, std::size_t arg) {
-    Tensor<T> b = data.alias();
-    Tape& t = *tapes[li];
-    const Arg& a = args[arg];
-    std::shared_ptr<NodeBase> leaf;
-    if constexpr (FloatDtype<T>) {
-      if (a.tracked) {
-        auto node = std::make_shared<Node<Tensor<T>>>("shard_map argument", t, a.vma, NodeMeta<Tensor<T>>(b));
-        node->leaf = true;
-        leaf = node;
-      }
-    }
-    b.set_ad(a.vma || leaf ? std::make_shared<AdValue>(AdValue{t.id(), a.vma, leaf}) : nullptr);
-    leaves[li].push_back(std::move(leaf));
-    return b;
-  }
+  Tensor<T> block(const Tensor<T>& data, int li, std::size_t arg);
+  /// The outer node of output array `y` (flat output f): its cotangent seeds the devices' tapes.
+  template <Dtype T>
+  void attach(ShardedArray<T>& y, std::size_t f, const std::shared_ptr<ShardMapAd>& self);
 
   /// Device li's block of output j (the next flat output): its node noted, its vma checked
   /// against the out_spec, its record removed (the assembled array is the outer tape's).
@@ -121,26 +78,8 @@ struct ShardMapAd final : NodeBase {
     out_vma[li].push_back(mask);
   }
 
-  /// The outer node of output array `y` (flat output f): its cotangent seeds the devices' tapes.
-  template <Dtype T>
-  void attach(ShardedArray<T>& y, std::size_t f, const std::shared_ptr<ShardMapAd>& self) {
-    if constexpr (FloatDtype<T>) {
-      auto node = std::make_shared<Node<ShardedArray<T>>>("shard_map output", *outer, 0,
-                                                          NodeMeta<ShardedArray<T>>(y));
-      node->rule = [self, f](const ShardedArray<T>& ct, std::uint32_t) {
-        for (std::size_t li = 0; li < self->outs.size(); ++li)
-          if (const auto& dn = self->outs[li][f])
-            static_cast<Node<Tensor<T>>*>(dn.get())->add(ct.addressable_shards()[li].data.alias(),
-                                                         self->out_vma[li][f]);
-        self->seeded = true;
-      };
-      outer->append(node);
-      y.set_ad(std::make_shared<AdValue>(AdValue{outer->id(), 0, std::move(node)}));
-    }
-  }
-
   bool has_cotangent() const override { return seeded; }
-  void backward(bool keep) override;  // shard_map.cpp
+  void backward(bool keep) override;  // src/spmd/shard_map_ad.cpp
   void reset() override { seeded = false; }
 
   Mesh mesh;

@@ -1,39 +1,17 @@
-// matmul's choice of algorithm (linalg layer): Cannon or SUMMA for 2-D block layouts, the
+// matmul's choice of algorithm (the primitive of the ops layer): Cannon or SUMMA for 2-D block layouts, the
 // sharding rules (matmul.cpp) for everything else, or whatever the caller forces.
 
 #include <type_traits>
 
-#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/core/trace.hpp"
 #include "shard/error.hpp"
 #include "shard/linalg/linalg.hpp"
-#include "shard/linalg/matmul.hpp"
+#include "shard/ops/matmul.hpp"
 #include "shard/ops/ops.hpp"
 #include "shard/array/reshard.hpp"
 #include "shard/linalg/scalapack.hpp"
 
 namespace shard {
-
-namespace {
-
-constexpr std::pair<Algorithm, const char*> kNames[] = {{Algorithm::kAuto, "auto"},
-                                                        {Algorithm::kRules, "rules"},
-                                                        {Algorithm::kCannon, "cannon"},
-                                                        {Algorithm::kSumma, "summa"},
-                                                        {Algorithm::kScaLAPACK, "scalapack"}};
-
-}  // namespace
-
-std::string algorithm_name(Algorithm algorithm) {
-  for (const auto& [a, name] : kNames)
-    if (a == algorithm) return name;
-  return "unknown";
-}
-
-Algorithm parse_algorithm(const std::string& name) {
-  for (const auto& [a, n] : kNames)
-    if (name == n) return a;
-  raise<ValueError>("unknown matmul algorithm '", name, "'; choose auto, rules, cannon, summa or scalapack");
-}
 
 Algorithm choose_algorithm(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape,
                            const NamedSharding& b) {

@@ -3,7 +3,7 @@
 //   C_partial[batch.., rows, cols] = A_block @ B_block           OpenBLAS, per device
 //   C[batch.., rows, cols] = psum_k(C_partial)                    only when k names axes
 
-#include "shard/linalg/matmul.hpp"
+#include "shard/ops/matmul.hpp"
 
 #include <algorithm>
 #include <optional>
@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "shard/comm/detail/collective.hpp"
+#include "shard/core/trace.hpp"
 #include "shard/ops/ops.hpp"
 #include "shard/error.hpp"
 
@@ -209,9 +210,6 @@ ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>&
 }
 
 namespace detail {
-
-template <Dtype T>
-Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb, T* into = nullptr);  // tensor_linalg.cpp
 
 /// The spec of a 2-D array's transpose.
 NamedSharding transposed(const NamedSharding& s) {

@@ -3,7 +3,7 @@
 #include "array/plan_cache.hpp"
 
 #include "shard/array/reshard.hpp"
-#include "shard/linalg/matmul.hpp"
+#include "shard/ops/matmul.hpp"
 
 namespace shard::detail {
 

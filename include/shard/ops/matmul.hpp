@@ -1,5 +1,6 @@
 #pragma once
-/// \file matmul with sharding rules: computation follows the operands' layouts.
+/// \file The matmul primitive (ops layer): its sharding rules, and the choice among linalg's
+/// distributed strategies. Computation follows the operands' layouts.
 ///
 /// For C[.., M, N] = A[.., M, K] @ B[K, N] (or batched B[.., K, N] with the same leading dims)
 /// with A sharded (batch.., rows, k_a) and B (k_b, cols):
@@ -22,6 +23,7 @@
 
 #include "shard/array/reshard.hpp"
 #include "shard/array/sharded_array.hpp"
+#include "shard/linalg/algorithm.hpp"
 
 namespace shard {
 
@@ -36,15 +38,6 @@ struct MatmulPlan {
 
 MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape, const NamedSharding& b,
                        std::size_t elem_size);
-
-/// How matmul multiplies: kAuto picks as described above; kRules forces the sharding rules;
-/// kCannon, kSumma and kScaLAPACK force linalg::cannon, linalg::summa, scalapack_matmul.
-enum class Algorithm { kAuto, kRules, kCannon, kSumma, kScaLAPACK };
-
-/// "auto", "rules", "cannon", "summa", "scalapack".
-std::string algorithm_name(Algorithm algorithm);
-/// The inverse of algorithm_name; ValueError naming the choices otherwise.
-Algorithm parse_algorithm(const std::string& name);
 
 /// The algorithm kAuto runs for these operands (metadata only).
 Algorithm choose_algorithm(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape,

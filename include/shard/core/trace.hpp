@@ -1,0 +1,158 @@
+#pragma once
+/// \file The hook through which a kernel hands its op to the transformation that records it
+/// (DESIGN.md "Layers": declarations only; core never includes autodiff).
+///
+/// Every primitive kernel of both views starts with
+///
+///   if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_binary(*tape, a, b, op);
+///
+/// (one null test per operand when nothing is tracked). The recorders below are declared here
+/// and defined, with the VJP rules, by the autodiff layer (src/autodiff/record_*.cpp, which
+/// instantiate them for every dtype of the one dtype list and both views): a kernel knows that
+/// its op is recorded, not how. A kernel with a VJP of its own (a fused kernel whose derivative
+/// is another kernel of the same file: softmax, standardize, attention) records through
+/// record_vjp: it gives the cotangents of its inputs, the autodiff layer makes the node.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "shard/core/array_ops.hpp"
+#include "shard/core/box.hpp"
+#include "shard/core/detail/tape.hpp"
+#include "shard/core/index.hpp"
+
+namespace shard::detail {
+
+/// What a node remembers of its primal: the shape (and a ShardedArray's sharding: the
+/// cotangent's sharding, as in JAX; that specialization is in array/detail/node_meta.hpp).
+template <typename X>
+struct NodeMeta;
+template <Dtype T>
+struct NodeMeta<Tensor<T>> {
+  explicit NodeMeta(const Tensor<T>& x) : shape(x.shape()) {}
+  explicit NodeMeta(Shape s) : shape(std::move(s)) {}
+  Shape shape;
+};
+
+// ---------------------------------------------------------------- the op set's recorders
+// Each runs the kernel with recording paused and records the op's VJP (autodiff/detail/vjp_rules.hpp).
+
+template <ArrayLike X>
+X record_binary(Tape& tape, const X& a, const X& b, BinaryOp op);
+template <ArrayLike X>
+X record_binary_scalar(Tape& tape, const X& a, elem_t<X> s, BinaryOp op, bool scalar_first);
+template <ArrayLike X>
+X record_unary(Tape& tape, const X& x, UnaryOp op);
+template <ArrayLike X, ArrayLike C>
+X record_where(Tape& tape, const C& cond, const X& a, const X& b);
+template <ArrayLike X>
+rebind_t<X, bool> record_compare(Tape& tape, const X& a, const X& b, CompareOp op);
+template <ArrayLike X>
+rebind_t<X, bool> record_compare_scalar(Tape& tape, const X& a, elem_t<X> s, CompareOp op, bool scalar_first);
+template <ArrayLike X>
+X record_axpy(Tape& tape, elem_t<X> alpha, const X& x, const X& y);
+template <ArrayLike X>
+X record_reduce(Tape& tape, const X& x, ReduceKind kind, const Dims& dims_in, bool keepdims);
+template <ArrayLike X>
+X record_prefix_sum(Tape& tape, const X& x, int axis, bool reverse);
+template <ArrayLike X>
+X record_matmul(Tape& tape, const X& a, const X& b, const char* op, const std::function<X()>& kernel);
+template <ArrayLike X>
+X record_vdot(Tape& tape, const X& a, const X& b);
+template <ArrayLike X>
+X record_reshape_like(Tape& tape, const X& x, const char* op, const std::function<X()>& kernel);
+template <ArrayLike X>
+X record_transpose(Tape& tape, const X& x, std::vector<int> perm);
+template <ArrayLike X>
+X record_broadcast_to(Tape& tape, const X& x, const Shape& shape);
+template <ArrayLike X>
+X record_slice(Tape& tape, const X& x, const std::vector<Index>& index);
+template <ArrayLike X>
+X record_concatenate(Tape& tape, const std::vector<X>& xs, int axis);
+template <ArrayLike X>
+X record_stack(Tape& tape, const std::vector<X>& xs, int axis);
+template <ArrayLike X, ArrayLike I>
+X record_take(Tape& tape, const X& x, const I& indices, int axis, bool along);
+
+// ---------------------------------------------------------------- kernels the rules use
+// Defined with the kernels (src/core/tensor_*.cpp, src/ops/ops_shape.cpp).
+
+/// op(a) @ op(b) of 2-D operands, op = transpose when ta / tb (tensor_linalg.cpp; `into`: m x n
+/// elements the product is written to, the result borrows them).
+template <Dtype T>
+Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb, T* into = nullptr);
+/// ct * gelu'(x) in one pass over Tensors of one shape.
+template <Dtype T>
+Tensor<T> gelu_vjp(const Tensor<T>& x, const Tensor<T>& ct);
+/// The cotangent of x from that of slice(x, index): ct placed at the slice, zeros elsewhere.
+template <Dtype T>
+Tensor<T> slice_transpose(const Tensor<T>& ct, const NodeMeta<Tensor<T>>& x, const std::vector<Index>& index);
+template <Dtype T>
+ShardedArray<T> slice_transpose(const ShardedArray<T>& ct, const NodeMeta<ShardedArray<T>>& x,
+                                const std::vector<Index>& index);
+/// The cotangent of x from that of take(x, indices, axis): rows scatter-added.
+template <Dtype T, Dtype I>
+Tensor<T> take_transpose(const Tensor<T>& ct, const Tensor<I>& indices, const NodeMeta<Tensor<T>>& x,
+                         int axis);
+template <Dtype T, Dtype I>
+ShardedArray<T> take_transpose(const ShardedArray<T>& ct, const ShardedArray<I>& indices,
+                               const NodeMeta<ShardedArray<T>>& x, int axis);
+template <Dtype T, Dtype I>
+Tensor<T> take_along_axis_transpose(const Tensor<T>& ct, const Tensor<I>& indices,
+                                    const NodeMeta<Tensor<T>>& x, int axis);
+template <Dtype T, Dtype I>
+ShardedArray<T> take_along_axis_transpose(const ShardedArray<T>& ct, const ShardedArray<I>& indices,
+                                          const NodeMeta<ShardedArray<T>>& x, int axis);
+
+// ---------------------------------------------------------------- kernels with their own VJP
+
+/// The cotangents of an op's inputs from its output's: entry i for input i (left empty when
+/// need[i] is false: that input is a constant).
+template <typename Out, typename In>
+using KernelVjp = std::function<std::vector<std::optional<In>>(const Out& ct, const std::vector<bool>& need)>;
+
+/// Records `out = op(inputs...)` with the VJP `vjp` (floating arrays; defined by autodiff): the
+/// result varies over the axes `vma`, the inputs' cotangents over those plus `ct_extra`.
+template <typename Out, typename In>
+Out record_vjp_node(Tape& tape, const char* op, Out out, const std::vector<const In*>& inputs,
+                    KernelVjp<Out, In> vjp, std::uint32_t vma, std::uint32_t ct_extra);
+
+/// The vma of the inputs on `tape` (bit mask over the body's mesh axes).
+template <typename In>
+std::uint32_t vma_of_all(const Tape& tape, const std::vector<const In*>& inputs) {
+  std::uint32_t vma = 0;
+  for (const In* x : inputs) vma |= vma_of(*x, tape);
+  return vma;
+}
+
+/// True when one of the inputs is differentiable on `tape` (a node, not only a vma).
+template <typename In>
+bool any_differentiable(const Tape& tape, const std::vector<const In*>& inputs) {
+  for (const In* x : inputs)
+    if (differentiable_on(*x, tape)) return true;
+  return false;
+}
+
+/// Records an op whose kernel computes its own VJP: a node when an input is differentiable
+/// and the result floating, else the result carries the vma only. Build `vjp` (which keeps
+/// aliases of the output it needs, keep(out)) before calling: `out` is moved here. The result
+/// varies over the inputs' axes, or over `out_vma` when given (a collective's rule: psum's result
+/// varies over fewer axes, all_gather's over more); the inputs' cotangents vary over the
+/// result's axes plus `ct_extra` (psum's transpose is pvary). The inputs must still carry their
+/// records: a kernel that moves an operand away passes a Tensor that holds only the operand's ad().
+template <typename Out, typename In>
+Out record_vjp(Tape& tape, const char* op, Out out, const std::vector<const In*>& inputs,
+               KernelVjp<Out, In> vjp, std::optional<std::uint32_t> out_vma = std::nullopt,
+               std::uint32_t ct_extra = 0) {
+  const std::uint32_t vma = out_vma ? *out_vma : vma_of_all(tape, inputs);
+  if constexpr (FloatDtype<elem_t<Out>> && FloatDtype<elem_t<In>>) {
+    if (any_differentiable(tape, inputs))
+      return record_vjp_node(tape, op, std::move(out), inputs, std::move(vjp), vma, ct_extra);
+  }
+  return with_vma(tape, std::move(out), vma);
+}
+
+}  // namespace shard::detail

@@ -1,0 +1,92 @@
+// The links between a shard_map body's device tapes and the tape outside
+// (spmd/detail/shard_map_ad.hpp declares them; the autodiff layer defines them, with the nodes):
+// each argument block a leaf of its device's tape, each output block's node seeded by the
+// outer node of the assembled output.
+
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "shard/autodiff/detail/ad_node.hpp"
+#include "shard/spmd/detail/shard_map_ad.hpp"
+
+namespace shard::detail {
+
+template <Dtype T>
+void ShardMapAd::link(const ShardedArray<T>& p, const PartitionSpec& spec) {
+  Arg a;
+  a.vma = spec_axes_mask(mesh, spec);
+  const NodePtr<ShardedArray<T>> pn = outer ? node_of(p, *outer) : nullptr;
+  if constexpr (FloatDtype<T>) {
+    if (pn) {
+      a.tracked = true;
+      const std::size_t n = p.addressable_shards().size();
+      auto store = std::make_shared<std::vector<std::optional<Tensor<T>>>>(n);
+      std::vector<Shard<T>> meta;  // devices and boxes (no data)
+      for (const auto& s : p.addressable_shards()) meta.push_back(Shard<T>{s.device, s.box, Tensor<T>()});
+      std::vector<Shape> shapes;
+      for (const auto& s : p.addressable_shards()) shapes.push_back(s.data.shape());
+      a.read = [store, shapes](int li, NodeBase* leaf) {
+        auto* node = static_cast<Node<Tensor<T>>*>(leaf);
+        if (node && node->has_cotangent()) {
+          (*store)[li] = std::move(node->total());
+          node->reset();
+        } else {
+          (*store)[li] = Tensor<T>(shapes[li], T(0));
+        }
+      };
+      a.push = [store, pn, meta, shape = p.shape(), sharding = p.sharding()]() {
+        std::vector<Shard<T>> shards = meta;
+        for (std::size_t li = 0; li < shards.size(); ++li) shards[li].data = std::move(*(*store)[li]);
+        push(pn, ShardedArray<T>(shape, sharding, std::move(shards)), 0);
+        for (auto& b : *store) b.reset();
+      };
+    }
+  }
+  args.push_back(std::move(a));
+}
+
+template <Dtype T>
+Tensor<T> ShardMapAd::block(const Tensor<T>& data, int li, std::size_t arg) {
+  Tensor<T> b = data.alias();
+  Tape& t = *tapes[li];
+  const Arg& a = args[arg];
+  std::shared_ptr<NodeBase> leaf;
+  if constexpr (FloatDtype<T>) {
+    if (a.tracked) {
+      auto node = std::make_shared<Node<Tensor<T>>>("shard_map argument", t, a.vma, NodeMeta<Tensor<T>>(b));
+      node->leaf = true;
+      leaf = node;
+    }
+  }
+  b.set_ad(a.vma || leaf ? std::make_shared<AdValue>(AdValue{t.id(), a.vma, leaf}) : nullptr);
+  leaves[li].push_back(std::move(leaf));
+  return b;
+}
+
+template <Dtype T>
+void ShardMapAd::attach(ShardedArray<T>& y, std::size_t f, const std::shared_ptr<ShardMapAd>& self) {
+  if constexpr (FloatDtype<T>) {
+    auto node =
+        std::make_shared<Node<ShardedArray<T>>>("shard_map output", *outer, 0, NodeMeta<ShardedArray<T>>(y));
+    node->rule = [self, f](const ShardedArray<T>& ct, std::uint32_t) {
+      for (std::size_t li = 0; li < self->outs.size(); ++li)
+        if (const auto& dn = self->outs[li][f])
+          static_cast<Node<Tensor<T>>*>(dn.get())->add(ct.addressable_shards()[li].data.alias(),
+                                                       self->out_vma[li][f]);
+      self->seeded = true;
+    };
+    outer->append(node);
+    y.set_ad(std::make_shared<AdValue>(AdValue{outer->id(), 0, std::move(node)}));
+  }
+}
+
+#define SHARD_INSTANTIATE_LINKS(T)                                                 \
+  template void ShardMapAd::link<T>(const ShardedArray<T>&, const PartitionSpec&); \
+  template Tensor<T> ShardMapAd::block<T>(const Tensor<T>&, int, std::size_t);     \
+  template void ShardMapAd::attach<T>(ShardedArray<T>&, std::size_t, const std::shared_ptr<ShardMapAd>&);
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_LINKS)
+#undef SHARD_INSTANTIATE_LINKS
+
+}  // namespace shard::detail
