@@ -1,7 +1,6 @@
 #include "shard/array/sharded_array.hpp"
 
 #include <algorithm>
-#include <climits>
 #include <map>
 
 #include "shard/comm/detail/comm_verbs.hpp"
