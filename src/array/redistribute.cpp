@@ -4,7 +4,6 @@
 #include "array/redistribute.hpp"
 
 #include <algorithm>
-#include <climits>
 #include <map>
 
 #include "shard/comm/detail/comm_verbs.hpp"
@@ -47,15 +46,6 @@ std::vector<std::int64_t> transfer_bytes(const std::vector<Transfer>& plan, cons
   return out;
 }
 
-namespace {
-
-int mpi_int(std::int64_t n, const std::string& name) {
-  if (n > INT_MAX) raise<ValueError>(name, ": ", n, " elements between two ranks exceed MPI's int count limit");
-  return static_cast<int>(n);
-}
-
-}  // namespace
-
 template <typename T>
 ShardedArray<T> redistribute(const Shape& shape, const NamedSharding& to, const std::vector<SourcePiece>& pieces,
                              const FetchPiece<T>& fetch, const std::string& name, bool zero_fill) {
@@ -95,10 +85,10 @@ ShardedArray<T> redistribute(const Shape& shape, const NamedSharding& to, const 
   std::vector<int> sc(ranks), sd(ranks), rc(ranks), rd(ranks);
   std::int64_t st = 0, rt = 0;
   for (int r = 0; r < ranks; ++r) {
-    sc[r] = mpi_int(scount[r], name);
-    sd[r] = mpi_int(st, name);
-    rc[r] = mpi_int(rcount[r], name);
-    rd[r] = mpi_int(rt, name);
+    sc[r] = mpi::int_count(scount[r], "elements between two ranks", name);
+    sd[r] = mpi::int_count(st, "elements between two ranks", name);
+    rc[r] = mpi::int_count(rcount[r], "elements between two ranks", name);
+    rd[r] = mpi::int_count(rt, "elements between two ranks", name);
     st += scount[r];
     rt += rcount[r];
   }

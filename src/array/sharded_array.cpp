@@ -1,7 +1,6 @@
 #include "shard/array/sharded_array.hpp"
 
 #include <algorithm>
-#include <climits>
 #include <map>
 
 #include "shard/comm/detail/comm_verbs.hpp"
@@ -38,13 +37,6 @@ std::vector<Shard<T>> make_local_shards(const Shape& shape, const NamedSharding&
 }
 
 const mpi::Communicator& world() { return Runtime::current().world(); }
-
-/// Element counts as MPI ints, with a clear error past MPI's int limit.
-int mpi_count(std::int64_t n, const char* what) {
-  if (n > INT_MAX)
-    raise<ValueError>(what, ": ", n, " elements on one rank exceed MPI's int count limit (", INT_MAX, ")");
-  return static_cast<int>(n);
-}
 
 }  // namespace
 
@@ -101,8 +93,8 @@ HostPlan host_plan(const NamedSharding& sharding, const Shape& shape, int ranks)
     counts[r] += sharding.box(d, shape).size();
   }
   for (int r = 0; r < ranks; ++r) {
-    p.counts.push_back(mpi_count(counts[r], "to_host"));
-    p.displs.push_back(mpi_count(p.total, "to_host"));
+    p.counts.push_back(mpi::int_count(counts[r], "elements on one rank", "to_host"));
+    p.displs.push_back(mpi::int_count(p.total, "elements on one rank", "to_host"));
     p.total += counts[r];
   }
   return p;

@@ -2,13 +2,12 @@
 // The members of a device group on this rank (comm layer internals, shared by the blocking
 // collectives and the nonblocking row sums).
 
-#include <climits>
 #include <cstdint>
 #include <vector>
 
 #include "shard/comm/detail/collective.hpp"
 #include "shard/comm/detail/mesh_comms.hpp"
-#include "shard/error.hpp"
+#include "shard/mpi/communicator.hpp"
 
 namespace shard::detail {
 
@@ -26,11 +25,9 @@ inline std::vector<Member> members_of(const DeviceGroup& g, const std::vector<in
   return out;
 }
 
-/// MPI's int count, or a ValueError naming the collective.
+/// MPI's int count (mpi::int_count), or a ValueError naming the collective and its axes.
 inline int count_of(std::int64_t n, const CollectiveSpec& s) {
-  if (n > INT_MAX)
-    raise<ValueError>(s.name, " over ", s.axes_text, ": ", n, " elements in one MPI call exceed MPI's int count limit");
-  return static_cast<int>(n);
+  return mpi::int_count(n, "elements in one MPI call", s.name, " over ", s.axes_text);
 }
 
 }  // namespace shard::detail

@@ -4,7 +4,6 @@
 
 #include "shard/comm/detail/comm_verbs.hpp"
 
-#include <climits>
 #include <cstdint>
 #include <utility>
 
@@ -55,9 +54,7 @@ void check_mesh_transfer(const Mesh& mesh, const CommOp& t) {
 }
 
 int transfer_count(std::int64_t n, const CommOp& t) {
-  if (n < 0 || n > INT_MAX)
-    raise<ValueError>(t.kind, ": ", n, " elements in one MPI call exceed MPI's int count limit");
-  return static_cast<int>(n);
+  return mpi::int_count(n, "elements in one MPI call", t.kind);
 }
 
 template <typename T>

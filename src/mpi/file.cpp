@@ -3,7 +3,6 @@
 #include "file.hpp"
 
 #include <algorithm>
-#include <climits>
 
 #include "shard/error.hpp"
 #include "shard/mpi/agree.hpp"
@@ -96,11 +95,10 @@ void File::transfer(std::vector<FileRun> runs, bool write) {
         mem_disp.push_back(MPI_Aint_add(r.mem, static_cast<MPI_Aint>(done)));
         total += lens.back();
       }
-    if (lens.size() > static_cast<std::size_t>(INT_MAX))
-      raise<IoError>(op_, ": '", path_, "': this rank's shards form ", lens.size(),
-                     " row runs, more than one MPI datatype can describe; use a spec that splits major dims");
-    if (lens.empty()) return;
-    const int n = static_cast<int>(lens.size());
+    const int n = int_count<IoError>(static_cast<std::int64_t>(lens.size()),
+                                     "row runs of this rank's shards (a spec that splits major dims makes fewer)",
+                                     op_, ": '", path_, "'");
+    if (n == 0) return;
     check(MPI_Type_create_hindexed(n, lens.data(), file_disp.data(), MPI_BYTE, &file_type.t),
           "MPI_Type_create_hindexed");
     check(MPI_Type_commit(&file_type.t), "MPI_Type_commit");

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "shard/core/array_methods.hpp"
 #include "shard/core/box.hpp"
 #include "shard/core/detail/ad_value.hpp"
 #include "shard/core/dtype.hpp"
@@ -28,8 +29,11 @@ struct Shard {
   Tensor<T> data;
 };
 
+/// jax.Array's methods (x.sum(), x.mean(1), x.max(), x.min(), x.reshape({2, -1}), x.transpose())
+/// come from detail::ArrayMethods (core/array_methods.hpp), shared with Tensor: ops.hpp's
+/// functions of the same names, collective where those are.
 template <typename T>
-class ShardedArray {
+class ShardedArray : public detail::ArrayMethods<ShardedArray, T> {
  public:
   using value_type = T;
 
@@ -55,15 +59,6 @@ class ShardedArray {
   /// Autodiff's record of this array (null unless a tape tracks it; autodiff.hpp).
   const std::shared_ptr<detail::AdValue>& ad() const { return ad_; }
   void set_ad(std::shared_ptr<detail::AdValue> ad) { ad_ = std::move(ad); }
-
-  /// jax.Array's methods: x.sum(), x.mean(1), x.max(), x.min(), x.reshape({2, -1}), x.transpose() (numpy's x.T)
-  /// (ops.hpp's functions of the same names; collective where those are).
-  ShardedArray<sum_t<T>> sum(const Dims& dims = {}, bool keepdims = false) const;
-  ShardedArray<float_of_t<T>> mean(const Dims& dims = {}, bool keepdims = false) const;
-  ShardedArray max(const Dims& dims = {}, bool keepdims = false) const;
-  ShardedArray min(const Dims& dims = {}, bool keepdims = false) const;
-  ShardedArray reshape(Shape shape) const;
-  ShardedArray transpose() const;
 
   /// numpy's x[i] (the first dim dropped) and x[{i, Slice(a, b), ...}]: sharded results,
   /// collective over all ranks when elements move (ops.hpp's slice()).

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "shard/core/array_methods.hpp"
 #include "shard/core/box.hpp"
 #include "shard/core/detail/ad_value.hpp"
 #include "shard/core/detail/tape.hpp"
@@ -57,8 +58,10 @@ class Tensor;
 template <Dtype T>
 Tensor<T> reshape(const Tensor<T>& x, Shape shape);
 
+/// jax.Array's methods (x.sum(), x.mean(1), x.max(), x.min(), x.reshape({2, -1}), x.transpose())
+/// come from detail::ArrayMethods (array_methods.hpp), shared with ShardedArray.
 template <typename T>
-class Tensor {
+class Tensor : public detail::ArrayMethods<Tensor, T> {
   static_assert(Dtype<T>, "Tensor<T>: T must be bool, int32_t, int64_t, float or double");
 
  public:
@@ -169,14 +172,6 @@ class Tensor {
   /// numpy's basic indexing, x[{1, Slice(2, 5)}]: a new tensor (tensor_ops.hpp's slice()).
   /// A lone integer in braces, x[{3}], is the flat element above, not row 3: use slice(x, {3}).
   Tensor operator[](std::initializer_list<Index> index) const;
-  /// jax.Array's methods: x.sum(), x.mean(1), x.max(), x.min(), x.reshape({2, -1}), x.transpose() (numpy's x.T)
-  /// (tensor_ops.hpp's functions of the same names).
-  Tensor<sum_t<T>> sum(const Dims& dims = {}, bool keepdims = false) const;
-  Tensor<float_of_t<T>> mean(const Dims& dims = {}, bool keepdims = false) const;
-  Tensor max(const Dims& dims = {}, bool keepdims = false) const;
-  Tensor min(const Dims& dims = {}, bool keepdims = false) const;
-  Tensor reshape(Shape shape) const;
-  Tensor transpose() const;
   /// The one element of a size-1 tensor (numpy's item()); ShapeError otherwise.
   T item() const {
     if (size_ != 1) detail::tensor_shape_error(Shape{}, shape_, "Tensor::item (needs exactly one element)");

@@ -158,29 +158,4 @@ Tensor<T> Tensor<T>::operator[](std::initializer_list<Index> index) const {
   return shard::slice(*this, std::vector<Index>(index));
 }
 
-template <typename T>
-Tensor<sum_t<T>> Tensor<T>::sum(const Dims& dims, bool keepdims) const {
-  return shard::sum(*this, dims, keepdims);
-}
-template <typename T>
-Tensor<float_of_t<T>> Tensor<T>::mean(const Dims& dims, bool keepdims) const {
-  return shard::mean(*this, dims, keepdims);
-}
-template <typename T>
-Tensor<T> Tensor<T>::max(const Dims& dims, bool keepdims) const {
-  return shard::max(*this, dims, keepdims);
-}
-template <typename T>
-Tensor<T> Tensor<T>::min(const Dims& dims, bool keepdims) const {
-  return shard::min(*this, dims, keepdims);
-}
-template <typename T>
-Tensor<T> Tensor<T>::reshape(Shape shape) const {
-  return shard::reshape(*this, std::move(shape));
-}
-template <typename T>
-Tensor<T> Tensor<T>::transpose() const {
-  return shard::transpose(*this);
-}
-
 }  // namespace shard

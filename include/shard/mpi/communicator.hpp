@@ -4,13 +4,28 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
+
+#include "shard/error.hpp"
 
 namespace shard::mpi {
 
 /// Throws shard::MpiError naming the routine, the rank and MPI's error string if rc != MPI_SUCCESS.
 void check(int rc, const char* routine);
+
+/// The library's one guard of MPI's int counts and displacements: n as an int, or an E
+/// (ValueError unless given) "<what...>: <n> <counted> exceed MPI's int count limit
+/// (2147483647)". `counted` says what n counts and where ("elements in one MPI call"); the
+/// `what` pieces name the operation and are concatenated only when raising.
+template <typename E = ValueError, typename... What>
+int int_count(std::int64_t n, const char* counted, const What&... what) {
+  constexpr std::int64_t kLimit = std::numeric_limits<int>::max();
+  if (n < 0) raise<E>(what..., ": a negative count (", n, " ", counted, ")");
+  if (n > kLimit) raise<E>(what..., ": ", n, " ", counted, " exceed MPI's int count limit (", kLimit, ")");
+  return static_cast<int>(n);
+}
 
 /// True between MPI_Init and MPI_Finalize.
 bool is_active();

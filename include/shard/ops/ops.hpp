@@ -208,30 +208,6 @@ ShardedArray<std::int64_t> argmin(const ShardedArray<T>& a) {
 }
 
 template <typename T>
-ShardedArray<sum_t<T>> ShardedArray<T>::sum(const Dims& dims, bool keepdims) const {
-  return shard::sum(*this, dims, keepdims);
-}
-template <typename T>
-ShardedArray<float_of_t<T>> ShardedArray<T>::mean(const Dims& dims, bool keepdims) const {
-  return shard::mean(*this, dims, keepdims);
-}
-template <typename T>
-ShardedArray<T> ShardedArray<T>::max(const Dims& dims, bool keepdims) const {
-  return shard::max(*this, dims, keepdims);
-}
-template <typename T>
-ShardedArray<T> ShardedArray<T>::min(const Dims& dims, bool keepdims) const {
-  return shard::min(*this, dims, keepdims);
-}
-template <typename T>
-ShardedArray<T> ShardedArray<T>::reshape(Shape shape) const {
-  return shard::reshape(*this, std::move(shape));
-}
-template <typename T>
-ShardedArray<T> ShardedArray<T>::transpose() const {
-  return shard::transpose(*this);
-}
-template <typename T>
 ShardedArray<T> ShardedArray<T>::operator[](std::int64_t i) const {
   return slice(*this, std::vector<Index>{i});
 }

@@ -40,7 +40,7 @@ void check_transfer(const CommOp& t);
 /// The same over the ranks of `mesh` (the world's exchange when the mesh spans every rank).
 void check_mesh_transfer(const Mesh& mesh, const CommOp& t);
 
-/// MPI's int count, or a ValueError naming the transfer.
+/// MPI's int count (mpi::int_count), or a ValueError naming the transfer.
 int transfer_count(std::int64_t n, const CommOp& t);
 
 /// Blocking verbs over every rank of `g`, in communicator ranks. `bytes_sent` is recorded in
