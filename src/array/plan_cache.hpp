@@ -31,6 +31,9 @@ namespace shard {
 struct MatmulPlan;
 struct ReshardPlan;
 }  // namespace shard
+namespace shard::detail {
+struct OpPlan;
+}  // namespace shard::detail
 
 namespace shard::detail {
 
@@ -166,6 +169,8 @@ class PlanCache {
 /// The two caches (plan_cache.cpp; never destroyed, so lookups during exit still work).
 PlanCache<MatmulPlan>& matmul_plan_cache();
 PlanCache<ReshardPlan>& reshard_plan_cache();
+/// The driver's op plans (array/driver.hpp; src/array/driver.cpp).
+PlanCache<OpPlan>& op_plan_cache();
 
 /// plan_reshard through the cache, without the dtype label (reshard.cpp).
 std::shared_ptr<const ReshardPlan> cached_plan_reshard(const Shape& shape, const NamedSharding& from,

@@ -5,11 +5,9 @@
 
 namespace shard::detail {
 
-#define SHARD_RECORD_REDUCE(V, T)                                                       \
-  template V<T> record_reduce<V<T>>(Tape&, const V<T>&, ReduceKind, const Dims&, bool); \
-  template V<T> record_prefix_sum<V<T>>(Tape&, const V<T>&, int, bool);                 \
-  template V<T> record_matmul<V<T>>(Tape&, const V<T>&, const V<T>&, const char*,       \
-                                    const std::function<V<T>()>&);                      \
+#define SHARD_RECORD_REDUCE(V, T)                                                 \
+  template V<T> record_matmul<V<T>>(Tape&, const V<T>&, const V<T>&, const char*, \
+                                    const std::function<V<T>()>&);                \
   template V<T> record_vdot<V<T>>(Tape&, const V<T>&, const V<T>&);
 #define SHARD_RECORD_REDUCE_BOTH(T) \
   SHARD_RECORD_REDUCE(Tensor, T)    \

@@ -8,7 +8,7 @@ namespace shard::detail {
 
 template <typename Out, typename In>
 Out record_vjp_node(Tape& tape, const char* op, Out out, const std::vector<const In*>& inputs,
-                    KernelVjp<Out, In> vjp, std::uint32_t vma, std::uint32_t ct_extra) {
+                    KernelVjp<Out, In> vjp, std::uint32_t vma, std::uint32_t ct_extra, bool linear_local) {
   std::vector<NodePtr<In>> nodes;
   std::vector<bool> need;
   for (const In* x : inputs) {
@@ -16,6 +16,7 @@ Out record_vjp_node(Tape& tape, const char* op, Out out, const std::vector<const
     need.push_back(nodes.back() != nullptr);
   }
   auto node = std::make_shared<Node<Out>>(op, tape, vma, NodeMeta<Out>(out));
+  node->linear_local = linear_local;
   node->rule = [nodes = std::move(nodes), need = std::move(need), vjp = std::move(vjp), ct_extra](
                    const Out& ct, std::uint32_t v) {
     std::vector<std::optional<In>> cts = vjp(ct, need);
@@ -30,16 +31,16 @@ Out record_vjp_node(Tape& tape, const char* op, Out out, const std::vector<const
 #define SHARD_RECORD_VJP(T)                                                                                 \
   template Tensor<T> record_vjp_node<Tensor<T>, Tensor<T>>(                                                 \
       Tape&, const char*, Tensor<T>, const std::vector<const Tensor<T>*>&, KernelVjp<Tensor<T>, Tensor<T>>, \
-      std::uint32_t, std::uint32_t);                                                                        \
+      std::uint32_t, std::uint32_t, bool);                                                                  \
   template ShardedArray<T> record_vjp_node<ShardedArray<T>, ShardedArray<T>>(                               \
       Tape&, const char*, ShardedArray<T>, const std::vector<const ShardedArray<T>*>&,                      \
-      KernelVjp<ShardedArray<T>, ShardedArray<T>>, std::uint32_t, std::uint32_t);                           \
+      KernelVjp<ShardedArray<T>, ShardedArray<T>>, std::uint32_t, std::uint32_t, bool);                     \
   template Tensor<T> record_vjp_node<Tensor<T>, ShardedArray<T>>(                                           \
       Tape&, const char*, Tensor<T>, const std::vector<const ShardedArray<T>*>&,                            \
-      KernelVjp<Tensor<T>, ShardedArray<T>>, std::uint32_t, std::uint32_t);                                 \
+      KernelVjp<Tensor<T>, ShardedArray<T>>, std::uint32_t, std::uint32_t, bool);                           \
   template ShardedArray<T> record_vjp_node<ShardedArray<T>, Tensor<T>>(                                     \
       Tape&, const char*, ShardedArray<T>, const std::vector<const Tensor<T>*>&,                            \
-      KernelVjp<ShardedArray<T>, Tensor<T>>, std::uint32_t, std::uint32_t);
+      KernelVjp<ShardedArray<T>, Tensor<T>>, std::uint32_t, std::uint32_t, bool);
 SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_RECORD_VJP)
 #undef SHARD_RECORD_VJP
 

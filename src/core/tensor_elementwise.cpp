@@ -1,7 +1,8 @@
 // Elementwise kernels of the local op set: binary ops and comparisons with numpy
 // broadcasting, unary math, where. Each op is a functor chosen once per call; the loops run
 // it over contiguous runs (both operands, or one of them scalar, in the innermost loop), so
-// the compiler vectorises the common cases.
+// the compiler vectorises the common cases. These are the elementwise primitives' kernels
+// (ops/elementwise.hpp); the public functions of both views bind the primitives.
 
 #include <cmath>
 #include <cstdint>
@@ -314,8 +315,7 @@ auto with_unary(UnaryOp op, Go&& go) {
 }  // namespace
 
 template <Dtype T>
-Tensor<T> binary(const Tensor<T>& a, const Tensor<T>& b, BinaryOp op) {
-  if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_binary(*tape, a, b, op);
+Tensor<T> detail::binary_kernel(const Tensor<T>& a, const Tensor<T>& b, BinaryOp op) {
   Tensor<T> out(broadcast_shapes(a.shape(), b.shape()));
   with_binary<T>(op, [&](auto f) {
     zip_into(a, b, out, f);
@@ -325,8 +325,7 @@ Tensor<T> binary(const Tensor<T>& a, const Tensor<T>& b, BinaryOp op) {
 }
 
 template <Dtype T>
-Tensor<T> binary(const Tensor<T>& a, T s, BinaryOp op, bool scalar_first) {
-  if (auto* tape = detail::recording_tape_for(a)) return detail::record_binary_scalar(*tape, a, s, op, scalar_first);
+Tensor<T> detail::binary_kernel(const Tensor<T>& a, T s, BinaryOp op, bool scalar_first) {
   Tensor<T> out(a.shape());
   with_binary<T>(op, [&](auto f) {
     if (scalar_first) loop_sv(a.size(), s, a.data(), out.data(), f);
@@ -365,8 +364,7 @@ void binary_inplace(Tensor<T>& x, const Tensor<T>& y, BinaryOp op) {
 }
 
 template <Dtype T>
-Tensor<bool> compare(const Tensor<T>& a, const Tensor<T>& b, CompareOp op) {
-  if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_compare(*tape, a, b, op);
+Tensor<bool> detail::compare_kernel(const Tensor<T>& a, const Tensor<T>& b, CompareOp op) {
   Tensor<bool> out(broadcast_shapes(a.shape(), b.shape()));
   with_compare<T>(op, [&](auto f) {
     zip_into(a, b, out, f);
@@ -376,8 +374,7 @@ Tensor<bool> compare(const Tensor<T>& a, const Tensor<T>& b, CompareOp op) {
 }
 
 template <Dtype T>
-Tensor<bool> compare(const Tensor<T>& a, T s, CompareOp op, bool scalar_first) {
-  if (auto* tape = detail::recording_tape_for(a)) return detail::record_compare_scalar(*tape, a, s, op, scalar_first);
+Tensor<bool> detail::compare_kernel(const Tensor<T>& a, T s, CompareOp op, bool scalar_first) {
   Tensor<bool> out(a.shape());
   with_compare<T>(op, [&](auto f) {
     if (scalar_first) loop_sv(a.size(), s, a.data(), out_ptr(out), f);
@@ -412,8 +409,7 @@ SHARD_SIMD_CLONES void select_vvv(std::int64_t n, const unsigned char* __restric
 }  // namespace
 
 template <Dtype T>
-Tensor<T> unary(const Tensor<T>& x, UnaryOp op) {
-  if (auto* tape = detail::recording_tape_for(x)) return detail::record_unary(*tape, x, op);
+Tensor<T> detail::unary_kernel(const Tensor<T>& x, UnaryOp op) {
   Tensor<T> out(x.shape());
   with_unary<T>(op, [&](auto f) {
     loop_v(x.size(), x.data(), out.data(), f);
@@ -423,8 +419,7 @@ Tensor<T> unary(const Tensor<T>& x, UnaryOp op) {
 }
 
 template <Dtype T>
-Tensor<T> where(const Tensor<bool>& cond, const Tensor<T>& a, const Tensor<T>& b) {
-  if (auto* tape = detail::recording_tape_for(cond, a, b)) return detail::record_where(*tape, cond, a, b);
+Tensor<T> detail::where_kernel(const Tensor<bool>& cond, const Tensor<T>& a, const Tensor<T>& b) {
   const Shape shape = broadcast_shapes(cond.shape(), broadcast_shapes(a.shape(), b.shape()));
   Tensor<T> out(shape);
   // The condition read as bytes: GCC has no vector type for bool, and would not vectorise.
@@ -476,14 +471,14 @@ SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_GELU_VJP)
 #undef SHARD_INSTANTIATE_GELU_VJP
 }  // namespace detail
 
-#define SHARD_INSTANTIATE_ELEMENTWISE(T)                                                   \
-  template Tensor<T> binary<T>(const Tensor<T>&, const Tensor<T>&, BinaryOp);              \
-  template Tensor<T> binary<T>(const Tensor<T>&, T, BinaryOp, bool);                       \
-  template void binary_inplace<T>(Tensor<T>&, const Tensor<T>&, BinaryOp);                 \
-  template Tensor<bool> compare<T>(const Tensor<T>&, const Tensor<T>&, CompareOp);         \
-  template Tensor<bool> compare<T>(const Tensor<T>&, T, CompareOp, bool);                  \
-  template Tensor<T> unary<T>(const Tensor<T>&, UnaryOp);                                  \
-  template Tensor<T> where<T>(const Tensor<bool>&, const Tensor<T>&, const Tensor<T>&);
+#define SHARD_INSTANTIATE_ELEMENTWISE(T)                                                           \
+  template Tensor<T> detail::binary_kernel<T>(const Tensor<T>&, const Tensor<T>&, BinaryOp);       \
+  template Tensor<T> detail::binary_kernel<T>(const Tensor<T>&, T, BinaryOp, bool);                \
+  template void binary_inplace<T>(Tensor<T>&, const Tensor<T>&, BinaryOp);                         \
+  template Tensor<bool> detail::compare_kernel<T>(const Tensor<T>&, const Tensor<T>&, CompareOp);  \
+  template Tensor<bool> detail::compare_kernel<T>(const Tensor<T>&, T, CompareOp, bool);           \
+  template Tensor<T> detail::unary_kernel<T>(const Tensor<T>&, UnaryOp);                           \
+  template Tensor<T> detail::where_kernel<T>(const Tensor<bool>&, const Tensor<T>&, const Tensor<T>&);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_ELEMENTWISE)
 #undef SHARD_INSTANTIATE_ELEMENTWISE
 

@@ -248,8 +248,7 @@ Tensor<A> reduce_acc(const Tensor<T>& x, ReduceKind kind, const std::vector<int>
 }  // namespace
 
 template <Dtype T>
-Tensor<T> reduce(const Tensor<T>& x, ReduceKind kind, const Dims& dims_in, bool keepdims) {
-  if (auto* tape = detail::recording_tape_for(x)) return detail::record_reduce(*tape, x, kind, dims_in, keepdims);
+Tensor<T> detail::reduce_kernel(const Tensor<T>& x, ReduceKind kind, const Dims& dims_in, bool keepdims) {
   using A = acc_t<T>;
   const std::vector<int> dims = dims_in.resolve(x.rank(), kind_name(kind));
   std::int64_t count = 1;
@@ -420,14 +419,13 @@ Tensor<T> prefix_sum_from(const Tensor<T>& x, int d, bool reverse, const Tensor<
 }  // namespace detail
 
 template <Dtype T>
-Tensor<T> prefix_sum(const Tensor<T>& x, int axis, bool reverse) {
-  if (auto* tape = detail::recording_tape_for(x)) return detail::record_prefix_sum(*tape, x, axis, reverse);
+Tensor<T> detail::prefix_sum_kernel(const Tensor<T>& x, int axis, bool reverse) {
   return detail::prefix_sum_from(x, resolve_dim(axis, x.rank(), "cumsum"), reverse, nullptr);
 }
 
 #define SHARD_INSTANTIATE_REDUCE(T)                                                   \
-  template Tensor<T> reduce<T>(const Tensor<T>&, ReduceKind, const Dims&, bool);      \
-  template Tensor<T> prefix_sum<T>(const Tensor<T>&, int, bool);                      \
+  template Tensor<T> detail::reduce_kernel<T>(const Tensor<T>&, ReduceKind, const Dims&, bool); \
+  template Tensor<T> detail::prefix_sum_kernel<T>(const Tensor<T>&, int, bool);        \
   template Tensor<detail::scan_acc_t<T>> detail::line_totals<T>(const Tensor<T>&, int); \
   template Tensor<T> detail::prefix_sum_from<T>(const Tensor<T>&, int, bool,                    \
                                                 const Tensor<detail::scan_acc_t<T>>*);        \

@@ -36,6 +36,27 @@ template <Dtype T>
 Tensor<bool> compare(const Tensor<T>& a, T s, CompareOp op, bool scalar_first = false);
 template <Dtype T>
 Tensor<T> unary(const Tensor<T>& x, UnaryOp op);
+namespace detail {
+// The elementwise primitives' local kernels (src/core/tensor_elementwise.cpp; the primitives
+// are in ops/elementwise.hpp, and the functions above bind them).
+template <Dtype T>
+Tensor<T> binary_kernel(const Tensor<T>& a, const Tensor<T>& b, BinaryOp op);
+template <Dtype T>
+Tensor<T> binary_kernel(const Tensor<T>& a, T s, BinaryOp op, bool scalar_first);
+template <Dtype T>
+Tensor<bool> compare_kernel(const Tensor<T>& a, const Tensor<T>& b, CompareOp op);
+template <Dtype T>
+Tensor<bool> compare_kernel(const Tensor<T>& a, T s, CompareOp op, bool scalar_first);
+template <Dtype T>
+Tensor<T> unary_kernel(const Tensor<T>& x, UnaryOp op);
+template <Dtype T>
+Tensor<T> where_kernel(const Tensor<bool>& cond, const Tensor<T>& a, const Tensor<T>& b);
+// The reduce family's (src/core/tensor_reduce.cpp; ops/reduce.hpp).
+template <Dtype T>
+Tensor<T> reduce_kernel(const Tensor<T>& x, ReduceKind kind, const Dims& dims, bool keepdims);
+template <Dtype T>
+Tensor<T> prefix_sum_kernel(const Tensor<T>& x, int axis, bool reverse);
+}  // namespace detail
 /// In place: x = x op y, y broadcast to x's shape (ShapeError otherwise).
 template <Dtype T>
 void binary_inplace(Tensor<T>& x, const Tensor<T>& y, BinaryOp op);

@@ -41,24 +41,6 @@ struct NodeMeta<Tensor<T>> {
 // Each runs the kernel with recording paused and records the op's VJP (autodiff/detail/vjp_rules.hpp).
 
 template <ArrayLike X>
-X record_binary(Tape& tape, const X& a, const X& b, BinaryOp op);
-template <ArrayLike X>
-X record_binary_scalar(Tape& tape, const X& a, elem_t<X> s, BinaryOp op, bool scalar_first);
-template <ArrayLike X>
-X record_unary(Tape& tape, const X& x, UnaryOp op);
-template <ArrayLike X, ArrayLike C>
-X record_where(Tape& tape, const C& cond, const X& a, const X& b);
-template <ArrayLike X>
-rebind_t<X, bool> record_compare(Tape& tape, const X& a, const X& b, CompareOp op);
-template <ArrayLike X>
-rebind_t<X, bool> record_compare_scalar(Tape& tape, const X& a, elem_t<X> s, CompareOp op, bool scalar_first);
-template <ArrayLike X>
-X record_axpy(Tape& tape, elem_t<X> alpha, const X& x, const X& y);
-template <ArrayLike X>
-X record_reduce(Tape& tape, const X& x, ReduceKind kind, const Dims& dims_in, bool keepdims);
-template <ArrayLike X>
-X record_prefix_sum(Tape& tape, const X& x, int axis, bool reverse);
-template <ArrayLike X>
 X record_matmul(Tape& tape, const X& a, const X& b, const char* op, const std::function<X()>& kernel);
 template <ArrayLike X>
 X record_vdot(Tape& tape, const X& a, const X& b);
@@ -118,7 +100,7 @@ using KernelVjp = std::function<std::vector<std::optional<In>>(const Out& ct, co
 /// result varies over the axes `vma`, the inputs' cotangents over those plus `ct_extra`.
 template <typename Out, typename In>
 Out record_vjp_node(Tape& tape, const char* op, Out out, const std::vector<const In*>& inputs,
-                    KernelVjp<Out, In> vjp, std::uint32_t vma, std::uint32_t ct_extra);
+                    KernelVjp<Out, In> vjp, std::uint32_t vma, std::uint32_t ct_extra, bool linear_local);
 
 /// The vma of the inputs on `tape` (bit mask over the body's mesh axes).
 template <typename In>
@@ -141,16 +123,18 @@ bool any_differentiable(const Tape& tape, const std::vector<const In*>& inputs) 
 /// aliases of the output it needs, keep(out)) before calling: `out` is moved here. The result
 /// varies over the inputs' axes, or over `out_vma` when given (a collective's rule: psum's result
 /// varies over fewer axes, all_gather's over more); the inputs' cotangents vary over the
-/// result's axes plus `ct_extra` (psum's transpose is pvary). The inputs must still carry their
-/// records: a kernel that moves an operand away passes a Tensor that holds only the operand's ad().
+/// result's axes plus `ct_extra` (psum's transpose is pvary). `linear_local`: a linear op without
+/// communication, whose node passes varying cotangents through (their psum waits for the primal). The inputs
+/// must still carry their records: a kernel that moves an operand away passes a Tensor that holds only the
+/// operand's ad().
 template <typename Out, typename In>
 Out record_vjp(Tape& tape, const char* op, Out out, const std::vector<const In*>& inputs,
                KernelVjp<Out, In> vjp, std::optional<std::uint32_t> out_vma = std::nullopt,
-               std::uint32_t ct_extra = 0) {
+               std::uint32_t ct_extra = 0, bool linear_local = false) {
   const std::uint32_t vma = out_vma ? *out_vma : vma_of_all(tape, inputs);
   if constexpr (FloatDtype<elem_t<Out>> && FloatDtype<elem_t<In>>) {
     if (any_differentiable(tape, inputs))
-      return record_vjp_node(tape, op, std::move(out), inputs, std::move(vjp), vma, ct_extra);
+      return record_vjp_node(tape, op, std::move(out), inputs, std::move(vjp), vma, ct_extra, linear_local);
   }
   return with_vma(tape, std::move(out), vma);
 }

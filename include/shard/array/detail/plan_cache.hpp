@@ -37,6 +37,7 @@ struct PlanCacheCounters {
 struct PlanCacheStats {
   PlanCacheCounters matmul;   ///< plan_matmul (shard::matmul, its VJP's products, grad_reduce)
   PlanCacheCounters reshard;  ///< plan_reshard (reshard, reshard_plan, plan_matmul's misses)
+  PlanCacheCounters op;       ///< the driver's plan_op (ops bound through shard::bind)
 };
 
 /// The counters now.

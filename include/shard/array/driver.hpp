@@ -1,0 +1,299 @@
+#pragma once
+/// \file The op driver (DESIGN.md "Ops: one op table, one driver, two views"): `shard::bind`
+/// runs a primitive (core/primitive.hpp) on Tensors or on ShardedArrays, in one order:
+///
+///   1. record: when a tape records one of the operands, the op runs with recording paused and
+///      its VJP is recorded through the trace hook (core/detail/tape.hpp, record_vjp): autodiff
+///      and the vma of shard_map bodies reach the op only there;
+///   2. validate: the operands' devices and the rule's ranks and sizes, naming the caller's line;
+///   3. plan: the result's sharding, each operand's reshard and the closing collective's axes,
+///      from the rule's factors (cached by the operands' signatures; a plan is data, so jit can
+///      record it instead of running it);
+///   4. reshard the operands the plan names, run the kernel on each device's blocks, close with
+///      the collective over the axes that split a reduced factor, wrap the blocks.
+///
+/// The Tensor view is the same with one block and no plan.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <source_location>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "shard/array/reshard.hpp"
+#include "shard/array/sharded_array.hpp"
+#include "shard/comm/detail/collective.hpp"
+#include "shard/core/array_ops.hpp"
+#include "shard/core/detail/tape.hpp"
+#include "shard/core/primitive.hpp"
+#include "shard/core/tensor.hpp"
+#include "shard/core/trace.hpp"
+
+namespace shard {
+
+/// The cotangents of a primitive's operands from its result's (entry i for operand i; empty
+/// where `need[i]` is false): what a primitive's vjp() returns.
+template <typename Out, typename In>
+using KernelVjp = detail::KernelVjp<Out, In>;
+
+namespace detail {
+
+/// What the result-sharding rule needs of an operand.
+struct OperandLayout {
+  const NamedSharding* sharding;
+  const Shape* shape;
+  bool committed;
+};
+template <typename T>
+OperandLayout layout_of(const ShardedArray<T>& x) {
+  return {&x.sharding(), &x.shape(), x.committed()};
+}
+
+/// What the driver does for one op: the result's sharding, the sharding each operand must be
+/// resharded to first (none: as it is), the mesh axes the closing collective combines over.
+struct OpPlan {
+  NamedSharding out;
+  std::vector<std::optional<NamedSharding>> want;
+  SpecEntry closing;
+};
+
+/// The plan of `rule` on these operands (cached by their signatures). The result follows one
+/// operand, the base: the first committed one with the result's shape, else the first with
+/// it, else the first committed one, else the first (JAX's uncommitted arrays never decide);
+/// each factor is split as the base splits it, and every operand is lined up with that.
+std::shared_ptr<const OpPlan> plan_op(const FactorRule& rule, const FactorRule::Factors& factors,
+                                      const std::vector<OperandLayout>& operands);
+
+/// x itself when it already has sharding `want` (no copy), else its reshard, kept in `keep`.
+template <typename T>
+const ShardedArray<T>& lined_up(const ShardedArray<T>& x, const std::optional<NamedSharding>& want,
+                                std::optional<ShardedArray<T>>& keep) {
+  if (!want) return x;
+  return keep.emplace(reshard(x, *want));
+}
+
+/// An array from one block per local device of `sharding`'s mesh (local mesh order).
+template <typename T>
+ShardedArray<T> assemble(const Shape& shape, const NamedSharding& sharding, std::vector<Tensor<T>> blocks) {
+  const auto local = sharding.mesh().local_device_ids();
+  std::vector<Shard<T>> shards;
+  shards.reserve(local.size());
+  for (std::size_t i = 0; i < local.size(); ++i)
+    shards.push_back(Shard<T>{local[i], sharding.box(local[i], shape), std::move(blocks[i])});
+  return ShardedArray<T>(shape, sharding, std::move(shards));
+}
+
+/// x's shards' devices and boxes around new blocks.
+template <typename R, typename T>
+std::vector<Shard<R>> rewrap(const ShardedArray<T>& x, std::vector<Tensor<R>> blocks) {
+  std::vector<Shard<R>> shards;
+  shards.reserve(blocks.size());
+  const auto& in = x.addressable_shards();
+  for (std::size_t i = 0; i < blocks.size(); ++i)
+    shards.push_back(Shard<R>{in[i].device, in[i].box, std::move(blocks[i])});
+  return shards;
+}
+
+/// Collective over the devices that differ along `axes` (local when axes is None): combines
+/// per-device partial blocks with `op` and assembles the result sharded as `out`.
+template <typename T>
+ShardedArray<T> combine_over(std::vector<Tensor<T>> partial, const SpecEntry& axes, ReduceKind op,
+                             const NamedSharding& out, const Shape& out_shape) {
+  if (axes.is_none()) return assemble(out_shape, out, std::move(partial));
+  std::vector<Tensor<T>> outs;
+  CollectiveSpec spec = reduce_spec(out.mesh(), op, axes, out.shard_shape(out_shape));
+  spec.dtype = dtype_name<T>();
+  execute_collective<T>(out.mesh(), spec, out.mesh().local_device_ids(), partial, outs);
+  return assemble(out_shape, out, std::move(outs));
+}
+
+/// The element type a primitive's kernel gives on blocks of these element types.
+template <typename P, typename... T>
+using kernel_result_t =
+    elem_t<decltype(std::declval<const P&>().kernel(std::declval<const Tensor<T>&>()...))>;
+
+/// The collective that combines partial blocks of a reduced factor: closing_kind(), else the
+/// static `closing`, else a psum.
+template <typename P>
+ReduceKind closing_of(const P& p) {
+  if constexpr (requires { p.closing_kind(); })
+    return p.closing_kind();
+  else if constexpr (requires { P::closing; })
+    return P::closing;
+  else
+    return ReduceKind::kSum;
+}
+
+/// The primitive's node passes varying cotangents through (a linear op without communication).
+template <typename P>
+constexpr bool linear_local_of() {
+  if constexpr (requires { P::linear_local; })
+    return P::linear_local;
+  else
+    return false;
+}
+
+/// The kernel validates its operands itself (the built-in elementwise kernels): the Tensor view
+/// skips the rule's check.
+template <typename P>
+constexpr bool kernel_validates() {
+  if constexpr (requires { P::kernel_validates; })
+    return P::kernel_validates;
+  else
+    return false;
+}
+
+template <typename P, typename Out, typename... X>
+concept HasVjp = requires(const P& p, const std::vector<bool>& need, const Out& out, const X&... xs) {
+  p.vjp(need, out, xs...);
+};
+
+/// What binding P to operands of these types gives: the operands' view, the kernel's dtype.
+template <typename P, typename... X>
+struct BindResult;
+template <typename P, typename X0, typename... X>
+struct BindResult<P, X0, X...> {
+  using type = rebind_t<X0, kernel_result_t<P, elem_t<X0>, elem_t<X>...>>;
+};
+template <typename P, typename... X>
+using bind_result_t = typename BindResult<P, X...>::type;
+
+template <typename P, ArrayLike... X>
+bind_result_t<P, X...> bind_at(const P& p, const std::source_location& where, const X&... xs);
+
+/// The record step: the op with recording paused, then its VJP on the tape. The operands of the
+/// result's type are the differentiable ones (in order, what vjp() returns cotangents for);
+/// the others (a where's condition) give their vma only.
+template <typename P, ArrayLike... X>
+bind_result_t<P, X...> record_primitive(Tape& tape, const P& p, const std::source_location& where,
+                                        const X&... xs) {
+  using Out = bind_result_t<P, X...>;
+  Out out = paused([&] { return bind_at(p, where, xs...); });
+  std::vector<const Out*> ins;
+  std::uint32_t vma = 0;
+  (
+      [&] {
+        if constexpr (std::is_same_v<X, Out>) ins.push_back(&xs);
+        vma |= vma_of(xs, tape);
+      }(),
+      ...);
+  if constexpr (FloatDtype<elem_t<Out>>) {
+    if (any_differentiable(tape, ins)) {
+      if constexpr (HasVjp<P, Out, X...>) {
+        std::vector<bool> need;
+        need.reserve(ins.size());
+        for (const Out* x : ins) need.push_back(differentiable_on(*x, tape));
+        KernelVjp<Out, Out> vjp = p.vjp(need, out, xs...);
+        if (!vjp)
+          vjp = [](const Out&, const std::vector<bool>&) {
+            return std::vector<std::optional<Out>>{};
+          };  // zero
+        return record_vjp<Out, Out>(tape, p.name(), std::move(out), ins, std::move(vjp), vma, 0,
+                                    linear_local_of<P>());
+      } else {
+        raise_not_differentiable(p.name(), "the primitive has no vjp()");
+      }
+    }
+  }
+  return with_vma(tape, std::move(out), vma);
+}
+
+/// The blocks of the kernel on each device, wrapped as `plan` says (closing collective included).
+template <typename P, typename R, Dtype... T, std::size_t... I>
+ShardedArray<R> run_blocks(const P& p, const OpPlan& plan, const Shape& out_shape, std::index_sequence<I...>,
+                           const ShardedArray<T>&... xs) {
+  std::tuple<std::optional<ShardedArray<T>>...> keep;
+  const auto lined = std::forward_as_tuple(lined_up(xs, plan.want[I], std::get<I>(keep))...);
+  std::vector<Tensor<R>> blocks;
+  const std::size_t n = std::get<0>(lined).addressable_shards().size();
+  blocks.reserve(n);
+  if constexpr (requires { p.partial(std::get<I>(lined).addressable_shards()[0].data...); }) {
+    // partial() on each block, the closing collective over the partials, finalize() on each.
+    using A = elem_t<decltype(p.partial(std::get<I>(lined).addressable_shards()[0].data...))>;
+    std::vector<Tensor<A>> partials;
+    partials.reserve(n);
+    for (std::size_t b = 0; b < n; ++b)
+      partials.push_back(p.partial(std::get<I>(lined).addressable_shards()[b].data...));
+    ShardedArray<A> combined =
+        combine_over(std::move(partials), plan.closing, closing_of(p), plan.out, out_shape);
+    for (const auto& s : combined.addressable_shards()) blocks.push_back(p.finalize(s.data));
+    return assemble(out_shape, plan.out, std::move(blocks));
+  } else {
+    for (std::size_t b = 0; b < n; ++b)
+      blocks.push_back(p.kernel(std::get<I>(lined).addressable_shards()[b].data...));
+    if (plan.closing.is_none()) return assemble(out_shape, plan.out, std::move(blocks));
+    return combine_over(std::move(blocks), plan.closing, closing_of(p), plan.out, out_shape);
+  }
+}
+
+/// True when every operand has x's shape and sharding: an elementwise op then runs on the
+/// blocks as they are (no plan to look up).
+template <Dtype T0, Dtype... T>
+bool all_like(const ShardedArray<T0>& x, const ShardedArray<T>&... xs) {
+  return ((xs.shape() == x.shape() && xs.committed() == x.committed() &&
+           (&xs.sharding() == &x.sharding() || xs.sharding() == x.sharding())) &&
+          ...);
+}
+
+template <typename P, Dtype... T>
+auto run_sharded(const P& p, const std::source_location& where, const ShardedArray<T>&... xs) {
+  using R = kernel_result_t<P, T...>;
+  const auto& first = std::get<0>(std::forward_as_tuple(xs...));
+  (
+      [&] {
+        if (!(first.mesh() == xs.mesh()))
+          check_same_devices(first.mesh(), xs.mesh(), located(p.name(), where));
+      }(),
+      ...);
+  if constexpr (requires { p.sharded(xs...); }) {
+    return p.sharded(xs...);  // a primitive whose communication is not a closing collective (a scan)
+  }
+  const FactorRule& rule = p.rule();
+  if (rule.elementwise() && all_like(xs...)) {  // the common case: blocks already line up
+    std::vector<Tensor<R>> blocks;
+    const std::size_t n = first.addressable_shards().size();
+    blocks.reserve(n);
+    for (std::size_t b = 0; b < n; ++b) blocks.push_back(p.kernel(xs.addressable_shards()[b].data...));
+    return ShardedArray<R>(first.shape(), first.sharding(), rewrap(first, std::move(blocks)));
+  }
+  const FactorRule::Factors factors = rule.expand({&xs.shape()...}, p.name(), where);
+  const std::shared_ptr<const OpPlan> plan = plan_op(rule, factors, {layout_of(xs)...});
+  return run_blocks<P, R>(p, *plan, factors.result_shape, std::index_sequence_for<T...>{}, xs...);
+}
+
+template <typename P, ArrayLike... X>
+bind_result_t<P, X...> bind_at(const P& p, const std::source_location& where, const X&... xs) {
+  static_assert(std::is_base_of_v<Primitive, P>, "shard::bind: a primitive derives from shard::Primitive");
+  if (Tape* tape = recording_tape_for(xs...)) return record_primitive(*tape, p, where, xs...);
+  if constexpr ((is_tensor_v<X> && ...)) {
+    if constexpr (!kernel_validates<P>()) (void)p.rule().expand({&xs.shape()...}, p.name(), where);
+    return p.kernel(xs...);
+  } else {
+    static_assert((is_sharded_v<X> && ...), "shard::bind: operands are all Tensors or all ShardedArrays");
+    return run_sharded(p, where, xs...);
+  }
+}
+
+}  // namespace detail
+
+/// Runs primitive `p` on its operands (Tensors or ShardedArrays; core/primitive.hpp says what
+/// a primitive gives). Errors name the caller's line.
+template <typename P, ArrayLike X>
+auto bind(const P& p, const X& x, std::source_location where = std::source_location::current()) {
+  return detail::bind_at(p, where, x);
+}
+template <typename P, ArrayLike X, ArrayLike Y>
+auto bind(const P& p, const X& x, const Y& y, std::source_location where = std::source_location::current()) {
+  return detail::bind_at(p, where, x, y);
+}
+template <typename P, ArrayLike X, ArrayLike Y, ArrayLike Z>
+auto bind(const P& p, const X& x, const Y& y, const Z& z,
+          std::source_location where = std::source_location::current()) {
+  return detail::bind_at(p, where, x, y, z);
+}
+
+}  // namespace shard

@@ -1,0 +1,88 @@
+#pragma once
+/// \file What a primitive is: the shape every entry of the op table has (DESIGN.md "Ops: one op
+/// table, one driver, two views"), and its sharding rule in factor form.
+///
+/// A primitive is a small struct (its parameters are its members) that derives from
+/// `Primitive` and gives, side by side, as JAX keeps a primitive's rules in one paragraph:
+///
+///   struct Hypot : shard::Primitive {
+///     const char* name() const { return "hypot"; }
+///     static const shard::FactorRule& rule() { static const shard::FactorRule r("...,...->..."); return r; }
+///     template <shard::Dtype T>                                   // the local kernel on blocks
+///     shard::Tensor<T> kernel(const shard::Tensor<T>& a, const shard::Tensor<T>& b) const;
+///     template <shard::ArrayLike X>                               // its VJP (optional)
+///     shard::KernelVjp<X, X> vjp(const std::vector<bool>& need, const X& out, const X& a, const X& b) const;
+///   };
+///
+/// and `shard::bind(Hypot{}, a, b)` (array/driver.hpp; the caller's line is kept for messages) runs it on
+/// Tensors or ShardedArrays. The driver does the rest: it checks the operands, plans the result's sharding
+/// and the operands' reshards from rule() (cached by the operands' signatures), runs kernel() on each
+/// device's blocks, closes with a collective over the axes that split a reduced factor (`closing`, a
+/// ReduceKind member: psum by default) and records vjp() when a tape records. A primitive
+/// without vjp() raises when differentiated, as JAX does for a primitive without a JVP rule.
+///
+/// Optional members: `static constexpr ReduceKind closing` (the collective that combines the
+/// partial blocks of a reduced factor). Room for what the next transformations add: a batching
+/// rule (vmap) and a fusion class (jit) are members of the same struct.
+
+#include <cstdint>
+#include <source_location>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shard/core/box.hpp"
+
+namespace shard {
+
+/// A sharding rule in factor form (Shardy's `([i, k], [k, j]) -> ([i, j])`, DTensor's
+/// "mk,kn->mn"): one letter per dim of each operand and of the result, operands separated by
+/// commas. A dim of the result and the operand dims with the same letter are split over the
+/// same mesh axes. A letter the result lacks is a reduced factor: each device combines its
+/// blocks locally and one collective combines the partial results over the mesh axes that
+/// split it. "..." stands for leading dims that broadcast numpy-style across operands (size-1
+/// and missing dims broadcast): elementwise ops are "...,...->...", a row reduction "...j->...".
+/// A '1' in the result is a size-1 dim no operand has (a reduction with keepdims: "ij->i1").
+class FactorRule {
+ public:
+  /// Parses `text`; throws ValueError on a malformed rule (a result letter no operand has,
+  /// "..." in the result but not in an operand, a letter twice in one operand).
+  explicit FactorRule(std::string_view text);
+
+  const std::string& text() const { return text_; }
+  int arity() const { return static_cast<int>(operands_.size()); }
+  /// Every term is "..." alone: an elementwise op with numpy broadcasting.
+  bool elementwise() const { return elementwise_; }
+
+  /// The rule applied to operand shapes: one factor id per dim (-1: a dim that broadcasts
+  /// from size 1 or is absent in the result), the sizes of the factors and the result shape.
+  struct Factors {
+    std::vector<std::vector<int>> operands;
+    std::vector<int> result;
+    std::vector<std::int64_t> sizes;
+    std::vector<bool> reduced;  // per factor: not in the result
+    Shape result_shape;
+    bool has_reduced() const;
+  };
+  /// Throws ShapeError naming `op` and the caller's line when the ranks or sizes do not fit.
+  Factors expand(const std::vector<const Shape*>& shapes, const char* op,
+                 const std::source_location& where) const;
+
+ private:
+  struct Term {
+    bool ellipsis = false;
+    std::string letters;  // the named dims after the ellipsis
+  };
+  std::string text_;
+  std::vector<Term> operands_;
+  Term result_;
+  bool elementwise_ = false;
+};
+
+/// The base of every primitive (a marker: the driver binds only what derives from it).
+struct Primitive {};
+
+/// "op (called at file:line)": how an error names the call site.
+std::string located(const char* op, const std::source_location& where);
+
+}  // namespace shard

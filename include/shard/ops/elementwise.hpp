@@ -1,0 +1,149 @@
+#pragma once
+/// \file The elementwise family of the op table: binary ops, comparisons, unary math, where
+/// and axpy, each a primitive (core/primitive.hpp) with its kernel, sharding rule and VJP side
+/// by side; `shard::binary`, `unary`, `compare`, `where` and `axpy` of both views bind them
+/// (array/driver.hpp). Their sharding rule is numpy broadcasting, "...,...->...": the result
+/// follows the first committed operand with the result's shape, the others line up with it
+/// (ops.hpp documents the rule).
+
+#include <optional>
+#include <vector>
+
+#include "shard/array/driver.hpp"
+#include "shard/core/array_ops.hpp"
+#include "shard/core/primitive.hpp"
+#include "shard/core/tensor_ops.hpp"
+
+namespace shard {
+
+namespace detail {
+
+/// The sum of ct over the dims numpy broadcast `shape` along (leading dims and size-1 dims):
+/// the transpose of a broadcast, what every broadcasting op's VJP applies.
+template <ArrayLike X>
+X unbroadcast(const X& ct, const Shape& shape) {
+  if (ct.shape() == shape) return ct.alias();
+  const int lead = ct.ndim() - static_cast<int>(shape.size());
+  std::vector<int> dims;
+  for (int d = 0; d < lead; ++d) dims.push_back(d);
+  for (int d = 0; d < static_cast<int>(shape.size()); ++d)
+    if (shape[d] == 1 && ct.shape()[lead + d] != 1) dims.push_back(lead + d);
+  if (dims.empty()) return reshape(ct, shape);
+  return reshape(reduce(ct, ReduceKind::kSum, Dims(dims), true), shape);
+}
+
+/// d max(a, b) / da as JAX computes it: 1 where a wins, 1/2 at ties.
+template <ArrayLike X, typename Y>
+X wins(const X& a, const Y& b, bool want_max) {
+  using T = elem_t<X>;
+  const auto strict = want_max ? greater(a, b) : less(a, b);
+  return where(strict, T(1), where(equal(a, b), T(0.5), T(0)));
+}
+
+/// "...,...->...", "...->..." and "...,...,...->...".
+const FactorRule& elementwise_rule(int arity);
+
+}  // namespace detail
+
+/// x summed over the dims numpy broadcasting added to reach x's shape from `shape` (leading
+/// dims and size-1 dims): the transpose of broadcast_to, what a broadcasting VJP returns.
+template <ArrayLike X>
+X sum_to_shape(const X& x, const Shape& shape) {
+  return detail::unbroadcast(x, shape);
+}
+
+/// The primitives (jax.lax's `*_p`).
+namespace prim {
+
+struct Binary : Primitive {
+  BinaryOp op;
+  static constexpr bool kernel_validates = true;
+  const char* name() const { return detail::binary_op_name(op); }
+  static const FactorRule& rule() { return detail::elementwise_rule(2); }
+  template <Dtype T>
+  Tensor<T> kernel(const Tensor<T>& a, const Tensor<T>& b) const {
+    return detail::binary_kernel(a, b, op);
+  }
+  template <ArrayLike X>
+  KernelVjp<X, X> vjp(const std::vector<bool>& need, const X& out, const X& a, const X& b) const;
+};
+
+/// `a op s` (`s op a` when scalar_first).
+template <Dtype S>
+struct BinaryScalar : Primitive {
+  BinaryOp op;
+  S s;
+  bool scalar_first;
+  static constexpr bool kernel_validates = true;
+  const char* name() const { return detail::binary_op_name(op); }
+  static const FactorRule& rule() { return detail::elementwise_rule(1); }
+  Tensor<S> kernel(const Tensor<S>& a) const { return detail::binary_kernel(a, s, op, scalar_first); }
+  template <ArrayLike X>
+  KernelVjp<X, X> vjp(const std::vector<bool>& need, const X& out, const X& a) const;
+};
+
+struct Compare : Primitive {
+  CompareOp op;
+  static constexpr bool kernel_validates = true;
+  const char* name() const { return "compare"; }
+  static const FactorRule& rule() { return detail::elementwise_rule(2); }
+  template <Dtype T>
+  Tensor<bool> kernel(const Tensor<T>& a, const Tensor<T>& b) const {
+    return detail::compare_kernel(a, b, op);
+  }
+};
+
+template <Dtype S>
+struct CompareScalar : Primitive {
+  CompareOp op;
+  S s;
+  bool scalar_first;
+  static constexpr bool kernel_validates = true;
+  const char* name() const { return "compare"; }
+  static const FactorRule& rule() { return detail::elementwise_rule(1); }
+  Tensor<bool> kernel(const Tensor<S>& a) const { return detail::compare_kernel(a, s, op, scalar_first); }
+};
+
+struct Unary : Primitive {
+  UnaryOp op;
+  static constexpr bool kernel_validates = true;
+  const char* name() const { return detail::unary_op_name(op); }
+  static const FactorRule& rule() { return detail::elementwise_rule(1); }
+  template <Dtype T>
+  Tensor<T> kernel(const Tensor<T>& x) const {
+    return detail::unary_kernel(x, op);
+  }
+  template <ArrayLike X>
+  KernelVjp<X, X> vjp(const std::vector<bool>& need, const X& out, const X& x) const;
+};
+
+/// where(cond, a, b), bound with the operands in the order (a, b, cond): the result follows a,
+/// then b, then cond, so the values decide its sharding.
+struct Where : Primitive {
+  static constexpr bool kernel_validates = true;
+  const char* name() const { return "where"; }
+  static const FactorRule& rule() { return detail::elementwise_rule(3); }
+  template <Dtype T>
+  Tensor<T> kernel(const Tensor<T>& a, const Tensor<T>& b, const Tensor<bool>& cond) const {
+    return detail::where_kernel(cond, a, b);
+  }
+  template <ArrayLike X, ArrayLike C>
+  KernelVjp<X, X> vjp(const std::vector<bool>& need, const X& out, const X& a, const X& b,
+                      const C& cond) const;
+};
+
+/// alpha * x + y in one pass over memory.
+template <Dtype S>
+struct Axpy : Primitive {
+  S alpha;
+  static constexpr bool kernel_validates = true;
+  const char* name() const { return "axpy"; }
+  static const FactorRule& rule() { return detail::elementwise_rule(2); }
+  Tensor<S> kernel(const Tensor<S>& x, const Tensor<S>& y) const;
+  template <ArrayLike X>
+  KernelVjp<X, X> vjp(const std::vector<bool>& need, const X& out, const X& x, const X& y) const;
+};
+
+}  // namespace prim
+
+}  // namespace shard

@@ -1,0 +1,77 @@
+// The driver's planning step (array/driver.hpp): a factor rule applied to the operands'
+// shardings, cached by their signatures.
+
+#include "shard/array/driver.hpp"
+
+#include "array/plan_cache.hpp"
+
+namespace shard::detail {
+
+PlanCache<OpPlan>& op_plan_cache() {
+  static auto* cache = new PlanCache<OpPlan>(kDefaultPlanCacheCapacity);
+  return *cache;
+}
+
+namespace {
+
+/// The operand the result follows (plan_op's doc).
+std::size_t base_operand(const std::vector<OperandLayout>& operands, const Shape& out_shape) {
+  for (bool committed_only : {true, false})
+    for (std::size_t k = 0; k < operands.size(); ++k)
+      if (*operands[k].shape == out_shape && (operands[k].committed || !committed_only)) return k;
+  for (std::size_t k = 0; k < operands.size(); ++k)
+    if (operands[k].committed) return k;
+  return 0;
+}
+
+OpPlan compute_plan(const FactorRule::Factors& f, const std::vector<OperandLayout>& operands) {
+  const std::size_t base = base_operand(operands, f.result_shape);
+  const NamedSharding& bs = *operands[base].sharding;
+  const Mesh& mesh = bs.mesh();
+  // Each factor is split as the base splits it.
+  std::vector<SpecEntry> axes(f.sizes.size());
+  const std::vector<int>& bf = f.operands[base];
+  for (std::size_t d = 0; d < bf.size(); ++d)
+    if (bf[d] >= 0) axes[static_cast<std::size_t>(bf[d])] = bs.spec()[static_cast<int>(d)];
+  auto spec_of = [&](const std::vector<int>& ids) {
+    std::vector<SpecEntry> entries;
+    entries.reserve(ids.size());
+    for (int id : ids) entries.push_back(id >= 0 ? axes[static_cast<std::size_t>(id)] : SpecEntry());
+    return NamedSharding(mesh, PartitionSpec(std::move(entries)));
+  };
+  // The result keeps the base's sharding as written when it is the base's own layout.
+  OpPlan plan{
+      bf == f.result && *operands[base].shape == f.result_shape ? bs : spec_of(f.result), {}, SpecEntry()};
+  for (std::size_t k = 0; k < operands.size(); ++k) {
+    NamedSharding want = spec_of(f.operands[k]);
+    if (*operands[k].sharding == want)
+      plan.want.emplace_back();
+    else
+      plan.want.emplace_back(std::move(want));
+  }
+  std::vector<std::string> closing;
+  for (const auto& name : mesh.axis_names())
+    for (std::size_t id = 0; id < axes.size(); ++id)
+      if (f.reduced[id])
+        for (const auto& a : axes[id].axes())
+          if (a == name) closing.push_back(name);
+  plan.closing = SpecEntry(closing);
+  return plan;
+}
+
+}  // namespace
+
+std::shared_ptr<const OpPlan> plan_op(const FactorRule& rule, const FactorRule::Factors& factors,
+                                      const std::vector<OperandLayout>& operands) {
+  thread_local SignatureKey key;
+  key.clear();
+  key.add(rule.text());
+  for (const auto& o : operands) {
+    key.add(*o.shape);
+    key.add(*o.sharding);
+    key.add(o.committed ? 1 : 0);
+  }
+  return op_plan_cache().get(key, [&] { return compute_plan(factors, operands); });
+}
+
+}  // namespace shard::detail
