@@ -20,6 +20,8 @@
 #include "shard/train/optim.hpp"
 #include "shard/ops/ops.hpp"
 #include "shard/ops/elementwise.hpp"
+#include "shard/ops/nn.hpp"
+#include "shard/ops/reduce.hpp"
 #include "shard/array/driver.hpp"
 #include "shard/core/primitive.hpp"
 #include "shard/sharding/partition_spec.hpp"

@@ -269,8 +269,8 @@ template <typename T>
 ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to) {
   if (auto* tape = detail::recording_tape_for(x)) {  // the cotangent is resharded back (Node::add)
     auto out = detail::paused([&] { return reshard(x, to); });
-    detail::KernelVjp<ShardedArray<T>, ShardedArray<T>> vjp = [](const ShardedArray<T>& ct, const std::vector<bool>&) {
-      return std::vector<std::optional<ShardedArray<T>>>{ct.alias()};
+    detail::KernelVjp<ShardedArray<T>, ShardedArray<T>> vjp = [](const ShardedArray<T>& ct, const VjpNeed&) {
+      return cotangents<ShardedArray<T>>(ct.alias());
     };
     return detail::record_vjp<ShardedArray<T>, ShardedArray<T>>(*tape, "reshard", std::move(out), {&x},
                                                                 std::move(vjp));

@@ -129,8 +129,8 @@ template <typename T>
 Tensor<T> ShardedArray<T>::to_host() const {
   if (auto* tape = detail::recording_tape_for(*this)) {  // d to_host: each device takes its box back
     Tensor<T> out = detail::paused([&] { return to_host(); });
-    detail::KernelVjp<Tensor<T>, ShardedArray<T>> vjp = [s = sharding_](const Tensor<T>& ct, const std::vector<bool>&) {
-      return std::vector<std::optional<ShardedArray<T>>>{device_put(ct, s)};
+    detail::KernelVjp<Tensor<T>, ShardedArray<T>> vjp = [s = sharding_](const Tensor<T>& ct, const VjpNeed&) {
+      return cotangents<ShardedArray<T>>(device_put(ct, s));
     };
     return detail::record_vjp<Tensor<T>, ShardedArray<T>>(*tape, "to_host", std::move(out), {this}, std::move(vjp));
   }

@@ -2,44 +2,83 @@
 // standardize, attention, to_host, reshard, uncommitted): the rule asks the kernel's VJP for the
 // inputs' cotangents and pushes them to the inputs' nodes.
 
+#include <array>
+#include <span>
+
 #include "shard/autodiff/detail/vjp_rules.hpp"
 
 namespace shard::detail {
 
+namespace {
+
+/// The input nodes of a recorded op: up to three inline (every primitive of the op table), more
+/// in a vector. No allocation for the common case.
+template <typename In>
+struct InputNodes {
+  std::array<NodePtr<In>, 3> inline_nodes;
+  std::vector<NodePtr<In>> more;
+  std::size_t n = 0;
+  const NodePtr<In>& operator[](std::size_t i) const { return n <= 3 ? inline_nodes[i] : more[i]; }
+};
+
+}  // namespace
+
 template <typename Out, typename In>
-Out record_vjp_node(Tape& tape, const char* op, Out out, const std::vector<const In*>& inputs,
+Out record_vjp_node(Tape& tape, const char* op, Out&& out, std::span<const In* const> inputs,
                     KernelVjp<Out, In> vjp, std::uint32_t vma, std::uint32_t ct_extra, bool linear_local) {
-  std::vector<NodePtr<In>> nodes;
-  std::vector<bool> need;
-  for (const In* x : inputs) {
-    nodes.push_back(node_of(*x, tape));
-    need.push_back(nodes.back() != nullptr);
+  if (inputs.size() > 64) raise<Error>("autodiff: '", op, "' has more than 64 inputs (an internal limit)");
+  if constexpr (std::is_same_v<Out, In>) {
+    if (inputs.size() <= 3) {  // every primitive of the op table: the node holds the VJP itself
+      auto node = std::make_shared<Node<Out>>(op, tape, vma, NodeMeta<Out>(out));
+      node->linear_local = linear_local;
+      node->vjp_need = VjpNeed{0, inputs.size()};
+      for (std::size_t i = 0; i < inputs.size(); ++i) {
+        node->vjp_inputs[i] = node_of(*inputs[i], tape);
+        if (node->vjp_inputs[i]) node->vjp_need.bits |= std::uint64_t{1} << i;
+      }
+      node->vjp = std::move(vjp);
+      node->ct_extra = ct_extra;
+      tape.append(node);
+      out.set_ad(std::make_shared<AdValue>(AdValue{tape.id(), vma, std::move(node)}));
+      return std::move(out);
+    }
+  }
+  InputNodes<In> nodes;
+  nodes.n = inputs.size();
+  VjpNeed need{0, inputs.size()};
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    NodePtr<In> node = node_of(*inputs[i], tape);
+    if (node) need.bits |= std::uint64_t{1} << i;
+    if (nodes.n <= 3)
+      nodes.inline_nodes[i] = std::move(node);
+    else
+      nodes.more.push_back(std::move(node));
   }
   auto node = std::make_shared<Node<Out>>(op, tape, vma, NodeMeta<Out>(out));
   node->linear_local = linear_local;
-  node->rule = [nodes = std::move(nodes), need = std::move(need), vjp = std::move(vjp), ct_extra](
-                   const Out& ct, std::uint32_t v) {
-    std::vector<std::optional<In>> cts = vjp(ct, need);
-    for (std::size_t i = 0; i < nodes.size() && i < cts.size(); ++i)
-      if (nodes[i] && cts[i]) push(nodes[i], std::move(*cts[i]), v | ct_extra);
+  node->rule = [nodes = std::move(nodes), need, vjp = std::move(vjp), ct_extra](const Out& ct,
+                                                                                std::uint32_t v) {
+    Cotangents<In> cts = vjp(ct, need);
+    for (std::size_t i = 0; i < nodes.n && i < cts.size(); ++i)
+      if (nodes[i] && cts[i]) nodes[i]->add(std::move(*cts[i]), v | ct_extra);
   };
   tape.append(node);
   out.set_ad(std::make_shared<AdValue>(AdValue{tape.id(), vma, std::move(node)}));
-  return out;
+  return std::move(out);
 }
 
-#define SHARD_RECORD_VJP(T)                                                                                 \
-  template Tensor<T> record_vjp_node<Tensor<T>, Tensor<T>>(                                                 \
-      Tape&, const char*, Tensor<T>, const std::vector<const Tensor<T>*>&, KernelVjp<Tensor<T>, Tensor<T>>, \
-      std::uint32_t, std::uint32_t, bool);                                                                  \
-  template ShardedArray<T> record_vjp_node<ShardedArray<T>, ShardedArray<T>>(                               \
-      Tape&, const char*, ShardedArray<T>, const std::vector<const ShardedArray<T>*>&,                      \
-      KernelVjp<ShardedArray<T>, ShardedArray<T>>, std::uint32_t, std::uint32_t, bool);                     \
-  template Tensor<T> record_vjp_node<Tensor<T>, ShardedArray<T>>(                                           \
-      Tape&, const char*, Tensor<T>, const std::vector<const ShardedArray<T>*>&,                            \
-      KernelVjp<Tensor<T>, ShardedArray<T>>, std::uint32_t, std::uint32_t, bool);                           \
-  template ShardedArray<T> record_vjp_node<ShardedArray<T>, Tensor<T>>(                                     \
-      Tape&, const char*, ShardedArray<T>, const std::vector<const Tensor<T>*>&,                            \
+#define SHARD_RECORD_VJP(T)                                                                                \
+  template Tensor<T> record_vjp_node<Tensor<T>, Tensor<T>>(                                                \
+      Tape&, const char*, Tensor<T>&&, std::span<const Tensor<T>* const>, KernelVjp<Tensor<T>, Tensor<T>>, \
+      std::uint32_t, std::uint32_t, bool);                                                                 \
+  template ShardedArray<T> record_vjp_node<ShardedArray<T>, ShardedArray<T>>(                              \
+      Tape&, const char*, ShardedArray<T>&&, std::span<const ShardedArray<T>* const>,                      \
+      KernelVjp<ShardedArray<T>, ShardedArray<T>>, std::uint32_t, std::uint32_t, bool);                    \
+  template Tensor<T> record_vjp_node<Tensor<T>, ShardedArray<T>>(                                          \
+      Tape&, const char*, Tensor<T>&&, std::span<const ShardedArray<T>* const>,                            \
+      KernelVjp<Tensor<T>, ShardedArray<T>>, std::uint32_t, std::uint32_t, bool);                          \
+  template ShardedArray<T> record_vjp_node<ShardedArray<T>, Tensor<T>>(                                    \
+      Tape&, const char*, ShardedArray<T>&&, std::span<const Tensor<T>* const>,                            \
       KernelVjp<ShardedArray<T>, Tensor<T>>, std::uint32_t, std::uint32_t, bool);
 SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_RECORD_VJP)
 #undef SHARD_RECORD_VJP

@@ -189,7 +189,7 @@ Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T
     Tensor<T> probs;
     Tensor<T> out = paused([&] { return attention_forward(q, k, v, d, scale, &probs); });
     KernelVjp<Tensor<T>, Tensor<T>> vjp = [qk = keep(q), kk = keep(k), vk = keep(v), pk = std::move(probs), d,
-                                           scale](const Tensor<T>& ct, const std::vector<bool>&) {
+                                           scale](const Tensor<T>& ct, const VjpNeed&) {
       Tensor<T> dq(qk.shape()), dk(kk.shape(), T(0)), dv(vk.shape(), T(0));
       if (qk.size() > 0) {
         Tensor<T> ds(Shape{d.T, d.S});
@@ -199,7 +199,7 @@ Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T
                         dk.data() + ko, dv.data() + ko);
         });
       }
-      return std::vector<std::optional<Tensor<T>>>{std::move(dq), std::move(dk), std::move(dv)};
+      return cotangents<Tensor<T>>(std::move(dq), std::move(dk), std::move(dv));
     };
     return record_vjp<Tensor<T>, Tensor<T>>(*tape, "dot_product_attention", std::move(out), inputs, std::move(vjp));
   }

@@ -330,28 +330,8 @@ Tensor<std::int64_t> arg_reduce(const Tensor<T>& x, int axis, bool keepdims, boo
 }  // namespace
 
 template <Dtype T>
-Tensor<std::int64_t> argmax(const Tensor<T>& x, int axis, bool keepdims) {
-  if (auto* tape = detail::recording_tape_for(x))
-    return detail::finish_constant(*tape, detail::paused([&] { return argmax(x, axis, keepdims); }), x);
-  return arg_reduce(x, axis, keepdims, true);
-}
-template <Dtype T>
-Tensor<std::int64_t> argmin(const Tensor<T>& x, int axis, bool keepdims) {
-  if (auto* tape = detail::recording_tape_for(x))
-    return detail::finish_constant(*tape, detail::paused([&] { return argmin(x, axis, keepdims); }), x);
-  return arg_reduce(x, axis, keepdims, false);
-}
-template <Dtype T>
-Tensor<std::int64_t> argmax(const Tensor<T>& x) {
-  if (auto* tape = detail::recording_tape_for(x))
-    return detail::finish_constant(*tape, detail::paused([&] { return argmax(x); }), x);
-  return arg_reduce(x.reshaped(Shape{x.size()}), 0, false, true);
-}
-template <Dtype T>
-Tensor<std::int64_t> argmin(const Tensor<T>& x) {
-  if (auto* tape = detail::recording_tape_for(x))
-    return detail::finish_constant(*tape, detail::paused([&] { return argmin(x); }), x);
-  return arg_reduce(x.reshaped(Shape{x.size()}), 0, false, false);
+Tensor<std::int64_t> detail::arg_reduce_kernel(const Tensor<T>& x, int axis, bool keepdims, bool want_max) {
+  return arg_reduce(x, axis, keepdims, want_max);
 }
 
 // ---------------------------------------------------------------- prefix sums (cumsum)
@@ -430,10 +410,7 @@ Tensor<T> detail::prefix_sum_kernel(const Tensor<T>& x, int axis, bool reverse) 
   template Tensor<T> detail::prefix_sum_from<T>(const Tensor<T>&, int, bool,                    \
                                                 const Tensor<detail::scan_acc_t<T>>*);        \
   template Tensor<T> detail::reduce_or_identity<T>(const Tensor<T>&, ReduceKind, const std::vector<int>&, bool); \
-  template Tensor<std::int64_t> argmax<T>(const Tensor<T>&, int, bool);               \
-  template Tensor<std::int64_t> argmin<T>(const Tensor<T>&, int, bool);               \
-  template Tensor<std::int64_t> argmax<T>(const Tensor<T>&);                          \
-  template Tensor<std::int64_t> argmin<T>(const Tensor<T>&);
+  template Tensor<std::int64_t> detail::arg_reduce_kernel<T>(const Tensor<T>&, int, bool, bool);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_REDUCE)
 #undef SHARD_INSTANTIATE_REDUCE
 #define SHARD_INSTANTIATE_SUM_IN_DOUBLE(T) \

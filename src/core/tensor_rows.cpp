@@ -141,8 +141,8 @@ Tensor<T> fused_softmax(const Tensor<T>& x, int axis_in) {
   const int axis = resolve_axis(axis_in, x.rank(), "softmax");
   if (auto* tape = recording_tape_for(x)) {
     Tensor<T> out = paused([&] { return softmax_kernel(x, axis); });
-    KernelVjp<Tensor<T>, Tensor<T>> vjp = [yk = keep(out), axis](const Tensor<T>& ct, const std::vector<bool>&) {
-      return std::vector<std::optional<Tensor<T>>>{softmax_grad_kernel(yk, ct, axis)};
+    KernelVjp<Tensor<T>, Tensor<T>> vjp = [yk = keep(out), axis](const Tensor<T>& ct, const VjpNeed&) {
+      return cotangents<Tensor<T>>(softmax_grad_kernel(yk, ct, axis));
     };
     return record_vjp<Tensor<T>, Tensor<T>>(*tape, "softmax", std::move(out), {&x}, std::move(vjp));
   }
@@ -156,8 +156,8 @@ Tensor<T> fused_standardize(const Tensor<T>& x, int axis_in, double eps) {
   if (auto* tape = recording_tape_for(x)) {
     Tensor<T> out = paused([&] { return standardize_kernel(x, axis, eps, rstd); });
     KernelVjp<Tensor<T>, Tensor<T>> vjp = [yk = keep(out), rk = std::move(rstd), axis](const Tensor<T>& ct,
-                                                                                       const std::vector<bool>&) {
-      return std::vector<std::optional<Tensor<T>>>{standardize_grad_kernel(yk, rk, ct, axis)};
+                                                                                       const VjpNeed&) {
+      return cotangents<Tensor<T>>(standardize_grad_kernel(yk, rk, ct, axis));
     };
     return record_vjp<Tensor<T>, Tensor<T>>(*tape, "standardize", std::move(out), {&x}, std::move(vjp));
   }

@@ -25,18 +25,20 @@ namespace prim {
 namespace {
 
 template <ArrayLike X>
-using Cts = std::vector<std::optional<X>>;
+using Cts = Cotangents<X>;
 
-/// A VJP of one operand: f(ct, kept) where kept is the operand (or the result) the rule reads.
+/// A VJP of one operand: f(ct, kept) where kept is the operand (or the result) the rule reads
+/// (kept in the closure without a copy or a move).
 template <ArrayLike X, typename F>
-KernelVjp<X, X> one(X kept, F f) {
-  return [kept = std::move(kept), f](const X& ct, const std::vector<bool>&) { return Cts<X>{f(ct, kept)}; };
+KernelVjp<X, X> one(const X& residual, F f) {
+  return
+      [kept = detail::keep(residual), f](const X& ct, const VjpNeed&) { return cotangents<X>(f(ct, kept)); };
 }
 
 }  // namespace
 
 template <ArrayLike X>
-KernelVjp<X, X> Binary::vjp(const std::vector<bool>& need, const X& out, const X& a, const X& b) const {
+KernelVjp<X, X> Binary::vjp(const VjpNeed& need, const X& out, const X& a, const X& b) const {
   using T = elem_t<X>;
   using detail::keep;
   using detail::unbroadcast;
@@ -44,24 +46,23 @@ KernelVjp<X, X> Binary::vjp(const std::vector<bool>& need, const X& out, const X
   switch (op) {
     case BinaryOp::kAdd:
     case BinaryOp::kSub:
-      return [as, bs, sub = op == BinaryOp::kSub](const X& ct, const std::vector<bool>& n) {
+      return [as, bs, sub = op == BinaryOp::kSub](const X& ct, const VjpNeed& n) {
         Cts<X> r(2);
         if (n[0]) r[0] = unbroadcast(ct, as);
         if (n[1]) r[1] = unbroadcast(sub ? -ct : ct.alias(), bs);
         return r;
       };
     case BinaryOp::kMul:
-      return
-          [as, bs, ak = need[1] ? std::optional<X>(keep(a)) : std::nullopt,
-           bk = need[0] ? std::optional<X>(keep(b)) : std::nullopt](const X& ct, const std::vector<bool>& n) {
-            Cts<X> r(2);
-            if (n[0]) r[0] = unbroadcast(ct * *bk, as);
-            if (n[1]) r[1] = unbroadcast(ct * *ak, bs);
-            return r;
-          };
+      return [as, bs, ak = need[1] ? std::optional<X>(keep(a)) : std::nullopt,
+              bk = need[0] ? std::optional<X>(keep(b)) : std::nullopt](const X& ct, const VjpNeed& n) {
+        Cts<X> r(2);
+        if (n[0]) r[0] = unbroadcast(ct * *bk, as);
+        if (n[1]) r[1] = unbroadcast(ct * *ak, bs);
+        return r;
+      };
     case BinaryOp::kDiv:
       return [as, bs, bk = keep(b), ok = need[1] ? std::optional<X>(keep(out)) : std::nullopt](
-                 const X& ct, const std::vector<bool>& n) {
+                 const X& ct, const VjpNeed& n) {
         Cts<X> r(2);
         const X q = ct / bk;
         if (n[0]) r[0] = unbroadcast(q, as);
@@ -70,8 +71,7 @@ KernelVjp<X, X> Binary::vjp(const std::vector<bool>& need, const X& out, const X
       };
     case BinaryOp::kMax:
     case BinaryOp::kMin:
-      return [as, bs, ak = keep(a), bk = keep(b), mx = op == BinaryOp::kMax](const X& ct,
-                                                                             const std::vector<bool>& n) {
+      return [as, bs, ak = keep(a), bk = keep(b), mx = op == BinaryOp::kMax](const X& ct, const VjpNeed& n) {
         Cts<X> r(2);
         const X w = detail::wins(ak, bk, mx);
         if (n[0]) r[0] = unbroadcast(ct * w, as);
@@ -79,14 +79,14 @@ KernelVjp<X, X> Binary::vjp(const std::vector<bool>& need, const X& out, const X
         return r;
       };
     case BinaryOp::kPow:
-      return [as, bs, ak = keep(a), bk = keep(b), ok = keep(out)](const X& ct, const std::vector<bool>& n) {
+      return [as, bs, ak = keep(a), bk = keep(b), ok = keep(out)](const X& ct, const VjpNeed& n) {
         Cts<X> r(2);
         if (n[0]) r[0] = unbroadcast(where(equal(bk, T(0)), T(0), ct * bk * pow(ak, bk - T(1))), as);
         if (n[1]) r[1] = unbroadcast(ct * ok * log(where(equal(ak, T(0)), T(1), ak)), bs);
         return r;
       };
     case BinaryOp::kMod:
-      return [as, bs, ak = keep(a), bk = keep(b)](const X& ct, const std::vector<bool>& n) {
+      return [as, bs, ak = keep(a), bk = keep(b)](const X& ct, const VjpNeed& n) {
         Cts<X> r(2);
         if (n[0]) r[0] = unbroadcast(ct, as);
         if (n[1]) r[1] = unbroadcast(-(ct * floor(ak / bk)), bs);
@@ -101,39 +101,39 @@ KernelVjp<X, X> Binary::vjp(const std::vector<bool>& need, const X& out, const X
 
 template <Dtype S>
 template <ArrayLike X>
-KernelVjp<X, X> BinaryScalar<S>::vjp(const std::vector<bool>&, const X& out, const X& a) const {
+KernelVjp<X, X> BinaryScalar<S>::vjp(const VjpNeed&, const X& out, const X& a) const {
   using T = elem_t<X>;
   using detail::keep;
   const bool sf = scalar_first;
   const T c = s;
   switch (op) {
     case BinaryOp::kAdd:
-      return [](const X& ct, const std::vector<bool>&) { return Cts<X>{ct.alias()}; };
+      return [](const X& ct, const VjpNeed&) { return cotangents<X>(ct.alias()); };
     case BinaryOp::kSub:
-      return [sf](const X& ct, const std::vector<bool>&) { return Cts<X>{sf ? -ct : ct.alias()}; };
+      return [sf](const X& ct, const VjpNeed&) { return cotangents<X>(sf ? -ct : ct.alias()); };
     case BinaryOp::kMul:
-      return [c](const X& ct, const std::vector<bool>&) { return Cts<X>{ct * c}; };
+      return [c](const X& ct, const VjpNeed&) { return cotangents<X>(ct * c); };
     case BinaryOp::kDiv:
-      if (!sf) return [c](const X& ct, const std::vector<bool>&) { return Cts<X>{ct / c}; };
-      return [ak = keep(a), ok = keep(out)](const X& ct, const std::vector<bool>&) {
-        return Cts<X>{-(ct * ok / ak)};
+      if (!sf) return [c](const X& ct, const VjpNeed&) { return cotangents<X>(ct / c); };
+      return [ak = keep(a), ok = keep(out)](const X& ct, const VjpNeed&) {
+        return cotangents<X>(-(ct * ok / ak));
       };
     case BinaryOp::kMax:
     case BinaryOp::kMin:
-      return one(keep(a), [c, mx = op == BinaryOp::kMax](const X& ct, const X& ak) {
+      return one(a, [c, mx = op == BinaryOp::kMax](const X& ct, const X& ak) {
         return ct * detail::wins(ak, c, mx);
       });
     case BinaryOp::kPow:
       if (!sf)
-        return one(keep(a), [c](const X& ct, const X& ak) {
+        return one(a, [c](const X& ct, const X& ak) {
           return c == T(0) ? zeros_like(ak) : ct * (c * pow(ak, c - T(1)));
         });
-      return one(keep(out), [c](const X& ct, const X& ok) {
+      return one(out, [c](const X& ct, const X& ok) {
         return c == T(0) ? zeros_like(ok) : ct * ok * static_cast<T>(std::log(c));
       });
     case BinaryOp::kMod:
-      if (!sf) return [](const X& ct, const std::vector<bool>&) { return Cts<X>{ct.alias()}; };
-      return one(keep(a), [c](const X& ct, const X& ak) { return -(ct * floor(c / ak)); });
+      if (!sf) return [](const X& ct, const VjpNeed&) { return cotangents<X>(ct.alias()); };
+      return one(a, [c](const X& ct, const X& ak) { return -(ct * floor(c / ak)); });
     case BinaryOp::kFloorDiv:
       return nullptr;
     default:
@@ -142,14 +142,14 @@ KernelVjp<X, X> BinaryScalar<S>::vjp(const std::vector<bool>&, const X& out, con
 }
 
 template <ArrayLike X>
-KernelVjp<X, X> Unary::vjp(const std::vector<bool>&, const X& out, const X& x) const {
+KernelVjp<X, X> Unary::vjp(const VjpNeed&, const X& out, const X& x) const {
   using T = elem_t<X>;
   using detail::keep;
-  auto with_x = [&](auto f) { return one(keep(x), f); };
-  auto with_y = [&](auto f) { return one(keep(out), f); };
+  auto with_x = [&](auto f) { return one(x, f); };
+  auto with_y = [&](auto f) { return one(out, f); };
   switch (op) {
     case UnaryOp::kNeg:
-      return [](const X& ct, const std::vector<bool>&) { return Cts<X>{-ct}; };
+      return [](const X& ct, const VjpNeed&) { return cotangents<X>(-ct); };
     case UnaryOp::kAbs:
       return with_x([](const X& ct, const X& x) { return ct * sign(x); });
     case UnaryOp::kSquare:
@@ -167,8 +167,8 @@ KernelVjp<X, X> Unary::vjp(const std::vector<bool>&, const X& out, const X& x) c
     case UnaryOp::kSqrt:
       return with_y([](const X& ct, const X& y) { return ct * T(0.5) / y; });
     case UnaryOp::kRsqrt:
-      return [xk = keep(x), yk = keep(out)](const X& ct, const std::vector<bool>&) {
-        return Cts<X>{ct * yk * T(-0.5) / xk};
+      return [xk = keep(x), yk = keep(out)](const X& ct, const VjpNeed&) {
+        return cotangents<X>(ct * yk * T(-0.5) / xk);
       };
     case UnaryOp::kSin:
       return with_x([](const X& ct, const X& x) { return ct * cos(x); });
@@ -207,9 +207,9 @@ KernelVjp<X, X> Unary::vjp(const std::vector<bool>&, const X& out, const X& x) c
 }
 
 template <ArrayLike X, ArrayLike C>
-KernelVjp<X, X> Where::vjp(const std::vector<bool>&, const X&, const X& a, const X& b, const C& cond) const {
+KernelVjp<X, X> Where::vjp(const VjpNeed&, const X&, const X& a, const X& b, const C& cond) const {
   using T = elem_t<X>;
-  return [as = a.shape(), bs = b.shape(), ck = detail::keep(cond)](const X& ct, const std::vector<bool>& n) {
+  return [as = a.shape(), bs = b.shape(), ck = detail::keep(cond)](const X& ct, const VjpNeed& n) {
     Cts<X> r(2);
     if (n[0]) r[0] = detail::unbroadcast(where(ck, ct, T(0)), as);
     if (n[1]) r[1] = detail::unbroadcast(where(ck, T(0), ct), bs);
@@ -239,8 +239,8 @@ Tensor<S> Axpy<S>::kernel(const Tensor<S>& x, const Tensor<S>& y) const {
 
 template <Dtype S>
 template <ArrayLike X>
-KernelVjp<X, X> Axpy<S>::vjp(const std::vector<bool>&, const X&, const X& x, const X& y) const {
-  return [alpha = alpha, xs = x.shape(), ys = y.shape()](const X& ct, const std::vector<bool>& n) {
+KernelVjp<X, X> Axpy<S>::vjp(const VjpNeed&, const X&, const X& x, const X& y) const {
+  return [alpha = alpha, xs = x.shape(), ys = y.shape()](const X& ct, const VjpNeed& n) {
     Cts<X> r(2);
     if (n[0]) r[0] = detail::unbroadcast(ct * alpha, xs);
     if (n[1]) r[1] = detail::unbroadcast(ct, ys);

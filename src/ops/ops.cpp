@@ -61,9 +61,9 @@ ShardedArray<T> record_uncommitted(Tape& tape, const Tensor<T>& x, const Mesh&, 
   const Shape shape = x.shape();
   ShardedArray<T> out = paused(kernel);
   for (auto& s : out.addressable_shards()) s.data.set_ad(nullptr);
-  KernelVjp<ShardedArray<T>, Tensor<T>> vjp = [shape](const ShardedArray<T>& ct, const std::vector<bool>&) {
+  KernelVjp<ShardedArray<T>, Tensor<T>> vjp = [shape](const ShardedArray<T>& ct, const VjpNeed&) {
     const auto& shards = ct.addressable_shards();
-    return std::vector<std::optional<Tensor<T>>>{shards.empty() ? Tensor<T>(shape, T(0)) : shards.front().data.alias()};
+    return cotangents<Tensor<T>>(shards.empty() ? Tensor<T>(shape, T(0)) : shards.front().data.alias());
   };
   return record_vjp<ShardedArray<T>, Tensor<T>>(tape, "uncommitted", std::move(out), {&operand}, std::move(vjp));
 }

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "ops/ops_internal.hpp"
+#include "shard/ops/reduce.hpp"
 #include "shard/core/trace.hpp"
 #include "shard/error.hpp"
 #include "core/tensor_kernels.hpp"
@@ -82,19 +83,46 @@ ShardedArray<std::int64_t> arg_reduce(const ShardedArray<T>& a, int axis, bool k
 }  // namespace
 
 template <Dtype T>
+ShardedArray<std::int64_t> prim::ArgReduce<T>::sharded(const ShardedArray<T>& a) const {
+  return arg_reduce(a, axis, keepdims, want_max);
+}
+
+namespace {
+constexpr std::source_location kLibrary{};
+}  // namespace
+
+template <Dtype T>
+Tensor<std::int64_t> argmax(const Tensor<T>& x, int axis, bool keepdims) {
+  return detail::bind_at(prim::ArgReduce<T>{{}, axis, keepdims, true}, kLibrary, x);
+}
+template <Dtype T>
+Tensor<std::int64_t> argmin(const Tensor<T>& x, int axis, bool keepdims) {
+  return detail::bind_at(prim::ArgReduce<T>{{}, axis, keepdims, false}, kLibrary, x);
+}
+template <Dtype T>
+Tensor<std::int64_t> argmax(const Tensor<T>& x) {
+  return argmax(reshape(x, Shape{-1}), 0);
+}
+template <Dtype T>
+Tensor<std::int64_t> argmin(const Tensor<T>& x) {
+  return argmin(reshape(x, Shape{-1}), 0);
+}
+template <Dtype T>
 ShardedArray<std::int64_t> argmax(const ShardedArray<T>& a, int axis, bool keepdims) {
-  if (detail::recording_tape_for(a)) return detail::paused([&] { return arg_reduce(a, axis, keepdims, true); });
-  return arg_reduce(a, axis, keepdims, true);
+  return detail::bind_at(prim::ArgReduce<T>{{}, axis, keepdims, true}, kLibrary, a);
 }
 template <Dtype T>
 ShardedArray<std::int64_t> argmin(const ShardedArray<T>& a, int axis, bool keepdims) {
-  if (detail::recording_tape_for(a)) return detail::paused([&] { return arg_reduce(a, axis, keepdims, false); });
-  return arg_reduce(a, axis, keepdims, false);
+  return detail::bind_at(prim::ArgReduce<T>{{}, axis, keepdims, false}, kLibrary, a);
 }
 
 #define SHARD_INSTANTIATE_REDUCE(T)                                                                  \
-  template ShardedArray<std::int64_t> argmax<T>(const ShardedArray<T>&, int, bool);                  \
-  template ShardedArray<std::int64_t> argmin<T>(const ShardedArray<T>&, int, bool);
+  template ShardedArray<std::int64_t> argmax<T>(const ShardedArray<T>&, int, bool); \
+  template ShardedArray<std::int64_t> argmin<T>(const ShardedArray<T>&, int, bool); \
+  template Tensor<std::int64_t> argmax<T>(const Tensor<T>&, int, bool);             \
+  template Tensor<std::int64_t> argmin<T>(const Tensor<T>&, int, bool);             \
+  template Tensor<std::int64_t> argmax<T>(const Tensor<T>&);                        \
+  template Tensor<std::int64_t> argmin<T>(const Tensor<T>&);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_REDUCE)
 #undef SHARD_INSTANTIATE_REDUCE
 

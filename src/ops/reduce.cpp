@@ -67,32 +67,31 @@ Tensor<T> Reduce<T>::finalize(const Tensor<Partial>& combined) const {
 
 template <Dtype T>
 template <ArrayLike X>
-KernelVjp<X, X> Reduce<T>::vjp(const std::vector<bool>&, const X& out, const X& x) const {
+KernelVjp<X, X> Reduce<T>::vjp(const VjpNeed&, const X& out, const X& x) const {
   using detail::keep;
   const Shape kshape = detail::keepdims_shape(x.shape(), dims);
   detail::NodeMeta<X> xm(x);
   auto kept = [kshape, keepdims = keepdims](const X& ct) {
     return keepdims ? ct.alias() : reshape(ct, kshape);
   };
-  using Cts = std::vector<std::optional<X>>;
   switch (kind) {
     case ReduceKind::kSum:
-      return [xm, kept](const X& ct, const std::vector<bool>&) {
-        return Cts{detail::broadcast_like(kept(ct), xm)};
+      return [xm, kept](const X& ct, const VjpNeed&) {
+        return cotangents<X>(detail::broadcast_like(kept(ct), xm));
       };
     case ReduceKind::kMean:
-      return [xm, kept, count = count](const X& ct, const std::vector<bool>&) {
-        return Cts{detail::broadcast_like(kept(ct) / static_cast<T>(count), xm)};
+      return [xm, kept, count = count](const X& ct, const VjpNeed&) {
+        return cotangents<X>(detail::broadcast_like(kept(ct) / static_cast<T>(count), xm));
       };
     case ReduceKind::kMax:
     case ReduceKind::kMin:
-      return [kept, dims = dims, xk = keep(x), ok = keep(out)](const X& ct, const std::vector<bool>&) {
+      return [kept, dims = dims, xk = keep(x), ok = keep(out)](const X& ct, const VjpNeed&) {
         const X hit = astype<T>(equal(xk, kept(ok)));
         const X ties = reduce(hit, ReduceKind::kSum, Dims(dims), true);
-        return Cts{hit * (kept(ct) / ties)};
+        return cotangents<X>(hit * (kept(ct) / ties));
       };
     case ReduceKind::kProd:
-      return [kept, dims = dims, xk = keep(x), ok = keep(out)](const X& ct, const std::vector<bool>&) {
+      return [kept, dims = dims, xk = keep(x), ok = keep(out)](const X& ct, const VjpNeed&) {
         // d prod / dx_i = prod of the others: out / x_i where x_i != 0; where x_i is the only
         // zero of its group, the product of the group's non-zeros; 0 with two zeros or more.
         const auto zero = equal(xk, T(0));
@@ -100,7 +99,7 @@ KernelVjp<X, X> Reduce<T>::vjp(const std::vector<bool>&, const X& out, const X& 
         const X prod_nz = reduce(nz, ReduceKind::kProd, Dims(dims), true);
         const X zeros_in = reduce(astype<T>(zero), ReduceKind::kSum, Dims(dims), true);
         const X others = where(zero, where(equal(zeros_in, T(1)), prod_nz, T(0)), kept(ok) / nz);
-        return Cts{others * kept(ct)};
+        return cotangents<X>(others * kept(ct));
       };
   }
   return nullptr;

@@ -118,8 +118,8 @@ Tensor<T> record_collective(Tape& tape, const char* op, const Tensor<T>& x, std:
   operand.set_ad(x.ad());
   Tensor<T> out = paused(kernel);
   if constexpr (FloatDtype<T>) {
-    KernelVjp<Tensor<T>, Tensor<T>> vjp = [transpose](const Tensor<T>& ct, const std::vector<bool>&) {
-      return std::vector<std::optional<Tensor<T>>>{transpose(ct)};
+    KernelVjp<Tensor<T>, Tensor<T>> vjp = [transpose](const Tensor<T>& ct, const VjpNeed&) {
+      return cotangents<Tensor<T>>(transpose(ct));
     };
     return record_vjp<Tensor<T>, Tensor<T>>(tape, op, std::move(out), {&operand}, std::move(vjp), out_vma,
                                             ct_extra);

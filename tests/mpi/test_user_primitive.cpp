@@ -36,9 +36,9 @@ struct Hypot : shard::Primitive {
     return out;
   }
   template <ArrayLike X>
-  KernelVjp<X, X> vjp(const std::vector<bool>&, const X& out, const X& a, const X& b) const {
-    return [a = a, b = b, out = out](const X& ct, const std::vector<bool>& need) {
-      std::vector<std::optional<X>> r(2);
+  KernelVjp<X, X> vjp(const shard::VjpNeed&, const X& out, const X& a, const X& b) const {
+    return [a = a, b = b, out = out](const X& ct, const shard::VjpNeed& need) {
+      shard::Cotangents<X> r(2);
       const X q = ct / out;
       if (need[0]) r[0] = shard::sum_to_shape(q * a, a.shape());
       if (need[1]) r[1] = shard::sum_to_shape(q * b, b.shape());
@@ -66,11 +66,11 @@ struct RowSumSquares : shard::Primitive {
     return out;
   }
   template <ArrayLike X>
-  KernelVjp<X, X> vjp(const std::vector<bool>&, const X&, const X& x) const {
-    return [x = x](const X& ct, const std::vector<bool>&) {
+  KernelVjp<X, X> vjp(const shard::VjpNeed&, const X&, const X& x) const {
+    return [x = x](const X& ct, const shard::VjpNeed&) {
       shard::Shape s = ct.shape();
       s.push_back(1);
-      return std::vector<std::optional<X>>{shard::reshape(ct, s) * x * 2.0};
+      return shard::cotangents<X>(shard::reshape(ct, s) * x * 2.0);
     };
   }
 };

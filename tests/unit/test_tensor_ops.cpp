@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "shard/core/tensor_ops.hpp"
+#include "shard/ops/nn.hpp"
 #include "shard/error.hpp"
 
 namespace shard {

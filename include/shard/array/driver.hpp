@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <source_location>
+#include <span>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -87,17 +88,6 @@ ShardedArray<T> assemble(const Shape& shape, const NamedSharding& sharding, std:
   return ShardedArray<T>(shape, sharding, std::move(shards));
 }
 
-/// x's shards' devices and boxes around new blocks.
-template <typename R, typename T>
-std::vector<Shard<R>> rewrap(const ShardedArray<T>& x, std::vector<Tensor<R>> blocks) {
-  std::vector<Shard<R>> shards;
-  shards.reserve(blocks.size());
-  const auto& in = x.addressable_shards();
-  for (std::size_t i = 0; i < blocks.size(); ++i)
-    shards.push_back(Shard<R>{in[i].device, in[i].box, std::move(blocks[i])});
-  return shards;
-}
-
 /// Collective over the devices that differ along `axes` (local when axes is None): combines
 /// per-device partial blocks with `op` and assembles the result sharded as `out`.
 template <typename T>
@@ -148,7 +138,7 @@ constexpr bool kernel_validates() {
 }
 
 template <typename P, typename Out, typename... X>
-concept HasVjp = requires(const P& p, const std::vector<bool>& need, const Out& out, const X&... xs) {
+concept HasVjp = requires(const P& p, const VjpNeed& need, const Out& out, const X&... xs) {
   p.vjp(need, out, xs...);
 };
 
@@ -173,26 +163,25 @@ bind_result_t<P, X...> record_primitive(Tape& tape, const P& p, const std::sourc
                                         const X&... xs) {
   using Out = bind_result_t<P, X...>;
   Out out = paused([&] { return bind_at(p, where, xs...); });
-  std::vector<const Out*> ins;
+  std::array<const Out*, sizeof...(X)> ins{};
+  std::size_t n = 0;
   std::uint32_t vma = 0;
   (
       [&] {
-        if constexpr (std::is_same_v<X, Out>) ins.push_back(&xs);
+        if constexpr (std::is_same_v<X, Out>) ins[n++] = &xs;
         vma |= vma_of(xs, tape);
       }(),
       ...);
+  const std::span<const Out* const> inputs(ins.data(), n);
   if constexpr (FloatDtype<elem_t<Out>>) {
-    if (any_differentiable(tape, ins)) {
+    if (any_differentiable(tape, inputs)) {
       if constexpr (HasVjp<P, Out, X...>) {
-        std::vector<bool> need;
-        need.reserve(ins.size());
-        for (const Out* x : ins) need.push_back(differentiable_on(*x, tape));
+        VjpNeed need{0, n};
+        for (std::size_t i = 0; i < n; ++i)
+          if (differentiable_on(*ins[i], tape)) need.bits |= std::uint64_t{1} << i;
         KernelVjp<Out, Out> vjp = p.vjp(need, out, xs...);
-        if (!vjp)
-          vjp = [](const Out&, const std::vector<bool>&) {
-            return std::vector<std::optional<Out>>{};
-          };  // zero
-        return record_vjp<Out, Out>(tape, p.name(), std::move(out), ins, std::move(vjp), vma, 0,
+        if (!vjp) vjp = [](const Out&, const VjpNeed&) { return Cotangents<Out>(); };  // zero
+        return record_vjp<Out, Out>(tape, p.name(), std::move(out), inputs, std::move(vjp), vma, 0,
                                     linear_local_of<P>());
       } else {
         raise_not_differentiable(p.name(), "the primitive has no vjp()");
@@ -243,22 +232,25 @@ template <typename P, Dtype... T>
 auto run_sharded(const P& p, const std::source_location& where, const ShardedArray<T>&... xs) {
   using R = kernel_result_t<P, T...>;
   const auto& first = std::get<0>(std::forward_as_tuple(xs...));
-  (
-      [&] {
-        if (!(first.mesh() == xs.mesh()))
-          check_same_devices(first.mesh(), xs.mesh(), located(p.name(), where));
-      }(),
-      ...);
+  if constexpr (sizeof...(T) > 1) {
+    (
+        [&] {
+          if (!(first.mesh() == xs.mesh()))
+            check_same_devices(first.mesh(), xs.mesh(), located(p.name(), where));
+        }(),
+        ...);
+  }
   if constexpr (requires { p.sharded(xs...); }) {
     return p.sharded(xs...);  // a primitive whose communication is not a closing collective (a scan)
   }
   const FactorRule& rule = p.rule();
   if (rule.elementwise() && all_like(xs...)) {  // the common case: blocks already line up
-    std::vector<Tensor<R>> blocks;
-    const std::size_t n = first.addressable_shards().size();
-    blocks.reserve(n);
-    for (std::size_t b = 0; b < n; ++b) blocks.push_back(p.kernel(xs.addressable_shards()[b].data...));
-    return ShardedArray<R>(first.shape(), first.sharding(), rewrap(first, std::move(blocks)));
+    const auto& in = first.addressable_shards();
+    std::vector<Shard<R>> shards;
+    shards.reserve(in.size());
+    for (std::size_t b = 0; b < in.size(); ++b)
+      shards.push_back(Shard<R>{in[b].device, in[b].box, p.kernel(xs.addressable_shards()[b].data...)});
+    return ShardedArray<R>(first.shape(), first.sharding(), std::move(shards));
   }
   const FactorRule::Factors factors = rule.expand({&xs.shape()...}, p.name(), where);
   const std::shared_ptr<const OpPlan> plan = plan_op(rule, factors, {layout_of(xs)...});

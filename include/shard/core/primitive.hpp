@@ -11,7 +11,7 @@
 ///     template <shard::Dtype T>                                   // the local kernel on blocks
 ///     shard::Tensor<T> kernel(const shard::Tensor<T>& a, const shard::Tensor<T>& b) const;
 ///     template <shard::ArrayLike X>                               // its VJP (optional)
-///     shard::KernelVjp<X, X> vjp(const std::vector<bool>& need, const X& out, const X& a, const X& b) const;
+///     shard::KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& a, const X& b) const;
 ///   };
 ///
 /// and `shard::bind(Hypot{}, a, b)` (array/driver.hpp; the caller's line is kept for messages) runs it on

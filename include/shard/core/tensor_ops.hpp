@@ -56,6 +56,8 @@ template <Dtype T>
 Tensor<T> reduce_kernel(const Tensor<T>& x, ReduceKind kind, const Dims& dims, bool keepdims);
 template <Dtype T>
 Tensor<T> prefix_sum_kernel(const Tensor<T>& x, int axis, bool reverse);
+template <Dtype T>
+Tensor<std::int64_t> arg_reduce_kernel(const Tensor<T>& x, int axis, bool keepdims, bool want_max);
 }  // namespace detail
 /// In place: x = x op y, y broadcast to x's shape (ShapeError otherwise).
 template <Dtype T>

@@ -2,20 +2,27 @@
 /// \file The hook through which a kernel hands its op to the transformation that records it
 /// (DESIGN.md "Layers": declarations only; core never includes autodiff).
 ///
-/// Every primitive kernel of both views starts with
+/// The op driver (array/driver.hpp) records every primitive of the op table through
+/// record_vjp below: when a tape records one of the operands it runs the op with recording
+/// paused and hands the tape the primitive's VJP (the cotangents of its inputs); the autodiff
+/// layer makes the node (src/autodiff/record_vjp.cpp). Kernels with a VJP of their own (fused
+/// softmax, standardize, attention) and the collectives call record_vjp the same way.
 ///
-///   if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_binary(*tape, a, b, op);
+/// The ops not yet moved onto the driver (the shape family, products) still start with
 ///
-/// (one null test per operand when nothing is tracked). The recorders below are declared here
-/// and defined, with the VJP rules, by the autodiff layer (src/autodiff/record_*.cpp, which
-/// instantiate them for every dtype of the one dtype list and both views): a kernel knows that
-/// its op is recorded, not how. A kernel with a VJP of its own (a fused kernel whose derivative
-/// is another kernel of the same file: softmax, standardize, attention) records through
-/// record_vjp: it gives the cotangents of its inputs, the autodiff layer makes the node.
+///   if (auto* tape = detail::recording_tape_for(x)) return detail::record_transpose(*tape, x, perm);
+///
+/// (one null test per operand when nothing is tracked); those recorders are declared here and
+/// defined, with their VJP rules, by the autodiff layer (src/autodiff/record_*.cpp, instantiated
+/// for every dtype of the one dtype list and both views): a kernel knows that its op is
+/// recorded, not how.
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -91,20 +98,69 @@ ShardedArray<T> take_along_axis_transpose(const ShardedArray<T>& ct, const Shard
 
 // ---------------------------------------------------------------- kernels with their own VJP
 
+}  // namespace shard::detail
+
+namespace shard {
+/// Which inputs of an op need a cotangent (need[i]: input i is differentiable), at most 64.
+struct VjpNeed {
+  std::uint64_t bits = 0;
+  std::size_t n = 0;
+  bool operator[](std::size_t i) const { return (bits >> i) & 1u; }
+  std::size_t size() const { return n; }
+};
+}  // namespace shard
+
+namespace shard::detail {}  // namespace shard::detail
+
+namespace shard {
+/// The cotangents a VJP returns: entry i for input i, empty where the input gets none (a
+/// constant, or a zero). Up to three inline, so a primitive's backward step allocates nothing here.
+template <typename X>
+class Cotangents {
+ public:
+  Cotangents() = default;
+  explicit Cotangents(std::size_t n) : n_(n) {
+    if (n > inline_.size()) more_.resize(n);
+  }
+  std::size_t size() const { return n_; }
+  std::optional<X>& operator[](std::size_t i) { return n_ <= inline_.size() ? inline_[i] : more_[i]; }
+  const std::optional<X>& operator[](std::size_t i) const {
+    return n_ <= inline_.size() ? inline_[i] : more_[i];
+  }
+
+ private:
+  std::array<std::optional<X>, 3> inline_;
+  std::vector<std::optional<X>> more_;
+  std::size_t n_ = 0;
+};
+
+/// The cotangents of inputs 0, 1, ... (moved in).
+template <typename X, typename... More>
+Cotangents<X> cotangents(std::type_identity_t<X>&& first, More&&... more) {
+  Cotangents<X> r(1 + sizeof...(More));
+  r[0].emplace(std::move(first));
+  std::size_t i = 1;
+  ((r[i++].emplace(std::forward<More>(more))), ...);
+  return r;
+}
+}  // namespace shard
+
+namespace shard::detail {
+
 /// The cotangents of an op's inputs from its output's: entry i for input i (left empty when
 /// need[i] is false: that input is a constant).
 template <typename Out, typename In>
-using KernelVjp = std::function<std::vector<std::optional<In>>(const Out& ct, const std::vector<bool>& need)>;
+using KernelVjp = std::function<Cotangents<In>(const Out& ct, const VjpNeed& need)>;
 
 /// Records `out = op(inputs...)` with the VJP `vjp` (floating arrays; defined by autodiff): the
 /// result varies over the axes `vma`, the inputs' cotangents over those plus `ct_extra`.
 template <typename Out, typename In>
-Out record_vjp_node(Tape& tape, const char* op, Out out, const std::vector<const In*>& inputs,
+Out record_vjp_node(Tape& tape, const char* op, Out&& out, std::span<const In* const> inputs,
                     KernelVjp<Out, In> vjp, std::uint32_t vma, std::uint32_t ct_extra, bool linear_local);
 
 /// The vma of the inputs on `tape` (bit mask over the body's mesh axes).
 template <typename In>
-std::uint32_t vma_of_all(const Tape& tape, const std::vector<const In*>& inputs) {
+std::uint32_t vma_of_all(const Tape& tape, std::span<const In* const> inputs) {
   std::uint32_t vma = 0;
   for (const In* x : inputs) vma |= vma_of(*x, tape);
   return vma;
@@ -112,10 +168,19 @@ std::uint32_t vma_of_all(const Tape& tape, const std::vector<const In*>& inputs)
 
 /// True when one of the inputs is differentiable on `tape` (a node, not only a vma).
 template <typename In>
-bool any_differentiable(const Tape& tape, const std::vector<const In*>& inputs) {
+bool any_differentiable(const Tape& tape, std::span<const In* const> inputs) {
   for (const In* x : inputs)
     if (differentiable_on(*x, tape)) return true;
   return false;
+}
+
+template <typename In>
+std::uint32_t vma_of_all(const Tape& tape, const std::vector<const In*>& inputs) {
+  return vma_of_all(tape, std::span<const In* const>(inputs));
+}
+template <typename In>
+bool any_differentiable(const Tape& tape, const std::vector<const In*>& inputs) {
+  return any_differentiable(tape, std::span<const In* const>(inputs));
 }
 
 /// Records an op whose kernel computes its own VJP: a node when an input is differentiable
@@ -128,7 +193,7 @@ bool any_differentiable(const Tape& tape, const std::vector<const In*>& inputs) 
 /// must still carry their records: a kernel that moves an operand away passes a Tensor that holds only the
 /// operand's ad().
 template <typename Out, typename In>
-Out record_vjp(Tape& tape, const char* op, Out out, const std::vector<const In*>& inputs,
+Out record_vjp(Tape& tape, const char* op, Out&& out, std::span<const In* const> inputs,
                KernelVjp<Out, In> vjp, std::optional<std::uint32_t> out_vma = std::nullopt,
                std::uint32_t ct_extra = 0, bool linear_local = false) {
   const std::uint32_t vma = out_vma ? *out_vma : vma_of_all(tape, inputs);
@@ -136,7 +201,17 @@ Out record_vjp(Tape& tape, const char* op, Out out, const std::vector<const In*>
     if (any_differentiable(tape, inputs))
       return record_vjp_node(tape, op, std::move(out), inputs, std::move(vjp), vma, ct_extra, linear_local);
   }
-  return with_vma(tape, std::move(out), vma);
+  out.set_ad(vma ? std::make_shared<AdValue>(AdValue{tape.id(), vma, nullptr}) : nullptr);
+  return std::move(out);
+}
+
+/// The same with the inputs in a vector.
+template <typename Out, typename In>
+Out record_vjp(Tape& tape, const char* op, Out&& out, const std::vector<const In*>& inputs,
+               KernelVjp<Out, In> vjp, std::optional<std::uint32_t> out_vma = std::nullopt,
+               std::uint32_t ct_extra = 0, bool linear_local = false) {
+  return record_vjp<Out, In>(tape, op, std::move(out), std::span<const In* const>(inputs), std::move(vjp),
+                             out_vma, ct_extra, linear_local);
 }
 
 }  // namespace shard::detail

@@ -65,7 +65,7 @@ struct Binary : Primitive {
     return detail::binary_kernel(a, b, op);
   }
   template <ArrayLike X>
-  KernelVjp<X, X> vjp(const std::vector<bool>& need, const X& out, const X& a, const X& b) const;
+  KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& a, const X& b) const;
 };
 
 /// `a op s` (`s op a` when scalar_first).
@@ -79,7 +79,7 @@ struct BinaryScalar : Primitive {
   static const FactorRule& rule() { return detail::elementwise_rule(1); }
   Tensor<S> kernel(const Tensor<S>& a) const { return detail::binary_kernel(a, s, op, scalar_first); }
   template <ArrayLike X>
-  KernelVjp<X, X> vjp(const std::vector<bool>& need, const X& out, const X& a) const;
+  KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& a) const;
 };
 
 struct Compare : Primitive {
@@ -114,7 +114,7 @@ struct Unary : Primitive {
     return detail::unary_kernel(x, op);
   }
   template <ArrayLike X>
-  KernelVjp<X, X> vjp(const std::vector<bool>& need, const X& out, const X& x) const;
+  KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& x) const;
 };
 
 /// where(cond, a, b), bound with the operands in the order (a, b, cond): the result follows a,
@@ -128,8 +128,7 @@ struct Where : Primitive {
     return detail::where_kernel(cond, a, b);
   }
   template <ArrayLike X, ArrayLike C>
-  KernelVjp<X, X> vjp(const std::vector<bool>& need, const X& out, const X& a, const X& b,
-                      const C& cond) const;
+  KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& a, const X& b, const C& cond) const;
 };
 
 /// alpha * x + y in one pass over memory.
@@ -141,7 +140,7 @@ struct Axpy : Primitive {
   static const FactorRule& rule() { return detail::elementwise_rule(2); }
   Tensor<S> kernel(const Tensor<S>& x, const Tensor<S>& y) const;
   template <ArrayLike X>
-  KernelVjp<X, X> vjp(const std::vector<bool>& need, const X& out, const X& x, const X& y) const;
+  KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& x, const X& y) const;
 };
 
 }  // namespace prim

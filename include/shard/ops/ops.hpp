@@ -1,6 +1,7 @@
 #pragma once
 /// \file The op set on ShardedArray: the same numpy / jax.numpy operations as on Tensor
-/// (array_ops.hpp is the shared front end: operators, promotion, softmax, ...), run where the
+/// (array_ops.hpp is the shared front end: operators, promotion, reductions; nn.hpp the
+/// composites: softmax, gelu, layer_norm, losses), run where the
 /// shards are ("computation follows data"). Each kernel below runs the Tensor kernel of the
 /// same name on every local block and adds only the communication its sharding rule needs.
 ///
@@ -31,6 +32,7 @@
 #include "shard/array/sharded_array.hpp"
 #include "shard/core/shape_ops.hpp"
 #include "shard/core/tensor_ops.hpp"
+#include "shard/ops/nn.hpp"
 
 namespace shard {
 

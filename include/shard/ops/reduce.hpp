@@ -74,7 +74,7 @@ struct Reduce : Primitive {
   Tensor<Partial> partial(const Tensor<T>& block) const;
   Tensor<T> finalize(const Tensor<Partial>& combined) const;
   template <ArrayLike X>
-  KernelVjp<X, X> vjp(const std::vector<bool>& need, const X& out, const X& x) const;
+  KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& x) const;
 };
 
 /// Inclusive prefix sums along `axis` (from the end when reverse). Its rule is the identity;
@@ -90,11 +90,29 @@ struct PrefixSum : Primitive {
   Tensor<T> kernel(const Tensor<T>& x) const { return detail::prefix_sum_kernel(x, axis, reverse); }
   ShardedArray<T> sharded(const ShardedArray<T>& x) const;
   template <ArrayLike X>
-  KernelVjp<X, X> vjp(const std::vector<bool>&, const X&, const X&) const {
-    return [axis = axis, reverse = reverse](const X& ct, const std::vector<bool>&) {
-      return std::vector<std::optional<X>>{prefix_sum(ct, axis, !reverse)};
+  KernelVjp<X, X> vjp(const VjpNeed&, const X&, const X&) const {
+    return [axis = axis, reverse = reverse](const X& ct, const VjpNeed&) {
+      return cotangents<X>(prefix_sum(ct, axis, !reverse));
     };
   }
+};
+
+/// argmax / argmin along `axis` (numpy's: the first extreme; nan counts as the extreme), int64,
+/// not differentiable (an index: its result only carries the operand's vma). On ShardedArrays
+/// two collectives over the axes that split `axis` (sharded()): the extreme of each line, then
+/// the smallest global index that reaches it.
+template <Dtype T>
+struct ArgReduce : Primitive {
+  int axis;
+  bool keepdims;
+  bool want_max;
+  static constexpr bool kernel_validates = true;
+  const char* name() const { return want_max ? "argmax" : "argmin"; }
+  static const FactorRule& rule() { return detail::elementwise_rule(1); }
+  Tensor<std::int64_t> kernel(const Tensor<T>& x) const {
+    return detail::arg_reduce_kernel(x, axis, keepdims, want_max);
+  }
+  ShardedArray<std::int64_t> sharded(const ShardedArray<T>& x) const;
 };
 
 }  // namespace prim

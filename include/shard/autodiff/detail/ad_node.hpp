@@ -51,7 +51,7 @@ void add_in_place(ShardedArray<T>& acc, const ShardedArray<T>& v) {
   for (std::size_t i = 0; i < a.size(); ++i) add_in_place(a[i].data, b[i].data);
 }
 template <typename X>
-void accumulate(std::optional<X>& acc, X v) {
+void accumulate(std::optional<X>& acc, X&& v) {
   if (!acc) acc.emplace(std::move(v));
   else add_in_place(*acc, v);
 }
@@ -69,7 +69,7 @@ struct Node final : NodeBase {
 
   /// Adds a contribution that varies over the axes `ct_vma`; one that varies over axes the
   /// primal does not is summed over them when the node runs (the transpose of pvary).
-  void add(X v, std::uint32_t ct_vma) {
+  void add(X&& v, std::uint32_t ct_vma) {
     if (v.shape() != meta.shape)
       raise<Error>("autodiff: a cotangent of shape ", to_string(v.shape()), " reached '", op, "' whose value has shape ",
                    to_string(meta.shape), " (an internal error of a derivative rule)");
@@ -108,7 +108,7 @@ struct Node final : NodeBase {
 
   void backward(bool keep) override {
     if (!has_cotangent()) {
-      if (!keep) rule = nullptr;
+      if (!keep) drop_rule();
       return;
     }
     if constexpr (is_tensor_v<X>) {
@@ -116,21 +116,38 @@ struct Node final : NodeBase {
       // contributions that vary over more axes than this value pass through unsummed, so an
       // invariant parameter used in several places (a tied embedding and its transpose) is
       // psummed once, at its own node, over the sum of its uses.
-      if (linear_local && rule && !pending.empty()) {
-        for (auto& [mask, part] : pending) rule(part, vma | mask);
+      if (linear_local && has_rule() && !pending.empty()) {
+        for (auto& [mask, part] : pending) apply(part, vma | mask);
         pending.clear();
         if (!ct && deferred.empty()) {
-          if (!keep) rule = nullptr;
+          if (!keep) drop_rule();
           return;
         }
       }
     }
     const X& c = total();
-    if (rule) rule(c, vma);
+    apply(c, vma);
     if (!keep) {
-      rule = nullptr;  // frees the residuals
+      drop_rule();  // frees the residuals
       if (!leaf) ct.reset();
     }
+  }
+
+  bool has_rule() const { return rule || vjp; }
+  /// Runs the rule (or the primitive's VJP, pushing its cotangents to the input nodes).
+  void apply(const X& c, std::uint32_t v) {
+    if (rule) {
+      rule(c, v);
+    } else if (vjp) {
+      Cotangents<X> cts = vjp(c, vjp_need);
+      for (std::size_t i = 0; i < vjp_need.size() && i < cts.size(); ++i)
+        if (vjp_inputs[i] && cts[i]) vjp_inputs[i]->add(std::move(*cts[i]), v | ct_extra);
+    }
+  }
+  void drop_rule() {
+    rule = nullptr;
+    vjp = nullptr;
+    vjp_inputs = {};
   }
   void reset() override {
     ct.reset();
@@ -142,6 +159,12 @@ struct Node final : NodeBase {
   std::uint32_t vma;
   NodeMeta<X> meta;
   Rule rule;
+  /// A primitive's VJP with up to three inputs of this node's type (record_vjp): the cotangents
+  /// it returns go to vjp_inputs (no rule closure around it).
+  KernelVjp<X, X> vjp;
+  std::array<std::shared_ptr<Node>, 3> vjp_inputs;
+  VjpNeed vjp_need;
+  std::uint32_t ct_extra = 0;
   bool leaf = false;
   bool linear_local = false;  ///< a linear op without communication (see backward)
   std::optional<X> ct;

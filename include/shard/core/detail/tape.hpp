@@ -7,13 +7,11 @@
 /// accumulated from its consumers. The backward pass walks the nodes in reverse order, runs
 /// each node's rule on its cotangent and frees the node's residuals as it goes.
 ///
-/// Every primitive op kernel (Tensor and ShardedArray, same names) starts with
-///
-///   if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_binary(*tape, a, b, op);
-///
-/// which costs a null-pointer test per operand when nothing is tracked. The record_* functions
-/// (declared in core/trace.hpp, defined by autodiff with the rules of vjp_rules.hpp) run the
-/// kernel with recording paused and append a node whose rule is written with the same ops.
+/// The op driver (array/driver.hpp) starts every primitive with recording_tape_for(operands...),
+/// which costs a null-pointer test per operand when nothing is tracked; when a tape records, it
+/// runs the kernel with recording paused and appends a node through record_vjp (core/trace.hpp)
+/// whose rule, the primitive's VJP, is written with the same ops. The ops not yet on the driver
+/// call the recorders of core/trace.hpp the same way.
 ///
 /// Device tapes (one per device thread, while a shard_map is differentiated from outside) also
 /// track each value's vma: an op's result varies over the union of its operands' axes, and a
