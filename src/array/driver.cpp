@@ -37,14 +37,16 @@ OpPlan compute_plan(const FactorRule::Factors& f, const std::vector<OperandLayou
     std::vector<SpecEntry> entries;
     entries.reserve(ids.size());
     for (int id : ids) entries.push_back(id >= 0 ? axes[static_cast<std::size_t>(id)] : SpecEntry());
-    return NamedSharding(mesh, PartitionSpec(std::move(entries)));
+    return PartitionSpec(std::move(entries));
   };
-  // The result keeps the base's sharding as written when it is the base's own layout.
-  OpPlan plan{
-      bf == f.result && *operands[base].shape == f.result_shape ? bs : spec_of(f.result), {}, SpecEntry()};
+  // The result keeps the base's spec as written when it is the base's own layout.
+  OpPlan plan{base,
+              bf == f.result && *operands[base].shape == f.result_shape ? bs.spec() : spec_of(f.result),
+              {},
+              SpecEntry()};
   for (std::size_t k = 0; k < operands.size(); ++k) {
-    NamedSharding want = spec_of(f.operands[k]);
-    if (*operands[k].sharding == want)
+    PartitionSpec want = spec_of(f.operands[k]);
+    if (*operands[k].sharding == NamedSharding(mesh, want))
       plan.want.emplace_back();
     else
       plan.want.emplace_back(std::move(want));

@@ -54,11 +54,14 @@ OperandLayout layout_of(const ShardedArray<T>& x) {
   return {&x.sharding(), &x.shape(), x.committed()};
 }
 
-/// What the driver does for one op: the result's sharding, the sharding each operand must be
-/// resharded to first (none: as it is), the mesh axes the closing collective combines over.
+/// What the driver does for one op, on the mesh of operand `base`: the result's spec, the spec
+/// each operand must be resharded to first (none: as it is), the mesh axes the closing
+/// collective combines over. Specs only: a cached plan keeps no Mesh (whose communicators must
+/// not outlive the user's last copy).
 struct OpPlan {
-  NamedSharding out;
-  std::vector<std::optional<NamedSharding>> want;
+  std::size_t base = 0;
+  PartitionSpec out;
+  std::vector<std::optional<PartitionSpec>> want;
   SpecEntry closing;
 };
 
@@ -71,10 +74,10 @@ std::shared_ptr<const OpPlan> plan_op(const FactorRule& rule, const FactorRule::
 
 /// x itself when it already has sharding `want` (no copy), else its reshard, kept in `keep`.
 template <typename T>
-const ShardedArray<T>& lined_up(const ShardedArray<T>& x, const std::optional<NamedSharding>& want,
-                                std::optional<ShardedArray<T>>& keep) {
+const ShardedArray<T>& lined_up(const ShardedArray<T>& x, const std::optional<PartitionSpec>& want,
+                                const Mesh& mesh, std::optional<ShardedArray<T>>& keep) {
   if (!want) return x;
-  return keep.emplace(reshard(x, *want));
+  return keep.emplace(reshard(x, NamedSharding(mesh, *want)));
 }
 
 /// An array from one block per local device of `sharding`'s mesh (local mesh order).
@@ -195,8 +198,11 @@ bind_result_t<P, X...> record_primitive(Tape& tape, const P& p, const std::sourc
 template <typename P, typename R, Dtype... T, std::size_t... I>
 ShardedArray<R> run_blocks(const P& p, const OpPlan& plan, const Shape& out_shape, std::index_sequence<I...>,
                            const ShardedArray<T>&... xs) {
+  const std::array<const Mesh*, sizeof...(T)> meshes{&xs.mesh()...};
+  const Mesh& mesh = *meshes[plan.base];
+  const NamedSharding out(mesh, plan.out);
   std::tuple<std::optional<ShardedArray<T>>...> keep;
-  const auto lined = std::forward_as_tuple(lined_up(xs, plan.want[I], std::get<I>(keep))...);
+  const auto lined = std::forward_as_tuple(lined_up(xs, plan.want[I], mesh, std::get<I>(keep))...);
   std::vector<Tensor<R>> blocks;
   const std::size_t n = std::get<0>(lined).addressable_shards().size();
   blocks.reserve(n);
@@ -207,15 +213,14 @@ ShardedArray<R> run_blocks(const P& p, const OpPlan& plan, const Shape& out_shap
     partials.reserve(n);
     for (std::size_t b = 0; b < n; ++b)
       partials.push_back(p.partial(std::get<I>(lined).addressable_shards()[b].data...));
-    ShardedArray<A> combined =
-        combine_over(std::move(partials), plan.closing, closing_of(p), plan.out, out_shape);
+    ShardedArray<A> combined = combine_over(std::move(partials), plan.closing, closing_of(p), out, out_shape);
     for (const auto& s : combined.addressable_shards()) blocks.push_back(p.finalize(s.data));
-    return assemble(out_shape, plan.out, std::move(blocks));
+    return assemble(out_shape, out, std::move(blocks));
   } else {
     for (std::size_t b = 0; b < n; ++b)
       blocks.push_back(p.kernel(std::get<I>(lined).addressable_shards()[b].data...));
-    if (plan.closing.is_none()) return assemble(out_shape, plan.out, std::move(blocks));
-    return combine_over(std::move(blocks), plan.closing, closing_of(p), plan.out, out_shape);
+    if (plan.closing.is_none()) return assemble(out_shape, out, std::move(blocks));
+    return combine_over(std::move(blocks), plan.closing, closing_of(p), out, out_shape);
   }
 }
 

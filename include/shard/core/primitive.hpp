@@ -11,19 +11,32 @@
 ///     template <shard::Dtype T>                                   // the local kernel on blocks
 ///     shard::Tensor<T> kernel(const shard::Tensor<T>& a, const shard::Tensor<T>& b) const;
 ///     template <shard::ArrayLike X>                               // its VJP (optional)
-///     shard::KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& a, const X& b) const;
+///     shard::KernelVjp<X, X> vjp(const shard::VjpNeed& need, const X& out, const X& a, const X& b) const;
 ///   };
 ///
-/// and `shard::bind(Hypot{}, a, b)` (array/driver.hpp; the caller's line is kept for messages) runs it on
-/// Tensors or ShardedArrays. The driver does the rest: it checks the operands, plans the result's sharding
-/// and the operands' reshards from rule() (cached by the operands' signatures), runs kernel() on each
-/// device's blocks, closes with a collective over the axes that split a reduced factor (`closing`, a
-/// ReduceKind member: psum by default) and records vjp() when a tape records. A primitive
-/// without vjp() raises when differentiated, as JAX does for a primitive without a JVP rule.
+/// and `shard::bind(Hypot{}, a, b)` (array/driver.hpp; the caller's line is kept for messages)
+/// runs it on Tensors or ShardedArrays. The driver does the rest: it checks the operands, plans
+/// the result's sharding and the operands' reshards from rule() (cached by the operands'
+/// signatures), runs kernel() on each device's blocks, closes with a collective over the axes
+/// that split a reduced factor and records vjp() when a tape records. vjp() returns a closure
+/// that maps the result's cotangent to the operands' (`shard::cotangents(da, db)`, or a
+/// `shard::Cotangents<X>` with an empty entry where need[i] is false); it runs on the same ops,
+/// so the backward pass communicates as the forward's rules say. A primitive without vjp()
+/// raises when differentiated, as JAX does for a primitive without a differentiation rule.
 ///
-/// Optional members: `static constexpr ReduceKind closing` (the collective that combines the
-/// partial blocks of a reduced factor). Room for what the next transformations add: a batching
-/// rule (vmap) and a fusion class (jit) are members of the same struct.
+/// Optional members:
+///   - `static constexpr ReduceKind closing` or `ReduceKind closing_kind() const`: the
+///     collective that combines the partial blocks of a reduced factor (psum by default);
+///   - `partial(blocks...)` and `finalize(combined)`: the partial results that cross devices
+///     (float64 partials of a float32 sum) and the step after the collective;
+///   - `sharded(arrays...)`: the sharded view of a primitive whose communication is not one
+///     closing collective (a scan's block totals, argmax's two steps);
+///   - `static constexpr bool kernel_validates`: the kernel checks its operands itself (the
+///     Tensor view then skips the rule's check);
+///   - `static constexpr bool linear_local`: a linear op without communication (the transpose
+///     of pvary passes through its node).
+/// Room for what the next transformations add: a batching rule (vmap) and a fusion class (jit)
+/// are members of the same struct.
 
 #include <cstdint>
 #include <source_location>
