@@ -1,4 +1,4 @@
-// The sharding helpers the hand-planned ShardedArray ops share (result_sharding, matching_sharding,
+// The sharding helpers the hand-planned ShardedArray ops share (matching_sharding,
 // axes_of_dims) and the bridges from a Tensor to a ShardedArray (uncommitted arrays, scalars).
 // The elementwise ops are primitives of the op table (ops/elementwise.hpp).
 
@@ -12,25 +12,6 @@
 namespace shard {
 
 namespace detail {
-
-NamedSharding result_sharding(const std::vector<OperandLayout>& operands, const Shape& out_shape) {
-  for (bool committed_only : {true, false})
-    for (const auto& o : operands)
-      if (*o.shape == out_shape && (o.committed || !committed_only)) return *o.sharding;
-  // No operand has the full shape: the first committed one's entries on its non-broadcast dims.
-  const OperandLayout* base = &operands.front();
-  for (const auto& o : operands)
-    if (o.committed) {
-      base = &o;
-      break;
-    }
-  std::vector<SpecEntry> entries(out_shape.size());
-  const Shape& s = *base->shape;
-  const std::size_t lead = out_shape.size() - s.size();
-  for (std::size_t k = 0; k < s.size(); ++k)
-    if (s[k] == out_shape[k + lead]) entries[k + lead] = base->sharding->spec()[static_cast<int>(k)];
-  return NamedSharding(base->sharding->mesh(), PartitionSpec(std::move(entries)));
-}
 
 NamedSharding matching_sharding(const NamedSharding& out, const Shape& out_shape, const Shape& shape) {
   const std::size_t lead = out_shape.size() - shape.size();

@@ -11,9 +11,6 @@
 
 namespace shard::detail {
 
-/// The result sharding of an elementwise op over `operands` (the rule in ops.hpp).
-NamedSharding result_sharding(const std::vector<OperandLayout>& operands, const Shape& out_shape);
-
 /// The sharding an operand of `shape` needs so that each device's block lines up with its
 /// block of a result sharded as `out` with shape `out_shape` (None on broadcast dims).
 NamedSharding matching_sharding(const NamedSharding& out, const Shape& out_shape, const Shape& shape);
