@@ -42,6 +42,10 @@ void transpose_tiles(const T* __restrict in, T* __restrict out, std::int64_t bat
       }
 }
 
+}  // namespace
+
+namespace detail {
+
 Shape resolve_reshape(const Shape& from, Shape to) {
   const std::int64_t n = num_elements(from);
   int wild = -1;
@@ -68,30 +72,33 @@ Shape resolve_reshape(const Shape& from, Shape to) {
   return to;
 }
 
-}  // namespace
+Shape expand_dims_shape(const Shape& from, int axis) {
+  const int a = resolve_dim(axis, static_cast<int>(from.size()) + 1, "expand_dims");
+  Shape s = from;
+  s.insert(s.begin() + a, 1);
+  return s;
+}
+
+Shape squeeze_shape(const Shape& from, const Dims& dims) {
+  const std::vector<int> drop = squeezed_dims(from, dims);
+  Shape s;
+  for (int d = 0; d < static_cast<int>(from.size()); ++d)
+    if (!std::binary_search(drop.begin(), drop.end(), d)) s.push_back(from[d]);
+  return s;
+}
+
+}  // namespace detail
 
 template <Dtype T>
-Tensor<T> reshape(const Tensor<T>& x, Shape shape) {
-  if (auto* tape = detail::recording_tape_for(x))
-    return detail::record_reshape_like<Tensor<T>>(*tape, x, "reshape", [&] {
-      // Inside a differentiated function the result shares x's memory (as autodiff's residuals
-      // do; an in-place op on either copies first): no copy for the reshapes of a body.
-      if (!x.owns_memory()) return reshape(x, shape);  // a borrow: the result must own its memory
-      Tensor<T> view = x.alias();
-      view.set_ad(nullptr);
-      return std::move(view).reshaped(resolve_reshape(x.shape(), std::move(shape)));
-    });
-  return x.reshaped(resolve_reshape(x.shape(), std::move(shape)));
-}
-template <Dtype T>
 Tensor<T> reshape(Tensor<T>&& x, Shape shape) {
-  Shape s = resolve_reshape(x.shape(), std::move(shape));
+  Shape s = detail::resolve_reshape(x.shape(), std::move(shape));
   return std::move(x).reshaped(std::move(s));
 }
 
+namespace detail {
+
 template <Dtype T>
-Tensor<T> transpose(const Tensor<T>& x, std::vector<int> perm) {
-  if (auto* tape = detail::recording_tape_for(x)) return detail::record_transpose(*tape, x, std::move(perm));
+Tensor<T> transpose_kernel(const Tensor<T>& x, std::vector<int> perm) {
   const int rank = x.rank();
   if (perm.empty())
     for (int k = rank - 1; k >= 0; --k) perm.push_back(k);
@@ -115,25 +122,7 @@ Tensor<T> transpose(const Tensor<T>& x, std::vector<int> perm) {
 }
 
 template <Dtype T>
-Tensor<T> expand_dims(const Tensor<T>& x, int axis) {
-  const int a = resolve_dim(axis, x.rank() + 1, "expand_dims");
-  Shape s = x.shape();
-  s.insert(s.begin() + a, 1);
-  return x.reshaped(std::move(s));
-}
-
-template <Dtype T>
-Tensor<T> squeeze(const Tensor<T>& x, const Dims& dims) {
-  const std::vector<int> drop = detail::squeezed_dims(x.shape(), dims);
-  Shape s;
-  for (int d = 0; d < x.rank(); ++d)
-    if (!std::binary_search(drop.begin(), drop.end(), d)) s.push_back(x.shape()[d]);
-  return x.reshaped(std::move(s));
-}
-
-template <Dtype T>
-Tensor<T> broadcast_to(const Tensor<T>& x, const Shape& shape) {
-  if (auto* tape = detail::recording_tape_for(x)) return detail::record_broadcast_to(*tape, x, shape);
+Tensor<T> broadcast_to_kernel(const Tensor<T>& x, const Shape& shape) {
   if (shape.size() < x.shape().size() || broadcast_shapes(x.shape(), shape) != shape)
     raise<ShapeError>("broadcast_to: shape ", to_string(x.shape()), " does not broadcast to ", to_string(shape));
   Tensor<T> out(shape);
@@ -142,8 +131,7 @@ Tensor<T> broadcast_to(const Tensor<T>& x, const Shape& shape) {
 }
 
 template <Dtype T>
-Tensor<T> slice(const Tensor<T>& x, const std::vector<Index>& index) {
-  if (auto* tape = detail::recording_tape_for(x)) return detail::record_slice(*tape, x, index);
+Tensor<T> slice_kernel(const Tensor<T>& x, const std::vector<Index>& index) {
   const IndexPlan p = plan_index(x.shape(), index);
   const Shape in_st = strides_of(x.shape());
   Shape full, st;  // the selection with dropped dims kept as size 1
@@ -159,9 +147,8 @@ Tensor<T> slice(const Tensor<T>& x, const std::vector<Index>& index) {
 }
 
 template <Dtype T>
-Tensor<T> concatenate(const std::vector<Tensor<T>>& xs, int axis) {
+Tensor<T> concatenate_kernel(const std::vector<Tensor<T>>& xs, int axis) {
   if (xs.empty()) raise<ValueError>("concatenate: need at least one array");
-  if (auto* tape = detail::recording_tape_for_list(xs)) return detail::record_concatenate(*tape, xs, axis);
   const int rank = xs[0].rank();
   const int a = detail::concatenate_axis(axis, rank);
   Shape out_shape = xs[0].shape();
@@ -185,9 +172,8 @@ Tensor<T> concatenate(const std::vector<Tensor<T>>& xs, int axis) {
 }
 
 template <Dtype T>
-Tensor<T> stack(const std::vector<Tensor<T>>& xs, int axis) {
+Tensor<T> stack_kernel(const std::vector<Tensor<T>>& xs, int axis) {
   if (xs.empty()) raise<ValueError>("stack: need at least one array");
-  if (auto* tape = detail::recording_tape_for_list(xs)) return detail::record_stack(*tape, xs, axis);
   const int a = resolve_dim(axis, xs[0].rank() + 1, "stack");
   std::vector<Tensor<T>> expanded;
   for (std::size_t i = 0; i < xs.size(); ++i) {
@@ -196,13 +182,12 @@ Tensor<T> stack(const std::vector<Tensor<T>>& xs, int axis) {
     s.insert(s.begin() + a, 1);
     expanded.push_back(Tensor<T>::borrow(const_cast<T*>(xs[i].data()), std::move(s)));  // read only
   }
-  return concatenate(expanded, a);
+  return concatenate_kernel(expanded, a);
 }
 
 template <Dtype T, Dtype I>
-Tensor<T> take(const Tensor<T>& x, const Tensor<I>& indices, int axis) {
+Tensor<T> take_kernel(const Tensor<T>& x, const Tensor<I>& indices, int axis) {
   static_assert(std::is_integral_v<I> && !std::is_same_v<I, bool>, "take: indices must be int32 or int64");
-  if (auto* tape = detail::recording_tape_for(x, indices)) return detail::record_take(*tape, x, indices, axis, false);
   const int a = resolve_dim(axis, x.rank(), "take");
   Shape out_shape(x.shape().begin(), x.shape().begin() + a);
   out_shape.insert(out_shape.end(), indices.shape().begin(), indices.shape().end());
@@ -228,9 +213,8 @@ Tensor<T> take(const Tensor<T>& x, const Tensor<I>& indices, int axis) {
 }
 
 template <Dtype T, Dtype I>
-Tensor<T> take_along_axis(const Tensor<T>& x, const Tensor<I>& indices, int axis) {
+Tensor<T> take_along_axis_kernel(const Tensor<T>& x, const Tensor<I>& indices, int axis) {
   static_assert(std::is_integral_v<I> && !std::is_same_v<I, bool>, "take_along_axis: indices must be int32 or int64");
-  if (auto* tape = detail::recording_tape_for(x, indices)) return detail::record_take(*tape, x, indices, axis, true);
   if (indices.rank() != x.rank())
     raise<ShapeError>("take_along_axis: indices of shape ", to_string(indices.shape()), " and an array of shape ",
                       to_string(x.shape()), " need the same number of dims");
@@ -254,8 +238,6 @@ Tensor<T> take_along_axis(const Tensor<T>& x, const Tensor<I>& indices, int axis
   });
   return out;
 }
-
-namespace detail {
 
 template <Dtype T>
 Tensor<T> slice_transpose(const Tensor<T>& ct, const NodeMeta<Tensor<T>>& x, const std::vector<Index>& index) {
@@ -341,21 +323,18 @@ Tensor<T> arange(T start, T stop, T step) {
   }
 }
 
-#define SHARD_INSTANTIATE_SHAPE(T)                                          \
-  template Tensor<T> reshape<T>(const Tensor<T>&, Shape);                   \
-  template Tensor<T> reshape<T>(Tensor<T>&&, Shape);                        \
-  template Tensor<T> transpose<T>(const Tensor<T>&, std::vector<int>);      \
-  template Tensor<T> expand_dims<T>(const Tensor<T>&, int);                 \
-  template Tensor<T> squeeze<T>(const Tensor<T>&, const Dims&);             \
-  template Tensor<T> broadcast_to<T>(const Tensor<T>&, const Shape&);       \
-  template Tensor<T> slice<T>(const Tensor<T>&, const std::vector<Index>&); \
-  template Tensor<T> concatenate<T>(const std::vector<Tensor<T>>&, int);    \
-  template Tensor<T> stack<T>(const std::vector<Tensor<T>>&, int);          \
+#define SHARD_INSTANTIATE_SHAPE(T)                                                            \
+  template Tensor<T> reshape<T>(Tensor<T>&&, Shape);                                          \
+  template Tensor<T> detail::transpose_kernel<T>(const Tensor<T>&, std::vector<int>);         \
+  template Tensor<T> detail::broadcast_to_kernel<T>(const Tensor<T>&, const Shape&);          \
+  template Tensor<T> detail::slice_kernel<T>(const Tensor<T>&, const std::vector<Index>&);    \
+  template Tensor<T> detail::concatenate_kernel<T>(const std::vector<Tensor<T>>&, int);       \
+  template Tensor<T> detail::stack_kernel<T>(const std::vector<Tensor<T>>&, int);             \
   template Tensor<T> arange<T>(T, T, T);
 // (array, index) type pairs: every dtype with int32 and int64 indices.
 #define SHARD_INSTANTIATE_TAKE(T, I)                                      \
-  template Tensor<T> take<T, I>(const Tensor<T>&, const Tensor<I>&, int); \
-  template Tensor<T> take_along_axis<T, I>(const Tensor<T>&, const Tensor<I>&, int);
+  template Tensor<T> detail::take_kernel<T, I>(const Tensor<T>&, const Tensor<I>&, int); \
+  template Tensor<T> detail::take_along_axis_kernel<T, I>(const Tensor<T>&, const Tensor<I>&, int);
 SHARD_FOR_EACH_DTYPE_PAIR(ALL, INT, SHARD_INSTANTIATE_TAKE)
 #undef SHARD_INSTANTIATE_TAKE
 #define SHARD_INSTANTIATE_TRANSPOSES(T)                                                               \

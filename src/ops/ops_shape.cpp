@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "ops/ops_internal.hpp"
+#include "shard/ops/shape.hpp"
 #include "shard/array/detail/node_meta.hpp"
 #include "shard/core/trace.hpp"
 #include "array/redistribute.hpp"
@@ -39,9 +40,10 @@ NamedSharding without_dims(const NamedSharding& s, const std::vector<int>& dims)
 
 }  // namespace
 
+namespace detail {
+
 template <Dtype T>
-ShardedArray<T> transpose(const ShardedArray<T>& a, std::vector<int> perm) {
-  if (auto* tape = detail::recording_tape_for(a)) return detail::record_transpose(*tape, a, std::move(perm));
+ShardedArray<T> transpose_sharded(const ShardedArray<T>& a, std::vector<int> perm) {
   const int rank = a.ndim();
   if (perm.empty())
     for (int k = rank - 1; k >= 0; --k) perm.push_back(k);
@@ -53,13 +55,11 @@ ShardedArray<T> transpose(const ShardedArray<T>& a, std::vector<int> perm) {
     entries.push_back(a.spec()[p]);
   }
   const NamedSharding out(a.mesh(), PartitionSpec(std::move(entries)));
-  return blockwise(a, out_shape, out, [&](const Tensor<T>& b) { return transpose(b, perm); });
+  return blockwise(a, out_shape, out, [&](const Tensor<T>& b) { return transpose_kernel(b, perm); });
 }
 
 template <Dtype T>
-ShardedArray<T> expand_dims(const ShardedArray<T>& a, int axis) {
-  if (auto* tape = detail::recording_tape_for(a))
-    return detail::record_reshape_like<ShardedArray<T>>(*tape, a, "expand_dims", [&] { return expand_dims(a, axis); });
+ShardedArray<T> expand_dims_sharded(const ShardedArray<T>& a, int axis) {
   const int ax = resolve_dim(axis, a.ndim() + 1, "expand_dims");
   Shape out_shape = a.shape();
   out_shape.insert(out_shape.begin() + ax, 1);
@@ -67,15 +67,12 @@ ShardedArray<T> expand_dims(const ShardedArray<T>& a, int axis) {
   for (int d = 0; d < a.ndim(); ++d) entries.push_back(a.spec()[d]);
   entries.insert(entries.begin() + ax, SpecEntry());
   const NamedSharding out(a.mesh(), PartitionSpec(std::move(entries)));
-  return blockwise(a, out_shape, out, [&](const Tensor<T>& b) { return expand_dims(b, ax); });
+  return blockwise(a, out_shape, out, [&](const Tensor<T>& b) { return Tensor<T>(b).reshaped(expand_dims_shape(b.shape(), ax)); });
 }
 
 template <Dtype T>
-ShardedArray<T> squeeze(const ShardedArray<T>& a, const Dims& dims) {
-  if (auto* tape = detail::recording_tape_for(a))
-    return detail::record_reshape_like<ShardedArray<T>>(*tape, a, "squeeze", [&] { return squeeze(a, dims); });
-  std::vector<int> drop;
-  drop = detail::squeezed_dims(a.shape(), dims);
+ShardedArray<T> squeeze_sharded(const ShardedArray<T>& a, const Dims& dims) {
+  const std::vector<int> drop = squeezed_dims(a.shape(), dims);
   const ShardedArray<T> g = reshard(a, without_dims(a.sharding(), drop));  // a split size-1 dim: gather it
   Shape out_shape;
   std::vector<SpecEntry> entries;
@@ -85,8 +82,10 @@ ShardedArray<T> squeeze(const ShardedArray<T>& a, const Dims& dims) {
       entries.push_back(g.spec()[d]);
     }
   const NamedSharding out(a.mesh(), PartitionSpec(std::move(entries)));
-  return blockwise(g, out_shape, out, [&](const Tensor<T>& b) { return squeeze(b, Dims(drop)); });
+  return blockwise(g, out_shape, out, [&](const Tensor<T>& b) { return Tensor<T>(b).reshaped(squeeze_shape(b.shape(), Dims(drop))); });
 }
+
+}  // namespace detail
 
 // ---------------------------------------------------------------- reshape
 
@@ -135,9 +134,7 @@ std::vector<ReshapeGroup> reshape_groups(const Shape& in, const Shape& out) {
 }  // namespace
 
 template <Dtype T>
-ShardedArray<T> reshape(const ShardedArray<T>& a, Shape shape) {
-  if (auto* tape = detail::recording_tape_for(a))
-    return detail::record_reshape_like<ShardedArray<T>>(*tape, a, "reshape", [&] { return reshape(a, shape); });
+ShardedArray<T> detail::reshape_sharded(const ShardedArray<T>& a, const Shape& shape) {
   // Resolve -1 against the global size with the Tensor rule (metadata only).
   Shape resolved = shape;
   {
@@ -212,8 +209,7 @@ SliceRange image_of(const SliceRange& r, std::int64_t lo, std::int64_t n) {
 }  // namespace
 
 template <Dtype T>
-ShardedArray<T> slice(const ShardedArray<T>& a, const std::vector<Index>& index) {
-  if (auto* tape = detail::recording_tape_for(a)) return detail::record_slice(*tape, a, index);
+ShardedArray<T> detail::slice_sharded(const ShardedArray<T>& a, const std::vector<Index>& index) {
   const IndexPlan p = plan_index(a.shape(), index);
   std::vector<SpecEntry> entries;
   for (int d = 0; d < a.ndim(); ++d)
@@ -249,16 +245,14 @@ ShardedArray<T> slice(const ShardedArray<T>& a, const std::vector<Index>& index)
       local.emplace_back(Slice(first, r.step > 0 ? SliceBound(last + 1) : (last > 0 ? SliceBound(last - 1) : SliceBound()), r.step));
       ++k;
     }
-    const Tensor<T> t = slice(s.data, local);
+    const Tensor<T> t = slice_kernel(s.data, local);
     std::copy(t.begin(), t.end(), o);
   };
   return detail::redistribute<T>(p.out_shape, out, pieces, fetch, "slice");
 }
 
 template <Dtype T>
-ShardedArray<T> concatenate(const std::vector<ShardedArray<T>>& xs, int axis) {
-  if (xs.empty()) raise<ValueError>("concatenate: need at least one array");
-  if (auto* tape = detail::recording_tape_for_list(xs)) return detail::record_concatenate(*tape, xs, axis);
+ShardedArray<T> detail::concatenate_sharded(const std::vector<ShardedArray<T>>& xs, int axis) {
   const int rank = xs[0].ndim();
   const int a = detail::concatenate_axis(axis, rank);
   Shape out_shape = xs[0].shape();
@@ -293,15 +287,14 @@ ShardedArray<T> concatenate(const std::vector<ShardedArray<T>>& xs, int axis) {
 }
 
 template <Dtype T>
-ShardedArray<T> stack(const std::vector<ShardedArray<T>>& xs, int axis) {
-  if (xs.empty()) raise<ValueError>("stack: need at least one array");
+ShardedArray<T> detail::stack_sharded(const std::vector<ShardedArray<T>>& xs, int axis) {
   const int a = resolve_dim(axis, xs[0].ndim() + 1, "stack");
   std::vector<ShardedArray<T>> expanded;
   for (std::size_t i = 0; i < xs.size(); ++i) {
     detail::check_stack_operand(xs[0].shape(), xs[i].shape(), i);
-    expanded.push_back(expand_dims(xs[i], a));
+    expanded.push_back(expand_dims_sharded(xs[i], a));
   }
-  return concatenate(expanded, a);
+  return concatenate_sharded(expanded, a);
 }
 
 // ---------------------------------------------------------------- gathers
@@ -346,9 +339,7 @@ Tensor<T> masked_take(const Tensor<T>& x, const Tensor<I>& idx, int axis, std::i
 }  // namespace
 
 template <Dtype T, Dtype I>
-ShardedArray<T> take(const ShardedArray<T>& x, const ShardedArray<I>& indices, int axis) {
-  if (auto* tape = detail::recording_tape_for(x, indices)) return detail::record_take(*tape, x, indices, axis, false);
-  detail::check_same_devices(x.mesh(), indices.mesh(), "take");
+ShardedArray<T> detail::take_sharded(const ShardedArray<T>& x, const ShardedArray<I>& indices, int axis) {
   const int a = resolve_dim(axis, x.ndim(), "take");
   const std::vector<std::string> x_axes = x.spec().axes();
   // Indices keep the axes x does not use, on x's mesh.
@@ -371,15 +362,13 @@ ShardedArray<T> take(const ShardedArray<T>& x, const ShardedArray<I>& indices, i
   for (std::size_t i = 0; i < x.addressable_shards().size(); ++i) {
     const auto& s = x.addressable_shards()[i];
     const auto& ib = li.addressable_shards()[i].data;
-    blocks.push_back(split.is_none() ? take(s.data, ib, a) : masked_take(s.data, ib, a, s.box.offset[a], x.shape()[a]));
+    blocks.push_back(split.is_none() ? take_kernel(s.data, ib, a) : masked_take(s.data, ib, a, s.box.offset[a], x.shape()[a]));
   }
   return detail::combine_over(std::move(blocks), split, ReduceKind::kSum, out, out_shape);
 }
 
 template <Dtype T, Dtype I>
-ShardedArray<T> take_along_axis(const ShardedArray<T>& x, const ShardedArray<I>& indices, int axis) {
-  if (auto* tape = detail::recording_tape_for(x, indices)) return detail::record_take(*tape, x, indices, axis, true);
-  detail::check_same_devices(x.mesh(), indices.mesh(), "take_along_axis");
+ShardedArray<T> detail::take_along_axis_sharded(const ShardedArray<T>& x, const ShardedArray<I>& indices, int axis) {
   if (indices.ndim() != x.ndim())
     raise<ShapeError>("take_along_axis: indices of shape ", to_string(indices.shape()), " and an array of shape ",
                       to_string(x.shape()), " need the same number of dims");
@@ -406,7 +395,7 @@ ShardedArray<T> take_along_axis(const ShardedArray<T>& x, const ShardedArray<I>&
     const auto& s = lx.addressable_shards()[i];
     const auto& ib = li.addressable_shards()[i].data;
     if (split.is_none()) {
-      blocks.push_back(take_along_axis(s.data, ib, a));
+      blocks.push_back(take_along_axis_kernel(s.data, ib, a));
       continue;
     }
     // Masked: indices shifted into this block; those outside pick nothing (zero).
@@ -429,7 +418,7 @@ ShardedArray<T> take_along_axis(const ShardedArray<T>& x, const ShardedArray<I>&
       blocks.emplace_back(bs, T(0));
       continue;
     }
-    Tensor<T> picked = take_along_axis(s.data, local, a);
+    Tensor<T> picked = take_along_axis_kernel(s.data, local, a);
     blocks.push_back(where(broadcast_to(inside, picked.shape()), picked, Tensor<T>(Shape{}, T(0))));
   }
   return detail::combine_over(std::move(blocks), split, ReduceKind::kSum, out, out_shape);
@@ -588,18 +577,18 @@ ShardedArray<T> take_along_axis_transpose(const ShardedArray<T>& ct, const Shard
 
 }  // namespace detail
 
-#define SHARD_INSTANTIATE_SHAPE_OPS(T)                                                  \
-  template ShardedArray<T> transpose<T>(const ShardedArray<T>&, std::vector<int>);      \
-  template ShardedArray<T> reshape<T>(const ShardedArray<T>&, Shape);                   \
-  template ShardedArray<T> expand_dims<T>(const ShardedArray<T>&, int);                 \
-  template ShardedArray<T> squeeze<T>(const ShardedArray<T>&, const Dims&);             \
-  template ShardedArray<T> slice<T>(const ShardedArray<T>&, const std::vector<Index>&); \
-  template ShardedArray<T> concatenate<T>(const std::vector<ShardedArray<T>>&, int);    \
-  template ShardedArray<T> stack<T>(const std::vector<ShardedArray<T>>&, int);
+#define SHARD_INSTANTIATE_SHAPE_OPS(T)                                                                  \
+  template ShardedArray<T> detail::transpose_sharded<T>(const ShardedArray<T>&, std::vector<int>);      \
+  template ShardedArray<T> detail::reshape_sharded<T>(const ShardedArray<T>&, const Shape&);            \
+  template ShardedArray<T> detail::expand_dims_sharded<T>(const ShardedArray<T>&, int);                 \
+  template ShardedArray<T> detail::squeeze_sharded<T>(const ShardedArray<T>&, const Dims&);             \
+  template ShardedArray<T> detail::slice_sharded<T>(const ShardedArray<T>&, const std::vector<Index>&); \
+  template ShardedArray<T> detail::concatenate_sharded<T>(const std::vector<ShardedArray<T>>&, int);    \
+  template ShardedArray<T> detail::stack_sharded<T>(const std::vector<ShardedArray<T>>&, int);
 // (array, index) type pairs: every dtype with int32 and int64 indices.
-#define SHARD_INSTANTIATE_TAKE(T, I)                                                        \
-  template ShardedArray<T> take<T, I>(const ShardedArray<T>&, const ShardedArray<I>&, int); \
-  template ShardedArray<T> take_along_axis<T, I>(const ShardedArray<T>&, const ShardedArray<I>&, int);
+#define SHARD_INSTANTIATE_TAKE(T, I)                                                                      \
+  template ShardedArray<T> detail::take_sharded<T, I>(const ShardedArray<T>&, const ShardedArray<I>&, int); \
+  template ShardedArray<T> detail::take_along_axis_sharded<T, I>(const ShardedArray<T>&, const ShardedArray<I>&, int);
 SHARD_FOR_EACH_DTYPE_PAIR(ALL, INT, SHARD_INSTANTIATE_TAKE)
 #undef SHARD_INSTANTIATE_TAKE
 #define SHARD_INSTANTIATE_TRANSPOSES(T)                \

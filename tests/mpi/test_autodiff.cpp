@@ -76,10 +76,17 @@ X step(int op, const X& v, const std::vector<X>& p, const I& idx_rows, const I& 
     case 28: return v * vdot(d, d) * 0.1;
     case 29: return gelu(v * 3.0) + gelu(d, false);
     case 30: return standardize(v * 2.0 + d, 1) * 0.5 + standardize(v, 0, 1e-3) * 0.1;
+    case 31: {  // a concatenate of more inputs than a VJP's need mask holds (64)
+      std::vector<X> rows;
+      for (int i = 0; i < 70; ++i)
+        rows.push_back(slice(v, {Slice(i % kM, i % kM + 1)}) * (0.02 * (i + 1)));
+      return sum(reshape(concatenate(rows, 0), Shape{70 / kM, kM, kN}), 0);
+    }
+    case 32: return sum(stack(std::vector<X>{v, v * d, d}, 1) * 0.5, 1);
     default: return v;
   }
 }
-constexpr int kOps = 31;
+constexpr int kOps = 33;
 
 /// A whole program: v = A @ B (+ c), the steps, then a scalar loss.
 template <typename X, typename I>

@@ -165,7 +165,12 @@ template <typename P, ArrayLike... X>
 bind_result_t<P, X...> record_primitive(Tape& tape, const P& p, const std::source_location& where,
                                         const X&... xs) {
   using Out = bind_result_t<P, X...>;
-  Out out = paused([&] { return bind_at(p, where, xs...); });
+  Out out = paused([&]() -> Out {
+    if constexpr (requires { p.view(xs...); })
+      return p.view(xs...);  // a result that shares its operand's memory (a Tensor reshape)
+    else
+      return bind_at(p, where, xs...);
+  });
   std::array<const Out*, sizeof...(X)> ins{};
   std::size_t n = 0;
   std::uint32_t vma = 0;
@@ -234,8 +239,10 @@ bool all_like(const ShardedArray<T0>& x, const ShardedArray<T>&... xs) {
 }
 
 template <typename P, Dtype... T>
+auto run_factored(const P& p, const std::source_location& where, const ShardedArray<T>&... xs);
+
+template <typename P, Dtype... T>
 auto run_sharded(const P& p, const std::source_location& where, const ShardedArray<T>&... xs) {
-  using R = kernel_result_t<P, T...>;
   const auto& first = std::get<0>(std::forward_as_tuple(xs...));
   if constexpr (sizeof...(T) > 1) {
     (
@@ -246,8 +253,18 @@ auto run_sharded(const P& p, const std::source_location& where, const ShardedArr
         ...);
   }
   if constexpr (requires { p.sharded(xs...); }) {
-    return p.sharded(xs...);  // a primitive whose communication is not a closing collective (a scan)
+    // A primitive whose layout rule is not a factor rule (a reshape, a slice) or whose
+    // communication is not a closing collective (a scan).
+    return p.sharded(xs...);
+  } else {
+    return run_factored(p, where, xs...);
   }
+}
+
+template <typename P, Dtype... T>
+auto run_factored(const P& p, const std::source_location& where, const ShardedArray<T>&... xs) {
+  using R = kernel_result_t<P, T...>;
+  const auto& first = std::get<0>(std::forward_as_tuple(xs...));
   const FactorRule& rule = p.rule();
   if (rule.elementwise() && all_like(xs...)) {  // the common case: blocks already line up
     const auto& in = first.addressable_shards();
@@ -272,6 +289,36 @@ bind_result_t<P, X...> bind_at(const P& p, const std::source_location& where, co
   } else {
     static_assert((is_sharded_v<X> && ...), "shard::bind: operands are all Tensors or all ShardedArrays");
     return run_sharded(p, where, xs...);
+  }
+}
+
+/// A primitive over a list of operands of one type (concatenate, stack): kernel(xs) on Tensors,
+/// sharded(xs) on ShardedArrays, vjp(need, out, xs) for the cotangents of all of them.
+template <typename P, ArrayLike X>
+X bind_list_at(const P& p, const std::source_location& where, const std::vector<X>& xs) {
+  static_assert(std::is_base_of_v<Primitive, P>, "shard::bind: a primitive derives from shard::Primitive");
+  if (xs.empty()) raise<ValueError>(located(p.name(), where), ": need at least one array");
+  if (Tape* tape = recording_tape_for_list(xs)) {
+    X out = paused([&] { return bind_list_at(p, where, xs); });
+    std::vector<const X*> ins;
+    ins.reserve(xs.size());
+    for (const auto& x : xs) ins.push_back(&x);
+    const std::span<const X* const> inputs(ins);
+    if constexpr (FloatDtype<elem_t<X>>) {
+      if (any_differentiable(*tape, inputs)) {
+        KernelVjp<X, X> vjp = p.vjp(out, xs);
+        return record_vjp<X, X>(*tape, p.name(), std::move(out), inputs, std::move(vjp), std::nullopt, 0,
+                                linear_local_of<P>());
+      }
+    }
+    return with_vma(*tape, std::move(out), vma_of_all(*tape, inputs));
+  }
+  if constexpr (is_tensor_v<X>) {
+    return p.kernel(xs);
+  } else {
+    for (const auto& x : xs)
+      if (!(xs[0].mesh() == x.mesh())) check_same_devices(xs[0].mesh(), x.mesh(), located(p.name(), where));
+    return p.sharded(xs);
   }
 }
 

@@ -58,6 +58,25 @@ template <Dtype T>
 Tensor<T> prefix_sum_kernel(const Tensor<T>& x, int axis, bool reverse);
 template <Dtype T>
 Tensor<std::int64_t> arg_reduce_kernel(const Tensor<T>& x, int axis, bool keepdims, bool want_max);
+// The shape family's kernels (the primitives are ops/shape.hpp's).
+/// The result shapes of reshape (one dim may be -1), expand_dims and squeeze (errors name the op).
+Shape resolve_reshape(const Shape& from, Shape to);
+Shape expand_dims_shape(const Shape& from, int axis);
+Shape squeeze_shape(const Shape& from, const Dims& dims);
+template <Dtype T>
+Tensor<T> transpose_kernel(const Tensor<T>& x, std::vector<int> perm);
+template <Dtype T>
+Tensor<T> broadcast_to_kernel(const Tensor<T>& x, const Shape& shape);
+template <Dtype T>
+Tensor<T> slice_kernel(const Tensor<T>& x, const std::vector<Index>& index);
+template <Dtype T>
+Tensor<T> concatenate_kernel(const std::vector<Tensor<T>>& xs, int axis);
+template <Dtype T>
+Tensor<T> stack_kernel(const std::vector<Tensor<T>>& xs, int axis);
+template <Dtype T, Dtype I>
+Tensor<T> take_kernel(const Tensor<T>& x, const Tensor<I>& indices, int axis);
+template <Dtype T, Dtype I>
+Tensor<T> take_along_axis_kernel(const Tensor<T>& x, const Tensor<I>& indices, int axis);
 }  // namespace detail
 /// In place: x = x op y, y broadcast to x's shape (ShapeError otherwise).
 template <Dtype T>

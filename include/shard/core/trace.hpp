@@ -8,9 +8,9 @@
 /// layer makes the node (src/autodiff/record_vjp.cpp). Kernels with a VJP of their own (fused
 /// softmax, standardize, attention) and the collectives call record_vjp the same way.
 ///
-/// The ops not yet moved onto the driver (the shape family, products) still start with
+/// The ops not yet moved onto the driver (the products) still start with
 ///
-///   if (auto* tape = detail::recording_tape_for(x)) return detail::record_transpose(*tape, x, perm);
+///   if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_vdot(*tape, a, b);
 ///
 /// (one null test per operand when nothing is tracked); those recorders are declared here and
 /// defined, with their VJP rules, by the autodiff layer (src/autodiff/record_*.cpp, instantiated
@@ -51,20 +51,6 @@ template <ArrayLike X>
 X record_matmul(Tape& tape, const X& a, const X& b, const char* op, const std::function<X()>& kernel);
 template <ArrayLike X>
 X record_vdot(Tape& tape, const X& a, const X& b);
-template <ArrayLike X>
-X record_reshape_like(Tape& tape, const X& x, const char* op, const std::function<X()>& kernel);
-template <ArrayLike X>
-X record_transpose(Tape& tape, const X& x, std::vector<int> perm);
-template <ArrayLike X>
-X record_broadcast_to(Tape& tape, const X& x, const Shape& shape);
-template <ArrayLike X>
-X record_slice(Tape& tape, const X& x, const std::vector<Index>& index);
-template <ArrayLike X>
-X record_concatenate(Tape& tape, const std::vector<X>& xs, int axis);
-template <ArrayLike X>
-X record_stack(Tape& tape, const std::vector<X>& xs, int axis);
-template <ArrayLike X, ArrayLike I>
-X record_take(Tape& tape, const X& x, const I& indices, int axis, bool along);
 
 // ---------------------------------------------------------------- kernels the rules use
 // Defined with the kernels (src/core/tensor_*.cpp, src/ops/ops_shape.cpp).
@@ -101,11 +87,12 @@ ShardedArray<T> take_along_axis_transpose(const ShardedArray<T>& ct, const Shard
 }  // namespace shard::detail
 
 namespace shard {
-/// Which inputs of an op need a cotangent (need[i]: input i is differentiable), at most 64.
+/// Which inputs of an op need a cotangent (need[i]: input i is differentiable). The mask holds
+/// the first 64 inputs; inputs past those of a list op (concatenate) count as needed.
 struct VjpNeed {
   std::uint64_t bits = 0;
   std::size_t n = 0;
-  bool operator[](std::size_t i) const { return (bits >> i) & 1u; }
+  bool operator[](std::size_t i) const { return i >= 64 || ((bits >> i) & 1u); }
   std::size_t size() const { return n; }
 };
 }  // namespace shard
