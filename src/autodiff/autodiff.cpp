@@ -1,5 +1,4 @@
-// The autodiff tape (autodiff.hpp, detail/tape.hpp): ids, the backward pass, the recorders
-// of ops defined inline in headers.
+// The autodiff tape (autodiff.hpp, detail/tape.hpp): ids, the backward pass.
 
 #include <atomic>
 
@@ -36,20 +35,5 @@ void raise_captured_in_body() {
                     "receiving it as an argument; pass it to the shard_map as an argument (with its in_spec) so "
                     "that its gradient can flow back");
 }
-
-template <Dtype U, Dtype T>
-Tensor<U> record_astype(Tape& tape, const Tensor<T>& x) {
-  return record_astype_impl<U>(tape, x);
-}
-template <Dtype U, Dtype T>
-ShardedArray<U> record_astype(Tape& tape, const ShardedArray<T>& x) {
-  return record_astype_impl<U>(tape, x);
-}
-
-#define SHARD_ASTYPE_TO(U, T)                                                          \
-  template Tensor<U> record_astype<U, T>(Tape&, const Tensor<T>&);                     \
-  template ShardedArray<U> record_astype<U, T>(Tape&, const ShardedArray<T>&);
-SHARD_FOR_EACH_DTYPE_PAIR(ALL, ALL, SHARD_ASTYPE_TO)
-#undef SHARD_ASTYPE_TO
 
 }  // namespace shard::detail

@@ -66,20 +66,25 @@ Out record_vjp_node(Tape& tape, const char* op, Out&& out, std::span<const In* c
   return std::move(out);
 }
 
-#define SHARD_RECORD_VJP(T)                                                                                \
-  template Tensor<T> record_vjp_node<Tensor<T>, Tensor<T>>(                                                \
-      Tape&, const char*, Tensor<T>&&, std::span<const Tensor<T>* const>, KernelVjp<Tensor<T>, Tensor<T>>, \
+// (Out, In) of one view for every pair of floating dtypes (astype converts between them), and
+// of both views for one dtype (to_host, reshard's links).
+#define SHARD_RECORD_VJP_PAIR(U, T)                                                                        \
+  template Tensor<U> record_vjp_node<Tensor<U>, Tensor<T>>(                                                \
+      Tape&, const char*, Tensor<U>&&, std::span<const Tensor<T>* const>, KernelVjp<Tensor<U>, Tensor<T>>, \
       std::uint32_t, std::uint32_t, bool);                                                                 \
-  template ShardedArray<T> record_vjp_node<ShardedArray<T>, ShardedArray<T>>(                              \
-      Tape&, const char*, ShardedArray<T>&&, std::span<const ShardedArray<T>* const>,                      \
-      KernelVjp<ShardedArray<T>, ShardedArray<T>>, std::uint32_t, std::uint32_t, bool);                    \
-  template Tensor<T> record_vjp_node<Tensor<T>, ShardedArray<T>>(                                          \
-      Tape&, const char*, Tensor<T>&&, std::span<const ShardedArray<T>* const>,                            \
-      KernelVjp<Tensor<T>, ShardedArray<T>>, std::uint32_t, std::uint32_t, bool);                          \
-  template ShardedArray<T> record_vjp_node<ShardedArray<T>, Tensor<T>>(                                    \
-      Tape&, const char*, ShardedArray<T>&&, std::span<const Tensor<T>* const>,                            \
+  template ShardedArray<U> record_vjp_node<ShardedArray<U>, ShardedArray<T>>(                              \
+      Tape&, const char*, ShardedArray<U>&&, std::span<const ShardedArray<T>* const>,                      \
+      KernelVjp<ShardedArray<U>, ShardedArray<T>>, std::uint32_t, std::uint32_t, bool);
+SHARD_FOR_EACH_DTYPE_PAIR(FLOAT, FLOAT, SHARD_RECORD_VJP_PAIR)
+#undef SHARD_RECORD_VJP_PAIR
+#define SHARD_RECORD_VJP_VIEWS(T)                                                 \
+  template Tensor<T> record_vjp_node<Tensor<T>, ShardedArray<T>>(                 \
+      Tape&, const char*, Tensor<T>&&, std::span<const ShardedArray<T>* const>,   \
+      KernelVjp<Tensor<T>, ShardedArray<T>>, std::uint32_t, std::uint32_t, bool); \
+  template ShardedArray<T> record_vjp_node<ShardedArray<T>, Tensor<T>>(           \
+      Tape&, const char*, ShardedArray<T>&&, std::span<const Tensor<T>* const>,   \
       KernelVjp<ShardedArray<T>, Tensor<T>>, std::uint32_t, std::uint32_t, bool);
-SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_RECORD_VJP)
-#undef SHARD_RECORD_VJP
+SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_RECORD_VJP_VIEWS)
+#undef SHARD_RECORD_VJP_VIEWS
 
 }  // namespace shard::detail

@@ -55,11 +55,10 @@ void check_int_limit(std::int64_t m, std::int64_t n, std::int64_t k) {
 }  // namespace
 
 template <Dtype T>
-Tensor<T> vdot(const Tensor<T>& a, const Tensor<T>& b) {
+Tensor<T> detail::vdot_kernel(const Tensor<T>& a, const Tensor<T>& b) {
   if (a.size() != b.size())
     raise<ShapeError>("vdot: arrays of shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
                       " have different sizes (", a.size(), " and ", b.size(), ")");
-  if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_vdot(*tape, a, b);
   Tensor<T> out(Shape{});
   const std::int64_t n = a.size();
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
@@ -189,7 +188,7 @@ Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb, T* 
 #define SHARD_INSTANTIATE_LINALG(T)                                        \
   template Tensor<T> matmul<T>(const Tensor<T>&, const Tensor<T>&);        \
   template Tensor<T> dot<T>(const Tensor<T>&, const Tensor<T>&);           \
-  template Tensor<T> vdot<T>(const Tensor<T>&, const Tensor<T>&);                 \
+  template Tensor<T> detail::vdot_kernel<T>(const Tensor<T>&, const Tensor<T>&);  \
   template Tensor<T> detail::matmul_t<T>(const Tensor<T>&, bool, const Tensor<T>&, bool, T*);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_LINALG)
 #undef SHARD_INSTANTIATE_LINALG

@@ -309,6 +309,20 @@ ShardedArray<T> axpy(T alpha, const ShardedArray<T>& x, const ShardedArray<T>& y
   return detail::bind_at(prim::Axpy<T>{{}, alpha}, kLibrary, x, y);
 }
 
+template <Dtype U, Dtype T>
+Tensor<U> astype(const Tensor<T>& x) {
+  return detail::bind_at(prim::Astype<U>{}, kLibrary, x);
+}
+template <Dtype U, Dtype T>
+ShardedArray<U> astype(const ShardedArray<T>& x) {
+  return detail::bind_at(prim::Astype<U>{}, kLibrary, x);
+}
+
+#define SHARD_INSTANTIATE_ASTYPE(U, T)               \
+  template Tensor<U> astype<U, T>(const Tensor<T>&); \
+  template ShardedArray<U> astype<U, T>(const ShardedArray<T>&);
+SHARD_FOR_EACH_DTYPE_PAIR(ALL, ALL, SHARD_INSTANTIATE_ASTYPE)
+#undef SHARD_INSTANTIATE_ASTYPE
 #define SHARD_INSTANTIATE_ELEMENTWISE(V, T)                         \
   template V<T> binary<T>(const V<T>&, const V<T>&, BinaryOp);      \
   template V<T> binary<T>(const V<T>&, T, BinaryOp, bool);          \

@@ -1,6 +1,7 @@
 // matmul's choice of algorithm (the primitive of the ops layer): Cannon or SUMMA for 2-D block layouts, the
 // sharding rules (matmul.cpp) for everything else, or whatever the caller forces.
 
+#include <source_location>
 #include <type_traits>
 
 #include "shard/core/trace.hpp"
@@ -68,9 +69,46 @@ ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const
   }
 }
 
+// ---------------------------------------------------------------- vdot
+
+template <Dtype T>
+ShardedArray<T> prim::Vdot::sharded(const ShardedArray<T>& a, const ShardedArray<T>& b) const {
+  if (a.size() != b.size())
+    raise<ShapeError>("vdot: arrays of shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
+                      " have different sizes");
+  const ShardedArray<T> prod =
+      a.shape() == b.shape() ? binary(a, b, BinaryOp::kMul) : binary(a, reshape(b, a.shape()), BinaryOp::kMul);
+  return reduce(prod, ReduceKind::kSum);
+}
+
+template <ArrayLike X>
+KernelVjp<X, X> prim::Vdot::vjp(const VjpNeed&, const X&, const X& a, const X& b) const {
+  return [ak = detail::keep(a), bk = detail::keep(b)](const X& ct, const VjpNeed& need) {
+    Cotangents<X> r(2);
+    if (need[0]) r[0] = ct * reshape(bk, ak.shape());
+    if (need[1]) r[1] = ct * reshape(ak, bk.shape());
+    return r;
+  };
+}
+
+namespace {
+constexpr std::source_location kLibrary{};  // the public functions below have no caller's line yet
+}  // namespace
+
+template <Dtype T>
+Tensor<T> vdot(const Tensor<T>& a, const Tensor<T>& b) {
+  return detail::bind_at(prim::Vdot{}, kLibrary, a, b);
+}
+template <Dtype T>
+ShardedArray<T> vdot(const ShardedArray<T>& a, const ShardedArray<T>& b) {
+  return detail::bind_at(prim::Vdot{}, kLibrary, a, b);
+}
+
 #define SHARD_INSTANTIATE(T)                                                                            \
   template ShardedArray<T> matmul<T>(const ShardedArray<T>&, const ShardedArray<T>&, const NamedSharding*, \
-                                     Algorithm);
+                                     Algorithm);                                                          \
+  template Tensor<T> vdot<T>(const Tensor<T>&, const Tensor<T>&);                                         \
+  template ShardedArray<T> vdot<T>(const ShardedArray<T>&, const ShardedArray<T>&);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE)
 #undef SHARD_INSTANTIATE
 

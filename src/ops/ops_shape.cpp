@@ -434,16 +434,6 @@ ShardedArray<T> dot(const ShardedArray<T>& a, const ShardedArray<T>& b) {
   return matmul(a, b);
 }
 
-template <Dtype T>
-ShardedArray<T> vdot(const ShardedArray<T>& a, const ShardedArray<T>& b) {
-  if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_vdot(*tape, a, b);
-  if (a.size() != b.size())
-    raise<ShapeError>("vdot: arrays of shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
-                      " have different sizes");
-  const ShardedArray<T> prod = a.shape() == b.shape() ? binary(a, b, BinaryOp::kMul) : binary(a, reshape(b, a.shape()), BinaryOp::kMul);
-  return reduce(prod, ReduceKind::kSum);
-}
-
 // ---------------------------------------------------------------- transposes (autodiff)
 
 namespace detail {
@@ -606,8 +596,7 @@ SHARD_FOR_EACH_DTYPE_PAIR(FLOAT, INT, SHARD_INSTANTIATE_TAKE_TRANSPOSES)
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_SHAPE_OPS)
 #undef SHARD_INSTANTIATE_SHAPE_OPS
 #define SHARD_INSTANTIATE_PRODUCTS(T)                                             \
-  template ShardedArray<T> dot<T>(const ShardedArray<T>&, const ShardedArray<T>&); \
-  template ShardedArray<T> vdot<T>(const ShardedArray<T>&, const ShardedArray<T>&);
+  template ShardedArray<T> dot<T>(const ShardedArray<T>&, const ShardedArray<T>&);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_PRODUCTS)
 #undef SHARD_INSTANTIATE_PRODUCTS
 

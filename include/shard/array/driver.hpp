@@ -158,12 +158,48 @@ using bind_result_t = typename BindResult<P, X...>::type;
 template <typename P, ArrayLike... X>
 bind_result_t<P, X...> bind_at(const P& p, const std::source_location& where, const X&... xs);
 
+/// The record step of a one-operand primitive whose result has another dtype (astype): the
+/// operand is the differentiable one when both dtypes are floating.
+template <typename P, ArrayLike X>
+bind_result_t<P, X> record_conversion(Tape& tape, const P& p, const std::source_location& where, const X& x) {
+  using Out = bind_result_t<P, X>;
+  Out out = paused([&] { return bind_at(p, where, x); });
+  const std::uint32_t vma = vma_of(x, tape);
+  if constexpr (FloatDtype<elem_t<Out>> && FloatDtype<elem_t<X>>) {
+    if (differentiable_on(x, tape)) {
+      if constexpr (HasVjp<P, Out, X>) {
+        const X* in = &x;
+        KernelVjp<Out, X> vjp = p.vjp(VjpNeed{1, 1}, out, x);
+        return record_vjp<Out, X>(tape, p.name(), std::move(out), std::span<const X* const>(&in, 1),
+                                  std::move(vjp), vma, 0, linear_local_of<P>());
+      } else {
+        raise_not_differentiable(p.name(), "the primitive has no vjp()");
+      }
+    }
+  }
+  return with_vma(tape, std::move(out), vma);
+}
+
+template <typename P, ArrayLike... X>
+bind_result_t<P, X...> record_same(Tape& tape, const P& p, const std::source_location& where, const X&... xs);
+
 /// The record step: the op with recording paused, then its VJP on the tape. The operands of the
 /// result's type are the differentiable ones (in order, what vjp() returns cotangents for);
 /// the others (a where's condition) give their vma only.
 template <typename P, ArrayLike... X>
 bind_result_t<P, X...> record_primitive(Tape& tape, const P& p, const std::source_location& where,
                                         const X&... xs) {
+  using Out = bind_result_t<P, X...>;
+  if constexpr (sizeof...(X) == 1 && !(std::is_same_v<X, Out> && ...) && FloatDtype<elem_t<Out>>)
+    return record_conversion(tape, p, where, xs...);
+  else
+    return record_same(tape, p, where, xs...);
+}
+
+/// record_primitive for a result of the differentiable operands' type.
+template <typename P, ArrayLike... X>
+bind_result_t<P, X...> record_same(Tape& tape, const P& p, const std::source_location& where,
+                                   const X&... xs) {
   using Out = bind_result_t<P, X...>;
   Out out = paused([&]() -> Out {
     if constexpr (requires { p.view(xs...); })

@@ -58,6 +58,9 @@ template <Dtype T>
 Tensor<T> prefix_sum_kernel(const Tensor<T>& x, int axis, bool reverse);
 template <Dtype T>
 Tensor<std::int64_t> arg_reduce_kernel(const Tensor<T>& x, int axis, bool keepdims, bool want_max);
+/// The sum of the products of a's and b's elements (arrays of one size): vdot's kernel.
+template <Dtype T>
+Tensor<T> vdot_kernel(const Tensor<T>& a, const Tensor<T>& b);
 // The shape family's kernels (the primitives are ops/shape.hpp's).
 /// The result shapes of reshape (one dim may be -1), expand_dims and squeeze (errors name the op).
 Shape resolve_reshape(const Shape& from, Shape to);
@@ -109,10 +112,15 @@ Tensor<T> dot(const Tensor<T>& a, const Tensor<T>& b);
 template <Dtype T>
 Tensor<T> vdot(const Tensor<T>& a, const Tensor<T>& b);
 
-/// Every element converted (bool: non-zero is true).
+/// Every element converted (bool: non-zero is true). A primitive of the elementwise family
+/// (ops/elementwise.hpp).
 template <Dtype U, Dtype T>
-Tensor<U> astype(const Tensor<T>& x) {
-  if (auto* tape = detail::recording_tape_for(x)) return detail::record_astype<U>(*tape, x);
+Tensor<U> astype(const Tensor<T>& x);
+
+namespace detail {
+/// astype's kernel.
+template <Dtype U, Dtype T>
+Tensor<U> astype_kernel(const Tensor<T>& x) {
   Tensor<U> out(x.shape());
   const T* in = x.data();
   U* o = out.data();
@@ -123,6 +131,7 @@ Tensor<U> astype(const Tensor<T>& x) {
   }
   return out;
 }
+}  // namespace detail
 
 // ---------------------------------------------------------------- shape and indexing
 

@@ -10,7 +10,8 @@
 ///
 /// The ops not yet moved onto the driver (the products) still start with
 ///
-///   if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_vdot(*tape, a, b);
+///   if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_matmul(*tape, a, b, "matmul",
+///   kernel);
 ///
 /// (one null test per operand when nothing is tracked); those recorders are declared here and
 /// defined, with their VJP rules, by the autodiff layer (src/autodiff/record_*.cpp, instantiated
@@ -49,8 +50,6 @@ struct NodeMeta<Tensor<T>> {
 
 template <ArrayLike X>
 X record_matmul(Tape& tape, const X& a, const X& b, const char* op, const std::function<X()>& kernel);
-template <ArrayLike X>
-X record_vdot(Tape& tape, const X& a, const X& b);
 
 // ---------------------------------------------------------------- kernels the rules use
 // Defined with the kernels (src/core/tensor_*.cpp, src/ops/ops_shape.cpp).

@@ -131,6 +131,22 @@ struct Where : Primitive {
   KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& a, const X& b, const C& cond) const;
 };
 
+/// Every element converted to U (astype): the cotangent converted back.
+template <Dtype U>
+struct Astype : Primitive {
+  static constexpr bool kernel_validates = true;
+  const char* name() const { return "astype"; }
+  static const FactorRule& rule() { return detail::elementwise_rule(1); }
+  template <Dtype T>
+  Tensor<U> kernel(const Tensor<T>& x) const {
+    return detail::astype_kernel<U>(x);
+  }
+  template <ArrayLike X>
+  KernelVjp<rebind_t<X, U>, X> vjp(const VjpNeed&, const rebind_t<X, U>&, const X&) const {
+    return [](const rebind_t<X, U>& ct, const VjpNeed&) { return cotangents<X>(astype<elem_t<X>>(ct)); };
+  }
+};
+
 /// alpha * x + y in one pass over memory.
 template <Dtype S>
 struct Axpy : Primitive {

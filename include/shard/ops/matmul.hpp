@@ -21,8 +21,11 @@
 /// layout uses the rules above (`matmul_by_rules`). `Algorithm` forces one (linalg.hpp,
 /// scalapack.hpp); a forced algorithm raises a clear error where its layout cannot run.
 
+#include "shard/array/driver.hpp"
 #include "shard/array/reshard.hpp"
 #include "shard/array/sharded_array.hpp"
+#include "shard/core/primitive.hpp"
+#include "shard/core/tensor_ops.hpp"
 #include "shard/linalg/algorithm.hpp"
 
 namespace shard {
@@ -54,6 +57,25 @@ template <typename T>
 ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, Algorithm algorithm) {
   return matmul(a, b, nullptr, algorithm);
 }
+
+namespace prim {
+
+/// numpy's vdot: the sum of the products of two arrays' elements (any shapes of one size; a
+/// 0-d result). Sharded: the product on the blocks as binary() lines them up, then the sum.
+struct Vdot : Primitive {
+  static constexpr bool kernel_validates = true;
+  const char* name() const { return "vdot"; }
+  template <Dtype T>
+  Tensor<T> kernel(const Tensor<T>& a, const Tensor<T>& b) const {
+    return detail::vdot_kernel(a, b);
+  }
+  template <Dtype T>
+  ShardedArray<T> sharded(const ShardedArray<T>& a, const ShardedArray<T>& b) const;
+  template <ArrayLike X>
+  KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& a, const X& b) const;
+};
+
+}  // namespace prim
 
 /// matmul with the sharding rules only (what Algorithm::kRules runs).
 template <typename T>

@@ -70,14 +70,9 @@ ShardedArray<T> where(const ShardedArray<bool>& cond, const ShardedArray<T>& a, 
 template <Dtype T>
 ShardedArray<T> axpy(T alpha, const ShardedArray<T>& x, const ShardedArray<T>& y);
 
-/// Local: converts every element.
+/// Local: converts every element (a primitive of the elementwise family, ops/elementwise.hpp).
 template <Dtype U, Dtype T>
-ShardedArray<U> astype(const ShardedArray<T>& a) {
-  if (auto* tape = detail::recording_tape_for(a)) return detail::record_astype<U>(*tape, a);
-  std::vector<Shard<U>> shards;
-  for (const auto& s : a.addressable_shards()) shards.push_back(Shard<U>{s.device, s.box, astype<U>(s.data)});
-  return ShardedArray<U>(a.shape(), a.sharding(), std::move(shards));
-}
+ShardedArray<U> astype(const ShardedArray<T>& a);
 
 /// Local: fn applied to every element (any callable T -> T).
 template <Dtype T, typename F>

@@ -30,25 +30,6 @@
 
 namespace shard::detail {
 
-// ---------------------------------------------------------------- helpers
-
-// ---------------------------------------------------------------- elementwise
-
-template <Dtype U, ArrayLike X>
-auto record_astype_impl(Tape& tape, const X& x) {
-  using T = elem_t<X>;
-  auto out = paused([&] { return astype<U>(x); });
-  using Out = decltype(out);
-  if constexpr (FloatDtype<T> && FloatDtype<U>) {
-    auto make = [&](auto xn) -> typename Node<Out>::Rule {
-      return [xn](const Out& ct, std::uint32_t v) { push(xn, astype<T>(ct), v); };
-    };
-    return finish(tape, "astype", std::move(out), make, x);
-  } else {
-    return finish_constant(tape, std::move(out), x);
-  }
-}
-
 // ---------------------------------------------------------------- products
 
 /// op(a) @ op(b) for 2-D operands, with the transposes in the gemm (tensor_linalg.cpp, matmul.cpp:
@@ -121,22 +102,6 @@ X record_matmul(Tape& tape, const X& a, const X& b, const char* op, const std::f
       };
     };
     return finish(tape, op, std::move(out), make, a, b);
-  }
-}
-
-template <ArrayLike X>
-X record_vdot(Tape& tape, const X& a, const X& b) {
-  X out = paused([&] { return vdot(a, b); });
-  if constexpr (!FloatDtype<elem_t<X>>) {
-    return finish_constant(tape, std::move(out), a, b);
-  } else {
-    auto make = [&](auto an, auto bn) -> typename Node<X>::Rule {
-      return [an, bn, ak = keep(a), bk = keep(b)](const X& ct, std::uint32_t v) {
-        if (an) push(an, ct * reshape(bk, ak.shape()), v);
-        if (bn) push(bn, ct * reshape(ak, bk.shape()), v);
-      };
-    };
-    return finish(tape, "vdot", std::move(out), make, a, b);
   }
 }
 

@@ -206,11 +206,4 @@ ShardedArray<T> keep(const ShardedArray<T>& x) {
   return out;
 }
 
-// The recorder of astype (defined inline in headers), explicitly instantiated in autodiff.cpp;
-// the other recorders are declared in core/trace.hpp.
-template <Dtype U, Dtype T>
-Tensor<U> record_astype(Tape& tape, const Tensor<T>& x);
-template <Dtype U, Dtype T>
-ShardedArray<U> record_astype(Tape& tape, const ShardedArray<T>& x);
-
 }  // namespace shard::detail
