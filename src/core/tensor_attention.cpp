@@ -179,35 +179,34 @@ Tensor<T> attention_forward(const Tensor<T>& q, const Tensor<T>& k, const Tensor
 void check_attention_shapes(const Shape& q, const Shape& k, const Shape& v) { check(q, k, v, false); }
 
 template <Dtype T>
-Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, double scale_in, bool causal) {
+Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, double scale, bool causal,
+                          Tensor<T>* probs) {
   const Problem d = check(q.shape(), k.shape(), v.shape(), causal);
-  const T scale = static_cast<T>(scale_in);
-  if (auto* tape = recording_tape_for(q, k, v)) {
-    const std::vector<const Tensor<T>*> inputs{&q, &k, &v};
-    if (!any_differentiable(*tape, inputs))  // only the vma: no residuals
-      return finish_constant(*tape, paused([&] { return fused_attention(q, k, v, scale_in, causal); }), q, k, v);
-    Tensor<T> probs;
-    Tensor<T> out = paused([&] { return attention_forward(q, k, v, d, scale, &probs); });
-    KernelVjp<Tensor<T>, Tensor<T>> vjp = [qk = keep(q), kk = keep(k), vk = keep(v), pk = std::move(probs), d,
-                                           scale](const Tensor<T>& ct, const VjpNeed&) {
-      Tensor<T> dq(qk.shape()), dk(kk.shape(), T(0)), dv(vk.shape(), T(0));
-      if (qk.size() > 0) {
-        Tensor<T> ds(Shape{d.T, d.S});
-        each_head(d, [&](std::int64_t b, std::int64_t n, std::int64_t qo, std::int64_t ko) {
-          backward_head(d, scale, qk.data() + qo, kk.data() + ko, vk.data() + ko,
-                        pk.data() + (b * d.N + n) * d.T * d.S, ct.data() + qo, ds.data(), dq.data() + qo,
-                        dk.data() + ko, dv.data() + ko);
-        });
-      }
-      return cotangents<Tensor<T>>(std::move(dq), std::move(dk), std::move(dv));
-    };
-    return record_vjp<Tensor<T>, Tensor<T>>(*tape, "dot_product_attention", std::move(out), inputs, std::move(vjp));
-  }
-  return attention_forward(q, k, v, d, scale, static_cast<Tensor<T>*>(nullptr));
+  return attention_forward(q, k, v, d, static_cast<T>(scale), probs);
 }
 
-#define SHARD_INSTANTIATE_ATTENTION(T) \
-  template Tensor<T> fused_attention<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, double, bool);
+template <Dtype T>
+std::array<Tensor<T>, 3> fused_attention_vjp(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                                             const Tensor<T>& probs, const Tensor<T>& ct, double scale_in,
+                                             bool causal) {
+  const Problem d = check(q.shape(), k.shape(), v.shape(), causal);
+  const T scale = static_cast<T>(scale_in);
+  Tensor<T> dq(q.shape()), dk(k.shape(), T(0)), dv(v.shape(), T(0));
+  if (q.size() > 0) {
+    Tensor<T> ds(Shape{d.T, d.S});
+    each_head(d, [&](std::int64_t b, std::int64_t n, std::int64_t qo, std::int64_t ko) {
+      backward_head(d, scale, q.data() + qo, k.data() + ko, v.data() + ko, probs.data() + (b * d.N + n) * d.T * d.S,
+                    ct.data() + qo, ds.data(), dq.data() + qo, dk.data() + ko, dv.data() + ko);
+    });
+  }
+  return {std::move(dq), std::move(dk), std::move(dv)};
+}
+
+#define SHARD_INSTANTIATE_ATTENTION(T)                                                                          \
+  template Tensor<T> fused_attention<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, double, bool,      \
+                                        Tensor<T>*);                                                             \
+  template std::array<Tensor<T>, 3> fused_attention_vjp<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, \
+                                                           const Tensor<T>&, const Tensor<T>&, double, bool);
 SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_ATTENTION)
 #undef SHARD_INSTANTIATE_ATTENTION
 

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/row_kernels.hpp"
-#include "shard/core/trace.hpp"
 #include "shard/error.hpp"
 #include "shard/core/tensor_ops.hpp"
 
@@ -137,36 +136,31 @@ Tensor<T> standardize_grad_kernel(const Tensor<T>& y, const Tensor<T>& rstd, con
 }  // namespace
 
 template <Dtype T>
-Tensor<T> fused_softmax(const Tensor<T>& x, int axis_in) {
-  const int axis = resolve_axis(axis_in, x.rank(), "softmax");
-  if (auto* tape = recording_tape_for(x)) {
-    Tensor<T> out = paused([&] { return softmax_kernel(x, axis); });
-    KernelVjp<Tensor<T>, Tensor<T>> vjp = [yk = keep(out), axis](const Tensor<T>& ct, const VjpNeed&) {
-      return cotangents<Tensor<T>>(softmax_grad_kernel(yk, ct, axis));
-    };
-    return record_vjp<Tensor<T>, Tensor<T>>(*tape, "softmax", std::move(out), {&x}, std::move(vjp));
-  }
-  return softmax_kernel(x, axis);
+Tensor<T> fused_softmax(const Tensor<T>& x, int axis) {
+  return softmax_kernel(x, resolve_axis(axis, x.rank(), "softmax"));
 }
 
 template <Dtype T>
-Tensor<T> fused_standardize(const Tensor<T>& x, int axis_in, double eps) {
-  const int axis = resolve_axis(axis_in, x.rank(), "standardize");
-  Tensor<T> rstd;
-  if (auto* tape = recording_tape_for(x)) {
-    Tensor<T> out = paused([&] { return standardize_kernel(x, axis, eps, rstd); });
-    KernelVjp<Tensor<T>, Tensor<T>> vjp = [yk = keep(out), rk = std::move(rstd), axis](const Tensor<T>& ct,
-                                                                                       const VjpNeed&) {
-      return cotangents<Tensor<T>>(standardize_grad_kernel(yk, rk, ct, axis));
-    };
-    return record_vjp<Tensor<T>, Tensor<T>>(*tape, "standardize", std::move(out), {&x}, std::move(vjp));
-  }
-  return standardize_kernel(x, axis, eps, rstd);
+Tensor<T> fused_softmax_vjp(const Tensor<T>& y, const Tensor<T>& ct, int axis) {
+  return softmax_grad_kernel(y, ct, resolve_axis(axis, y.rank(), "softmax"));
 }
 
-#define SHARD_INSTANTIATE_ROWS(T)                             \
-  template Tensor<T> fused_softmax<T>(const Tensor<T>&, int); \
-  template Tensor<T> fused_standardize<T>(const Tensor<T>&, int, double);
+template <Dtype T>
+Tensor<T> fused_standardize(const Tensor<T>& x, int axis, double eps, Tensor<T>* rstd) {
+  Tensor<T> unused;
+  return standardize_kernel(x, resolve_axis(axis, x.rank(), "standardize"), eps, rstd ? *rstd : unused);
+}
+
+template <Dtype T>
+Tensor<T> fused_standardize_vjp(const Tensor<T>& y, const Tensor<T>& rstd, const Tensor<T>& ct, int axis) {
+  return standardize_grad_kernel(y, rstd, ct, resolve_axis(axis, y.rank(), "standardize"));
+}
+
+#define SHARD_INSTANTIATE_ROWS(T)                                                    \
+  template Tensor<T> fused_softmax<T>(const Tensor<T>&, int);                        \
+  template Tensor<T> fused_softmax_vjp<T>(const Tensor<T>&, const Tensor<T>&, int);  \
+  template Tensor<T> fused_standardize<T>(const Tensor<T>&, int, double, Tensor<T>*); \
+  template Tensor<T> fused_standardize_vjp<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, int);
 SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_ROWS)
 #undef SHARD_INSTANTIATE_ROWS
 

@@ -145,6 +145,13 @@ concept HasVjp = requires(const P& p, const VjpNeed& need, const Out& out, const
   p.vjp(need, out, xs...);
 };
 
+/// The primitive computes its result and its VJP in one call (forward_vjp(need, xs...) returns
+/// both: JAX's custom_vjp fwd with its residuals).
+template <typename P, typename... X>
+concept HasForwardVjp = requires(const P& p, const VjpNeed& need, const X&... xs) {
+  p.forward_vjp(need, xs...);
+};
+
 /// What binding P to operands of these types gives: the operands' view, the kernel's dtype.
 template <typename P, typename... X>
 struct BindResult;
@@ -201,12 +208,14 @@ template <typename P, ArrayLike... X>
 bind_result_t<P, X...> record_same(Tape& tape, const P& p, const std::source_location& where,
                                    const X&... xs) {
   using Out = bind_result_t<P, X...>;
-  Out out = paused([&]() -> Out {
-    if constexpr (requires { p.view(xs...); })
-      return p.view(xs...);  // a result that shares its operand's memory (a Tensor reshape)
-    else
-      return bind_at(p, where, xs...);
-  });
+  auto run = [&]() -> Out {
+    return paused([&]() -> Out {
+      if constexpr (requires { p.view(xs...); })
+        return p.view(xs...);  // a result that shares its operand's memory (a Tensor reshape)
+      else
+        return bind_at(p, where, xs...);
+    });
+  };
   std::array<const Out*, sizeof...(X)> ins{};
   std::size_t n = 0;
   std::uint32_t vma = 0;
@@ -219,10 +228,17 @@ bind_result_t<P, X...> record_same(Tape& tape, const P& p, const std::source_loc
   const std::span<const Out* const> inputs(ins.data(), n);
   if constexpr (FloatDtype<elem_t<Out>>) {
     if (any_differentiable(tape, inputs)) {
-      if constexpr (HasVjp<P, Out, X...>) {
-        VjpNeed need{0, n};
-        for (std::size_t i = 0; i < n; ++i)
-          if (differentiable_on(*ins[i], tape)) need.bits |= std::uint64_t{1} << i;
+      VjpNeed need{0, n};
+      for (std::size_t i = 0; i < n; ++i)
+        if (differentiable_on(*ins[i], tape)) need.bits |= std::uint64_t{1} << i;
+      if constexpr (HasForwardVjp<P, X...>) {
+        // A kernel that keeps what its VJP reads as it runs (softmax's output, attention's
+        // probabilities): the result and the VJP from one call.
+        auto [out, vjp] = paused([&] { return p.forward_vjp(need, xs...); });
+        return record_vjp<Out, Out>(tape, p.name(), std::move(out), inputs, std::move(vjp), vma, 0,
+                                    linear_local_of<P>());
+      } else if constexpr (HasVjp<P, Out, X...>) {
+        Out out = run();
         KernelVjp<Out, Out> vjp = p.vjp(need, out, xs...);
         if (!vjp) vjp = [](const Out&, const VjpNeed&) { return Cotangents<Out>(); };  // zero
         return record_vjp<Out, Out>(tape, p.name(), std::move(out), inputs, std::move(vjp), vma, 0,
@@ -232,7 +248,7 @@ bind_result_t<P, X...> record_same(Tape& tape, const P& p, const std::source_loc
       }
     }
   }
-  return with_vma(tape, std::move(out), vma);
+  return with_vma(tape, run(), vma);
 }
 
 /// The blocks of the kernel on each device, wrapped as `plan` says (closing collective included).
@@ -369,6 +385,13 @@ auto bind(const P& p, const X& x, std::source_location where = std::source_locat
 template <typename P, ArrayLike X, ArrayLike Y>
 auto bind(const P& p, const X& x, const Y& y, std::source_location where = std::source_location::current()) {
   return detail::bind_at(p, where, x, y);
+}
+/// Runs primitive `p` over a list of operands of one type (concatenate's shape: p gives
+/// kernel(xs) on Tensors, sharded(xs) on ShardedArrays, vjp(out, xs) for their cotangents).
+template <typename P, ArrayLike X>
+X bind_list(const P& p, const std::vector<X>& xs,
+            std::source_location where = std::source_location::current()) {
+  return detail::bind_list_at(p, where, xs);
 }
 template <typename P, ArrayLike X, ArrayLike Y, ArrayLike Z>
 auto bind(const P& p, const X& x, const Y& y, const Z& z,

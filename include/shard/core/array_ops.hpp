@@ -10,6 +10,7 @@
 /// replicated on the sharded operand's mesh (every rank must hold the same values) and never
 /// moves between ranks.
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -434,19 +435,29 @@ auto cumsum(const X& x) {
 namespace detail {
 // (src/core/tensor_rows.cpp)
 /// softmax and standardize along `axis` of a floating Tensor, each in one pass over a row
-/// (and one for its VJP): what shard::softmax / shard::standardize run on a Tensor.
+/// (and one for its VJP): the kernels of ops/nn.hpp's prim::Softmax and prim::Standardize.
+/// fused_standardize writes 1/std of each row to `rstd` when given (what its VJP reads).
 template <Dtype T>
 Tensor<T> fused_softmax(const Tensor<T>& x, int axis);
 template <Dtype T>
-Tensor<T> fused_standardize(const Tensor<T>& x, int axis, double epsilon);
+Tensor<T> fused_softmax_vjp(const Tensor<T>& y, const Tensor<T>& ct, int axis);
+template <Dtype T>
+Tensor<T> fused_standardize(const Tensor<T>& x, int axis, double epsilon, Tensor<T>* rstd = nullptr);
+template <Dtype T>
+Tensor<T> fused_standardize_vjp(const Tensor<T>& y, const Tensor<T>& rstd, const Tensor<T>& ct, int axis);
 }  // namespace detail
 
 namespace detail {
 // (src/core/tensor_attention.cpp)
-/// What shard::dot_product_attention runs on Tensors: products on the strided head blocks
-/// (no transposes), the causal mask as loop bounds; its VJP in the same blocks.
+/// What shard::dot_product_attention runs on Tensors (ops/nn.hpp's prim::Attention): products
+/// on the strided head blocks (no transposes), the causal mask as loop bounds, the attention
+/// probabilities kept in `probs` when given; its VJP (dq, dk, dv) in the same blocks.
 template <Dtype T>
-Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, double scale, bool causal);
+Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, double scale, bool causal,
+                          Tensor<T>* probs = nullptr);
+template <Dtype T>
+std::array<Tensor<T>, 3> fused_attention_vjp(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                                             const Tensor<T>& probs, const Tensor<T>& ct, double scale, bool causal);
 /// ShapeError unless query, key and value have dot_product_attention's shapes (both views).
 void check_attention_shapes(const Shape& q, const Shape& k, const Shape& v);
 /// 0 where row i may attend to column j (j <= i), -inf elsewhere: JAX's causal mask, (T, S).

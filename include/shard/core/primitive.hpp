@@ -29,8 +29,14 @@
 ///     collective that combines the partial blocks of a reduced factor (psum by default);
 ///   - `partial(blocks...)` and `finalize(combined)`: the partial results that cross devices
 ///     (float64 partials of a float32 sum) and the step after the collective;
-///   - `sharded(arrays...)`: the sharded view of a primitive whose communication is not one
-///     closing collective (a scan's block totals, argmax's two steps);
+///   - `sharded(arrays...)`: the sharded view of a primitive whose layout rule is not a factor
+///     rule (reshape, slice, take: ops/shape.hpp) or whose communication is not one closing
+///     collective (a scan's block totals, argmax's two steps); such a primitive needs no rule();
+///   - `forward_vjp(need, xs...)`: the result and its VJP from one call, for a kernel that keeps
+///     what its VJP reads as it runs (softmax's output, attention's probabilities: ops/nn.hpp);
+///   - `view(x)`: under a tape, the Tensor result that shares x's memory (a reshape);
+///   - over a list of operands (concatenate): kernel(xs), sharded(xs), vjp(out, xs), bound
+///     with `shard::bind_list(p, xs)`;
 ///   - `static constexpr bool kernel_validates`: the kernel checks its operands itself (the
 ///     Tensor view then skips the rule's check);
 ///   - `static constexpr bool linear_local`: a linear op without communication (the transpose

@@ -3,20 +3,104 @@
 /// written once for both views (Tensor blocks and ShardedArrays): logsumexp, softmax and
 /// log_softmax, gelu, logaddexp, softplus and log_sigmoid, standardize and layer_norm,
 /// softmax_cross_entropy_with_integer_labels, dot_product_attention. Their VJPs are their
-/// primitives' (the fused Tensor forms of softmax, standardize, attention and gelu record their
-/// own); their communication on ShardedArrays is their primitives' rules'.
+/// primitives'; their communication on ShardedArrays is their primitives' rules'. On Tensors
+/// (shard_map bodies) softmax, standardize and attention are primitives of their own (below):
+/// one pass a row, a VJP that reads what the forward pass kept.
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <source_location>
 #include <type_traits>
+#include <utility>
 
+#include "shard/array/driver.hpp"
 #include "shard/core/array_ops.hpp"
+#include "shard/core/primitive.hpp"
 #include "shard/core/shape_ops.hpp"
 #include "shard/core/tensor_ops.hpp"
+#include "shard/core/trace.hpp"
 #include "shard/error.hpp"
 
 namespace shard {
+
+/// The fused Tensor primitives of the family: each computes its result and keeps what its VJP
+/// reads in one call (forward_vjp; kernels in src/core/tensor_rows.cpp, tensor_attention.cpp).
+namespace prim {
+
+/// softmax along `axis`; its VJP reads the result.
+struct Softmax : Primitive {
+  int axis;
+  static constexpr bool kernel_validates = true;
+  const char* name() const { return "softmax"; }
+  template <Dtype T>
+  Tensor<T> kernel(const Tensor<T>& x) const {
+    return detail::fused_softmax(x, axis);
+  }
+  template <Dtype T>
+  std::pair<Tensor<T>, KernelVjp<Tensor<T>, Tensor<T>>> forward_vjp(const VjpNeed&,
+                                                                    const Tensor<T>& x) const {
+    Tensor<T> y = detail::fused_softmax(x, axis);
+    KernelVjp<Tensor<T>, Tensor<T>> vjp = [yk = detail::keep(y), axis = axis](const Tensor<T>& ct,
+                                                                              const VjpNeed&) {
+      return cotangents<Tensor<T>>(detail::fused_softmax_vjp(yk, ct, axis));
+    };
+    return {std::move(y), std::move(vjp)};
+  }
+};
+
+/// (x - mean) / sqrt(var + epsilon) along `axis`; its VJP reads the result and 1/std.
+struct Standardize : Primitive {
+  int axis;
+  double epsilon;
+  static constexpr bool kernel_validates = true;
+  const char* name() const { return "standardize"; }
+  template <Dtype T>
+  Tensor<T> kernel(const Tensor<T>& x) const {
+    return detail::fused_standardize(x, axis, epsilon);
+  }
+  template <Dtype T>
+  std::pair<Tensor<T>, KernelVjp<Tensor<T>, Tensor<T>>> forward_vjp(const VjpNeed&,
+                                                                    const Tensor<T>& x) const {
+    Tensor<T> rstd;
+    Tensor<T> y = detail::fused_standardize(x, axis, epsilon, &rstd);
+    KernelVjp<Tensor<T>, Tensor<T>> vjp = [yk = detail::keep(y), rk = std::move(rstd), axis = axis](
+                                              const Tensor<T>& ct, const VjpNeed&) {
+      return cotangents<Tensor<T>>(detail::fused_standardize_vjp(yk, rk, ct, axis));
+    };
+    return {std::move(y), std::move(vjp)};
+  }
+};
+
+/// dot_product_attention on (B, T, N, H) blocks; its VJP reads the operands and the
+/// attention probabilities.
+struct Attention : Primitive {
+  double scale;
+  bool causal;
+  static constexpr bool kernel_validates = true;
+  const char* name() const { return "dot_product_attention"; }
+  template <Dtype T>
+  Tensor<T> kernel(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v) const {
+    return detail::fused_attention(q, k, v, scale, causal);
+  }
+  template <Dtype T>
+  std::pair<Tensor<T>, KernelVjp<Tensor<T>, Tensor<T>>> forward_vjp(const VjpNeed&, const Tensor<T>& q,
+                                                                    const Tensor<T>& k,
+                                                                    const Tensor<T>& v) const {
+    Tensor<T> probs;
+    Tensor<T> out = detail::fused_attention(q, k, v, scale, causal, &probs);
+    KernelVjp<Tensor<T>, Tensor<T>> vjp = [qk = detail::keep(q), kk = detail::keep(k), vk = detail::keep(v),
+                                           pk = std::move(probs), scale = scale,
+                                           causal = causal](const Tensor<T>& ct, const VjpNeed&) {
+      auto [dq, dk, dv] = detail::fused_attention_vjp(qk, kk, vk, pk, ct, scale, causal);
+      return cotangents<Tensor<T>>(std::move(dq), std::move(dk), std::move(dv));
+    };
+    return {std::move(out), std::move(vjp)};
+  }
+};
+
+}  // namespace prim
 
 /// log(sum(exp(x))) over dims, computed stably (the max is subtracted first).
 template <ArrayLike X>
@@ -35,7 +119,7 @@ auto softmax(const X& x, int axis = -1) {
   using R = float_of_t<elem_t<X>>;
   const auto& xf = as_dtype<R>(x);
   if constexpr (detail::is_tensor_v<X>) {
-    return detail::fused_softmax(xf, axis);  // one pass a row (and one for the VJP)
+    return detail::bind_at(prim::Softmax{{}, axis}, std::source_location{}, xf);  // one pass a row
   } else {
     const auto e = exp(xf - max(xf, axis, true));
     return e / sum(e, axis, true);
@@ -116,7 +200,8 @@ auto standardize(const X& x, int axis = -1, double epsilon = 1e-5) {
   using R = float_of_t<elem_t<X>>;
   const auto& xf = as_dtype<R>(x);
   if constexpr (detail::is_tensor_v<X>) {
-    return detail::fused_standardize(xf, axis, epsilon);  // one pass a row (and one for the VJP)
+    return detail::bind_at(prim::Standardize{{}, axis, epsilon}, std::source_location{},
+                           xf);  // one pass a row
   } else {
     const auto centred = xf - mean(xf, axis, true);
     return centred * rsqrt(mean(square(centred), axis, true) + static_cast<R>(epsilon));
@@ -199,7 +284,7 @@ auto dot_product_attention(const X& query, const Y& key, const Z& value, bool is
   const auto head = q.shape().empty() ? std::int64_t{0} : q.shape().back();
   const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head));
   if constexpr (detail::is_tensor_v<X>) {
-    return detail::fused_attention(q, k, v, s, is_causal);
+    return detail::bind_at(prim::Attention{{}, s, is_causal}, std::source_location{}, q, k, v);
   } else {
     using A = std::decay_t<decltype(q)>;
     const auto& qs = q.shape();
