@@ -345,7 +345,8 @@ bind_result_t<P, X...> bind_at(const P& p, const std::source_location& where, co
 }
 
 /// A primitive over a list of operands of one type (concatenate, stack): kernel(xs) on Tensors,
-/// sharded(xs) on ShardedArrays, vjp(need, out, xs) for the cotangents of all of them.
+/// sharded(xs) on ShardedArrays, vjp(out, xs) for the cotangents of all of them (required: a
+/// list primitive without vjp() does not compile, where bind() raises when differentiated).
 template <typename P, ArrayLike X>
 X bind_list_at(const P& p, const std::source_location& where, const std::vector<X>& xs) {
   static_assert(std::is_base_of_v<Primitive, P>, "shard::bind: a primitive derives from shard::Primitive");

@@ -31,7 +31,8 @@
 ///     (float64 partials of a float32 sum) and the step after the collective;
 ///   - `sharded(arrays...)`: the sharded view of a primitive whose layout rule is not a factor
 ///     rule (reshape, slice, take: ops/shape.hpp) or whose communication is not one closing
-///     collective (a scan's block totals, argmax's two steps); such a primitive needs no rule();
+///     collective (a scan's block totals, argmax's two steps); such a primitive needs no rule()
+///     when it also sets kernel_validates (the Tensor view otherwise checks with rule());
 ///   - `forward_vjp(need, xs...)`: the result and its VJP from one call, for a kernel that keeps
 ///     what its VJP reads as it runs (softmax's output, attention's probabilities: ops/nn.hpp);
 ///   - `view(x)`: under a tape, the Tensor result that shares x's memory (a reshape);

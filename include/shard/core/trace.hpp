@@ -5,8 +5,9 @@
 /// The op driver (array/driver.hpp) records every primitive of the op table through
 /// record_vjp below: when a tape records one of the operands it runs the op with recording
 /// paused and hands the tape the primitive's VJP (the cotangents of its inputs); the autodiff
-/// layer makes the node (src/autodiff/record_vjp.cpp). Kernels with a VJP of their own (fused
-/// softmax, standardize, attention) and the collectives call record_vjp the same way.
+/// layer makes the node (src/autodiff/record_vjp.cpp). The fused kernels with a VJP of their own
+/// (softmax, standardize, attention) are primitives with forward_vjp (ops/nn.hpp); the
+/// collectives and the layout moves (reshard, to_host, uncommitted) call record_vjp themselves.
 ///
 /// The ops not yet moved onto the driver (the products) still start with
 ///
