@@ -1,11 +1,11 @@
-// The node of a kernel that computes its own VJP (core/trace.hpp record_vjp: softmax,
-// standardize, attention, to_host, reshard, uncommitted): the rule asks the kernel's VJP for the
-// inputs' cotangents and pushes them to the inputs' nodes.
+// The node of a primitive (core/trace.hpp record_vjp: every op of the op table, and the layout
+// moves to_host, reshard, uncommitted): the node asks the primitive's VJP for the inputs'
+// cotangents and pushes them to the inputs' nodes (or hands them a deferred one, a leaf's).
 
 #include <array>
 #include <span>
 
-#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/autodiff/detail/ad_node.hpp"
 
 namespace shard::detail {
 
@@ -60,6 +60,8 @@ Out record_vjp_node(Tape& tape, const char* op, Out&& out, std::span<const In* c
     Cotangents<In> cts = vjp(ct, need);
     for (std::size_t i = 0; i < nodes.n && i < cts.size(); ++i)
       if (nodes[i] && cts[i]) nodes[i]->add(std::move(*cts[i]), v | ct_extra);
+    for (auto& [i, take] : cts.deferred())
+      if (i < nodes.n && nodes[i]) nodes[i]->defer(std::move(take));
   };
   tape.append(node);
   out.set_ad(std::make_shared<AdValue>(AdValue{tape.id(), vma, std::move(node)}));

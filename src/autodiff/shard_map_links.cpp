@@ -3,12 +3,15 @@
 // each argument block a leaf of its device's tape, each output block's node seeded by the
 // outer node of the assembled output.
 
+#include <algorithm>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "shard/autodiff/detail/ad_node.hpp"
+#include "shard/ops/detail/grad_reduce.hpp"
 #include "shard/spmd/detail/shard_map_ad.hpp"
 
 namespace shard::detail {
@@ -22,25 +25,58 @@ void ShardMapAd::link(const ShardedArray<T>& p, const PartitionSpec& spec) {
     if (pn) {
       a.tracked = true;
       const std::size_t n = p.addressable_shards().size();
+      // Per device: the cotangent block that varies over the argument's axes only, and the
+      // parts that vary over more (their sums over those axes run in the global view below).
+      using Parts = std::vector<std::pair<std::uint32_t, Tensor<T>>>;
       auto store = std::make_shared<std::vector<std::optional<Tensor<T>>>>(n);
+      auto parts = std::make_shared<std::vector<Parts>>(n);
       std::vector<Shard<T>> meta;  // devices and boxes (no data)
       for (const auto& s : p.addressable_shards()) meta.push_back(Shard<T>{s.device, s.box, Tensor<T>()});
       std::vector<Shape> shapes;
       for (const auto& s : p.addressable_shards()) shapes.push_back(s.data.shape());
-      a.read = [store, shapes](int li, NodeBase* leaf) {
+      a.read = [store, parts, shapes](int li, NodeBase* leaf) {
         auto* node = static_cast<Node<Tensor<T>>*>(leaf);
+        (*parts)[li].clear();
         if (node && node->has_cotangent()) {
-          (*store)[li] = std::move(node->total());
+          auto [own, extra] = node->take_parts();
+          (*store)[li] = own ? std::move(*own) : Tensor<T>(shapes[li], T(0));
+          (*parts)[li] = std::move(extra);
           node->reset();
         } else {
           (*store)[li] = Tensor<T>(shapes[li], T(0));
         }
       };
-      a.push = [store, pn, meta, shape = p.shape(), sharding = p.sharding()]() {
+      a.push = [store, parts, pn, meta, shapes, shape = p.shape(), sharding = p.sharding(),
+                axis_names = mesh.axis_names()]() {
         std::vector<Shard<T>> shards = meta;
         for (std::size_t li = 0; li < shards.size(); ++li) shards[li].data = std::move(*(*store)[li]);
         push(pn, ShardedArray<T>(shape, sharding, std::move(shards)), 0);
         for (auto& b : *store) b.reset();
+        // The transpose of the body's implicit pvary: each set of extra axes summed over them
+        // with the parameters' bucketed, overlapped reduction (ops/detail/grad_reduce.hpp); the
+        // node waits for it when it is read. Every device ran the same body, so the sets match.
+        std::vector<std::uint32_t> masks;
+        for (const auto& dev : *parts)
+          for (const auto& [mask, part] : dev)
+            if (std::find(masks.begin(), masks.end(), mask) == masks.end()) masks.push_back(mask);
+        std::sort(masks.begin(), masks.end());
+        for (const std::uint32_t mask : masks) {
+          std::vector<Tensor<T>> blocks;
+          for (std::size_t li = 0; li < parts->size(); ++li) {
+            auto& dev = (*parts)[li];
+            auto it = std::find_if(dev.begin(), dev.end(), [&](const auto& e) { return e.first == mask; });
+            blocks.push_back(it != dev.end() ? std::move(it->second) : Tensor<T>(shapes[li], T(0)));
+          }
+          std::vector<std::string> names;
+          for (std::size_t k = 0; k < axis_names.size(); ++k)
+            if (mask >> k & 1u) names.push_back(axis_names[k]);
+          auto take = psum_deferred(std::move(blocks), SpecEntry(std::move(names)), sharding, shape);
+          pn->defer([take = std::move(take), want = pn->meta.sharding]() {
+            ShardedArray<T> sum = take();
+            return sum.sharding() == want ? sum : reshard(sum, want);
+          });
+        }
+        for (auto& dev : *parts) dev.clear();
       };
     }
   }

@@ -1,4 +1,4 @@
-// Products of the local op set: matmul (numpy's rules: 1-D promotion, broadcast batch dims),
+// The products' Tensor kernels (the primitives are ops/matmul.hpp's): matmul (numpy's rules: 1-D promotion, broadcast batch dims),
 // dot and vdot. float32 and float64 go to OpenBLAS (one gemm for a batched A times a matrix
 // B); integers and bool use plain loops. vdot of float32 accumulates in float64 (dsdot).
 
@@ -83,17 +83,15 @@ Tensor<T> detail::vdot_kernel(const Tensor<T>& a, const Tensor<T>& b) {
 }
 
 template <Dtype T>
-Tensor<T> matmul(const Tensor<T>& a_in, const Tensor<T>& b_in) {
+Tensor<T> detail::matmul_kernel(const Tensor<T>& a_in, const Tensor<T>& b_in) {
   if (a_in.rank() == 0 || b_in.rank() == 0)
     raise<ShapeError>("matmul: operands must have at least one dim, got shapes ", to_string(a_in.shape()), " and ",
                       to_string(b_in.shape()), " (use * or dot for scalars)");
-  if (auto* tape = detail::recording_tape_for(a_in, b_in))
-    return detail::record_matmul<Tensor<T>>(*tape, a_in, b_in, "matmul", [&] { return matmul(a_in, b_in); });
   if (a_in.rank() == 1 && b_in.rank() == 1) {
     if (a_in.size() != b_in.size())
       raise<ShapeError>("matmul: shapes ", to_string(a_in.shape()), " and ", to_string(b_in.shape()),
                         " do not align (", a_in.size(), " != ", b_in.size(), ")");
-    return vdot(a_in, b_in);
+    return vdot_kernel(a_in, b_in);
   }
   // 1-D operands as matrices: a (K) -> (1, K), b (K) -> (K, 1); the added dims go again below.
   const bool a_vec = a_in.rank() == 1, b_vec = b_in.rank() == 1;
@@ -132,12 +130,7 @@ template <Dtype T>
 Tensor<T> dot(const Tensor<T>& a, const Tensor<T>& b) {
   if (a.rank() == 0 || b.rank() == 0) return binary(a, b, BinaryOp::kMul);
   if (b.rank() <= 2) return matmul(a, b);  // numpy's dot and matmul agree here
-  if (auto* tape = detail::recording_tape_for(a, b)) {
-    if (detail::differentiable_on(a, *tape) || detail::differentiable_on(b, *tape))
-      detail::raise_not_differentiable("dot", "with a right operand of more than 2 dims; write it with matmul");
-    return detail::finish_constant(*tape, detail::paused([&] { return dot(a, b); }), a, b);  // the vma only
-  }
-  // b N-D: contract a's last dim with b's second-to-last; result a.shape[:-1] + b.shape[:-2] + b.shape[-1:].
+  // b N-D (a composition of primitives, differentiated through them): contract a's last dim with b's second-to-last; result a.shape[:-1] + b.shape[:-2] + b.shape[-1:].
   const std::int64_t k = a.shape().back();
   if (b.shape()[b.rank() - 2] != k)
     raise<ShapeError>("dot: shapes ", to_string(a.shape()), " and ", to_string(b.shape()), " do not align");
@@ -186,7 +179,7 @@ Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb, T* 
 }  // namespace detail
 
 #define SHARD_INSTANTIATE_LINALG(T)                                        \
-  template Tensor<T> matmul<T>(const Tensor<T>&, const Tensor<T>&);        \
+  template Tensor<T> detail::matmul_kernel<T>(const Tensor<T>&, const Tensor<T>&); \
   template Tensor<T> dot<T>(const Tensor<T>&, const Tensor<T>&);           \
   template Tensor<T> detail::vdot_kernel<T>(const Tensor<T>&, const Tensor<T>&);  \
   template Tensor<T> detail::matmul_t<T>(const Tensor<T>&, bool, const Tensor<T>&, bool, T*);

@@ -1,12 +1,16 @@
-// matmul's choice of algorithm (the primitive of the ops layer): Cannon or SUMMA for 2-D block layouts, the
-// sharding rules (matmul.cpp) for everything else, or whatever the caller forces.
+// The products' primitives (ops/matmul.hpp): matmul (the Tensor kernel is core's; the sharded form chooses
+// Cannon or SUMMA for 2-D block layouts, the sharding rules of matmul_rules.cpp for everything else, or
+// whatever the caller forces; the VJP), and vdot.
 
 #include <source_location>
 #include <type_traits>
 
+#include "shard/array/detail/node_meta.hpp"
 #include "shard/core/trace.hpp"
 #include "shard/error.hpp"
 #include "shard/linalg/linalg.hpp"
+#include "shard/ops/detail/grad_reduce.hpp"
+#include "shard/ops/elementwise.hpp"
 #include "shard/ops/matmul.hpp"
 #include "shard/ops/ops.hpp"
 #include "shard/array/reshard.hpp"
@@ -31,9 +35,29 @@ Algorithm choose_algorithm(const Shape& a_shape, const NamedSharding& a, const S
   return ra == 2 ? Algorithm::kSumma : Algorithm::kRules;
 }
 
+namespace {
+constexpr std::source_location kLibrary{};  // the public functions below have no caller's line yet
+}  // namespace
+
+// ---------------------------------------------------------------- matmul
+
+template <Dtype T>
+Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
+  return detail::bind_at(prim::Matmul{}, kLibrary, a, b);
+}
+
 template <typename T>
 ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out,
                        Algorithm algorithm) {
+  if (!(a.mesh() == b.mesh())) {  // B on another mesh over the same devices: spelled on A's if it can be
+    detail::check_same_devices(a.mesh(), b.mesh(), "matmul");
+    if (auto eq = equivalent_sharding(b.sharding(), b.shape(), a.mesh())) return matmul(a, reshard(b, *eq), out, algorithm);
+  }
+  return detail::bind_at(prim::Matmul{{}, out, algorithm}, kLibrary, a, b);
+}
+
+template <Dtype T>
+ShardedArray<T> prim::Matmul::sharded(const ShardedArray<T>& a, const ShardedArray<T>& b) const {
   if (a.ndim() == 0 || b.ndim() == 0)
     raise<ShapeError>("matmul: operands must have at least one dim, got shapes ", to_string(a.shape()), " and ",
                       to_string(b.shape()), " (use * or dot for scalars)");
@@ -47,26 +71,74 @@ ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const
     ShardedArray<T> r = squeeze(c, Dims{a.ndim() == 1 ? c.ndim() - 2 : c.ndim() - 1});
     return out && !(*out == r.sharding()) ? reshard(r, *out) : r;
   }
-  if (!(a.mesh() == b.mesh())) {  // B on another mesh over the same devices: spelled on A's if it can be
-    detail::check_same_devices(a.mesh(), b.mesh(), "matmul");
-    if (auto eq = equivalent_sharding(b.sharding(), b.shape(), a.mesh())) return matmul(a, reshard(b, *eq), out, algorithm);
+  Algorithm alg = algorithm;
+  if (alg == Algorithm::kAuto) {
+    alg = choose_algorithm(a.shape(), a.sharding(), b.shape(), b.sharding());
+    if constexpr (!std::is_floating_point_v<T>) alg = Algorithm::kRules;
   }
-  if (auto* tape = detail::recording_tape_for(a, b))
-    return detail::record_matmul<ShardedArray<T>>(*tape, a, b, "matmul", [&] { return matmul(a, b, out, algorithm); });
-  if (algorithm == Algorithm::kAuto) {
-    algorithm = choose_algorithm(a.shape(), a.sharding(), b.shape(), b.sharding());
-    if constexpr (!std::is_floating_point_v<T>) algorithm = Algorithm::kRules;
-  }
-  if (algorithm == Algorithm::kRules) return matmul_by_rules(a, b, out);
+  if (alg == Algorithm::kRules) return matmul_by_rules(a, b, out);
   if constexpr (std::is_floating_point_v<T>) {
-    ShardedArray<T> c = algorithm == Algorithm::kCannon ? linalg::cannon(a, b)
-                        : algorithm == Algorithm::kSumma ? linalg::summa(a, b)
-                                                         : linalg::scalapack_matmul(a, b);
+    ShardedArray<T> c = alg == Algorithm::kCannon ? linalg::cannon(a, b)
+                        : alg == Algorithm::kSumma ? linalg::summa(a, b)
+                                                   : linalg::scalapack_matmul(a, b);
     return out && !(*out == c.sharding()) ? reshard(c, *out) : c;
   } else {
-    raise<ValueError>("matmul: Algorithm '", algorithm_name(algorithm), "' multiplies float and double only, not ",
+    raise<ValueError>("matmul: Algorithm '", algorithm_name(alg), "' multiplies float and double only, not ",
                       dtype_name<T>(), "; use Algorithm::kAuto or kRules");
   }
+}
+
+namespace {
+
+/// The cotangents of a and b in numpy's matmul from the result's (1-D operands promoted, batch
+/// dims broadcast). `ak` is kept when b needs a cotangent, `bk` when a does.
+template <ArrayLike X>
+Cotangents<X> matmul_cotangents(const X& ct, const VjpNeed& need, const std::optional<X>& ak,
+                                const std::optional<X>& bk, const Shape& as, const Shape& bs) {
+  Cotangents<X> r(2);
+  const bool a1 = as.size() == 1, b1 = bs.size() == 1;
+  X c2 = ct.alias();
+  if (a1) c2 = expand_dims(c2, c2.ndim() - (b1 ? 0 : 1));
+  if (b1) c2 = expand_dims(c2, -1);
+  if (!a1 && !b1 && as.size() == 2 && bs.size() == 2) {  // the common case: no transpose copies
+    if constexpr (detail::is_sharded_v<X>) {
+      // Each product lands where its input's node keeps the cotangent; a parameter's gradient
+      // leaves its psum over the contracting axes running behind the backward pass where it can.
+      auto product = [&](std::size_t i, const X& l, bool tl, const X& rr, bool tr) {
+        const auto* meta = need.input<X>(i);
+        const NamedSharding* want = meta ? &meta->sharding : nullptr;
+        if (want && need.leaf(i))
+          if (auto take = detail::matmul_t_deferred(l, tl, rr, tr, *want)) return r.defer(i, std::move(take));
+        r[i].emplace(detail::matmul_t(l, tl, rr, tr, want));
+      };
+      if (need[0]) product(0, c2, false, *bk, true);
+      if (need[1]) product(1, *ak, true, c2, false);
+    } else {
+      if (need[0]) r[0].emplace(detail::matmul_t(c2, false, *bk, true));
+      if (need[1]) r[1].emplace(detail::matmul_t(*ak, true, c2, false));
+    }
+    return r;
+  }
+  if (need[0]) {
+    const X b2 = b1 ? expand_dims(*bk, -1) : bk->alias();
+    X da = matmul(c2, swapaxes(b2, -1, -2));
+    r[0].emplace(a1 ? reshape(da, as) : unbroadcast(da, as));
+  }
+  if (need[1]) {
+    const X a2 = a1 ? expand_dims(*ak, 0) : ak->alias();
+    X db = matmul(swapaxes(a2, -1, -2), c2);
+    r[1].emplace(b1 ? reshape(db, bs) : unbroadcast(db, bs));
+  }
+  return r;
+}
+
+}  // namespace
+
+template <ArrayLike X>
+KernelVjp<X, X> prim::Matmul::vjp(const VjpNeed& need, const X&, const X& a, const X& b) const {
+  return [ak = need[1] ? std::optional<X>(detail::keep(a)) : std::nullopt,
+          bk = need[0] ? std::optional<X>(detail::keep(b)) : std::nullopt, as = a.shape(),
+          bs = b.shape()](const X& ct, const VjpNeed& need) { return matmul_cotangents(ct, need, ak, bk, as, bs); };
 }
 
 // ---------------------------------------------------------------- vdot
@@ -91,10 +163,6 @@ KernelVjp<X, X> prim::Vdot::vjp(const VjpNeed&, const X&, const X& a, const X& b
   };
 }
 
-namespace {
-constexpr std::source_location kLibrary{};  // the public functions below have no caller's line yet
-}  // namespace
-
 template <Dtype T>
 Tensor<T> vdot(const Tensor<T>& a, const Tensor<T>& b) {
   return detail::bind_at(prim::Vdot{}, kLibrary, a, b);
@@ -105,6 +173,7 @@ ShardedArray<T> vdot(const ShardedArray<T>& a, const ShardedArray<T>& b) {
 }
 
 #define SHARD_INSTANTIATE(T)                                                                            \
+  template Tensor<T> matmul<T>(const Tensor<T>&, const Tensor<T>&);                                       \
   template ShardedArray<T> matmul<T>(const ShardedArray<T>&, const ShardedArray<T>&, const NamedSharding*, \
                                      Algorithm);                                                          \
   template Tensor<T> vdot<T>(const Tensor<T>&, const Tensor<T>&);                                         \

@@ -779,6 +779,28 @@ SHARD_MPI_TEST(Autodiff, LogaddexpGradients) {
   }
 }
 
+SHARD_MPI_TEST(Autodiff, MatmulGradientsInEveryShape) {
+  // matmul's VJP (ops/matmul.hpp): 2-D (transposes in the gemm), 1-D operands promoted, batch
+  // dims broadcast, in both views; uneven shapes.
+  const HT w = spread({3, 5, 4}, 1251, 1.0);
+  check_gradients(
+      "matmul",
+      [&](const auto& p) {
+        return sum(matmul(p[0], p[1])) + sum(matmul(p[2], p[0]) * p[3]) + sum(matmul(p[0], p[3])) +
+               sum(matmul(p[4], p[1]) * w);
+      },
+      {spread({5, 7}, 1252, 1.0), spread({7, 4}, 1253, 1.0), spread({5}, 1254, 1.0), spread({7}, 1255, 1.0),
+       spread({3, 1, 5, 7}, 1256, 1.0)},
+      1257);
+  // dot with a right operand of more than 2 dims (Tensors: a composition of primitives now).
+  const std::vector<HT> host{spread({2, 3}, 1258, 1.0), spread({4, 3, 5}, 1259, 1.0)};
+  const HT c = spread({2, 4, 5}, 1260, 1.0);
+  auto f = [&](const std::vector<HT>& p) { return sum(dot(p[0], p[1]) * c); };
+  const auto [v, g] = value_and_grad(f)(host);
+  const auto fd = finite_differences([&](const std::vector<HT>& p) { return f(p).item(); }, host);
+  for (std::size_t i = 0; i < host.size(); ++i) EXPECT_LT(max_rel_diff(g[i], fd[i]), 2e-6) << "dot param " << i;
+}
+
 SHARD_MPI_TEST(Autodiff, SoftplusGradients) {
   const HT w = spread({7, 5}, 1301, 1.0);
   check_gradients(

@@ -1,4 +1,4 @@
-// The backward pass's deferred gradient reduction (detail/grad_reduce.hpp): parameters'
+// The backward pass's deferred gradient reduction (ops/detail/grad_reduce.hpp): parameters'
 // gradients whose products contract over mesh axes are summed in row chunks behind the rest of
 // the pass. For overlap on and off and bucket sizes from one row to the whole gradient, the
 // gradients of a data-parallel and a data x model (Megatron) MLP equal the host reference on
@@ -17,6 +17,7 @@
 #include "mpi_test.hpp"
 #include "shard/autodiff/autodiff.hpp"
 #include "shard/comm/detail/collective_guard.hpp"
+#include "shard/spmd/shard_map.hpp"
 #include "test_util.hpp"
 
 namespace shard::testing {
@@ -124,6 +125,46 @@ SHARD_MPI_TEST(GradReduce, OneSumPerChunk) {
   EXPECT_EQ(rec.bytes, static_cast<std::int64_t>(sizeof(double)) * (1 + d * o)) << comm_stats().to_string();
   const auto want = grad([&](const Tensor<double>& p) { return sum(square(matmul(hx, p))); })(hw);
   EXPECT_LT(max_rel_diff(g.to_host(), want), 1e-12);
+}
+
+SHARD_MPI_TEST(GradReduce, ShardMapArgumentsUseTheSameBuckets) {
+  // A shard_map body differentiated from outside: the replicated W's cotangent varies over
+  // 'data' on each device; its psum over 'data' is the same bucketed reduction (3 + 3 + 3 + 1
+  // rows of dW), for W (2-D) and b (1-D: one row of 5), overlap on and off, against the host.
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"data"});
+  const std::int64_t rows = 4 * n, d = 10, o = 6;
+  const Tensor<double> hx = random_values<double>({rows, d}, 21, 1.0), hw = random_values<double>({d, o}, 22, 1.0);
+  const Tensor<double> hb = random_values<double>({o}, 23, 1.0);
+  const auto x = device_put(hx, NamedSharding(mesh, P("data")));
+  const std::vector<ShardedArray<double>> params{device_put(hw, NamedSharding(mesh, P())),
+                                                 device_put(hb, NamedSharding(mesh, P()))};
+  auto body = [](const Tensor<double>& xb, const Tensor<double>& w, const Tensor<double>& b) {
+    return psum(sum(square(tanh(matmul(xb, w) + b))), "data");
+  };
+  auto loss = [&](const std::vector<ShardedArray<double>>& p) {
+    return shard_map(mesh, {P("data"), P(), P()}, P(), body)(x, p[0], p[1]);
+  };
+  const auto want =
+      grad([&](const std::vector<Tensor<double>>& p) { return sum(square(tanh(matmul(hx, p[0]) + p[1]))); })(
+          std::vector<Tensor<double>>{hw, hb});
+  const Settings keep;
+  for (const bool overlap : {true, false}) {
+    gradient_reduction() = GradientReduction{overlap, 3 * o * static_cast<std::int64_t>(sizeof(double))};
+    comm_stats().reset();
+    const auto g = grad(loss)(params);
+    const std::string name = overlap ? "overlap" : "no overlap";
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      EXPECT_EQ(g[i].sharding(), params[i].sharding()) << name << " param " << i;
+      EXPECT_LT(max_rel_diff(g[i].to_host(), want[i]), 1e-12) << name << " param " << i;
+    }
+    if (deferred_through_mpi()) {  // the loss's psum, then W's 4 chunks and b's 1 (3 rows of o)
+      const auto rec = comm_stats().get("psum", "'data'");
+      EXPECT_EQ(rec.calls, 1 + 4 + 1) << name << "\n" << comm_stats().to_string();
+      EXPECT_EQ(rec.bytes, static_cast<std::int64_t>(sizeof(double)) * (1 + d * o + o))
+          << name << "\n" << comm_stats().to_string();
+    }
+  }
 }
 
 SHARD_MPI_TEST(GradReduce, Bfloat16SumsAccumulateInFloat32) {

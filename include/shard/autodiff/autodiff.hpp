@@ -5,7 +5,7 @@
 /// How it works. grad(f)(params, args...) makes a tape, hands f aliases of the parameters
 /// that the tape tracks, and runs f. Every op kernel that receives a tracked array (Tensor or
 /// ShardedArray: the same op set) records a node with its vector-Jacobian product, the rule
-/// written next to the op in terms of the same ops (shard/autodiff/detail/vjp_rules.hpp). The backward
+/// written next to the op in terms of the same ops (its primitive's vjp(), ops/*.hpp). The backward
 /// pass runs the rules in reverse order from a cotangent of 1 and returns the parameters'
 /// cotangents. Residuals are aliases of the arrays' memory (Tensor::alias), never copies; a
 /// node frees them as soon as its rule has run. Arrays that do not depend on the parameters
@@ -28,7 +28,7 @@
 ///     axis_index is a constant. An out_spec that omits an axis requires the output to be
 ///     invariant over it. So a data-parallel body psum(loss(x_block, W), "data") with W
 ///     replicated gets dW summed over 'data' by the transpose, in one psum.
-///   - Gradient reduction overlaps the backward pass (detail/grad_reduce.hpp, settings in
+///   - Gradient reduction overlaps the backward pass (ops/detail/grad_reduce.hpp, settings in
 ///     shard::gradient_reduction()): a parameter's gradient whose product contracts over mesh
 ///     axes is summed in row chunks (buckets) started as soon as their rows are computed and
 ///     progressed behind the rest of the pass; grad returns once they completed. The values
@@ -58,7 +58,10 @@
 #include <vector>
 
 #include "shard/core/detail/tape.hpp"
-#include "shard/autodiff/detail/vjp_rules.hpp"
+#include "shard/autodiff/detail/ad_node.hpp"
+#include "shard/ops/detail/grad_reduce.hpp"
+#include "shard/ops/elementwise.hpp"
+#include "shard/ops/reduce.hpp"
 #include "shard/ops/ops.hpp"
 #include "shard/spmd/shard_map.hpp"
 

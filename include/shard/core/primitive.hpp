@@ -23,6 +23,10 @@
 /// `shard::Cotangents<X>` with an empty entry where need[i] is false); it runs on the same ops,
 /// so the backward pass communicates as the forward's rules say. A primitive without vjp()
 /// raises when differentiated, as JAX does for a primitive without a differentiation rule.
+/// In the backward pass the closure's `need` also says which inputs are parameters
+/// (need.leaf(i)) and where each input's cotangent is kept (need.input<X>(i)->sharding, a
+/// gradient's grad_sharding); a parameter's cotangent whose reduction is still in flight may be
+/// returned with Cotangents::defer (matmul's VJP: ops/matmul.hpp).
 ///
 /// Optional members:
 ///   - `static constexpr ReduceKind closing` or `ReduceKind closing_kind() const`: the

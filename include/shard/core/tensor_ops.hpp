@@ -61,6 +61,9 @@ Tensor<std::int64_t> arg_reduce_kernel(const Tensor<T>& x, int axis, bool keepdi
 /// The sum of the products of a's and b's elements (arrays of one size): vdot's kernel.
 template <Dtype T>
 Tensor<T> vdot_kernel(const Tensor<T>& a, const Tensor<T>& b);
+/// numpy's matmul (1-D operands promoted, batch dims broadcast): matmul's kernel.
+template <Dtype T>
+Tensor<T> matmul_kernel(const Tensor<T>& a, const Tensor<T>& b);
 // The shape family's kernels (the primitives are ops/shape.hpp's).
 /// The result shapes of reshape (one dim may be -1), expand_dims and squeeze (errors name the op).
 Shape resolve_reshape(const Shape& from, Shape to);

@@ -9,15 +9,7 @@
 /// (softmax, standardize, attention) are primitives with forward_vjp (ops/nn.hpp); the
 /// collectives and the layout moves (reshard, to_host, uncommitted) call record_vjp themselves.
 ///
-/// The ops not yet moved onto the driver (the products) still start with
-///
-///   if (auto* tape = detail::recording_tape_for(a, b)) return detail::record_matmul(*tape, a, b, "matmul",
-///   kernel);
-///
-/// (one null test per operand when nothing is tracked); those recorders are declared here and
-/// defined, with their VJP rules, by the autodiff layer (src/autodiff/record_*.cpp, instantiated
-/// for every dtype of the one dtype list and both views): a kernel knows that its op is
-/// recorded, not how.
+/// A kernel knows that its op is recorded, not how: the node is the autodiff layer's.
 
 #include <array>
 #include <cstdint>
@@ -46,11 +38,13 @@ struct NodeMeta<Tensor<T>> {
   Shape shape;
 };
 
-// ---------------------------------------------------------------- the op set's recorders
-// Each runs the kernel with recording paused and records the op's VJP (autodiff/detail/vjp_rules.hpp).
-
-template <ArrayLike X>
-X record_matmul(Tape& tape, const X& a, const X& b, const char* op, const std::function<X()>& kernel);
+/// A node with what it remembers of its primal (autodiff's Node<X> derives from it): a VJP
+/// reads its inputs' metadata through VjpNeed::input (where a leaf's cotangent is kept).
+template <typename X>
+struct MetaNode : NodeBase {
+  MetaNode(const char* op_, NodeMeta<X> meta_) : NodeBase(op_), meta(std::move(meta_)) {}
+  NodeMeta<X> meta;
+};
 
 // ---------------------------------------------------------------- kernels the rules use
 // Defined with the kernels (src/core/tensor_*.cpp, src/ops/ops_shape.cpp).
@@ -92,12 +86,23 @@ namespace shard {
 struct VjpNeed {
   std::uint64_t bits = 0;
   std::size_t n = 0;
+  /// During the backward pass of a primitive with up to three inputs: the inputs' nodes (null
+  /// for a constant); null elsewhere.
+  const detail::NodeBase* const* nodes = nullptr;
   bool operator[](std::size_t i) const { return i >= 64 || ((bits >> i) & 1u); }
   std::size_t size() const { return n; }
+  /// Input i is a differentiated input (a parameter): its cotangent is a gradient read only when
+  /// the pass ends, so the VJP may return it deferred (Cotangents::defer).
+  bool leaf(std::size_t i) const { return nodes && i < 3 && nodes[i] && nodes[i]->leaf; }
+  /// What input i's node remembers of its primal, the sharding its cotangent is kept in included
+  /// (a leaf's may differ from the primal's: grad_sharding); null when not known.
+  template <typename X>
+  const detail::NodeMeta<X>* input(std::size_t i) const {
+    if (!nodes || i >= 3 || !nodes[i]) return nullptr;
+    return &static_cast<const detail::MetaNode<X>*>(nodes[i])->meta;
+  }
 };
 }  // namespace shard
-
-namespace shard::detail {}  // namespace shard::detail
 
 namespace shard {
 /// The cotangents a VJP returns: entry i for input i, empty where the input gets none (a
@@ -110,6 +115,9 @@ class Cotangents {
     if (n > inline_.size()) more_.resize(n);
   }
   std::size_t size() const { return n_; }
+  /// Input i's cotangent is in flight (a leaf's, VjpNeed::leaf): `take` waits for it and returns it.
+  void defer(std::size_t i, std::function<X()> take) { deferred_.emplace_back(i, std::move(take)); }
+  std::vector<std::pair<std::size_t, std::function<X()>>>& deferred() { return deferred_; }
   std::optional<X>& operator[](std::size_t i) { return n_ <= inline_.size() ? inline_[i] : more_[i]; }
   const std::optional<X>& operator[](std::size_t i) const {
     return n_ <= inline_.size() ? inline_[i] : more_[i];
@@ -118,6 +126,7 @@ class Cotangents {
  private:
   std::array<std::optional<X>, 3> inline_;
   std::vector<std::optional<X>> more_;
+  std::vector<std::pair<std::size_t, std::function<X()>>> deferred_;
   std::size_t n_ = 0;
 };
 

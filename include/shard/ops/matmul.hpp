@@ -60,6 +60,27 @@ ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, Algor
 
 namespace prim {
 
+/// numpy's matmul (1-D operands promoted, batch dims broadcast). The Tensor kernel is one gemm
+/// per product (detail::matmul_kernel); the sharded form chooses the algorithm as above (`out`
+/// and `algorithm` are matmul's arguments). VJP: dA = dC @ B^T, dB = A^T @ dC, with the
+/// transposes in the gemm for 2-D operands; a sharded parameter's gradient that contracts over
+/// mesh axes leaves its psum running behind the rest of the backward pass
+/// (ops/detail/grad_reduce.hpp) and lands in the sharding its node keeps (grad_sharding).
+struct Matmul : Primitive {
+  static constexpr bool kernel_validates = true;
+  const NamedSharding* out = nullptr;
+  Algorithm algorithm = Algorithm::kAuto;
+  const char* name() const { return "matmul"; }
+  template <Dtype T>
+  Tensor<T> kernel(const Tensor<T>& a, const Tensor<T>& b) const {
+    return detail::matmul_kernel(a, b);
+  }
+  template <Dtype T>
+  ShardedArray<T> sharded(const ShardedArray<T>& a, const ShardedArray<T>& b) const;
+  template <ArrayLike X>
+  KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& a, const X& b) const;
+};
+
 /// numpy's vdot: the sum of the products of two arrays' elements (any shapes of one size; a
 /// 0-d result). Sharded: the product on the blocks as binary() lines them up, then the sum.
 struct Vdot : Primitive {
@@ -81,5 +102,18 @@ struct Vdot : Primitive {
 template <typename T>
 ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>& b,
                                 const NamedSharding* out = nullptr);
+
+namespace detail {
+
+/// op(a) @ op(b) for 2-D operands, with the transposes in the gemm (matmul_rules.cpp: the blocks
+/// are multiplied where they lie when the rules need no reshard; otherwise the operands are
+/// transposed and multiplied by matmul). `out`: the sharding the result should have (as
+/// matmul's; a contraction over mesh axes then ends in a psum_scatter where `out` splits C
+/// further over them, instead of a psum and a reshard).
+template <Dtype T>
+ShardedArray<T> matmul_t(const ShardedArray<T>& a, bool ta, const ShardedArray<T>& b, bool tb,
+                         const NamedSharding* out = nullptr);
+
+}  // namespace detail
 
 }  // namespace shard

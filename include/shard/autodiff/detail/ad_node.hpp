@@ -2,8 +2,10 @@
 /// \file The nodes of the autodiff tape (internals of autodiff.hpp): what a node remembers of
 /// its primal, how cotangent contributions accumulate (psums of the ones that vary over extra
 /// mesh axes, waits for deferred gradient sums), and how an op's result becomes a node
-/// (finish). The rules themselves are in vjp_rules.hpp.
+/// (finish). The rules themselves are the primitives' vjp() (ops/*.hpp).
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -58,12 +60,15 @@ void accumulate(std::optional<X>& acc, X&& v) {
 
 /// A node whose primal is an array of type X.
 template <typename X>
-struct Node final : NodeBase {
+struct Node final : MetaNode<X> {
   /// Pushes the input cotangents of the op, given the output's (`vma`: the output's axes).
   using Rule = std::function<void(const X& ct, std::uint32_t vma)>;
+  using MetaNode<X>::op;
+  using MetaNode<X>::meta;
+  using MetaNode<X>::leaf;
 
   Node(const char* op_, Tape& tape_, std::uint32_t vma_, NodeMeta<X> meta_)
-      : NodeBase(op_), tape(&tape_), vma(vma_), meta(std::move(meta_)) {}
+      : MetaNode<X>(op_, std::move(meta_)), tape(&tape_), vma(vma_) {}
 
   bool has_cotangent() const override { return ct.has_value() || !pending.empty() || !deferred.empty(); }
 
@@ -106,6 +111,21 @@ struct Node final : NodeBase {
     return *ct;
   }
 
+  /// The cotangent in parts, unsummed (a shard_map argument's block, whose sums over the axes
+  /// the argument is invariant over run in the global view, bucketed like every parameter's
+  /// gradient: ShardMapAd): the part that varies over the primal's axes only, and one part per
+  /// set of extra axes, in increasing order of the axes' mask. Leaves the node empty.
+  std::pair<std::optional<X>, std::vector<std::pair<std::uint32_t, X>>> take_parts() {
+    for (auto& take : deferred) accumulate(ct, take());
+    deferred.clear();
+    std::vector<std::pair<std::uint32_t, X>> parts = std::move(pending);
+    pending.clear();
+    std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::optional<X> own = std::move(ct);
+    ct.reset();
+    return {std::move(own), std::move(parts)};
+  }
+
   void backward(bool keep) override {
     if (!has_cotangent()) {
       if (!keep) drop_rule();
@@ -139,9 +159,14 @@ struct Node final : NodeBase {
     if (rule) {
       rule(c, v);
     } else if (vjp) {
-      Cotangents<X> cts = vjp(c, vjp_need);
+      const std::array<const NodeBase*, 3> nodes{vjp_inputs[0].get(), vjp_inputs[1].get(), vjp_inputs[2].get()};
+      VjpNeed need = vjp_need;
+      need.nodes = nodes.data();
+      Cotangents<X> cts = vjp(c, need);
       for (std::size_t i = 0; i < vjp_need.size() && i < cts.size(); ++i)
         if (vjp_inputs[i] && cts[i]) vjp_inputs[i]->add(std::move(*cts[i]), v | ct_extra);
+      for (auto& [i, take] : cts.deferred())
+        if (i < vjp_inputs.size() && vjp_inputs[i]) vjp_inputs[i]->defer(std::move(take));
     }
   }
   void drop_rule() {
@@ -157,7 +182,6 @@ struct Node final : NodeBase {
 
   Tape* tape;
   std::uint32_t vma;
-  NodeMeta<X> meta;
   Rule rule;
   /// A primitive's VJP with up to three inputs of this node's type (record_vjp): the cotangents
   /// it returns go to vjp_inputs (no rule closure around it).
@@ -165,7 +189,6 @@ struct Node final : NodeBase {
   std::array<std::shared_ptr<Node>, 3> vjp_inputs;
   VjpNeed vjp_need;
   std::uint32_t ct_extra = 0;
-  bool leaf = false;
   bool linear_local = false;  ///< a linear op without communication (see backward)
   std::optional<X> ct;
   std::vector<std::pair<std::uint32_t, X>> pending;

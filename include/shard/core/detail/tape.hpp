@@ -10,8 +10,7 @@
 /// The op driver (array/driver.hpp) starts every primitive with recording_tape_for(operands...),
 /// which costs a null-pointer test per operand when nothing is tracked; when a tape records, it
 /// runs the kernel with recording paused and appends a node through record_vjp (core/trace.hpp)
-/// whose rule, the primitive's VJP, is written with the same ops. The ops not yet on the driver
-/// call the recorders of core/trace.hpp the same way.
+/// whose rule, the primitive's VJP, is written with the same ops.
 ///
 /// Device tapes (one per device thread, while a shard_map is differentiated from outside) also
 /// track each value's vma: an op's result varies over the union of its operands' axes, and a
@@ -53,6 +52,9 @@ struct NodeBase {
   /// Forgets the cotangent (between two backward passes of one tape).
   virtual void reset() = 0;
   const char* op;
+  /// A differentiated input (a parameter, a shard_map argument): its cotangent is what the
+  /// caller reads when the pass ends.
+  bool leaf = false;
 };
 
 class Tape {

@@ -1,5 +1,6 @@
 #pragma once
-/// \file Gradient reduction overlapped with the backward pass (internals of autodiff.hpp).
+/// \file Gradient reduction overlapped with the backward pass (ops layer: matmul's VJP defers a
+/// parameter's gradient here; autodiff.hpp opens the scope and reads the gradients).
 ///
 /// A parameter's gradient that comes out of a product contracting over mesh axes (dW = x^T dy
 /// with x split over 'data') is a psum of each device's partial product. In the global view
@@ -14,14 +15,19 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
+#include "shard/core/box.hpp"
 #include "shard/core/dtype.hpp"
 
 namespace shard {
 
 template <typename T>
 class ShardedArray;
+template <typename T>
+class Tensor;
 class NamedSharding;
+class SpecEntry;
 
 /// How grad / value_and_grad / vjp reduce the gradients of parameters across devices
 /// (process-wide; every rank must use the same values, which the consistency check verifies
@@ -71,6 +77,14 @@ void progress_reductions();
 /// called. An empty function when the deferred path does not apply (no scope, no contraction
 /// over mesh axes, a layout other than `out`, a 2-D block algorithm, group-shared memory, uneven
 /// blocks): the caller then runs the product as usual.
+/// The psum over the mesh axes `axes` of partial gradient blocks (one per local device of
+/// `sharding`'s mesh, in its local order, all of one shape: a shard_map argument's cotangent
+/// that varies over axes its primal does not), started now in the same buckets as a product's
+/// and completed when the returned function is called. The result is sharded as `sharding`.
+template <Dtype T>
+std::function<ShardedArray<T>()> psum_deferred(std::vector<Tensor<T>> blocks, const SpecEntry& axes,
+                                               const NamedSharding& sharding, const Shape& shape);
+
 template <Dtype T>
 std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, bool ta, const ShardedArray<T>& b,
                                                    bool tb, const NamedSharding& out);

@@ -1,11 +1,11 @@
-// Gradient reduction overlapped with the backward pass (detail/grad_reduce.hpp). Layouts, for
+// Gradient reduction overlapped with the backward pass (ops/detail/grad_reduce.hpp). Layouts, for
 // a parameter's gradient C = op(A) @ op(B) whose contraction runs over the mesh axes k:
 //   op(A)[rows, k] op(B)[k, cols]             where they lie (the rules' plan needs no reshard)
 //   C_partial[r0:r1, cols] = op(A)[r0:r1] @ op(B)   per device, chunk by chunk (OpenBLAS)
 //   C[r0:r1, cols] = psum_k(C_partial[r0:r1])       MPI_Iallreduce started after each chunk
 // and the chunks in flight are tested between the gemms that follow.
 
-#include "shard/autodiff/detail/grad_reduce.hpp"
+#include "shard/ops/detail/grad_reduce.hpp"
 
 #include <cblas.h>
 
@@ -65,12 +65,13 @@ void gemm_rows(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb, std::in
                 lda, b.data(), ldb, 0.0f, out, static_cast<int>(n));
 }
 
-/// A gradient whose chunks are being summed: the blocks (one per local device) and a handle
-/// per chunk. Members in this order so that the handles go before the blocks they write.
+/// A gradient whose chunks are being summed: the blocks (one per local device, as 2-D rows x n)
+/// and a handle per chunk. Members in this order so that the handles go before the blocks they
+/// write.
 template <Dtype T>
-class DeferredProduct final : public InFlightReduction {
+class DeferredSum final : public InFlightReduction {
  public:
-  DeferredProduct(const NamedSharding& s, Shape c_shape, std::vector<int> devices)
+  DeferredSum(const NamedSharding& s, Shape c_shape, std::vector<int> devices)
       : sharding_(s), c_shape_(std::move(c_shape)), devices_(std::move(devices)) {}
 
   void progress() override {
@@ -81,8 +82,11 @@ class DeferredProduct final : public InFlightReduction {
     for (auto& c : chunks_) c.wait();
     chunks_.clear();
     std::vector<Shard<T>> shards;
-    for (std::size_t i = 0; i < devices_.size(); ++i)
-      shards.push_back(Shard<T>{devices_[i], sharding_.box(devices_[i], c_shape_), std::move(blocks_[i])});
+    for (std::size_t i = 0; i < devices_.size(); ++i) {
+      Box box = sharding_.box(devices_[i], c_shape_);
+      Tensor<T> block = std::move(blocks_[i]).reshaped(box.extent);
+      shards.push_back(Shard<T>{devices_[i], std::move(box), std::move(block)});
+    }
     return ShardedArray<T>(c_shape_, sharding_, std::move(shards));
   }
 
@@ -92,6 +96,32 @@ class DeferredProduct final : public InFlightReduction {
   std::vector<Tensor<T>> blocks_;
   std::vector<PendingPsum> chunks_;
 };
+
+/// Sums d's blocks (rows x n each) over `axes` in buckets of at most bucket_bytes: fill(r0, r1)
+/// writes rows [r0, r1) (a product's gemms; nothing for blocks already written), then their
+/// psum starts. The one bucketing of both views' gradients.
+template <Dtype T, typename Fill>
+void sum_in_buckets(DeferredSum<T>& d, const Mesh& mesh, const SpecEntry& axes, std::int64_t rows, std::int64_t n,
+                    Fill fill) {
+  const GradientReduction& settings = gradient_reduction();
+  auto chunk_spec = [&](std::int64_t r0, std::int64_t r1) {
+    CollectiveSpec chunk = reduce_spec(mesh, ReduceKind::kSum, axes, Shape{r1 - r0, n});
+    chunk.dtype = dtype_name<T>();
+    return chunk;
+  };
+  const std::int64_t row_bytes = std::max<std::int64_t>(1, n * static_cast<std::int64_t>(sizeof(T)));
+  const std::int64_t bucket = std::max<std::int64_t>(1, settings.bucket_bytes / row_bytes);
+  for (std::int64_t r0 = 0; r0 < rows; r0 += bucket) {
+    const std::int64_t r1 = std::min(rows, r0 + bucket);
+    fill(r0, r1);
+    // The previous chunk's second phase (bfloat16) starts here, at the same point on every rank.
+    if (!d.chunks_.empty()) d.chunks_.back().post_next_phase();
+    d.chunks_.push_back(start_psum_rows(mesh, chunk_spec(r0, r1), d.devices_, d.blocks_, r0, r1, settings.bfloat16));
+    if (!settings.overlap) d.chunks_.back().wait();
+  }
+  if (rows == 0)  // no rows: still one (empty) sum, so every rank makes the same calls
+    d.chunks_.push_back(start_psum_rows(mesh, chunk_spec(0, 0), d.devices_, d.blocks_, 0, 0, settings.bfloat16));
+}
 
 }  // namespace
 
@@ -132,39 +162,52 @@ std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, boo
 
   std::vector<int> devices;
   for (const auto& s : a.addressable_shards()) devices.push_back(s.device);
-  auto d = std::make_shared<DeferredProduct<T>>(natural, c_shape, devices);
+  auto d = std::make_shared<DeferredSum<T>>(natural, c_shape, devices);
   for (std::size_t i = 0; i < devices.size(); ++i) d->blocks_.emplace_back(block);
-  const GradientReduction& settings = gradient_reduction();
-  const std::int64_t row_bytes = std::max<std::int64_t>(1, n * static_cast<std::int64_t>(sizeof(T)));
-  const std::int64_t rows = std::max<std::int64_t>(1, settings.bucket_bytes / row_bytes);
+  const std::int64_t rows = std::max<std::int64_t>(
+      1, gradient_reduction().bucket_bytes / std::max<std::int64_t>(1, n * static_cast<std::int64_t>(sizeof(T))));
   const std::int64_t step = std::max<std::int64_t>(1, rows / 4);  // the gemm's pieces between tests
-  for (std::int64_t r0 = 0; r0 < block[0]; r0 += rows) {
-    const std::int64_t r1 = std::min(block[0], r0 + rows);
+  sum_in_buckets(*d, mesh, p.contract, block[0], n, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t q = r0; q < r1; q += step) {
       for (std::size_t i = 0; i < devices.size(); ++i)
         gemm_rows(a.addressable_shards()[i].data, ta, b.addressable_shards()[i].data, tb, q, std::min(r1, q + step),
                   d->blocks_[i]);
       progress_reductions();
     }
-    CollectiveSpec chunk = reduce_spec(mesh, ReduceKind::kSum, p.contract, Shape{r1 - r0, n});
-    chunk.dtype = whole.dtype;
-    // The previous chunk's second phase (bfloat16) starts here, at the same point on every rank.
-    if (!d->chunks_.empty()) d->chunks_.back().post_next_phase();
-    d->chunks_.push_back(start_psum_rows(mesh, chunk, devices, d->blocks_, r0, r1, settings.bfloat16));
-    if (!settings.overlap) d->chunks_.back().wait();
-  }
-  if (block[0] == 0) {  // no rows: still one (empty) sum, so every rank makes the same calls
-    CollectiveSpec chunk = reduce_spec(mesh, ReduceKind::kSum, p.contract, Shape{0, n});
-    chunk.dtype = whole.dtype;
-    d->chunks_.push_back(start_psum_rows(mesh, chunk, devices, d->blocks_, 0, 0, settings.bfloat16));
-  }
+  });
   register_in_flight(d);
+  return [d] { return d->take(); };
+}
+
+template <Dtype T>
+std::function<ShardedArray<T>()> psum_deferred(std::vector<Tensor<T>> blocks, const SpecEntry& axes,
+                                               const NamedSharding& sharding, const Shape& shape) {
+  const Mesh& mesh = sharding.mesh();
+  const Shape block = sharding.shard_shape(shape);
+  const std::int64_t rows = block.empty() ? 1 : block[0];
+  std::int64_t n = 1;
+  for (std::size_t k = 1; k < block.size(); ++k) n *= block[k];
+  auto d = std::make_shared<DeferredSum<T>>(sharding, shape, mesh.local_device_ids());
+  if (blocks.size() != d->devices_.size())
+    raise<Error>("psum_deferred: ", blocks.size(), " blocks for ", d->devices_.size(), " local devices (internal error)");
+  for (auto& b : blocks) {
+    if (b.shape() != block)
+      raise<Error>("psum_deferred: a block of shape ", to_string(b.shape()), " for blocks of ", to_string(block),
+                   " (internal error)");
+    if (!b.unique_storage()) b = Tensor<T>(b);  // summed in place: nothing else may see it
+    b.set_ad(nullptr);
+    d->blocks_.push_back(std::move(b).reshaped(Shape{rows, n}));
+  }
+  sum_in_buckets(*d, mesh, axes, rows, n, [](std::int64_t, std::int64_t) {});
+  if (t_scope.depth > 0) register_in_flight(d);
   return [d] { return d->take(); };
 }
 
 #define SHARD_INSTANTIATE_DEFERRED(T)                             \
   template std::function<ShardedArray<T>()> matmul_t_deferred<T>( \
-      const ShardedArray<T>&, bool, const ShardedArray<T>&, bool, const NamedSharding&);
+      const ShardedArray<T>&, bool, const ShardedArray<T>&, bool, const NamedSharding&); \
+  template std::function<ShardedArray<T>()> psum_deferred<T>(std::vector<Tensor<T>>, const SpecEntry&, \
+                                                             const NamedSharding&, const Shape&);
 SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_DEFERRED)
 #undef SHARD_INSTANTIATE_DEFERRED
 
