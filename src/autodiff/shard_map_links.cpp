@@ -70,10 +70,12 @@ void ShardMapAd::link(const ShardedArray<T>& p, const PartitionSpec& spec) {
           std::vector<std::string> names;
           for (std::size_t k = 0; k < axis_names.size(); ++k)
             if (mask >> k & 1u) names.push_back(axis_names[k]);
-          auto take = psum_deferred(std::move(blocks), SpecEntry(std::move(names)), sharding, shape);
+          auto take =
+              psum_deferred(std::move(blocks), SpecEntry(std::move(names)), sharding, shape, pn->leaf);
           pn->defer([take = std::move(take), want = pn->meta.sharding]() {
             ShardedArray<T> sum = take();
-            return sum.sharding() == want ? sum : reshard(sum, want);
+            if (sum.sharding() == want) return sum;
+            return reshard(sum, want);
           });
         }
         for (auto& dev : *parts) dev.clear();

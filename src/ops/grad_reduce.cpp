@@ -102,7 +102,7 @@ class DeferredSum final : public InFlightReduction {
 /// psum starts. The one bucketing of both views' gradients.
 template <Dtype T, typename Fill>
 void sum_in_buckets(DeferredSum<T>& d, const Mesh& mesh, const SpecEntry& axes, std::int64_t rows, std::int64_t n,
-                    Fill fill) {
+                    bool bf16, Fill fill) {
   const GradientReduction& settings = gradient_reduction();
   auto chunk_spec = [&](std::int64_t r0, std::int64_t r1) {
     CollectiveSpec chunk = reduce_spec(mesh, ReduceKind::kSum, axes, Shape{r1 - r0, n});
@@ -116,11 +116,11 @@ void sum_in_buckets(DeferredSum<T>& d, const Mesh& mesh, const SpecEntry& axes, 
     fill(r0, r1);
     // The previous chunk's second phase (bfloat16) starts here, at the same point on every rank.
     if (!d.chunks_.empty()) d.chunks_.back().post_next_phase();
-    d.chunks_.push_back(start_psum_rows(mesh, chunk_spec(r0, r1), d.devices_, d.blocks_, r0, r1, settings.bfloat16));
+    d.chunks_.push_back(start_psum_rows(mesh, chunk_spec(r0, r1), d.devices_, d.blocks_, r0, r1, bf16));
     if (!settings.overlap) d.chunks_.back().wait();
   }
   if (rows == 0)  // no rows: still one (empty) sum, so every rank makes the same calls
-    d.chunks_.push_back(start_psum_rows(mesh, chunk_spec(0, 0), d.devices_, d.blocks_, 0, 0, settings.bfloat16));
+    d.chunks_.push_back(start_psum_rows(mesh, chunk_spec(0, 0), d.devices_, d.blocks_, 0, 0, bf16));
 }
 
 }  // namespace
@@ -167,7 +167,7 @@ std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, boo
   const std::int64_t rows = std::max<std::int64_t>(
       1, gradient_reduction().bucket_bytes / std::max<std::int64_t>(1, n * static_cast<std::int64_t>(sizeof(T))));
   const std::int64_t step = std::max<std::int64_t>(1, rows / 4);  // the gemm's pieces between tests
-  sum_in_buckets(*d, mesh, p.contract, block[0], n, [&](std::int64_t r0, std::int64_t r1) {
+  sum_in_buckets(*d, mesh, p.contract, block[0], n, gradient_reduction().bfloat16, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t q = r0; q < r1; q += step) {
       for (std::size_t i = 0; i < devices.size(); ++i)
         gemm_rows(a.addressable_shards()[i].data, ta, b.addressable_shards()[i].data, tb, q, std::min(r1, q + step),
@@ -181,7 +181,7 @@ std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, boo
 
 template <Dtype T>
 std::function<ShardedArray<T>()> psum_deferred(std::vector<Tensor<T>> blocks, const SpecEntry& axes,
-                                               const NamedSharding& sharding, const Shape& shape) {
+                                               const NamedSharding& sharding, const Shape& shape, bool parameter) {
   const Mesh& mesh = sharding.mesh();
   const Shape block = sharding.shard_shape(shape);
   const std::int64_t rows = block.empty() ? 1 : block[0];
@@ -198,7 +198,8 @@ std::function<ShardedArray<T>()> psum_deferred(std::vector<Tensor<T>> blocks, co
     b.set_ad(nullptr);
     d->blocks_.push_back(std::move(b).reshaped(Shape{rows, n}));
   }
-  sum_in_buckets(*d, mesh, axes, rows, n, [](std::int64_t, std::int64_t) {});
+  sum_in_buckets(*d, mesh, axes, rows, n, parameter && gradient_reduction().bfloat16,
+                 [](std::int64_t, std::int64_t) {});
   if (t_scope.depth > 0) register_in_flight(d);
   return [d] { return d->take(); };
 }
@@ -207,7 +208,7 @@ std::function<ShardedArray<T>()> psum_deferred(std::vector<Tensor<T>> blocks, co
   template std::function<ShardedArray<T>()> matmul_t_deferred<T>( \
       const ShardedArray<T>&, bool, const ShardedArray<T>&, bool, const NamedSharding&); \
   template std::function<ShardedArray<T>()> psum_deferred<T>(std::vector<Tensor<T>>, const SpecEntry&, \
-                                                             const NamedSharding&, const Shape&);
+                                                             const NamedSharding&, const Shape&, bool);
 SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_DEFERRED)
 #undef SHARD_INSTANTIATE_DEFERRED
 

@@ -121,13 +121,13 @@ Cotangents<X> matmul_cotangents(const X& ct, const VjpNeed& need, const std::opt
   }
   if (need[0]) {
     const X b2 = b1 ? expand_dims(*bk, -1) : bk->alias();
-    X da = matmul(c2, swapaxes(b2, -1, -2));
-    r[0].emplace(a1 ? reshape(da, as) : unbroadcast(da, as));
+    X da = matmul(c2, swapaxes(b2, -1, -2));  // batch + (1, K) when a is a vector
+    r[0].emplace(a1 ? reshape(unbroadcast(da, Shape{1, as[0]}), as) : unbroadcast(da, as));
   }
   if (need[1]) {
     const X a2 = a1 ? expand_dims(*ak, 0) : ak->alias();
-    X db = matmul(swapaxes(a2, -1, -2), c2);
-    r[1].emplace(b1 ? reshape(db, bs) : unbroadcast(db, bs));
+    X db = matmul(swapaxes(a2, -1, -2), c2);  // batch + (K, 1) when b is a vector
+    r[1].emplace(b1 ? reshape(unbroadcast(db, Shape{bs[0], 1}), bs) : unbroadcast(db, bs));
   }
   return r;
 }

@@ -787,7 +787,7 @@ SHARD_MPI_TEST(Autodiff, MatmulGradientsInEveryShape) {
       "matmul",
       [&](const auto& p) {
         return sum(matmul(p[0], p[1])) + sum(matmul(p[2], p[0]) * p[3]) + sum(matmul(p[0], p[3])) +
-               sum(matmul(p[4], p[1]) * w);
+               sum(matmul(p[4], p[1]) * w) + sum(square(matmul(p[4], p[3])));
       },
       {spread({5, 7}, 1252, 1.0), spread({7, 4}, 1253, 1.0), spread({5}, 1254, 1.0), spread({7}, 1255, 1.0),
        spread({3, 1, 5, 7}, 1256, 1.0)},
@@ -799,6 +799,12 @@ SHARD_MPI_TEST(Autodiff, MatmulGradientsInEveryShape) {
   const auto [v, g] = value_and_grad(f)(host);
   const auto fd = finite_differences([&](const std::vector<HT>& p) { return f(p).item(); }, host);
   for (std::size_t i = 0; i < host.size(); ++i) EXPECT_LT(max_rel_diff(g[i], fd[i]), 2e-6) << "dot param " << i;
+  // A vector times a batch of matrices (Tensors: the sharded rules take no 2-D A with a 3-D B).
+  const std::vector<HT> vb{spread({3}, 1261, 1.0), spread({2, 3, 4}, 1262, 1.0)};
+  auto h = [](const std::vector<HT>& p) { return sum(square(matmul(p[0], p[1]))); };
+  const auto gv = grad(h)(vb);
+  const auto fv = finite_differences([&](const std::vector<HT>& p) { return h(p).item(); }, vb);
+  for (std::size_t i = 0; i < vb.size(); ++i) EXPECT_LT(max_rel_diff(gv[i], fv[i]), 2e-6) << "vector @ batch " << i;
 }
 
 SHARD_MPI_TEST(Autodiff, SoftplusGradients) {

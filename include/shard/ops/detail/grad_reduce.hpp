@@ -77,16 +77,18 @@ void progress_reductions();
 /// called. An empty function when the deferred path does not apply (no scope, no contraction
 /// over mesh axes, a layout other than `out`, a 2-D block algorithm, group-shared memory, uneven
 /// blocks): the caller then runs the product as usual.
+template <Dtype T>
+std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, bool ta, const ShardedArray<T>& b,
+                                                   bool tb, const NamedSharding& out);
+
 /// The psum over the mesh axes `axes` of partial gradient blocks (one per local device of
 /// `sharding`'s mesh, in its local order, all of one shape: a shard_map argument's cotangent
 /// that varies over axes its primal does not), started now in the same buckets as a product's
 /// and completed when the returned function is called. The result is sharded as `sharding`.
+/// `parameter`: the cotangent is a parameter's gradient, which GradientReduction::bfloat16 may
+/// send as bfloat16 (another argument's, an activation's, is summed exactly).
 template <Dtype T>
 std::function<ShardedArray<T>()> psum_deferred(std::vector<Tensor<T>> blocks, const SpecEntry& axes,
-                                               const NamedSharding& sharding, const Shape& shape);
-
-template <Dtype T>
-std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, bool ta, const ShardedArray<T>& b,
-                                                   bool tb, const NamedSharding& out);
+                                               const NamedSharding& sharding, const Shape& shape, bool parameter);
 
 }  // namespace shard::detail
