@@ -15,8 +15,10 @@
 #include <algorithm>
 #include <climits>
 #include <map>
+#include <source_location>
 #include <sstream>
 
+#include "shard/array/driver.hpp"
 #include "shard/comm/comm_stats.hpp"
 #include "shard/comm/detail/collective.hpp"
 #include "shard/comm/detail/mesh_comms.hpp"
@@ -267,14 +269,13 @@ ShardedArray<T> relabel(const ShardedArray<T>& x, const NamedSharding& to) {
 
 template <typename T>
 ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to) {
-  if (auto* tape = detail::recording_tape_for(x)) {  // the cotangent is resharded back (Node::add)
-    auto out = detail::paused([&] { return reshard(x, to); });
-    detail::KernelVjp<ShardedArray<T>, ShardedArray<T>> vjp = [](const ShardedArray<T>& ct, const VjpNeed&) {
-      return cotangents<ShardedArray<T>>(ct.alias());
-    };
-    return detail::record_vjp<ShardedArray<T>, ShardedArray<T>>(*tape, "reshard", std::move(out), {&x},
-                                                                std::move(vjp));
-  }
+  static constexpr std::source_location kLibrary{};  // no caller's line yet
+  return detail::bind_at(prim::Reshard{{}, &to}, kLibrary, x);
+}
+
+template <Dtype T>
+ShardedArray<T> prim::Reshard::sharded(const ShardedArray<T>& x) const {
+  const NamedSharding& to = *this->to;
   if (!(x.mesh() == to.mesh())) {
     detail::check_same_devices(x.mesh(), to.mesh(), "reshard");
     if (auto eq = equivalent_sharding(x.sharding(), x.shape(), to.mesh())) return reshard(relabel(x, *eq), to);
@@ -304,8 +305,9 @@ ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to) {
   return run_general(x, to);
 }
 
-#define SHARD_INSTANTIATE_RESHARD(T) \
-  template ShardedArray<T> reshard<T>(const ShardedArray<T>&, const NamedSharding&);
+#define SHARD_INSTANTIATE_RESHARD(T)                                                \
+  template ShardedArray<T> reshard<T>(const ShardedArray<T>&, const NamedSharding&); \
+  template ShardedArray<T> prim::Reshard::sharded<T>(const ShardedArray<T>&) const;
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_RESHARD)
 #undef SHARD_INSTANTIATE_RESHARD
 

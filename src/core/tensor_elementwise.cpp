@@ -340,7 +340,7 @@ void binary_inplace(Tensor<T>& x, const Tensor<T>& y, BinaryOp op) {
   if (broadcast_shapes(x.shape(), y.shape()) != x.shape())
     raise<ShapeError>(op_name(op), " in place: ", to_string(y.shape()), " does not broadcast to ",
                       to_string(x.shape()));
-  if (detail::recording_tape_for(x, y)) {  // recorded as x = x op y
+  if (detail::traced(x, y)) {  // recorded as x = x op y
     x = binary(x, y, op);
     return;
   }

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "shard/core/dtype.hpp"
+#include "shard/core/primitive.hpp"
+#include "shard/core/trace.hpp"
 #include "shard/array/sharded_array.hpp"
 
 namespace shard {
@@ -56,6 +58,30 @@ ReshardPlan reshard_plan(const ShardedArray<T>& x, const NamedSharding& to) {
 /// Peak extra memory per rank: its new shards plus one send and one receive buffer.
 template <typename T>
 ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to);
+
+namespace prim {
+
+/// reshard as a primitive of the op driver: moves x to the sharding `to` (no move, local
+/// slices, an all_gather, an all_to_all or the general exchange, as the cached plan says). VJP:
+/// the cotangent as it comes, which the operand's node reshards back to the operand's sharding.
+struct Reshard : Primitive {
+  static constexpr bool kernel_validates = true;
+  const NamedSharding* to = nullptr;
+  const char* name() const { return "reshard"; }
+  /// One block holds the whole array: nothing moves.
+  template <Dtype T>
+  Tensor<T> kernel(const Tensor<T>& x) const {
+    return x;
+  }
+  template <Dtype T>
+  ShardedArray<T> sharded(const ShardedArray<T>& x) const;
+  template <typename X>
+  detail::KernelVjp<X, X> vjp(const VjpNeed&, const X&, const X&) const {
+    return [](const X& ct, const VjpNeed&) { return cotangents<X>(ct.alias()); };
+  }
+};
+
+}  // namespace prim
 
 /// JAX's name for the same operation.
 template <typename T>

@@ -199,7 +199,7 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
   /// autodiff records a tensor it tracks, this is reshape() (recorded).
   Tensor reshaped(Shape shape) && {
     if (num_elements(shape) != size_) detail::tensor_shape_error(shape_, shape, "Tensor::reshaped");
-    if (detail::recording_tape_for(*this)) return shard::reshape(static_cast<const Tensor&>(*this), std::move(shape));
+    if (detail::traced(*this)) return shard::reshape(static_cast<const Tensor&>(*this), std::move(shape));
     Tensor out(std::move(*this));
     out.shape_ = std::move(shape);
     out.ad_.reset();
@@ -207,7 +207,7 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
   }
   /// A reshaped copy (inside a differentiated function shard::reshape shares the memory).
   Tensor reshaped(Shape shape) const& {
-    if (detail::recording_tape_for(*this)) return shard::reshape(*this, std::move(shape));
+    if (detail::traced(*this)) return shard::reshape(*this, std::move(shape));
     return Tensor(*this).reshaped(std::move(shape));
   }
 

@@ -77,7 +77,7 @@ ShardedArray<U> astype(const ShardedArray<T>& a);
 /// Local: fn applied to every element (any callable T -> T).
 template <Dtype T, typename F>
 ShardedArray<T> map(const ShardedArray<T>& a, F&& fn) {
-  if (detail::recording_tape_for(a))
+  if (detail::traced(a))
     detail::raise_not_differentiable("map", "an arbitrary element function has no derivative rule; write it with the "
                                             "op set (exp, where, ...)");
   std::vector<Shard<T>> shards;

@@ -150,6 +150,14 @@ Tape* recording_tape_for(const A&... xs) {
   if (t->parent() && ((xs.ad() && xs.ad()->tape == t->parent()) || ...)) raise_captured_in_body();
   return nullptr;
 }
+/// True when a tape records one of xs (recording_tape_for's test, without the tape): a kernel
+/// with a fast path for untraced operands asks it (Tensor::reshaped moves the storage, an
+/// in-place op writes its operand, gelu's VJP fuses its pass); the recording itself is the op
+/// driver's (array/driver.hpp).
+template <typename... A>
+bool traced(const A&... xs) {
+  return recording_tape_for(xs...) != nullptr;
+}
 /// The same for a list of arrays.
 template <typename A>
 Tape* recording_tape_for_list(const std::vector<A>& xs) {
