@@ -1,5 +1,5 @@
 // The node of a primitive (core/trace.hpp record_vjp: every op of the op table, and the layout
-// moves to_host, reshard, uncommitted): the node asks the primitive's VJP for the inputs'
+// moves between views to_host and uncommitted): the node asks the primitive's VJP for the inputs'
 // cotangents and pushes them to the inputs' nodes (or hands them a deferred one, a leaf's).
 
 #include <array>
@@ -69,7 +69,7 @@ Out record_vjp_node(Tape& tape, const char* op, Out&& out, std::span<const In* c
 }
 
 // (Out, In) of one view for every pair of floating dtypes (astype converts between them), and
-// of both views for one dtype (to_host, reshard's links).
+// of both views for one dtype (to_host, uncommitted, shard_map's links).
 #define SHARD_RECORD_VJP_PAIR(U, T)                                                                        \
   template Tensor<U> record_vjp_node<Tensor<U>, Tensor<T>>(                                                \
       Tape&, const char*, Tensor<U>&&, std::span<const Tensor<T>* const>, KernelVjp<Tensor<U>, Tensor<T>>, \

@@ -7,7 +7,7 @@
 /// paused and hands the tape the primitive's VJP (the cotangents of its inputs); the autodiff
 /// layer makes the node (src/autodiff/record_vjp.cpp). The fused kernels with a VJP of their own
 /// (softmax, standardize, attention) are primitives with forward_vjp (ops/nn.hpp); the
-/// collectives and the layout moves (reshard, to_host, uncommitted) call record_vjp themselves.
+/// collectives and the layout moves between views (to_host, uncommitted) call record_vjp themselves.
 ///
 /// A kernel knows that its op is recorded, not how: the node is the autodiff layer's.
 
