@@ -1,9 +1,10 @@
 // The driver's planning step (array/driver.hpp): a factor rule applied to the operands'
-// shardings, cached by their signatures.
+// shardings, cached by their signatures; and the closing collective a plan names.
 
 #include "shard/array/driver.hpp"
 
 #include "array/plan_cache.hpp"
+#include "shard/error.hpp"
 
 namespace shard::detail {
 
@@ -74,6 +75,16 @@ std::shared_ptr<const OpPlan> plan_op(const FactorRule& rule, const FactorRule::
     key.add(o.committed ? 1 : 0);
   }
   return op_plan_cache().get(key, [&] { return compute_plan(factors, operands); });
+}
+
+CollectiveSpec closing_spec(const SpecEntry& axes, ReduceKind op, const NamedSharding& out,
+                            const Shape& out_shape, int scatter_dim) {
+  if (scatter_dim < 0) return reduce_spec(out.mesh(), op, axes, out.shard_shape(out_shape));
+  if (op != ReduceKind::kSum) raise<Error>("a psum_scatter closes only a sum (internal error)");
+  // The partial blocks are out's blocks before the scatter: dim scatter_dim not yet split over `axes`.
+  Shape block = out.shard_shape(out_shape);
+  for (const auto& a : axes.axes()) block[scatter_dim] *= out.mesh().axis_size(a);
+  return psum_scatter_spec(out.mesh(), axes, block, scatter_dim, true);
 }
 
 }  // namespace shard::detail

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "shard/array/driver.hpp"
 #include "shard/comm/detail/comm_verbs.hpp"
 #include "shard/core/trace.hpp"
 #include "shard/error.hpp"
@@ -123,28 +124,44 @@ void unpack_boxes(const HostPlan& p, const NamedSharding& sharding, const Shape&
     }
 }
 
+/// Every rank's copy of x: one allgatherv of the primary blocks over the world.
+template <typename T>
+Tensor<T> gather_everywhere(const ShardedArray<T>& x) {
+  const auto& comm = world();
+  const NamedSharding& sharding = x.sharding();
+  const detail::CommOp op{"to_host", detail::cat(dtype_name<T>(), to_string(x.shape()), " ", sharding.to_string())};
+  detail::check_transfer(op);
+  const HostPlan p = host_plan(sharding, x.shape(), comm.size());
+  const Tensor<T> send = pack_primaries(x, p.devices_of_rank[comm.rank()]);
+  Tensor<T> recv({p.total});
+  detail::allgatherv(detail::world_group(), op, send.data(), detail::transfer_count(send.size(), op), recv.data(),
+                     p.counts, p.displs);
+  Tensor<T> out(x.shape());
+  unpack_boxes(p, sharding, x.shape(), recv.data(), out);
+  return out;
+}
+
+/// to_host as a primitive that moves its operand across the views: its VJP gives each device
+/// its box of the host cotangent back.
+struct ToHost : Primitive {
+  const char* name() const { return "to_host"; }
+  template <typename T>
+  Tensor<T> across(const ShardedArray<T>& x) const {
+    return gather_everywhere(x);
+  }
+  template <typename T>
+  KernelVjp<Tensor<T>, ShardedArray<T>> vjp(const VjpNeed&, const Tensor<T>&, const ShardedArray<T>& x) const {
+    return [s = x.sharding()](const Tensor<T>& ct, const VjpNeed&) {
+      return cotangents<ShardedArray<T>>(device_put(ct, s));
+    };
+  }
+};
+
 }  // namespace
 
 template <typename T>
 Tensor<T> ShardedArray<T>::to_host() const {
-  if (auto* tape = detail::recording_tape_for(*this)) {  // d to_host: each device takes its box back
-    Tensor<T> out = detail::paused([&] { return to_host(); });
-    detail::KernelVjp<Tensor<T>, ShardedArray<T>> vjp = [s = sharding_](const Tensor<T>& ct, const VjpNeed&) {
-      return cotangents<ShardedArray<T>>(device_put(ct, s));
-    };
-    return detail::record_vjp<Tensor<T>, ShardedArray<T>>(*tape, "to_host", std::move(out), {this}, std::move(vjp));
-  }
-  const auto& comm = world();
-  const detail::CommOp op{"to_host", detail::cat(dtype_name<T>(), to_string(shape_), " ", sharding_.to_string())};
-  detail::check_transfer(op);
-  const HostPlan p = host_plan(sharding_, shape_, comm.size());
-  const Tensor<T> send = pack_primaries(*this, p.devices_of_rank[comm.rank()]);
-  Tensor<T> recv({p.total});
-  detail::allgatherv(detail::world_group(), op, send.data(), detail::transfer_count(send.size(), op), recv.data(),
-                     p.counts, p.displs);
-  Tensor<T> out(shape_);
-  unpack_boxes(p, sharding_, shape_, recv.data(), out);
-  return out;
+  return bind(ToHost{}, *this);
 }
 
 template <typename T>

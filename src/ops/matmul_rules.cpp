@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "shard/array/driver.hpp"
 #include "shard/comm/detail/collective.hpp"
 #include "shard/core/trace.hpp"
 #include "shard/ops/ops.hpp"
@@ -134,59 +135,65 @@ MatmulPlan plan_matmul(const Shape& a_shape, const NamedSharding& a, const Shape
   return *detail::cached_plan_matmul(a_shape, a, b_shape, b, elem_size);
 }
 
-/// The psum_scatter that leaves C summed over the plan's contracting axes and sharded as
-/// `out`, when `out` splits exactly one dim of C further over them (none otherwise). Its blocks
-/// are all natural.shard_shape(c_shape): only when every dim of C splits evenly (a short last
-/// block of an uneven dim would come back padded to the full block).
-template <typename T>
-std::optional<detail::CollectiveSpec> scatter_spec(const Mesh& mesh, const MatmulPlan& p, const Shape& c_shape,
-                                                   const NamedSharding* out) {
-  if (p.contract.is_none() || !out || !(out->mesh() == mesh)) return std::nullopt;
+/// The dim of C a psum_scatter splits to leave C summed over the plan's contracting axes and
+/// sharded as `out`, when `out` splits exactly one dim of C further over them (-1 otherwise).
+/// Its blocks are all natural.shard_shape(c_shape): only when every dim of C splits evenly (a
+/// short last block of an uneven dim would come back padded to the full block).
+int scatter_dim(const Mesh& mesh, const MatmulPlan& p, const Shape& c_shape, const NamedSharding* out) {
+  if (p.contract.is_none() || !out || !(out->mesh() == mesh)) return -1;
   const NamedSharding natural(mesh, p.out);
   for (int d = 0; d < static_cast<int>(c_shape.size()); ++d)
-    if (c_shape[d] % natural.num_parts(d) != 0) return std::nullopt;
+    if (c_shape[d] % natural.num_parts(d) != 0) return -1;
   for (int d = 0; d < static_cast<int>(c_shape.size()); ++d) {
     std::vector<std::string> want = p.out[d].axes();
     want.insert(want.end(), p.contract.axes().begin(), p.contract.axes().end());
     std::vector<SpecEntry> entries;
     for (int e = 0; e < static_cast<int>(c_shape.size()); ++e) entries.push_back(e == d ? SpecEntry(want) : p.out[e]);
-    if (!(out->spec() == PartitionSpec(entries)) || c_shape[d] % out->num_parts(d) != 0) continue;
-    detail::CollectiveSpec spec = detail::psum_scatter_spec(mesh, p.contract, natural.shard_shape(c_shape), d, true);
-    spec.dtype = dtype_name<T>();
-    return spec;
+    if (out->spec() == PartitionSpec(entries) && c_shape[d] % out->num_parts(d) == 0) return d;
   }
-  return std::nullopt;
+  return -1;
 }
 
-/// C from each local device's product block under plan p: the blocks summed over the plan's
-/// contracting axes and placed as `out` (nullptr: p.out). A psum_scatter when `out` splits
-/// exactly one dim of C further over the contracting axes (each device sums only the rows it
-/// keeps); otherwise a psum, then a reshard if `out` differs from p.out.
+/// The driver's plan (array/driver.hpp) for product plan p with C placed as `out` (nullptr:
+/// p.out): the operands' reshards, then the closing psum over the contracting axes, or the
+/// psum_scatter straight into `out`. `then` is the sharding C still moves to afterwards (none
+/// when the closing collective already leaves it there).
+struct ProductPlan {
+  detail::OpPlan op;
+  const NamedSharding* then = nullptr;
+};
+ProductPlan product_plan(const Mesh& mesh, const MatmulPlan& p, const Shape& c_shape, const NamedSharding* out,
+                         std::optional<PartitionSpec> want_a, std::optional<PartitionSpec> want_b) {
+  ProductPlan r{detail::OpPlan{0, p.out, {std::move(want_a), std::move(want_b)}, p.contract, -1}, nullptr};
+  if (const int d = scatter_dim(mesh, p, c_shape, out); d >= 0) {
+    r.op.out = out->spec();
+    r.op.scatter_dim = d;
+  } else if (out && !(*out == NamedSharding(mesh, p.out))) {
+    r.then = out;
+  }
+  return r;
+}
+
+/// The block kernels of the rules' products (what run_blocks calls on each device).
+struct BlockProduct {
+  template <typename T>
+  Tensor<T> kernel(const Tensor<T>& a, const Tensor<T>& b) const {
+    return detail::matmul_kernel(a, b);
+  }
+};
+/// With the transposes in the gemm; `staged`: where the gemm writes for the closing collective.
 template <typename T>
-ShardedArray<T> place_product(const Mesh& mesh, const MatmulPlan& p, const Shape& c_shape, const std::vector<int>& devices,
-                              std::vector<Tensor<T>>& blocks, const NamedSharding* out) {
-  const NamedSharding natural(mesh, p.out);
-  auto assemble = [&](std::vector<Tensor<T>>& data, const NamedSharding& s) {
-    std::vector<Shard<T>> shards;
-    for (std::size_t i = 0; i < devices.size(); ++i)
-      shards.push_back(Shard<T>{devices[i], s.box(devices[i], c_shape), std::move(data[i])});
-    return ShardedArray<T>(c_shape, s, std::move(shards));
-  };
-  if (p.contract.is_none()) {
-    ShardedArray<T> c = assemble(blocks, natural);
-    return out && !(*out == natural) ? reshard(c, *out) : c;
-  }
-  if (auto spec = scatter_spec<T>(mesh, p, c_shape, out)) {
-    std::vector<Tensor<T>> outs;
-    detail::execute_collective<T>(mesh, *spec, devices, blocks, outs);
-    return assemble(outs, *out);
-  }
-  detail::CollectiveSpec spec = detail::reduce_spec(mesh, ReduceKind::kSum, p.contract, natural.shard_shape(c_shape));
-  spec.dtype = dtype_name<T>();
-  std::vector<Tensor<T>> outs;
-  detail::execute_collective<T>(mesh, spec, devices, blocks, outs);
-  ShardedArray<T> c = assemble(outs, natural);
-  return out && !(*out == natural) ? reshard(c, *out) : c;
+struct TransposedBlockProduct {
+  bool ta, tb;
+  T* staged;
+  Tensor<T> kernel(const Tensor<T>& a, const Tensor<T>& b) const { return detail::matmul_t(a, ta, b, tb, staged); }
+};
+
+template <typename T, typename K>
+ShardedArray<T> run_product(const K& kernel, const ProductPlan& plan, const Shape& c_shape, const ShardedArray<T>& a,
+                            const ShardedArray<T>& b) {
+  ShardedArray<T> c = detail::run_blocks<K, T>(kernel, plan.op, c_shape, std::index_sequence<0, 1>{}, a, b);
+  return plan.then ? reshard(c, *plan.then) : c;
 }
 
 template <typename T>
@@ -194,20 +201,15 @@ ShardedArray<T> matmul_by_rules(const ShardedArray<T>& a, const ShardedArray<T>&
   const auto plan = detail::cached_plan_matmul(a.shape(), a.sharding(), b.shape(), b.sharding(), sizeof(T));
   const MatmulPlan& p = *plan;
   const Mesh& mesh = a.mesh();
-  std::optional<ShardedArray<T>> moved_a, moved_b;  // the operands where the plan needs them (no copy when already there)
-  const ShardedArray<T>& la = p.a == a.spec() ? a : moved_a.emplace(reshard(a, NamedSharding(mesh, p.a)));
-  const ShardedArray<T>& lb =
-      b.mesh() == mesh && p.b == b.spec() ? b : moved_b.emplace(reshard(b, NamedSharding(mesh, p.b)));
   Shape c_shape(a.shape().begin(), a.shape().end() - 1);
   c_shape.push_back(b.shape().back());
-  std::vector<Tensor<T>> blocks;
-  std::vector<int> devices;
-  for (std::size_t i = 0; i < la.addressable_shards().size(); ++i) {
-    blocks.push_back(matmul(la.addressable_shards()[i].data, lb.addressable_shards()[i].data));
-    devices.push_back(la.addressable_shards()[i].device);
-  }
-  return place_product(mesh, p, c_shape, devices, blocks, out);
+  // The operands where the plan needs them (no copy when already there).
+  std::optional<PartitionSpec> want_a, want_b;
+  if (!(p.a == a.spec())) want_a = p.a;
+  if (!(b.mesh() == mesh) || !(p.b == b.spec())) want_b = p.b;
+  return run_product(BlockProduct{}, product_plan(mesh, p, c_shape, out, want_a, want_b), c_shape, a, b);
 }
+
 
 namespace detail {
 
@@ -234,16 +236,17 @@ ShardedArray<T> matmul_t(const ShardedArray<T>& a, bool ta, const ShardedArray<T
   const MatmulPlan& p = *plan;
   if (!(p.a == sa.spec()) || !(p.b == sb.spec())) return fallback();
   const Shape c_shape{as[0], bs[1]};
-  std::vector<Tensor<T>> blocks;
-  std::vector<int> devices;
-  for (const auto& s : a.addressable_shards()) devices.push_back(s.device);
+  const ProductPlan pp = product_plan(a.mesh(), p, c_shape, out, std::nullopt, std::nullopt);
   // A psum_scatter through group-shared memory reads the product from where the gemm wrote it.
   T* staged = nullptr;
-  if (const auto spec = scatter_spec<T>(a.mesh(), p, c_shape, out))
-    staged = collective_staging<T>(a.mesh(), *spec, devices);
-  for (std::size_t i = 0; i < a.addressable_shards().size(); ++i)
-    blocks.push_back(matmul_t(a.addressable_shards()[i].data, ta, b.addressable_shards()[i].data, tb, staged));
-  return place_product(a.mesh(), p, c_shape, devices, blocks, out);
+  if (pp.op.scatter_dim >= 0) {
+    CollectiveSpec spec = closing_spec(p.contract, ReduceKind::kSum, *out, c_shape, pp.op.scatter_dim);
+    spec.dtype = dtype_name<T>();
+    std::vector<int> devices;
+    for (const auto& s : a.addressable_shards()) devices.push_back(s.device);
+    staged = collective_staging<T>(a.mesh(), spec, devices);
+  }
+  return run_product(TransposedBlockProduct<T>{ta, tb, staged}, pp, c_shape, a, b);
 }
 #define SHARD_INSTANTIATE_MATMUL_T(T)                                                              \
   template ShardedArray<T> matmul_t<T>(const ShardedArray<T>&, bool, const ShardedArray<T>&, bool, \

@@ -33,46 +33,54 @@ SpecEntry axes_of_dims(const NamedSharding& s, const std::vector<int>& dims) {
   return SpecEntry(names);
 }
 
-/// A tracked Tensor lifted to a ShardedArray: its cotangent is the (replicated) array's, which
-/// every rank holds.
-template <Dtype T, typename Kernel>
-ShardedArray<T> record_uncommitted(Tape& tape, const Tensor<T>& x, const Mesh&, Kernel kernel) {
-  Tensor<T> operand;  // x's record only: the kernel may move x's storage away
-  operand.set_ad(x.ad());
-  const Shape shape = x.shape();
-  ShardedArray<T> out = paused(kernel);
-  for (auto& s : out.addressable_shards()) s.data.set_ad(nullptr);
-  KernelVjp<ShardedArray<T>, Tensor<T>> vjp = [shape](const ShardedArray<T>& ct, const VjpNeed&) {
-    const auto& shards = ct.addressable_shards();
-    return cotangents<Tensor<T>>(shards.empty() ? Tensor<T>(shape, T(0)) : shards.front().data.alias());
-  };
-  return record_vjp<ShardedArray<T>, Tensor<T>>(tape, "uncommitted", std::move(out), {&operand}, std::move(vjp));
+namespace {
+
+/// A replicated uncommitted array on `mesh` whose devices' shards all view `first`'s memory.
+template <Dtype T>
+ShardedArray<T> replicated_view(Tensor<T> first, const Mesh& mesh) {
+  std::vector<Shard<T>> shards;
+  for (int d : mesh.local_device_ids()) {
+    Tensor<T> data =
+        shards.empty() ? std::move(first) : Tensor<T>::borrow(shards.front().data.data(), shards.front().data.shape());
+    shards.push_back(Shard<T>{d, full_box(data.shape()), std::move(data)});
+  }
+  const Shape shape = shards.empty() ? first.shape() : shards.front().data.shape();
+  return ShardedArray<T>(shape, NamedSharding(mesh, PartitionSpec()), std::move(shards), false);
 }
+
+/// A Tensor lifted to a replicated uncommitted array: a primitive that moves its operand across
+/// the views. Its cotangent is the array's, which every rank holds. `own`: the result keeps x's
+/// memory alive (x is a temporary), else it views it.
+struct Uncommitted : Primitive {
+  const Mesh* mesh;
+  bool own;
+  const char* name() const { return "uncommitted"; }
+  template <Dtype T>
+  ShardedArray<T> across(const Tensor<T>& x) const {
+    Tensor<T> first = own ? x.alias() : Tensor<T>::borrow(const_cast<T*>(x.data()), x.shape());
+    first.set_ad(nullptr);
+    return replicated_view(std::move(first), *mesh);
+  }
+  template <Dtype T>
+  KernelVjp<ShardedArray<T>, Tensor<T>> vjp(const VjpNeed&, const ShardedArray<T>&, const Tensor<T>& x) const {
+    return [shape = x.shape()](const ShardedArray<T>& ct, const VjpNeed&) {
+      const auto& shards = ct.addressable_shards();
+      return cotangents<Tensor<T>>(shards.empty() ? Tensor<T>(shape, T(0)) : shards.front().data.alias());
+    };
+  }
+};
+
+}  // namespace
 
 template <Dtype T>
 ShardedArray<T> uncommitted(const Tensor<T>& x, const Mesh& mesh) {
-  if (auto* tape = recording_tape_for(x)) return record_uncommitted(*tape, x, mesh, [&] { return uncommitted(x, mesh); });
-  std::vector<Shard<T>> shards;
-  for (int d : mesh.local_device_ids())
-    shards.push_back(Shard<T>{d, full_box(x.shape()), Tensor<T>::borrow(const_cast<T*>(x.data()), x.shape())});
-  return ShardedArray<T>(x.shape(), NamedSharding(mesh, PartitionSpec()), std::move(shards), false);
+  return bind(Uncommitted{{}, &mesh, false}, x);
 }
 
 template <Dtype T>
 ShardedArray<T> uncommitted(Tensor<T>&& x, const Mesh& mesh) {
-  if (auto* tape = recording_tape_for(x))
-    return record_uncommitted(*tape, x, mesh, [&] {
-      Tensor<T> own = std::move(x);
-      own.set_ad(nullptr);
-      return uncommitted(std::move(own), mesh);
-    });
-  std::vector<Shard<T>> shards;
-  for (int d : mesh.local_device_ids()) {
-    Tensor<T> data = shards.empty() ? std::move(x) : Tensor<T>::borrow(shards.front().data.data(), shards.front().data.shape());
-    shards.push_back(Shard<T>{d, full_box(data.shape()), std::move(data)});
-  }
-  const Shape shape = shards.empty() ? x.shape() : shards.front().data.shape();
-  return ShardedArray<T>(shape, NamedSharding(mesh, PartitionSpec()), std::move(shards), false);
+  if (traced(x)) return bind(Uncommitted{{}, &mesh, true}, x);  // the record needs x: share its memory
+  return replicated_view(std::move(x), mesh);
 }
 
 template <Dtype T>

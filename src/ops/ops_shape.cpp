@@ -135,23 +135,8 @@ std::vector<ReshapeGroup> reshape_groups(const Shape& in, const Shape& out) {
 
 template <Dtype T>
 ShardedArray<T> detail::reshape_sharded(const ShardedArray<T>& a, const Shape& shape) {
-  // Resolve -1 against the global size with the Tensor rule (metadata only).
-  Shape resolved = shape;
-  {
-    std::int64_t known = 1;
-    int wild = -1;
-    for (std::size_t k = 0; k < resolved.size(); ++k) {
-      if (resolved[k] == -1 && wild < 0) wild = static_cast<int>(k);
-      else if (resolved[k] < 0) raise<ValueError>("reshape: negative dim in ", to_string(shape));
-      else known *= resolved[k];
-    }
-    if (wild >= 0) resolved[wild] = known > 0 && a.size() % known == 0 ? a.size() / known : -1;
-    if (wild >= 0 && resolved[wild] < 0)
-      raise<ShapeError>("reshape: cannot reshape an array of shape ", to_string(a.shape()), " into ", to_string(shape));
-    if (checked_num_elements(resolved, sizeof(T), "reshape") != a.size())
-      raise<ShapeError>("reshape: cannot reshape an array of shape ", to_string(a.shape()), " (", a.size(),
-                        " elements) into ", to_string(shape));
-  }
+  const Shape resolved = resolve_reshape(a.shape(), shape);  // the Tensor rule for -1 (metadata only)
+  checked_num_elements(resolved, sizeof(T), "reshape");
   const auto groups = reshape_groups(a.shape(), resolved);
   std::vector<int> gather;                           // input dims that must be unsplit first
   std::vector<SpecEntry> entries(resolved.size());   // the result's spec

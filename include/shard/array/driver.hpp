@@ -58,11 +58,17 @@ OperandLayout layout_of(const ShardedArray<T>& x) {
 /// each operand must be resharded to first (none: as it is), the mesh axes the closing
 /// collective combines over. Specs only: a cached plan keeps no Mesh (whose communicators must
 /// not outlive the user's last copy).
+///
+/// `scatter_dim` >= 0: the closing collective is a psum_scatter along that dim (the result's
+/// spec splits it further over the closing axes, after its own: each device sums only the rows
+/// it keeps). Every dim then splits evenly. A planner that is not plan_op (matmul's cost model)
+/// chooses it.
 struct OpPlan {
   std::size_t base = 0;
   PartitionSpec out;
   std::vector<std::optional<PartitionSpec>> want;
   SpecEntry closing;
+  int scatter_dim = -1;
 };
 
 /// The plan of `rule` on these operands (cached by their signatures). The result follows one
@@ -91,14 +97,19 @@ ShardedArray<T> assemble(const Shape& shape, const NamedSharding& sharding, std:
   return ShardedArray<T>(shape, sharding, std::move(shards));
 }
 
+/// The collective that combines partial blocks over `axes` into blocks of `out`: a reduction
+/// with `op`, or a psum_scatter along scatter_dim (OpPlan).
+CollectiveSpec closing_spec(const SpecEntry& axes, ReduceKind op, const NamedSharding& out,
+                            const Shape& out_shape, int scatter_dim);
+
 /// Collective over the devices that differ along `axes` (local when axes is None): combines
 /// per-device partial blocks with `op` and assembles the result sharded as `out`.
 template <typename T>
 ShardedArray<T> combine_over(std::vector<Tensor<T>> partial, const SpecEntry& axes, ReduceKind op,
-                             const NamedSharding& out, const Shape& out_shape) {
+                             const NamedSharding& out, const Shape& out_shape, int scatter_dim = -1) {
   if (axes.is_none()) return assemble(out_shape, out, std::move(partial));
   std::vector<Tensor<T>> outs;
-  CollectiveSpec spec = reduce_spec(out.mesh(), op, axes, out.shard_shape(out_shape));
+  CollectiveSpec spec = closing_spec(axes, op, out, out_shape, scatter_dim);
   spec.dtype = dtype_name<T>();
   execute_collective<T>(out.mesh(), spec, out.mesh().local_device_ids(), partial, outs);
   return assemble(out_shape, out, std::move(outs));
@@ -152,15 +163,25 @@ concept HasForwardVjp = requires(const P& p, const VjpNeed& need, const X&... xs
   p.forward_vjp(need, xs...);
 };
 
-/// What binding P to operands of these types gives: the operands' view, the kernel's dtype.
+/// The primitive moves its operand from one view to the other (to_host, uncommitted):
+/// across(x) is the whole op, its result's type the bound result's.
 template <typename P, typename... X>
-struct BindResult;
-template <typename P, typename X0, typename... X>
-struct BindResult<P, X0, X...> {
-  using type = rebind_t<X0, kernel_result_t<P, elem_t<X0>, elem_t<X>...>>;
+concept MovesAcross = requires(const P& p, const X&... xs) {
+  p.across(xs...);
 };
+
+/// What binding P to operands of these types gives: across()'s result, else the operands'
+/// view with the kernel's dtype.
+template <typename P, typename X0, typename... X>
+auto bind_result_of() {
+  if constexpr (MovesAcross<P, X0, X...>)
+    return std::type_identity<decltype(std::declval<const P&>().across(std::declval<const X0&>(),
+                                                                       std::declval<const X&>()...))>{};
+  else
+    return std::type_identity<rebind_t<X0, kernel_result_t<P, elem_t<X0>, elem_t<X>...>>>{};
+}
 template <typename P, typename... X>
-using bind_result_t = typename BindResult<P, X...>::type;
+using bind_result_t = typename decltype(bind_result_of<P, X...>())::type;
 
 template <typename P, ArrayLike... X>
 bind_result_t<P, X...> bind_at(const P& p, const std::source_location& where, const X&... xs);
@@ -270,14 +291,15 @@ ShardedArray<R> run_blocks(const P& p, const OpPlan& plan, const Shape& out_shap
     partials.reserve(n);
     for (std::size_t b = 0; b < n; ++b)
       partials.push_back(p.partial(std::get<I>(lined).addressable_shards()[b].data...));
-    ShardedArray<A> combined = combine_over(std::move(partials), plan.closing, closing_of(p), out, out_shape);
+    ShardedArray<A> combined =
+        combine_over(std::move(partials), plan.closing, closing_of(p), out, out_shape, plan.scatter_dim);
     for (const auto& s : combined.addressable_shards()) blocks.push_back(p.finalize(s.data));
     return assemble(out_shape, out, std::move(blocks));
   } else {
     for (std::size_t b = 0; b < n; ++b)
       blocks.push_back(p.kernel(std::get<I>(lined).addressable_shards()[b].data...));
     if (plan.closing.is_none()) return assemble(out_shape, out, std::move(blocks));
-    return combine_over(std::move(blocks), plan.closing, closing_of(p), out, out_shape);
+    return combine_over(std::move(blocks), plan.closing, closing_of(p), out, out_shape, plan.scatter_dim);
   }
 }
 
@@ -335,7 +357,9 @@ template <typename P, ArrayLike... X>
 bind_result_t<P, X...> bind_at(const P& p, const std::source_location& where, const X&... xs) {
   static_assert(std::is_base_of_v<Primitive, P>, "shard::bind: a primitive derives from shard::Primitive");
   if (Tape* tape = recording_tape_for(xs...)) return record_primitive(*tape, p, where, xs...);
-  if constexpr ((is_tensor_v<X> && ...)) {
+  if constexpr (MovesAcross<P, X...>) {
+    return p.across(xs...);
+  } else if constexpr ((is_tensor_v<X> && ...)) {
     if constexpr (!kernel_validates<P>()) (void)p.rule().expand({&xs.shape()...}, p.name(), where);
     return p.kernel(xs...);
   } else {

@@ -39,6 +39,9 @@
 ///     when it also sets kernel_validates (the Tensor view otherwise checks with rule());
 ///   - `forward_vjp(need, xs...)`: the result and its VJP from one call, for a kernel that keeps
 ///     what its VJP reads as it runs (softmax's output, attention's probabilities: ops/nn.hpp);
+///   - `across(x)`: the whole op for a primitive that moves its operand between the views
+///     (ShardedArray::to_host, uncommitted): the result is across()'s, of the other view, and
+///     vjp(need, out, x) maps its cotangent back;
 ///   - `view(x)`: under a tape, the Tensor result that shares x's memory (a reshape);
 ///   - over a list of operands (concatenate): kernel(xs), sharded(xs), vjp(out, xs), bound
 ///     with `shard::bind_list(p, xs)`;
