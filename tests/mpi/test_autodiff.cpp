@@ -726,7 +726,8 @@ SHARD_MPI_TEST(Autodiff, AParameterUsedTwiceInABodyIsSummedOnce) {
 /// The gradients of f (a generic lambda of a parameter vector: one program for both views) on
 /// float64 Tensors against central finite differences, then on ShardedArrays (every mesh,
 /// random specs, so uneven and empty shards) against the Tensor gradients, sharded like the
-/// parameters. Returns the Tensor gradients.
+/// parameters. In the slow tier (full_matrix()) each parameter takes every spec in turn, the
+/// others random ones. Returns the Tensor gradients.
 template <typename F>
 std::vector<HT> check_gradients(const std::string& what, F f, const std::vector<HT>& host, std::uint64_t seed,
                                 double fd_tol = 2e-6) {
@@ -736,10 +737,25 @@ std::vector<HT> check_gradients(const std::string& what, F f, const std::vector<
   for (std::size_t i = 0; i < host.size(); ++i)
     EXPECT_LT(max_rel_diff(hg[i], fd[i]), fd_tol) << what << " param " << i;
   std::mt19937_64 rng(seed);  // the same specs on every rank
-  for (const auto& mesh : meshes())
-    for (int r = 0; r < 3; ++r) {
+  for (const auto& mesh : meshes()) {
+    std::vector<std::vector<PartitionSpec>> cases;  // one spec per parameter
+    auto random_case = [&] {
+      std::vector<PartitionSpec> c;
+      for (const auto& h : host) c.push_back(random_spec(mesh, h.rank(), rng));
+      return c;
+    };
+    if (full_matrix()) {
+      for (std::size_t i = 0; i < host.size(); ++i)
+        for (const auto& spec : all_specs(mesh.axis_names(), host[i].rank())) {
+          cases.push_back(random_case());
+          cases.back()[i] = spec;
+        }
+    } else {
+      for (int r = 0; r < 3; ++r) cases.push_back(random_case());
+    }
+    for (const auto& specs : cases) {
       std::vector<SA> sp;
-      for (const auto& h : host) sp.push_back(device_put(h, NamedSharding(mesh, random_spec(mesh, h.rank(), rng))));
+      for (std::size_t i = 0; i < host.size(); ++i) sp.push_back(device_put(host[i], NamedSharding(mesh, specs[i])));
       std::string name = what + " " + mesh.to_string();
       for (const auto& p : sp) name += " " + p.spec().to_string();
       const auto [v, g] = value_and_grad([&](const std::vector<SA>& p) { return f(p); })(sp);
@@ -749,6 +765,7 @@ std::vector<HT> check_gradients(const std::string& what, F f, const std::vector<
         EXPECT_LT(max_rel_diff(g[i].to_host(), hg[i]), 1e-10) << name << " param " << i;
       }
     }
+  }
   return hg;
 }
 

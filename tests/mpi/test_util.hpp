@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -243,6 +244,18 @@ inline std::vector<Mesh> abc_meshes(int n) {
   out.push_back(make_mesh(f2[f2.size() / 2], {"a", "b"}));
   if (n >= 4) out.push_back(make_mesh(factorisations(n, 3)[1], {"a", "b", "c"}));
   return out;
+}
+
+/// The slow tier (CI: .ci/run sets SHARD_FULL_MATRIX=1): the op table's property tests run the
+/// full matrix, every spec of every operand, instead of their fixed-seed sample.
+inline bool full_matrix() {
+  const char* v = std::getenv("SHARD_FULL_MATRIX");
+  return v && std::string(v) == "1";
+}
+
+/// `sample` in the default tier; every spec of a rank-`rank` array on `mesh` in the slow tier.
+inline std::vector<PartitionSpec> specs_or_all(const Mesh& mesh, int rank, std::vector<PartitionSpec> sample) {
+  return full_matrix() ? all_specs(mesh.axis_names(), rank) : sample;
 }
 
 /// A random spec for an array of `rank` dims on `mesh`: each mesh axis goes to a random dim or
