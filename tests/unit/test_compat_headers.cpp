@@ -36,6 +36,13 @@
 #include "shard/tensor_ops.hpp"
 #include "shard/visualize.hpp"
 
+// No BLAS header reaches a user's program through Shard's (OpenBLAS's openblas_config.h declares
+// a global `typedef uint16_t bfloat16`, which would clash with Shard's under `using namespace
+// shard;`).
+#if defined(CBLAS_H) || defined(OPENBLAS_CONFIG_H)
+#error "a Shard header includes <cblas.h>"
+#endif
+
 TEST(CompatHeaders, ForwardToTheLayerFolders) {
   const shard::PartitionSpec spec("a", shard::None);
   EXPECT_EQ(spec.to_string(), "P('a', None)");
