@@ -1,6 +1,7 @@
 #pragma once
 /// \file The umbrella header: everything a Shard user needs.
 
+#include "shard/core/bfloat16.hpp"
 #include "shard/core/blas.hpp"
 #include "shard/core/box.hpp"
 #include "shard/io/checkpoint.hpp"
