@@ -64,12 +64,14 @@ ShardedArray<T> prim::Matmul::sharded(const ShardedArray<T>& a, const ShardedArr
   if (a.ndim() == 1 || b.ndim() == 1) {  // numpy: vectors become matrices, the added dims go again
     if (a.ndim() == 1 && b.ndim() == 1) {
       ShardedArray<T> c = vdot(a, b);
-      return out && !(*out == c.sharding()) ? reshard(c, *out) : c;
+      if (out && !(*out == c.sharding())) return reshard(c, *out);
+      return c;  // moved (a ternary with c would copy it)
     }
     const ShardedArray<T> c = matmul(a.ndim() == 1 ? expand_dims(a, 0) : a, b.ndim() == 1 ? expand_dims(b, -1) : b,
                                      nullptr, algorithm);
     ShardedArray<T> r = squeeze(c, Dims{a.ndim() == 1 ? c.ndim() - 2 : c.ndim() - 1});
-    return out && !(*out == r.sharding()) ? reshard(r, *out) : r;
+    if (out && !(*out == r.sharding())) return reshard(r, *out);
+    return r;
   }
   Algorithm alg = algorithm;
   if (alg == Algorithm::kAuto) {
@@ -81,7 +83,8 @@ ShardedArray<T> prim::Matmul::sharded(const ShardedArray<T>& a, const ShardedArr
     ShardedArray<T> c = alg == Algorithm::kCannon ? linalg::cannon(a, b)
                         : alg == Algorithm::kSumma ? linalg::summa(a, b)
                                                    : linalg::scalapack_matmul(a, b);
-    return out && !(*out == c.sharding()) ? reshard(c, *out) : c;
+    if (out && !(*out == c.sharding())) return reshard(c, *out);
+    return c;
   } else {
     raise<ValueError>("matmul: Algorithm '", algorithm_name(alg), "' multiplies float and double only, not ",
                       dtype_name<T>(), "; use Algorithm::kAuto or kRules");

@@ -193,7 +193,8 @@ template <typename T, typename K>
 ShardedArray<T> run_product(const K& kernel, const ProductPlan& plan, const Shape& c_shape, const ShardedArray<T>& a,
                             const ShardedArray<T>& b) {
   ShardedArray<T> c = detail::run_blocks<K, T>(kernel, plan.op, c_shape, std::index_sequence<0, 1>{}, a, b);
-  return plan.then ? reshard(c, *plan.then) : c;
+  if (plan.then) return reshard(c, *plan.then);
+  return c;  // moved: `plan.then ? reshard(c, ...) : c` would copy every product
 }
 
 template <typename T>
