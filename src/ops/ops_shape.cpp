@@ -136,7 +136,6 @@ std::vector<ReshapeGroup> reshape_groups(const Shape& in, const Shape& out) {
 template <Dtype T>
 ShardedArray<T> detail::reshape_sharded(const ShardedArray<T>& a, const Shape& shape) {
   const Shape resolved = resolve_reshape(a.shape(), shape);  // the Tensor rule for -1 (metadata only)
-  checked_num_elements(resolved, sizeof(T), "reshape");
   const auto groups = reshape_groups(a.shape(), resolved);
   std::vector<int> gather;                           // input dims that must be unsplit first
   std::vector<SpecEntry> entries(resolved.size());   // the result's spec
