@@ -9,6 +9,7 @@ packages=(
   openmpi-bin libopenmpi-dev            # Open MPI: mpirun, MPI::MPI_CXX
   libopenblas-dev                       # BLAS (OpenBLAS) for local block products
   libscalapack-openmpi-dev              # ScaLAPACK + BLACS on Open MPI
+  libdnnl-dev                           # oneDNN: bfloat16 products (matmul, bf16 in, float32 accumulation)
   libboost-program-options-dev          # the apps' command lines
   libgtest-dev                          # the tests
   zlib1g-dev                            # train_mlp reads the gzipped IDX files

@@ -226,7 +226,7 @@ struct Bench {
       double big = 0;
       for (const T v : x) big = std::max(big, std::abs(static_cast<double>(v)));
       MPI_Allreduce(MPI_IN_PLACE, &big, 1, MPI_DOUBLE, MPI_MAX, comm);
-      if (!same && (c == "psum" || c == "psum_scatter") && std::is_floating_point_v<T> && got.shape() == left().shape()) {
+      if (!same && (c == "psum" || c == "psum_scatter") && shard::is_floating_v<T> && got.shape() == left().shape()) {
         // Rounding of a sum of n terms: n eps of the largest term, whatever their signs.
         const double eps = std::is_same_v<T, float> ? 6e-8 : 1.2e-16;
         same = 1;

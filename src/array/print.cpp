@@ -251,7 +251,7 @@ std::string format(const Shape& shape, const std::vector<T>& values, bool summar
   }
   if (num_elements(shape) == 0) return "[]";  // numpy prints every empty array so
   std::vector<std::string> words;
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (is_floating_v<T>) {
     const FloatFormat<T> f(values, o.precision);
     for (T v : values) words.push_back(f(v));
   } else {

@@ -116,10 +116,18 @@ inline double unit_double(std::uint32_t y0, std::uint32_t y1) {
   const std::uint64_t word = (static_cast<std::uint64_t>(y0) << 32) | y1;
   return std::bit_cast<double>((word >> 12) | 0x3FF0000000000000ull) - 1.0;
 }
+/// bfloat16 (JAX's 16-bit draw in partitionable threefry: the low 16 bits of y0 ^ y1; the top
+/// 7 of them under 1.0's exponent, minus 1).
+inline bfloat16 unit_bf16(std::uint32_t y0, std::uint32_t y1) {
+  const auto bits = static_cast<std::uint16_t>((y0 ^ y1) & 0xFFFFu);
+  return bfloat16::from_bits(static_cast<std::uint16_t>((bits >> 9) | 0x3F80u)) - bfloat16(1.0f);
+}
 template <typename T>
 inline T unit(std::uint32_t y0, std::uint32_t y1) {
   if constexpr (std::is_same_v<T, float>)
     return unit_float(y0, y1);
+  else if constexpr (std::is_same_v<T, bfloat16>)
+    return unit_bf16(y0, y1);
   else
     return unit_double(y0, y1);
 }
@@ -259,6 +267,14 @@ Tensor<T> normal_box(Key k, const Shape& global, const Box& box) {
   check_box(global, box, "random::normal");
   Tensor<T> t(box.extent);
   // JAX: u uniform in [nextafter(-1, 0), 1), then sqrt(2) * erfinv(u), all in T.
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    // Each op rounds to bfloat16 as in XLA: erfinv(u), then the product with bfloat16(sqrt 2).
+    fill_uniform<T>(k, global, box, t.data(), bfloat16::from_bits(0xBF7F), T(1.0f));
+    const float sqrt2 = float(bfloat16(static_cast<float>(kSqrt2)));
+    for (auto& v : t)
+      v = bfloat16(sqrt2 * float(bfloat16(static_cast<float>(erfinv(static_cast<double>(float(v)))))));
+    return t;
+  }
   const T lo = std::nextafter(T(-1), T(0));
   fill_uniform<T>(k, global, box, t.data(), lo, T(1));
   // Formed in double and rounded once: float values are within about 0.5 ulp of

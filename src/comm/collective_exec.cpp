@@ -501,6 +501,27 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
 template <typename T>
 void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
                         std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs, const std::source_location& where) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    if (s.kind == CollectiveKind::kReduce || s.kind == CollectiveKind::kPsumScatter) {
+      // Reductions of bfloat16 accumulate in float32 and round once: the blocks are widened,
+      // reduced as float32 (the same paths, group-shared memory or MPI) and narrowed.
+      std::vector<Tensor<float>> wide(ins.size()), wide_out;
+      for (std::size_t i = 0; i < ins.size(); ++i) {
+        wide[i] = Tensor<float>(ins[i].shape());
+        widen_bf16(ins[i].data(), wide[i].data(), ins[i].size());
+        ins[i] = Tensor<T>();
+      }
+      CollectiveSpec ws = s;
+      ws.dtype = "float32 (accumulating " + s.dtype + ")";
+      execute_collective<float>(mesh, ws, devices, wide, wide_out, where);
+      outs.resize(ins.size());
+      for (std::size_t i = 0; i < wide_out.size(); ++i) {
+        outs[i] = Tensor<T>(wide_out[i].shape());
+        narrow_to_bf16(wide_out[i].data(), outs[i].data(), wide_out[i].size());
+      }
+      return;
+    }
+  }
   check_dtype<T>(s);
   if (collective_guard_on()) [[unlikely]]
     guard_collective(mesh, s, devices, where);
@@ -591,6 +612,7 @@ void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& s, cons
 template <typename T>
 T* collective_staging(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices) {
   if (s.kind != CollectiveKind::kPsumScatter || devices.size() != 1) return nullptr;
+  if constexpr (std::is_same_v<T, bfloat16>) return nullptr;  // reduced in float32 (execute_collective)
   const auto bytes = static_cast<std::size_t>(num_elements(s.in_shape)) * sizeof(T);
   if (bytes < kSharedReduceMin || !use_shared_memory(mesh, s, std::is_same_v<T, bool>)) return nullptr;
   for (const auto& g : mesh.comms().groups(s.axes)) {

@@ -202,6 +202,29 @@ std::array<Tensor<T>, 3> fused_attention_vjp(const Tensor<T>& q, const Tensor<T>
   return {std::move(dq), std::move(dk), std::move(dv)};
 }
 
+// bfloat16 attention computes in float32 (scores, softmax, both products and the backward's
+// row sums) and rounds its outputs once: the operands are widened, the probabilities kept for
+// the backward are stored in bfloat16.
+template <>
+Tensor<bfloat16> fused_attention<bfloat16>(const Tensor<bfloat16>& q, const Tensor<bfloat16>& k,
+                                           const Tensor<bfloat16>& v, double scale, bool causal,
+                                           Tensor<bfloat16>* probs) {
+  Tensor<float> wide_probs;
+  const Tensor<float> out = fused_attention<float>(astype_kernel<float>(q), astype_kernel<float>(k),
+                                                   astype_kernel<float>(v), scale, causal, probs ? &wide_probs : nullptr);
+  if (probs) *probs = astype_kernel<bfloat16>(wide_probs);
+  return astype_kernel<bfloat16>(out);
+}
+
+template <>
+std::array<Tensor<bfloat16>, 3> fused_attention_vjp<bfloat16>(const Tensor<bfloat16>& q, const Tensor<bfloat16>& k,
+                                                               const Tensor<bfloat16>& v, const Tensor<bfloat16>& probs,
+                                                               const Tensor<bfloat16>& ct, double scale, bool causal) {
+  auto g = fused_attention_vjp<float>(astype_kernel<float>(q), astype_kernel<float>(k), astype_kernel<float>(v),
+                                      astype_kernel<float>(probs), astype_kernel<float>(ct), scale, causal);
+  return {astype_kernel<bfloat16>(g[0]), astype_kernel<bfloat16>(g[1]), astype_kernel<bfloat16>(g[2])};
+}
+
 #define SHARD_INSTANTIATE_ATTENTION(T)                                                                          \
   template Tensor<T> fused_attention<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, double, bool,      \
                                         Tensor<T>*);                                                             \

@@ -116,7 +116,12 @@ template <typename T>
 /// Calls go(f) with the functor of `op` on T.
 template <typename T, typename Go>
 auto with_binary(BinaryOp op, Go&& go) {
-  if constexpr (std::is_same_v<T, bool>) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    // bfloat16: float32's functor on the widened operands, its result rounded once.
+    return with_binary<float>(op, [&](auto f) {
+      return go([f](bfloat16 x, bfloat16 y) { return bfloat16(f(float(x), float(y))); });
+    });
+  } else if constexpr (std::is_same_v<T, bool>) {
     switch (op) {
       case BinaryOp::kAdd:
       case BinaryOp::kOr:
@@ -134,19 +139,19 @@ auto with_binary(BinaryOp op, Go&& go) {
       case BinaryOp::kMul: return go([](T x, T y) { return static_cast<T>(x * y); });
       case BinaryOp::kMax:
         return go([](T x, T y) {
-          if constexpr (std::is_floating_point_v<T>) return (x > y || x != x) ? x : y;  // nan propagates
+          if constexpr (is_floating_v<T>) return (x > y || x != x) ? x : y;  // nan propagates
           else return x > y ? x : y;
         });
       case BinaryOp::kMin:
         return go([](T x, T y) {
-          if constexpr (std::is_floating_point_v<T>) return (x < y || x != x) ? x : y;
+          if constexpr (is_floating_v<T>) return (x < y || x != x) ? x : y;
           else return x < y ? x : y;
         });
       case BinaryOp::kDiv:
-        if constexpr (std::is_floating_point_v<T>) return go([](T x, T y) { return static_cast<T>(x / y); });
+        if constexpr (is_floating_v<T>) return go([](T x, T y) { return static_cast<T>(x / y); });
         [[fallthrough]];
       case BinaryOp::kFloorDiv:
-        if constexpr (std::is_floating_point_v<T>) {
+        if constexpr (is_floating_v<T>) {
           return go([](T x, T y) { return static_cast<T>(std::floor(x / y)); });
         } else {
           return go([](T x, T y) {
@@ -157,7 +162,7 @@ auto with_binary(BinaryOp op, Go&& go) {
           });
         }
       case BinaryOp::kMod:
-        if constexpr (std::is_floating_point_v<T>) {
+        if constexpr (is_floating_v<T>) {
           return go([](T x, T y) {
             T r = static_cast<T>(std::fmod(x, y));
             if (r != 0 && ((r < 0) != (y < 0))) r = static_cast<T>(r + y);
@@ -172,7 +177,7 @@ auto with_binary(BinaryOp op, Go&& go) {
           });
         }
       case BinaryOp::kPow:
-        if constexpr (std::is_floating_point_v<T>) return go([](T x, T y) { return static_cast<T>(std::pow(x, y)); });
+        if constexpr (is_floating_v<T>) return go([](T x, T y) { return static_cast<T>(std::pow(x, y)); });
         else return go([](T x, T y) { return int_pow(x, y); });
       case BinaryOp::kAnd:
       case BinaryOp::kOr:
@@ -253,7 +258,10 @@ inline T gelu_grad_of(T x_in) {
 
 template <typename T, typename Go>
 auto with_unary(UnaryOp op, Go&& go) {
-  if constexpr (std::is_same_v<T, bool>) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    // bfloat16: float32's functor on the widened value, its result rounded once.
+    return with_unary<float>(op, [&](auto f) { return go([f](bfloat16 x) { return bfloat16(f(float(x))); }); });
+  } else if constexpr (std::is_same_v<T, bool>) {
     switch (op) {
       case UnaryOp::kNot: return go([](bool x) { return !x; });
       case UnaryOp::kAbs:
@@ -463,7 +471,9 @@ Tensor<T> gelu_vjp(const Tensor<T>& x, const Tensor<T>& ct) {
   Tensor<T> out(x.shape());
   const T *px = x.data(), *pc = ct.data();
   T* po = out.data();
-  for (std::int64_t i = 0; i < x.size(); ++i) po[i] = pc[i] * gelu_grad_of(px[i]);
+  using C = compute_t<T>;  // bfloat16 computes in float32 and rounds once
+  for (std::int64_t i = 0; i < x.size(); ++i)
+    po[i] = static_cast<T>(static_cast<C>(pc[i]) * gelu_grad_of<C>(static_cast<C>(px[i])));
   return out;
 }
 #define SHARD_INSTANTIATE_GELU_VJP(T) template Tensor<T> gelu_vjp<T>(const Tensor<T>&, const Tensor<T>&);

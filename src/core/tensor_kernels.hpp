@@ -100,7 +100,7 @@ Tensor<T> reduce_or_identity(const Tensor<T>& x, ReduceKind kind, const std::vec
 /// The accumulator of prefix_sum (cumsum): float64 for floating types, int64 for integers
 /// (added with wrap-around, so int32 results wrap as JAX's do).
 template <Dtype T>
-using scan_acc_t = std::conditional_t<std::is_floating_point_v<T>, double, std::int64_t>;
+using scan_acc_t = std::conditional_t<is_floating_v<T>, double, std::int64_t>;
 /// The sum of each line of x along dim d (d kept with size 1), accumulated as prefix_sum
 /// accumulates: the block totals a sharded cumsum exchanges (tensor_reduce.cpp).
 template <Dtype T>

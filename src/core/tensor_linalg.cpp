@@ -9,6 +9,7 @@
 #include "shard/error.hpp"
 #include "shard/core/tensor_ops.hpp"
 #include "shard/core/trace.hpp"
+#include "core/gemm.hpp"
 #include "core/tensor_kernels.hpp"
 
 namespace shard {
@@ -17,18 +18,14 @@ namespace {
 
 /// c[m x n] = a[m x k] @ b[k x n], all row-major and contiguous.
 template <typename T>
-void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b, T* c) {
+void product(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b, T* c) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     std::fill(c, c + m * n, T(0));
     return;
   }
-  if constexpr (std::is_same_v<T, double>) {
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), 1.0, a, static_cast<int>(k), b, static_cast<int>(n), 0.0, c, static_cast<int>(n));
-  } else if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), 1.0f, a, static_cast<int>(k), b, static_cast<int>(n), 0.0f, c, static_cast<int>(n));
+  if constexpr (FloatDtype<T>) {
+    detail::gemm(false, false, m, n, k, a, k, b, n, c, n);
   } else {
     std::fill(c, c + m * n, T(0));
     for (std::int64_t r = 0; r < m; ++r)
@@ -70,6 +67,10 @@ Tensor<T> detail::vdot_kernel(const Tensor<T>& a, const Tensor<T>& b) {
       else acc += cblas_ddot(len, a.data() + i, 1, b.data() + i, 1);
     }
     out[0] = static_cast<T>(acc);
+  } else if constexpr (std::is_same_v<T, bfloat16>) {
+    double acc = 0;  // exact products of bfloat16 values, summed in float64, rounded once
+    for (std::int64_t i = 0; i < n; ++i) acc += double(float(a[i]) * float(b[i]));
+    out[0] = static_cast<T>(static_cast<float>(acc));
   } else if constexpr (std::is_same_v<T, bool>) {
     bool r = false;
     for (std::int64_t i = 0; i < n; ++i) r = r || (a[i] && b[i]);
@@ -114,14 +115,14 @@ Tensor<T> detail::matmul_kernel(const Tensor<T>& a_in, const Tensor<T>& b_in) {
   T* pc = out.data();
   const std::int64_t nb = num_elements(batch);
   if (b_batch.empty() && a_batch == batch) {  // one product of all of A's rows with B
-    gemm(nb * m, n, k, pa, pb, pc);
+    product(nb * m, n, k, pa, pb, pc);
     return out;
   }
   // Per batch: the broadcast offsets (in matrices) of A and B.
   const std::array<Shape, 2> st{detail::broadcast_strides(a_batch, batch), detail::broadcast_strides(b_batch, batch)};
   detail::broadcast_rows<2>(batch, st, [&](std::int64_t o, auto off, auto step, std::int64_t len) {
     for (std::int64_t j = 0; j < len; ++j)
-      gemm(m, n, k, pa + (off[0] + j * step[0]) * m * k, pb + (off[1] + j * step[1]) * k * n, pc + (o + j) * m * n);
+      product(m, n, k, pa + (off[0] + j * step[0]) * m * k, pb + (off[1] + j * step[1]) * k * n, pc + (o + j) * m * n);
   });
   return out;
 }
@@ -159,14 +160,7 @@ Tensor<T> matmul_t(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb, T* 
       std::fill(c.begin(), c.end(), T(0));
       return c;
     }
-    const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
-    const int lda = static_cast<int>(a.shape()[1]), ldb = static_cast<int>(b.shape()[1]);
-    if constexpr (std::is_same_v<T, double>)
-      cblas_dgemm(CblasRowMajor, tra, trb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0,
-                  a.data(), lda, b.data(), ldb, 0.0, c.data(), static_cast<int>(n));
-    else
-      cblas_sgemm(CblasRowMajor, tra, trb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f,
-                  a.data(), lda, b.data(), ldb, 0.0f, c.data(), static_cast<int>(n));
+    gemm(ta, tb, m, n, k, a.data(), a.shape()[1], b.data(), b.shape()[1], c.data(), n);
     return c;
   } else {
     Tensor<T> c = matmul(ta ? transpose(a) : a, tb ? transpose(b) : b);

@@ -26,19 +26,19 @@ namespace {
 
 /// The accumulator type of a reduction of T.
 template <typename T>
-using acc_t = std::conditional_t<std::is_floating_point_v<T>, double,
+using acc_t = std::conditional_t<is_floating_v<T>, double,
                                  std::conditional_t<std::is_same_v<T, bool>, bool, std::int64_t>>;
 
 template <typename T>
 T lowest() {
   if constexpr (std::is_same_v<T, bool>) return false;
-  else if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
+  else if constexpr (is_floating_v<T>) return -std::numeric_limits<T>::infinity();
   else return std::numeric_limits<T>::lowest();
 }
 template <typename T>
 T highest() {
   if constexpr (std::is_same_v<T, bool>) return true;
-  else if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::infinity();
+  else if constexpr (is_floating_v<T>) return std::numeric_limits<T>::infinity();
   else return std::numeric_limits<T>::max();
 }
 
@@ -54,11 +54,11 @@ struct Combine {
     else return x * y;
   }
   static A max(A x, A y) {
-    if constexpr (std::is_floating_point_v<A>) return (y > x || y != y) ? y : x;
+    if constexpr (is_floating_v<A>) return (y > x || y != y) ? y : x;
     else return y > x ? y : x;
   }
   static A min(A x, A y) {
-    if constexpr (std::is_floating_point_v<A>) return (y < x || y != y) ? y : x;
+    if constexpr (is_floating_v<A>) return (y < x || y != y) ? y : x;
     else return y < x ? y : x;
   }
 };
@@ -253,7 +253,7 @@ Tensor<T> detail::reduce_kernel(const Tensor<T>& x, ReduceKind kind, const Dims&
   const std::vector<int> dims = dims_in.resolve(x.rank(), kind_name(kind));
   std::int64_t count = 1;
   for (int d : dims) count *= x.shape()[d];
-  if (kind == ReduceKind::kMean && !std::is_floating_point_v<T>)
+  if (kind == ReduceKind::kMean && !is_floating_v<T>)
     raise<ValueError>("mean kernel of a ", dtype_name<T>(), " tensor: the front end shard::mean converts integers "
                       "to floating first");
   if (count == 0 && (kind == ReduceKind::kMax || kind == ReduceKind::kMin))
@@ -262,7 +262,7 @@ Tensor<T> detail::reduce_kernel(const Tensor<T>& x, ReduceKind kind, const Dims&
   const Tensor<A> acc = reduce_acc<A>(x, kind, dims, keepdims);
   Tensor<T> out(acc.shape());
   for (std::int64_t i = 0; i < out.size(); ++i) {
-    if constexpr (std::is_floating_point_v<T>)
+    if constexpr (is_floating_v<T>)
       out[i] = static_cast<T>(kind == ReduceKind::kMean ? acc[i] / static_cast<double>(count) : acc[i]);
     else
       out[i] = static_cast<T>(acc[i]);
@@ -293,7 +293,7 @@ namespace {
 template <typename T>
 void arg_middle(const T* in, const detail::ThreeDims& v, bool want_max, std::int64_t* out) {
   auto better = [want_max](T x, T best) {
-    if constexpr (std::is_floating_point_v<T>) {
+    if constexpr (is_floating_v<T>) {
       if (best != best) return false;
       if (x != x) return true;
     }
@@ -346,7 +346,7 @@ namespace {
 template <typename T>
 void scan_lines(const T* in, const detail::ThreeDims& v, bool reverse, const detail::scan_acc_t<T>* start, T* out,
                 detail::scan_acc_t<T>* totals) {
-  using W = std::conditional_t<std::is_floating_point_v<T>, double, std::uint64_t>;
+  using W = std::conditional_t<is_floating_v<T>, double, std::uint64_t>;
   std::vector<W> acc(static_cast<std::size_t>(v.inner));
   for (std::int64_t o = 0; o < v.outer; ++o) {
     for (std::int64_t k = 0; k < v.inner; ++k) acc[k] = start ? static_cast<W>(start[o * v.inner + k]) : W(0);

@@ -135,25 +135,43 @@ Tensor<T> standardize_grad_kernel(const Tensor<T>& y, const Tensor<T>& rstd, con
 
 }  // namespace
 
+// bfloat16 rows compute in float32 (the row's values widened, sums and scales in float32 and
+// double as for float32) and round each output once.
+template <typename T>
+Tensor<float> wide(const Tensor<T>& x) {
+  return astype_kernel<float>(x);
+}
+static Tensor<bfloat16> narrow(const Tensor<float>& x) { return astype_kernel<bfloat16>(x); }
+
 template <Dtype T>
 Tensor<T> fused_softmax(const Tensor<T>& x, int axis) {
-  return softmax_kernel(x, resolve_axis(axis, x.rank(), "softmax"));
+  if constexpr (std::is_same_v<T, bfloat16>) return narrow(fused_softmax(wide(x), axis));
+  else return softmax_kernel(x, resolve_axis(axis, x.rank(), "softmax"));
 }
 
 template <Dtype T>
 Tensor<T> fused_softmax_vjp(const Tensor<T>& y, const Tensor<T>& ct, int axis) {
-  return softmax_grad_kernel(y, ct, resolve_axis(axis, y.rank(), "softmax"));
+  if constexpr (std::is_same_v<T, bfloat16>) return narrow(fused_softmax_vjp(wide(y), wide(ct), axis));
+  else return softmax_grad_kernel(y, ct, resolve_axis(axis, y.rank(), "softmax"));
 }
 
 template <Dtype T>
 Tensor<T> fused_standardize(const Tensor<T>& x, int axis, double eps, Tensor<T>* rstd) {
-  Tensor<T> unused;
-  return standardize_kernel(x, resolve_axis(axis, x.rank(), "standardize"), eps, rstd ? *rstd : unused);
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    Tensor<float> wide_rstd;
+    Tensor<bfloat16> y = narrow(fused_standardize(wide(x), axis, eps, rstd ? &wide_rstd : nullptr));
+    if (rstd) *rstd = narrow(wide_rstd);
+    return y;
+  } else {
+    Tensor<T> unused;
+    return standardize_kernel(x, resolve_axis(axis, x.rank(), "standardize"), eps, rstd ? *rstd : unused);
+  }
 }
 
 template <Dtype T>
 Tensor<T> fused_standardize_vjp(const Tensor<T>& y, const Tensor<T>& rstd, const Tensor<T>& ct, int axis) {
-  return standardize_grad_kernel(y, rstd, ct, resolve_axis(axis, y.rank(), "standardize"));
+  if constexpr (std::is_same_v<T, bfloat16>) return narrow(fused_standardize_vjp(wide(y), wide(rstd), wide(ct), axis));
+  else return standardize_grad_kernel(y, rstd, ct, resolve_axis(axis, y.rank(), "standardize"));
 }
 
 #define SHARD_INSTANTIATE_ROWS(T)                                                    \

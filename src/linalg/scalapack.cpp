@@ -11,6 +11,7 @@
 #include "shard/linalg/detail/scalapack_api.hpp"
 #include "shard/error.hpp"
 #include "shard/array/reshard.hpp"
+#include "shard/core/tensor_ops.hpp"
 #include "shard/runtime/runtime.hpp"
 
 namespace shard::linalg {
@@ -409,6 +410,31 @@ ShardedArray<T> cholesky(const ShardedArray<T>& a_in) {
         if (s.box.offset[1] + j > s.box.offset[0] + i) s.data[i * cols + j] = T(0);
   }
   return l;
+}
+
+// ScaLAPACK has no bfloat16: its calls run in float32 and round the result once.
+namespace {
+/// x with every shard converted to U (same sharding; local, not recorded for autodiff as
+/// ScaLAPACK's calls are not).
+template <typename U, typename T>
+ShardedArray<U> converted(const ShardedArray<T>& x) {
+  std::vector<Shard<U>> shards;
+  for (const auto& s : x.addressable_shards()) shards.push_back(Shard<U>{s.device, s.box, detail::astype_kernel<U>(s.data)});
+  return ShardedArray<U>(x.shape(), x.sharding(), std::move(shards));
+}
+}  // namespace
+
+template <>
+ShardedArray<bfloat16> scalapack_matmul<bfloat16>(const ShardedArray<bfloat16>& a, const ShardedArray<bfloat16>& b) {
+  return converted<bfloat16>(scalapack_matmul(converted<float>(a), converted<float>(b)));
+}
+template <>
+ShardedArray<bfloat16> solve<bfloat16>(const ShardedArray<bfloat16>& a, const ShardedArray<bfloat16>& b) {
+  return converted<bfloat16>(solve(converted<float>(a), converted<float>(b)));
+}
+template <>
+ShardedArray<bfloat16> cholesky<bfloat16>(const ShardedArray<bfloat16>& a) {
+  return converted<bfloat16>(cholesky(converted<float>(a)));
 }
 
 #define SHARD_INSTANTIATE_SCALAPACK(T)                                                             \

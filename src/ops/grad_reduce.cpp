@@ -7,7 +7,7 @@
 
 #include "shard/ops/detail/grad_reduce.hpp"
 
-#include <cblas.h>
+#include "core/gemm.hpp"
 
 #include <algorithm>
 #include <memory>
@@ -55,14 +55,7 @@ void gemm_rows(const Tensor<T>& a, bool ta, const Tensor<T>& b, bool tb, std::in
     return;
   }
   const T* ap = ta ? a.data() + q0 : a.data() + q0 * a.shape()[1];
-  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
-  const int lda = static_cast<int>(a.shape()[1]), ldb = static_cast<int>(b.shape()[1]);
-  if constexpr (std::is_same_v<T, double>)
-    cblas_dgemm(CblasRowMajor, tra, trb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, ap, lda,
-                b.data(), ldb, 0.0, out, static_cast<int>(n));
-  else
-    cblas_sgemm(CblasRowMajor, tra, trb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, ap,
-                lda, b.data(), ldb, 0.0f, out, static_cast<int>(n));
+  gemm(ta, tb, m, n, k, ap, a.shape()[1], b.data(), b.shape()[1], out, n);
 }
 
 /// A gradient whose chunks are being summed: the blocks (one per local device, as 2-D rows x n)

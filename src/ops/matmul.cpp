@@ -76,10 +76,10 @@ ShardedArray<T> prim::Matmul::sharded(const ShardedArray<T>& a, const ShardedArr
   Algorithm alg = algorithm;
   if (alg == Algorithm::kAuto) {
     alg = choose_algorithm(a.shape(), a.sharding(), b.shape(), b.sharding());
-    if constexpr (!std::is_floating_point_v<T>) alg = Algorithm::kRules;
+    if constexpr (!is_floating_v<T>) alg = Algorithm::kRules;
   }
   if (alg == Algorithm::kRules) return matmul_by_rules(a, b, out);
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (is_floating_v<T>) {
     ShardedArray<T> c = alg == Algorithm::kCannon ? linalg::cannon(a, b)
                         : alg == Algorithm::kSumma ? linalg::summa(a, b)
                                                    : linalg::scalapack_matmul(a, b);

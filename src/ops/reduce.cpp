@@ -44,7 +44,7 @@ namespace prim {
 
 template <Dtype T>
 Tensor<typename Reduce<T>::Partial> Reduce<T>::partial(const Tensor<T>& block) const {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (is_floating_v<T>) {
     if (kind == ReduceKind::kSum || kind == ReduceKind::kMean)
       return detail::sum_in_double(block, dims, keepdims);
     return astype<double>(detail::reduce_or_identity(block, kind, dims, keepdims));
@@ -173,7 +173,7 @@ ShardedArray<T> prim::PrefixSum<T>::sharded(const ShardedArray<T>& a) const {
     const auto& s = shards[k];
     const int p = block_position(a.mesh(), axes, s.device);
     // The blocks before this one (after it, reverse), added in wrapping arithmetic for integers.
-    using W = std::conditional_t<std::is_floating_point_v<T>, double, std::uint64_t>;
+    using W = std::conditional_t<is_floating_v<T>, double, std::uint64_t>;
     std::vector<W> before(static_cast<std::size_t>(m), W(0));
     const A* g = gathered[k].data();
     for (int q = reverse ? p + 1 : 0; q < (reverse ? spec.group_size : p); ++q)
@@ -203,7 +203,7 @@ prim::Reduce<T> reduce_prim(const Shape& shape, ReduceKind kind, const Dims& dim
   std::vector<int> dims = dims_in.resolve(rank, detail::reduce_op_name(kind));
   std::int64_t count = 1;
   for (int d : dims) count *= shape[d];
-  if (kind == ReduceKind::kMean && !std::is_floating_point_v<T>)
+  if (kind == ReduceKind::kMean && !is_floating_v<T>)
     raise<ValueError>("mean kernel of a ", dtype_name<T>(), sharded ? " array" : " tensor",
                       ": the front end shard::mean converts integers to floating first");
   if (count == 0 && (kind == ReduceKind::kMax || kind == ReduceKind::kMin))

@@ -209,7 +209,7 @@ Tensor<T> DeviceContext::psum(Tensor<T> x, const Axes& axes, std::source_locatio
 }
 template <typename T>
 Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, std::source_location where) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (is_floating_v<T>) {
     if (auto* tape = detail::recording_tape_for(x)) {
       const std::uint32_t m = detail::axes_mask(mesh(), axes, "pmean");
       const T n = static_cast<T>(axis_size(axes));
@@ -218,7 +218,7 @@ Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, std::s
           [n](const Tensor<T>& ct) { return ct / n; });
     }
   }
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (is_floating_v<T>) {
     auto spec = detail::reduce_spec(mesh(), ReduceKind::kMean, axes, x.shape());  // before x is moved from
     return run(std::move(spec), std::move(x), where);
   } else {  // JAX: the exact integer sum, then a true division

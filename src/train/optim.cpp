@@ -145,39 +145,47 @@ std::string key(const std::string& slot, std::size_t i) { return slot + "/" + st
 #define SHARD_OPTIM_CLONES
 #endif
 
-template <typename T>
-SHARD_OPTIM_CLONES void sgd_plain(std::int64_t n, T* __restrict w, const T* __restrict g, T l, T sc, T wd) {
-  for (std::int64_t k = 0; k < n; ++k) w[k] -= l * (g[k] * sc + wd * w[k]);
+// Each loop computes in C = compute_t<T> (float32 for bfloat16 parameters, whose state is
+// stored in bfloat16 and each value rounded once per step) and stores T.
+template <typename T, typename C = compute_t<T>>
+SHARD_OPTIM_CLONES void sgd_plain(std::int64_t n, T* __restrict w, const T* __restrict g, C l, C sc, C wd) {
+  for (std::int64_t k = 0; k < n; ++k) {
+    const C wk = static_cast<C>(w[k]);
+    w[k] = static_cast<T>(wk - l * (static_cast<C>(g[k]) * sc + wd * wk));
+  }
 }
-template <typename T>
-SHARD_OPTIM_CLONES void sgd_momentum(std::int64_t n, T* __restrict w, const T* __restrict g, T* __restrict v, T l,
-                                     T sc, T wd, T mu, bool nesterov) {
+template <typename T, typename C = compute_t<T>>
+SHARD_OPTIM_CLONES void sgd_momentum(std::int64_t n, T* __restrict w, const T* __restrict g, T* __restrict v, C l,
+                                     C sc, C wd, C mu, bool nesterov) {
   if (nesterov) {
     for (std::int64_t k = 0; k < n; ++k) {
-      const T gk = g[k] * sc + wd * w[k];
-      const T vk = mu * v[k] + gk;
-      v[k] = vk;
-      w[k] -= l * (gk + mu * vk);
+      const C wk = static_cast<C>(w[k]);
+      const C gk = static_cast<C>(g[k]) * sc + wd * wk;
+      const C vk = mu * static_cast<C>(v[k]) + gk;
+      v[k] = static_cast<T>(vk);
+      w[k] = static_cast<T>(wk - l * (gk + mu * vk));
     }
   } else {
     for (std::int64_t k = 0; k < n; ++k) {
-      const T vk = mu * v[k] + g[k] * sc + wd * w[k];
-      v[k] = vk;
-      w[k] -= l * vk;
+      const C wk = static_cast<C>(w[k]);
+      const C vk = mu * static_cast<C>(v[k]) + static_cast<C>(g[k]) * sc + wd * wk;
+      v[k] = static_cast<T>(vk);
+      w[k] = static_cast<T>(wk - l * vk);
     }
   }
 }
 /// Adam; `l2` is added to the gradient (Adam's weight decay), `dw` decoupled (AdamW's).
-template <typename T>
+template <typename T, typename C = compute_t<T>>
 SHARD_OPTIM_CLONES void adam_loop(std::int64_t n, T* __restrict w, const T* __restrict g, T* __restrict m,
-                                  T* __restrict v, T l, T sc, T l2, T dw, T b1, T b2, T eps, T ic1, T ic2) {
+                                  T* __restrict v, C l, C sc, C l2, C dw, C b1, C b2, C eps, C ic1, C ic2) {
   for (std::int64_t k = 0; k < n; ++k) {
-    const T gk = g[k] * sc + l2 * w[k];
-    const T mk = b1 * m[k] + (T(1) - b1) * gk;
-    const T vk = b2 * v[k] + (T(1) - b2) * gk * gk;
-    m[k] = mk;
-    v[k] = vk;
-    w[k] -= l * ((mk * ic1) / (std::sqrt(vk * ic2) + eps) + dw * w[k]);
+    const C wk = static_cast<C>(w[k]);
+    const C gk = static_cast<C>(g[k]) * sc + l2 * wk;
+    const C mk = b1 * static_cast<C>(m[k]) + (C(1) - b1) * gk;
+    const C vk = b2 * static_cast<C>(v[k]) + (C(1) - b2) * gk * gk;
+    m[k] = static_cast<T>(mk);
+    v[k] = static_cast<T>(vk);
+    w[k] = static_cast<T>(wk - l * ((mk * ic1) / (std::sqrt(vk * ic2) + eps) + dw * wk));
   }
 }
 
@@ -185,17 +193,18 @@ SHARD_OPTIM_CLONES void adam_loop(std::int64_t n, T* __restrict w, const T* __re
 template <typename T>
 void update_block(const Optimizer::Config& c, bool decays, std::int64_t n, T* w, const T* g, T* s0, T* s1,
                   double lr, double scale, std::int64_t t) {
-  const T l = static_cast<T>(lr), sc = static_cast<T>(scale), wd = decays ? static_cast<T>(c.weight_decay) : T(0);
+  using C = compute_t<T>;
+  const C l = static_cast<C>(lr), sc = static_cast<C>(scale), wd = decays ? static_cast<C>(c.weight_decay) : C(0);
   if (c.kind == Optimizer::Kind::kSgd) {
     if (!s0) sgd_plain(n, w, g, l, sc, wd);
-    else sgd_momentum(n, w, g, s0, l, sc, wd, static_cast<T>(c.momentum), c.nesterov);
+    else sgd_momentum(n, w, g, s0, l, sc, wd, static_cast<C>(c.momentum), c.nesterov);
     return;
   }
-  const T ic1 = static_cast<T>(1.0 / (1.0 - std::pow(c.b1, static_cast<double>(t + 1))));
-  const T ic2 = static_cast<T>(1.0 / (1.0 - std::pow(c.b2, static_cast<double>(t + 1))));
+  const C ic1 = static_cast<C>(1.0 / (1.0 - std::pow(c.b1, static_cast<double>(t + 1))));
+  const C ic2 = static_cast<C>(1.0 / (1.0 - std::pow(c.b2, static_cast<double>(t + 1))));
   const bool decoupled = c.kind == Optimizer::Kind::kAdamW;
-  adam_loop(n, w, g, s0, s1, l, sc, decoupled ? T(0) : wd, decoupled ? wd : T(0), static_cast<T>(c.b1),
-            static_cast<T>(c.b2), static_cast<T>(c.eps), ic1, ic2);
+  adam_loop(n, w, g, s0, s1, l, sc, decoupled ? C(0) : wd, decoupled ? wd : C(0), static_cast<C>(c.b1),
+            static_cast<C>(c.b2), static_cast<C>(c.eps), ic1, ic2);
 }
 
 template <typename T>

@@ -199,7 +199,7 @@ void expect_match(const Tensor<T>& got, const Tensor<T>& ref, bool sums, const s
   EXPECT_EQ(to_string(got.shape()), to_string(ref.shape())) << what;
   if (got.shape() != ref.shape()) return;
   double tol = 0;
-  if constexpr (std::is_floating_point_v<T>) tol = sums ? (sizeof(T) == 4 ? 2e-3 : 1e-10) : 0.0;
+  if constexpr (is_floating_v<T>) tol = sums ? tol_for<T>(2e-3, 1e-10, 8.0) : 0.0;  // bfloat16: ulp(1000) is 8
   std::int64_t bad = 0, first = 0;
   for (std::int64_t k = 0; k < got.size(); ++k)
     if (std::abs(static_cast<double>(got[k]) - static_cast<double>(ref[k])) > tol && bad++ == 0) first = k;
@@ -422,7 +422,7 @@ const std::initializer_list<Kind> kAllKinds = {kPsum,      kPmean,       kPmax, 
 
 template <typename T>
 class Collectives : public MpiTest {};
-using Types = ::testing::Types<float, double, std::int32_t, std::int64_t>;
+using Types = ::testing::Types<float, double, std::int32_t, std::int64_t, bfloat16>;
 TYPED_TEST_SUITE(Collectives, Types);
 
 /// For every mesh, one shard_map with the cases of `kinds` over every axis choice and None.

@@ -246,7 +246,7 @@ void check_binary_cases(std::uint64_t seed) {
       {"maximum", [](auto& x, auto& y) { return maximum(x, y); }, [](T x, T y) { return x > y ? x : y; }},
       {"minimum", [](auto& x, auto& y) { return minimum(x, y); }, [](T x, T y) { return x < y ? x : y; }},
   };
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (is_floating_v<T>) {
     ops.emplace_back("/", [](auto& x, auto& y) { return x / y; }, [](T x, T y) { return static_cast<T>(x / y); });
   } else {  // numpy's // and %: the quotient rounded down, the remainder with the divisor's sign
     ops.emplace_back("floor_divide", [](auto& x, auto& y) { return floor_divide(x, y); }, [](T x, T y) {
@@ -275,7 +275,7 @@ void check_binary_cases(std::uint64_t seed) {
 
 template <typename T>
 class OpsTyped : public MpiTest {};
-using Types = ::testing::Types<float, double, std::int32_t, std::int64_t>;
+using Types = ::testing::Types<float, double, std::int32_t, std::int64_t, bfloat16>;
 TYPED_TEST_SUITE(OpsTyped, Types);
 
 TYPED_TEST(OpsTyped, BinaryBroadcastingEveryMesh) { check_binary_cases<TypeParam>(100); }
@@ -389,13 +389,13 @@ void check_unary(const Mesh& mesh, const PartitionSpec& spec, const Shape& shape
   check(square(x), h, [](T v) { return static_cast<T>(v * v); }, "square");
   check(relu(x), h, [](T v) { return v > 0 ? v : T(0); }, "relu");
   check(map(x, [](T v) { return static_cast<T>(v * 3 - 2); }), h, [](T v) { return static_cast<T>(v * 3 - 2); }, "map");
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (is_floating_v<T>) {
     // Inputs prepared on the host: x/20 for exp and tanh, |x| + 1 for log, |x| for sqrt.
     const Tensor<T> small = host_map(h, [](T v) { return static_cast<T>(v / 20); });
     const Tensor<T> pos = host_map(h, [](T v) { return static_cast<T>(std::abs(v) + 1); });
     const Tensor<T> mag = host_map(h, [](T v) { return static_cast<T>(std::abs(v)); });
     const auto xs = device_put(small, s), xp = device_put(pos, s), xm = device_put(mag, s);
-    const Tol tol{1e-30, std::is_same_v<T, float> ? 1e-6 : 1e-14};
+    const Tol tol{1e-30, tol_for<T>(1e-6, 1e-14, 8e-3)};
     check(exp(xs), small, in_double<T>([](double v) { return std::exp(v); }), "exp", tol);
     check(log(xp), pos, in_double<T>([](double v) { return std::log(v); }), "log(|x|+1)", tol);
     check(sin(x), h, in_double<T>([](double v) { return std::sin(v); }), "sin", tol);
@@ -519,10 +519,10 @@ void check_reductions(const Mesh& mesh, const PartitionSpec& spec, const Shape& 
       for (int d : dims_in) what += std::to_string(d) + ",";
       what += "} of " + to_string(shape) + " " + spec.to_string() + " on " + mesh.to_string();
       Tol tol;
-      const double eps = std::is_same_v<T, float> ? 2e-6 : std::is_same_v<T, double> ? 1e-14 : 0;
+      const double eps = tol_for<T>(2e-6, 1e-14, 8e-3);
       if (kind == ReduceKind::kSum) tol.atol = eps * 100 * static_cast<double>(count);
       if (kind == ReduceKind::kMean) tol.atol = eps * 100;
-      if (kind == ReduceKind::kMean && !std::is_floating_point_v<T>) {  // integer means are floating (JAX)
+      if (kind == ReduceKind::kMean && !is_floating_v<T>) {  // integer means are floating (JAX)
         const Tensor<T> s = host_reduce(h, dims_in, ReduceKind::kSum);
         Tensor<float_of_t<T>> wm(s.shape());
         for (std::int64_t i = 0; i < wm.size(); ++i)
@@ -752,7 +752,7 @@ void check_axpy(std::uint64_t seed) {
   const T alpha = static_cast<T>(-2.5);  // -2 for integers
   const auto ref = [alpha](T a, T b) { return static_cast<T>(alpha * a + b); };
   // Floating point: exact in this build, but a compiler that contracts to an FMA rounds once.
-  const Tol tol = std::is_floating_point_v<T> ? Tol{sizeof(T) == 4 ? 1e-4 : 1e-11, 1e-6} : Tol{};
+  const Tol tol = is_floating_v<T> ? Tol{tol_for<T>(1e-4, 1e-11, 1e-2), 1e-6} : Tol{};
   for (const auto& mesh : test_meshes())
     for (const auto& c : binary_cases(mesh)) {
       const Tensor<T> hx = random_tensor<T>(c.x.shape, seed++), hy = random_tensor<T>(c.y.shape, seed++);

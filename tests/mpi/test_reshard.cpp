@@ -304,7 +304,7 @@ SHARD_MPI_TEST(Reshard, LargeAllToAllEveryLayout) {
 
 template <typename T>
 class ReshardTyped : public MpiTest {};
-using Types = ::testing::Types<float, double, std::int32_t, std::int64_t>;
+using Types = ::testing::Types<float, double, std::int32_t, std::int64_t, bfloat16>;
 TYPED_TEST_SUITE(ReshardTyped, Types);
 
 TYPED_TEST(ReshardTyped, RepresentativePairs) {

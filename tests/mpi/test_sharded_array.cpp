@@ -79,7 +79,7 @@ SHARD_MPI_TEST(ShardedArray, EverySpecEveryMeshDouble) {
 
 template <typename T>
 class ShardedArrayTyped : public MpiTest {};
-using Types = ::testing::Types<float, double, std::int32_t, std::int64_t>;
+using Types = ::testing::Types<float, double, std::int32_t, std::int64_t, bfloat16>;
 TYPED_TEST_SUITE(ShardedArrayTyped, Types);
 
 TYPED_TEST(ShardedArrayTyped, UnevenAndEmptyShards) {

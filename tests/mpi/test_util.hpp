@@ -68,6 +68,16 @@ Tensor<std::int64_t> host_argmax(const Tensor<T>& x, int dim) {
   return r;
 }
 
+/// The tolerance a check uses for T: `f32` for float, `f64` for double, `bf16` for bfloat16
+/// (8 significant bits: ~0.4% per rounding), 0 for the exact integer types.
+template <typename T>
+constexpr double tol_for(double f32, double f64, double bf16 = 1e-2) {
+  if constexpr (std::is_same_v<T, float>) return f32;
+  else if constexpr (std::is_same_v<T, double>) return f64;
+  else if constexpr (std::is_same_v<T, bfloat16>) return bf16;
+  else return 0.0;
+}
+
 /// Random values (never all zeros or ones), identical on every rank for the same seed.
 template <typename T>
 Tensor<T> random_tensor(const Shape& shape, std::uint64_t seed) {
@@ -75,7 +85,7 @@ Tensor<T> random_tensor(const Shape& shape, std::uint64_t seed) {
   Tensor<T> t(shape);
   for (auto& v : t) {
     const std::uint64_t r = rng();
-    if constexpr (std::is_floating_point_v<T>)
+    if constexpr (is_floating_v<T>)
       v = static_cast<T>(static_cast<double>(r >> 11) * 0x1.0p-53 * 200.0 - 100.0);
     else
       v = static_cast<T>(static_cast<std::int64_t>(r % 2001) - 1000);

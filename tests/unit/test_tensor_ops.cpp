@@ -137,24 +137,25 @@ TEST(TensorOpsPromotion, JaxLattice) {
 #define SHARD_TEST_COUNT2(T, U) +1
 #define SHARD_TEST_PAIR(T, U) +static_cast<int>(sizeof(T) * 100 + sizeof(U))
 TEST(TensorOpsPromotion, OneDtypeList) {
-  static_assert(std::is_same_v<AllDtypes, TypeList<bool, std::int32_t, std::int64_t, float, double>>);
-  static_assert(std::is_same_v<NumericDtypes, TypeList<std::int32_t, std::int64_t, float, double>>);
+  static_assert(std::is_same_v<AllDtypes, TypeList<bool, std::int32_t, std::int64_t, bfloat16, float, double>>);
+  static_assert(std::is_same_v<NumericDtypes, TypeList<std::int32_t, std::int64_t, bfloat16, float, double>>);
   static_assert(std::is_same_v<IntDtypes, TypeList<std::int32_t, std::int64_t>>);
-  static_assert(std::is_same_v<FloatDtypes, TypeList<float, double>>);
+  static_assert(std::is_same_v<FloatDtypes, TypeList<bfloat16, float, double>>);
   static_assert(Dtype<bool> && Dtype<double> && !Dtype<char> && !Dtype<std::uint16_t>);
-  static_assert(FloatDtype<float> && !FloatDtype<std::int64_t>);
-  static_assert(0 SHARD_FOR_EACH_DTYPE(SHARD_TEST_COUNT) == 5);
-  static_assert(0 SHARD_FOR_EACH_NUMERIC_DTYPE(SHARD_TEST_COUNT) == 4);
+  static_assert(FloatDtype<float> && FloatDtype<bfloat16> && !FloatDtype<std::int64_t>);
+  static_assert(0 SHARD_FOR_EACH_DTYPE(SHARD_TEST_COUNT) == 6);
+  static_assert(0 SHARD_FOR_EACH_NUMERIC_DTYPE(SHARD_TEST_COUNT) == 5);
   static_assert(0 SHARD_FOR_EACH_INT_DTYPE(SHARD_TEST_COUNT) == 2);
-  static_assert(0 SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_TEST_COUNT) == 2);
-  // (float, double) x (int32, int64): 404 + 408 + 804 + 808.
-  static_assert(0 SHARD_FOR_EACH_DTYPE_PAIR(FLOAT, INT, SHARD_TEST_PAIR) == 2424);
-  static_assert(0 SHARD_FOR_EACH_DTYPE_PAIR(ALL, ALL, SHARD_TEST_COUNT2) == 25);
+  static_assert(0 SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_TEST_COUNT) == 3);
+  // (bfloat16, float, double) x (int32, int64): 204 + 208 + 404 + 408 + 804 + 808.
+  static_assert(0 SHARD_FOR_EACH_DTYPE_PAIR(FLOAT, INT, SHARD_TEST_PAIR) == 2836);
+  static_assert(0 SHARD_FOR_EACH_DTYPE_PAIR(ALL, ALL, SHARD_TEST_COUNT2) == 36);
   EXPECT_STREQ(dtype_name<std::int64_t>(), "int64");
   EXPECT_STREQ(dtype_npy_descr<float>(), "<f4");
   std::string seen;
   for_each_dtype([&]<typename T>(std::type_identity<T>) { seen += std::string(dtype_name<T>()) + " "; });
-  EXPECT_EQ(seen, "bool int32 int64 float32 float64 ");
+  EXPECT_EQ(seen, "bool int32 int64 bfloat16 float32 float64 ");
+  EXPECT_STREQ(dtype_npy_descr<bfloat16>(), "<V2");
   std::size_t size = 0;
   EXPECT_TRUE(visit_dtype("float64", [&]<typename T>(std::type_identity<T>) { size = sizeof(T); }));
   EXPECT_EQ(size, sizeof(double));

@@ -12,8 +12,9 @@
 ///
 /// Mixed arithmetic follows JAX's promotion: bfloat16 with bfloat16 or with a C++ integer (a
 /// weak scalar) gives bfloat16; with float gives float, with double gives double. Comparisons
-/// compare the values. Not yet an element type of Tensor or ShardedArray (the dtype list in
-/// dtype.hpp): that is the bfloat16 issue's next step.
+/// compare the values. An element type of Tensor and ShardedArray (the dtype list in dtype.hpp):
+/// kernels widen it to float32, compute there and store the rounded result; sums accumulate in
+/// float32.
 
 #include <bit>
 #include <concepts>
@@ -24,7 +25,8 @@
 namespace shard {
 
 struct bfloat16 {
-  std::uint16_t bits;  // uninitialised by default, as float is; bfloat16{} is +0
+  using storage_type = std::uint16_t;  // what MPI moves (mpi::datatype)
+  std::uint16_t bits;                  // uninitialised by default, as float is; bfloat16{} is +0
 
   bfloat16() = default;
   constexpr bfloat16(float f) : bits(round_to_bits(f)) {}  // NOLINT: implicit, as c10::BFloat16's
@@ -107,6 +109,18 @@ template <std::same_as<bfloat16> B>
 constexpr B abs(B a) {
   return B::from_bits(static_cast<std::uint16_t>(a.bits & 0x7fffu));
 }
+
+namespace detail {
+/// n bfloat16 values widened to float32 (exact), and n float32 values rounded to bfloat16 as
+/// the constructor rounds; both loops vectorize.
+inline void widen_bf16(const bfloat16* in, float* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i)
+    out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(in[i].bits) << 16);
+}
+inline void narrow_to_bf16(const float* in, bfloat16* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i].bits = bfloat16::round_to_bits(in[i]);
+}
+}  // namespace detail
 
 /// Prints the value as float32 prints it (3.140625 for bfloat16(3.14159f)).
 inline std::ostream& operator<<(std::ostream& os, bfloat16 a) { return os << float(a); }

@@ -1,9 +1,10 @@
 #pragma once
 /// \file Element types and JAX's type promotion. Core layer: no MPI, nothing communicates.
 ///
-/// Shard arrays hold one of five element types (SHARD_DTYPE_TABLE below, the one list): bool,
-/// int32, int64, float32 (float) and float64 (double). Mixed operands promote along JAX's lattice
-///     bool < int32 < int64 < float32 < float64
+/// Shard arrays hold one of six element types (SHARD_DTYPE_TABLE below, the one list): bool,
+/// int32, int64, bfloat16 (shard::bfloat16), float32 (float) and float64 (double). Mixed
+/// operands promote along JAX's lattice
+///     bool < int32 < int64 < bfloat16 < float32 < float64
 /// to the larger of the two, so int32 + float32 is float32 and int64 + float32 is float32
 /// (numpy would say float64). A C++ scalar is *weakly typed* as a Python scalar is in JAX: it
 /// takes the array's type unless it is of a higher kind (x_int32 * 2.5 is floating, with the
@@ -17,6 +18,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "shard/core/bfloat16.hpp"
+
 /// The one dtype list. Every explicit instantiation, extern template declaration and dispatch
 /// by dtype name or .npy code in Shard comes from this table: adding a dtype is one row here
 /// plus its kernels (tests/check_dtype_list.sh fails on a list typed out anywhere else). The
@@ -27,6 +30,7 @@
   X(__VA_ARGS__, bool, "bool", BOOL, "|b1")         \
   X(__VA_ARGS__, std::int32_t, "int32", INT, "<i4") \
   X(__VA_ARGS__, std::int64_t, "int64", INT, "<i8") \
+  X(__VA_ARGS__, ::shard::bfloat16, "bfloat16", FLOAT, "<V2") \
   X(__VA_ARGS__, float, "float32", FLOAT, "<f4")    \
   X(__VA_ARGS__, double, "float64", FLOAT, "<f8")
 
@@ -131,9 +135,19 @@ concept Dtype = detail::in_type_list<T, AllDtypes>;
 template <typename T>
 concept FloatDtype = Dtype<T> && detail::in_type_list<T, FloatDtypes>;
 
-/// A C++ scalar usable with arrays: any arithmetic type.
+/// Whether T is a floating type: float, double or bfloat16 (std::is_floating_point_v is false for
+/// bfloat16, which is a class).
+template <typename T>
+inline constexpr bool is_floating_v = std::is_floating_point_v<T> || std::is_same_v<T, bfloat16>;
+
+/// A C++ scalar usable with arrays: any arithmetic type, or a bfloat16.
 template <typename S>
-concept Scalar = std::is_arithmetic_v<S>;
+concept Scalar = std::is_arithmetic_v<S> || std::is_same_v<S, bfloat16>;
+
+/// The type kernels compute T in: float for bfloat16 (its values are widened to float32
+/// registers, and sums accumulate there), T itself otherwise.
+template <typename T>
+using compute_t = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
 
 /// "bool", "int32", "int64", "float32", "float64" (numpy's names).
 template <Dtype T>
@@ -183,8 +197,9 @@ template <Scalar S>
 struct scalar_dtype {
   using type = std::conditional_t<
       std::is_same_v<S, bool>, bool,
+      std::conditional_t<std::is_same_v<S, bfloat16>, bfloat16,
       std::conditional_t<std::is_floating_point_v<S>, std::conditional_t<(sizeof(S) <= 4), float, double>,
-                         std::conditional_t<(sizeof(S) <= 4), std::int32_t, std::int64_t>>>;
+                         std::conditional_t<(sizeof(S) <= 4), std::int32_t, std::int64_t>>>>;
 };
 }  // namespace detail
 
@@ -200,14 +215,16 @@ using scalar_dtype_t = typename detail::scalar_dtype<S>::type;
 /// higher kind (floating over integer over bool), then S's own Dtype.
 template <Dtype T, Scalar S>
 using weak_promote_t = std::conditional_t<
-    std::is_floating_point_v<T>, T,
-    std::conditional_t<std::is_floating_point_v<S>, scalar_dtype_t<S>,
+    is_floating_v<T>, T,
+    std::conditional_t<is_floating_v<S>, scalar_dtype_t<S>,
                        std::conditional_t<std::is_same_v<T, bool> && !std::is_same_v<S, bool>, scalar_dtype_t<S>, T>>>;
 
 /// The floating type of true division and means: float for bool, int32 and float, double for
-/// int64 and double.
+/// int64 and double, bfloat16 for bfloat16 (as JAX: a bfloat16 mean is bfloat16).
 template <Dtype T>
-using float_of_t = std::conditional_t<std::is_same_v<T, std::int64_t> || std::is_same_v<T, double>, double, float>;
+using float_of_t = std::conditional_t<
+    std::is_same_v<T, bfloat16>, bfloat16,
+    std::conditional_t<std::is_same_v<T, std::int64_t> || std::is_same_v<T, double>, double, float>>;
 
 /// The type sums and products of T have (JAX: bool sums to int32, everything else keeps its type).
 template <Dtype T>

@@ -106,6 +106,14 @@ ShardedArray<T> solve(const ShardedArray<T>& a, const ShardedArray<T>& b);
 template <typename T>
 ShardedArray<T> cholesky(const ShardedArray<T>& a);
 
+/// bfloat16 (which ScaLAPACK lacks): the three run in float32 and round the result once.
+template <>
+ShardedArray<bfloat16> scalapack_matmul<bfloat16>(const ShardedArray<bfloat16>& a, const ShardedArray<bfloat16>& b);
+template <>
+ShardedArray<bfloat16> solve<bfloat16>(const ShardedArray<bfloat16>& a, const ShardedArray<bfloat16>& b);
+template <>
+ShardedArray<bfloat16> cholesky<bfloat16>(const ShardedArray<bfloat16>& a);
+
 #define SHARD_DECLARE_SCALAPACK(T)                                                             \
   extern template ShardedArray<T> scalapack_matmul<T>(const ShardedArray<T>&, const ShardedArray<T>&); \
   extern template ShardedArray<T> solve<T>(const ShardedArray<T>&, const ShardedArray<T>&);    \

@@ -30,7 +30,7 @@ int int_count(std::int64_t n, const char* counted, const What&... what) {
 /// True between MPI_Init and MPI_Finalize.
 bool is_active();
 
-/// The MPI datatype of a C++ arithmetic type.
+/// The MPI datatype of a C++ arithmetic type (or of a storage class such as shard::bfloat16).
 template <typename T>
 MPI_Datatype datatype() {
   using U = std::remove_cv_t<T>;
@@ -42,6 +42,9 @@ MPI_Datatype datatype() {
   else if constexpr (std::is_same_v<U, std::uint64_t>) return MPI_UINT64_T;
   else if constexpr (std::is_same_v<U, std::uint8_t>) return MPI_UINT8_T;
   else if constexpr (std::is_same_v<U, std::uint16_t>) return MPI_UINT16_T;
+  // A class that names its storage (shard::bfloat16: std::uint16_t) moves as those bits; MPI
+  // never reduces it (the collectives widen bfloat16 to float32 for sums).
+  else if constexpr (requires { typename U::storage_type; }) return datatype<typename U::storage_type>();
   else if constexpr (std::is_same_v<U, char>) return MPI_CHAR;
   else static_assert(sizeof(U) == 0, "no MPI datatype for this type");
 }

@@ -244,8 +244,7 @@ template <ArrayLike X, ArrayLike L>
 auto softmax_cross_entropy_with_integer_labels(const X& logits, const L& labels, int axis = -1) {
   using T = elem_t<X>;
   using I = elem_t<L>;
-  static_assert(std::is_floating_point_v<T>,
-                "softmax_cross_entropy_with_integer_labels: logits must be floating");
+  static_assert(is_floating_v<T>, "softmax_cross_entropy_with_integer_labels: logits must be floating");
   static_assert(std::is_same_v<I, std::int32_t> || std::is_same_v<I, std::int64_t>,
                 "softmax_cross_entropy_with_integer_labels: labels must be int32 or int64");
   const int a = resolve_dim(axis, logits.ndim(), "softmax_cross_entropy_with_integer_labels");

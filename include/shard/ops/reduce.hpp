@@ -58,7 +58,7 @@ namespace prim {
 template <Dtype T>
 struct Reduce : Primitive {
   /// The partials that cross devices: float64 for floating arrays.
-  using Partial = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+  using Partial = std::conditional_t<is_floating_v<T>, double, T>;
   ReduceKind kind;
   std::vector<int> dims;
   bool keepdims;
