@@ -24,6 +24,8 @@ std::string blas_summary() {
          " (OPENBLAS_CORETYPE=" + (env && *env ? env : "unset: auto-detected") + ")";
 }
 
+std::string bf16_products_path() { return detail::bf16_products_path(); }
+
 template <typename T>
 void gemm_acc(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, const T* b,
               std::int64_t ldb, T* c, std::int64_t ldc) {

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 #include <utility>
 
@@ -18,6 +19,7 @@
 #include "shard/comm/detail/comm_verbs.hpp"
 #include "shard/error.hpp"
 #include "shard/io/io.hpp"
+#include "shard/ops/ops.hpp"
 #include "shard/mpi/agree.hpp"
 #include "shard/runtime/runtime.hpp"
 #include "io/manifest.hpp"
@@ -395,9 +397,20 @@ template <typename T>
 ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const CheckpointManifest& manifest,
                                       const std::string& name, const NamedSharding& sharding) {
   const CheckpointEntry& e = manifest.entry(name);
-  if (e.dtype != dtype_name<T>())
+  if (e.dtype != dtype_name<T>()) {
+    // Between floating dtypes the array converts (a float32 checkpoint into bfloat16 rounds to
+    // nearest even; bfloat16 into float32 is exact), as a restore with a target dtype does.
+    std::optional<ShardedArray<T>> converted;
+    if constexpr (FloatDtype<T>)
+      visit_dtype<FloatDtypes>(e.dtype, [&]<typename S>(std::type_identity<S>) {
+        if constexpr (!std::is_same_v<S, T>)
+          converted.emplace(astype<T>(load_checkpoint_array<S>(checkpoint_path, manifest, name, sharding)));
+      });
+    if (converted) return std::move(*converted);
     raise<ValueError>("load_checkpoint_array: array '", name, "' of ", checkpoint_path, " is ", e.dtype,
-                      ", not ", dtype_name<T>(), "; load it as ", e.dtype);
+                      ", not ", dtype_name<T>(), "; load it as ", e.dtype,
+                      " (floating dtypes convert into each other; other dtypes do not)");
+  }
   if (!detail::is_plain_name(e.file))
     raise<ValueError>("load_checkpoint_array: manifest names a path outside its directory: '", e.file, "'");
   const std::string file = (fs::path(checkpoint_path) / e.file).string();

@@ -245,7 +245,9 @@ std::uint64_t checksum(const ShardedArray<T>& x) {
     const T* data = s.data.data();
     for_each_run(x.shape(), s.box, [&](std::int64_t file, std::int64_t mem, std::int64_t len) {
       for (std::int64_t i = 0; i < len; ++i) {
-        std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t> bits;
+        std::conditional_t<sizeof(T) == 2, std::uint16_t,
+                           std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>
+            bits;  // exactly sizeof(T) bytes (bfloat16: 2)
         std::memcpy(&bits, data + mem + i, sizeof(T));
         sum += mix(mix(static_cast<std::uint64_t>(file + i) ^ 0x9e3779b97f4a7c15ull) ^ bits);
       }

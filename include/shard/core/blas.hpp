@@ -19,8 +19,15 @@ void set_blas_threads(int threads);
 /// "OpenBLAS core Haswell, 1 thread (OPENBLAS_CORETYPE=Haswell)".
 std::string blas_summary();
 
+/// Which path bfloat16 products run (the apps and benchmarks print it): "oneDNN matmul (bf16
+/// inputs, float32 accumulation)" where oneDNN has a bf16 matmul on this CPU (AVX-512 cores;
+/// avx512_bf16 or AMX run it natively), else "bf16 -> float32 + OpenBLAS sgemm" (the same
+/// results, slower), which SHARD_BF16_PRODUCTS=convert forces.
+std::string bf16_products_path();
+
 /// c[m x n] += a[m x k] @ b[k x n] on row-major buffers with leading dims lda, ldb, ldc:
-/// OpenBLAS (cblas_sgemm / cblas_dgemm) for float and double, a plain loop for the integer
+/// OpenBLAS (cblas_sgemm / cblas_dgemm) for float and double, bf16_products_path() for
+/// bfloat16 (float32 accumulation, rounded once per call), a plain loop for the integer
 /// types. Local: no communication. What Shard's matmuls run on each block. Defined in the
 /// library (src/core/blas.cpp): no BLAS header reaches a user's program (OpenBLAS's declares a
 /// global `bfloat16`).

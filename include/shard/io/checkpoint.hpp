@@ -31,7 +31,8 @@ namespace shard {
 struct CheckpointEntry {
   std::string name;
   std::string file;   ///< "<name>.npy", relative to the checkpoint directory
-  std::string dtype;  ///< dtype_name of one of NumericDtypes ("float32", "int64", ...)
+  std::string dtype;  ///< dtype_name of one of NumericDtypes ("float32", "bfloat16", ...); a
+                      ///< bfloat16 file is a .npy of '<V2' (2-byte records, as ml_dtypes saves)
   Shape shape;
   std::string spec;  ///< PartitionSpec::to_string() of the saved array, e.g. "P('a', None)"
   std::vector<int> mesh_shape;
@@ -105,7 +106,8 @@ std::string latest_checkpoint(const std::string& directory);
 CheckpointManifest read_manifest(const std::string& checkpoint_path);
 
 /// Collective: loads array `name` of the checkpoint onto `sharding`. Checks T against the
-/// recorded dtype (ValueError), that the file is a regular file inside the checkpoint
+/// recorded dtype (ValueError; between floating dtypes the array converts instead: a float32
+/// entry loads into bfloat16 rounded to nearest even, a bfloat16 one into float32 exactly), that the file is a regular file inside the checkpoint
 /// directory (ValueError for a path or symlink leading out of it, IoError if it is missing),
 /// the file's shape against the manifest (ShapeError), and the checksum of what was read
 /// against the manifest (IoError: the file is truncated, corrupt or was modified). Every
