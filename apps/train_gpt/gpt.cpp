@@ -15,23 +15,30 @@ using shard::P;
 
 constexpr int kPerLayer = 16;  // ln1 g b, wq bq, wk bk, wv bv, wo bo, ln2 g b, w1 b1, w2 b2
 
-Block layer_norm(const Block& x, const Block& g, const Block& b) { return shard::standardize(x, -1, 1e-5) * g + b; }
+template <typename X>
+X layer_norm(const X& x, const X& g, const X& b) {
+  return shard::standardize(x, -1, 1e-5) * g + b;
+}
 
 /// Rows (b t, C) of this device's tokens -> rows (b T, C) of the whole sequence of its batch rows.
 /// (With one device on 'model' there is nothing to gather or scatter, as in Megatron's mappings.)
-Block gather_sequence(Block z, std::int64_t b, std::int64_t t, std::int64_t c) {
+template <typename X>
+X gather_sequence(X z, std::int64_t b, std::int64_t t, std::int64_t c) {
   if (shard::axis_size("model") == 1) return z;
-  const Block whole = shard::all_gather(shard::reshape(z, {b, t, c}), "model", 1, true);
+  const X whole = shard::all_gather(shard::reshape(z, {b, t, c}), "model", 1, true);
   return shard::reshape(whole, {-1, c});
 }
 /// Partial sums (b T, C) over the 'model' group -> this device's tokens, summed: (b t, C).
-Block scatter_sequence(Block z, std::int64_t b, std::int64_t t, std::int64_t c) {
+template <typename X>
+X scatter_sequence(X z, std::int64_t b, std::int64_t t, std::int64_t c) {
   const auto m = static_cast<std::int64_t>(shard::axis_size("model"));
   if (m == 1) return z;
   return shard::reshape(shard::psum_scatter(shard::reshape(z, {b, t * m, c}), "model", 1, true), {b * t, c});
 }
 
-/// The final LayerNorm's output (b t, C) for this device's tokens x (b, t).
+/// The final LayerNorm's output (b t, C) for this device's tokens x (b, t), computed in the
+/// parameters' element type (Block: float32; bfloat16 under --dtype bfloat16).
+template <typename Block>
 Block hidden(const Config& cfg, const TokenBlock& x, const std::vector<Block>& p) {
   const auto m = static_cast<std::int64_t>(shard::axis_size("model"));
   const std::int64_t b = x.shape()[0], t = x.shape()[1], T = t * m, C = cfg.d_model;
@@ -73,6 +80,8 @@ std::string Config::to_string() const {
 }
 
 void Config::check(int data, int model, std::int64_t batch) const {
+  if (dtype != "float32" && dtype != "bfloat16")
+    shard::raise<shard::ValueError>("--dtype ", dtype, ": expected float32 or bfloat16");
   if (layers < 1 || d_model < 1 || heads < 1 || context < 1 || vocab < 1)
     shard::raise<shard::ValueError>("the model's sizes must be >= 1: ", to_string());
   if (d_model % heads != 0)
@@ -141,8 +150,16 @@ Array loss(const Config& cfg, const shard::Mesh& mesh, const std::vector<Array>&
            const Tokens& y) {
   const double count = static_cast<double>(x.size());
   auto body = [&cfg, count](const TokenBlock& xb, const TokenBlock& yb, const std::vector<Block>& p) {
-    const Block hf = hidden(cfg, xb, p);
-    const Block logp = shard::log_softmax(shard::matmul(hf, shard::transpose(p[0])), -1);  // tied output
+    // The logits in float32 (the output dtype), from float32 or bfloat16 compute.
+    Block z;
+    if (cfg.dtype == "bfloat16") {
+      using Policy = shard::MixedBfloat16;  // each parameter cast once per step; gradients back in float32
+      const auto pc = Policy::cast_to_compute(p);
+      z = Policy::cast_to_output(shard::matmul(hidden(cfg, xb, pc), shard::transpose(pc[0])));
+    } else {
+      z = shard::matmul(hidden(cfg, xb, p), shard::transpose(p[0]));
+    }
+    const Block logp = shard::log_softmax(z, -1);  // tied output
     const Block picked = shard::take_along_axis(logp, shard::reshape(yb, {-1, 1}), 1);
     return shard::psum(-shard::sum(picked), {"data", "model"}) / static_cast<float>(count);
   };

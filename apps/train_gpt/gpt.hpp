@@ -30,6 +30,9 @@ using Tokens = shard::ShardedArray<std::int32_t>;
 
 struct Config {
   std::int64_t vocab = 256, layers = 4, d_model = 192, heads = 6, context = 128;
+  /// The compute dtype: "float32", or "bfloat16" (float32 master parameters and optimizer state,
+  /// each cast to bfloat16 once per step; the logits and the loss in float32: shard::MixedBfloat16).
+  std::string dtype = "float32";
   /// "layers=4,d_model=192,heads=6,context=128,vocab=256": what a checkpoint records.
   std::string to_string() const;
   /// Throws ValueError naming the flag when the sizes do not fit together or the mesh.

@@ -58,10 +58,28 @@ double rank0_value(const shard::Mesh& mesh, double value) { return sum_over_rank
 
 /// The cores' SGEMM rate in all (GFLOP/s): each rank times float32 products of 512 x 1024 x
 /// 1024 with its own OpenBLAS threads, all ranks at once; the sum over ranks. Collective.
-double measured_sgemm_gflops(const shard::Mesh& mesh) {
+shard::TimeSplit add(shard::TimeSplit a, const shard::TimeSplit& b) {
+  a.products += b.products;
+  a.attention += b.attention;
+  a.communication += b.communication;
+  a.optimizer += b.optimizer;
+  return a;
+}
+shard::TimeSplit minus(shard::TimeSplit a, const shard::TimeSplit& b) {
+  a.products -= b.products;
+  a.attention -= b.attention;
+  a.communication -= b.communication;
+  a.optimizer -= b.optimizer;
+  return a;
+}
+
+/// The GEMM rate (GFLOP/s summed over ranks) of T's block product on a 512 x 1024 x 1024 product:
+/// float32's OpenBLAS sgemm, bfloat16's bf16_products_path().
+template <typename T>
+double measured_gemm_gflops(const shard::Mesh& mesh) {
   const std::int64_t m = 512, n = 1024, k = 1024;
-  std::vector<float> a(static_cast<std::size_t>(m * k), 0.5f), b(static_cast<std::size_t>(k * n), 0.25f),
-      c(static_cast<std::size_t>(m * n), 0.0f);
+  std::vector<T> a(static_cast<std::size_t>(m * k), T(0.5f)), b(static_cast<std::size_t>(k * n), T(0.25f)),
+      c(static_cast<std::size_t>(m * n), T(0.0f));
   shard::gemm_acc(m, n, k, a.data(), k, b.data(), n, c.data(), n);  // warm-up
   int reps = 0;
   const auto t0 = std::chrono::steady_clock::now();
@@ -219,7 +237,9 @@ int run(shard::Runtime& rt, Config& c) {
   std::int64_t step = 0;
   if (c.resume) step = load_checkpoint(c, m, &state);
   const shard::NamedSharding tokens(mesh, P("data", "model"));
-  const double peak = measured_sgemm_gflops(mesh);
+  const double peak = measured_gemm_gflops<float>(mesh);
+  const bool bf16 = c.model.dtype == "bfloat16";
+  const double peak_bf16 = bf16 ? measured_gemm_gflops<shard::bfloat16>(mesh) : 0;
   if (!c.json) {
     std::ostringstream s;
     s << "train_gpt: " << rt.process_count() << " ranks x " << rt.devices_per_rank() << " devices, " << mesh.to_string()
@@ -229,6 +249,9 @@ int run(shard::Runtime& rt, Config& c) {
       << "data: " << corpus.files << " files, " << corpus.fortunes << " fortunes: " << corpus.train.size()
       << " training and " << corpus.validation.size() << " validation bytes from " << c.data_dir << "\n"
       << shard::blas_summary() << "; measured SGEMM " << peak << " GFLOP/s in all\n";
+    if (bf16)
+      s << "dtype bfloat16 (" << shard::MixedBfloat16::to_string() << "); bfloat16 products: "
+        << shard::bf16_products_path() << ", measured " << peak_bf16 << " GFLOP/s in all\n";
     shard::apps::print0(rt, s.str());
   }
   char line[512];
@@ -249,6 +272,9 @@ int run(shard::Runtime& rt, Config& c) {
   std::string step_comm;  // --comm-stats: what this rank sent during the first step
   std::int64_t trained = 0;
   const auto started = std::chrono::steady_clock::now();
+  shard::time_split_enable(true);  // where a step's time goes (printed at the end)
+  shard::time_split_reset();
+  shard::TimeSplit split_outside;  // what validation inside the loop spent: not the steps'
   while (step < last) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto offsets = shard::data::random_window_offsets(static_cast<std::uint64_t>(c.seed), step, c.batch, n_train,
@@ -284,7 +310,9 @@ int run(shard::Runtime& rt, Config& c) {
                                   c.max_seconds ? 1.0 : 0.0) > 0;
     if ((c.eval_every > 0 && step % c.eval_every == 0 && step < last) || out_of_time) {
       bar.finish();
+      const shard::TimeSplit kept = shard::time_split();
       val = print_val(step);
+      split_outside = add(split_outside, minus(shard::time_split(), kept));
     }
     if (!c.checkpoint_dir.empty() && c.checkpoint_every > 0 && step % c.checkpoint_every == 0) save_checkpoint(c, m, state, step);
     if (out_of_time) break;
@@ -292,24 +320,51 @@ int run(shard::Runtime& rt, Config& c) {
   bar.finish();
   if (val_step != step) val = print_val(step);
   if (!c.checkpoint_dir.empty() && (c.checkpoint_every <= 0 || step % c.checkpoint_every != 0)) save_checkpoint(c, m, state, step);
+  const shard::TimeSplit split = minus(shard::time_split(), split_outside);
+  shard::time_split_enable(false);
   const double tps = train_s > 0 ? static_cast<double>(trained) * tokens_per_step / train_s : 0;
   const double mfu = peak > 0 ? gpt::train_flops(c.model, tps) / 1e9 / peak : 0;
+  const double mfu_bf16 = peak_bf16 > 0 ? gpt::train_flops(c.model, tps) / 1e9 / peak_bf16 : 0;
+  // Rank 0's split of a step (ms; several devices per rank: their threads' sums over devices).
+  const double per = trained > 0 ? 1e3 / static_cast<double>(trained) : 0;
+  const double dev = static_cast<double>(rt.devices_per_rank());
+  const double step_ms = train_s * per, prod_ms = split.products * per / dev, attn_ms = split.attention * per / dev,
+               comm_ms = split.communication * per / dev, opt_ms = split.optimizer * per / dev;
+  const double rest_ms = std::max(0.0, step_ms - prod_ms - attn_ms - comm_ms - opt_ms);
   if (c.comm_stats) {
     if (c.json) shard::apps::print0(rt, "{\"comm_per_step\": " + step_comm + ", \"rank\": 0}\n");
     else shard::apps::print0(rt, "sent by rank 0 in one step (calls, bytes): " + step_comm + "\n");
   }
   if (c.json)
     std::snprintf(line, sizeof line,
+                  "{\"time_split_ms\": {\"step\": %.2f, \"products\": %.2f, \"attention\": %.2f, \"communication\": "
+                  "%.2f, \"optimizer\": %.2f, \"elementwise_norms_rest\": %.2f}, \"dtype\": \"%s\", \"rank\": 0}\n",
+                  step_ms, prod_ms, attn_ms, comm_ms, opt_ms, rest_ms, c.model.dtype.c_str());
+  else
+    std::snprintf(line, sizeof line,
+                  "a step in %s, %.1f ms on rank 0: products %.1f ms (%.0f%%), attention %.1f (%.0f%%), communication "
+                  "%.1f (%.0f%%), optimizer %.1f (%.0f%%), elementwise, norms and the rest %.1f (%.0f%%)\n",
+                  c.model.dtype.c_str(), step_ms, prod_ms, 100 * prod_ms / step_ms, attn_ms, 100 * attn_ms / step_ms,
+                  comm_ms, 100 * comm_ms / step_ms, opt_ms, 100 * opt_ms / step_ms, rest_ms, 100 * rest_ms / step_ms);
+  if (trained > 0) shard::apps::print0(rt, line);
+  if (c.json)
+    std::snprintf(line, sizeof line,
                   "{\"summary\": true, \"framework\": \"shard\", \"ranks\": %d, \"devices_per_rank\": %d, \"mesh\": "
                   "\"data=%d,model=%d\", \"steps\": %lld, \"tokens_per_second\": %.1f, \"train_seconds\": %.3f, "
-                  "\"final_loss\": %.6f, \"final_val_loss\": %.6f, \"params\": %lld, \"mfu\": %.4f, \"sgemm_gflops\": %.1f}\n",
+                  "\"final_loss\": %.6f, \"final_val_loss\": %.6f, \"params\": %lld, \"mfu\": %.4f, \"sgemm_gflops\": %.1f, "
+                  "\"dtype\": \"%s\", \"mfu_bf16\": %.4f, \"bf16_gemm_gflops\": %.1f}\n",
                   rt.process_count(), rt.devices_per_rank(), data, model, static_cast<long long>(step), tps, train_s,
-                  last_loss, val, static_cast<long long>(m.parameter_count()), mfu, peak);
+                  last_loss, val, static_cast<long long>(m.parameter_count()), mfu, peak, c.model.dtype.c_str(), mfu_bf16,
+                  peak_bf16);
   else
     std::snprintf(line, sizeof line,
                   "done: %lld steps, %.0f tokens/s over %.1f s of training, validation loss %.4f; model FLOP "
-                  "utilisation %.1f%% of the measured SGEMM rate (%.1f GFLOP/s)\n",
-                  static_cast<long long>(step), tps, train_s, val, 100 * mfu, peak);
+                  "utilisation %.1f%% of the measured SGEMM rate (%.1f GFLOP/s)%s\n",
+                  static_cast<long long>(step), tps, train_s, val, 100 * mfu, peak,
+                  bf16 ? (", " + std::to_string(static_cast<int>(std::lround(100 * mfu_bf16))) +
+                          "% of the measured bfloat16 GEMM rate (" + std::to_string(static_cast<int>(peak_bf16)) +
+                          " GFLOP/s)").c_str()
+                       : "");
   shard::apps::print0(rt, line);
   return 0;
 }
@@ -354,6 +409,7 @@ int main(int argc, char** argv) {
         ("temperature", po::value(&c.temperature)->default_value(0, "0"), "--sample: 0 greedy, else softmax(logits / t)")
         ("dump-init", po::value(&c.dump_init)->default_value(""), "write the initial parameters as DIR/<name>.npy")
         ("comm-stats", "print what rank 0 sent in one training step, per collective and mesh axes (CommStats)")
+        ("dtype", po::value(&c.model.dtype)->default_value(c.model.dtype), "compute dtype: float32, or bfloat16 (float32 master weights, optimizer state and loss)")
         ("json", "one JSON object per line (losses, validation, summary) instead of text");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,

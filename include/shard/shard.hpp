@@ -19,6 +19,8 @@
 #include "shard/mpi/communicator.hpp"
 #include "shard/sharding/named_sharding.hpp"
 #include "shard/train/optim.hpp"
+#include "shard/train/precision.hpp"
+#include "shard/core/time_split.hpp"
 #include "shard/ops/ops.hpp"
 #include "shard/ops/elementwise.hpp"
 #include "shard/ops/nn.hpp"

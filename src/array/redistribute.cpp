@@ -1,6 +1,7 @@
 // Redistribution of box pieces: plan (identical on every rank, from metadata), pack what goes
 // to other ranks, one MPI_Alltoallv, unpack; transfers inside a rank are direct copies.
 
+#include "shard/core/time_split.hpp"
 #include "array/redistribute.hpp"
 
 #include <algorithm>
@@ -109,6 +110,7 @@ ShardedArray<T> redistribute(const Shape& shape, const NamedSharding& to, const 
   }
   if (any_remote) {
     Tensor<T> recv({rt});
+    const ScopedTime timed(TimeKind::kCommunication);
     alltoallv(world_group(), op, send.data(), sc, sd, recv.data(), rc, rd, st * static_cast<std::int64_t>(sizeof(T)));
     std::vector<std::int64_t> roff(rd.begin(), rd.end());
     for (const auto& t : plan) {

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "shard/core/time_split.hpp"
 #include "shard/comm/comm_stats.hpp"
 #include "shard/comm/detail/collective.hpp"
 #include "shard/comm/detail/collective_guard.hpp"
@@ -89,6 +90,7 @@ void PendingPsum::post_next_phase() {
 
 void PendingPsum::wait() {
   if (done()) return;
+  const ScopedTime timed(TimeKind::kCommunication);
   for (auto& p : state_->parts) advance(p, true);
   state_->parts.clear();
 }

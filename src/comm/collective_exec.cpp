@@ -17,6 +17,7 @@
 #include <string>
 #include <type_traits>
 
+#include "shard/core/time_split.hpp"
 #include "shard/comm/comm_stats.hpp"
 #include "shard/comm/detail/collective.hpp"
 #include "shard/comm/detail/collective_guard.hpp"
@@ -501,6 +502,7 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
 template <typename T>
 void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
                         std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs, const std::source_location& where) {
+  const ScopedTime timed(TimeKind::kCommunication);
   if constexpr (std::is_same_v<T, bfloat16>) {
     if (s.kind == CollectiveKind::kReduce || s.kind == CollectiveKind::kPsumScatter) {
       // Reductions of bfloat16 accumulate in float32 and round once: the blocks are widened,
@@ -549,6 +551,7 @@ void execute_gather_like(const Mesh& mesh, const CollectiveSpec& s, const std::v
                          const std::source_location& where) {
   if (s.kind != CollectiveKind::kAllGather && s.kind != CollectiveKind::kAllToAll)
     raise<ValueError>("execute_gather_like: ", s.name, " consumes its inputs; use execute_collective");
+  const ScopedTime timed(TimeKind::kCommunication);
   if (collective_guard_on()) [[unlikely]]
     guard_collective(mesh, s, devices, where);
   outs.resize(ins.size());
@@ -567,6 +570,7 @@ void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& s, cons
                                  const std::vector<Tensor<T>*>& blocks, const std::source_location& where) {
   if (s.kind != CollectiveKind::kAllGather || !s.tiled || s.dim != 0)
     raise<ValueError>("execute_all_gather_in_place: ", s.name, " must be a tiled all_gather over dim 0");
+  const ScopedTime timed(TimeKind::kCommunication);
   check_dtype<T>(s);
   if (collective_guard_on()) [[unlikely]]
     guard_collective(mesh, s, devices, where);

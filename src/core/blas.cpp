@@ -1,3 +1,4 @@
+#include "shard/core/time_split.hpp"
 #include "shard/core/blas.hpp"
 
 #include <cblas.h>
@@ -30,6 +31,7 @@ template <typename T>
 void gemm_acc(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, const T* b,
               std::int64_t ldb, T* c, std::int64_t ldc) {
   if (m == 0 || n == 0 || k == 0) return;
+  const detail::ScopedTime timed(detail::TimeKind::kProducts);
   if constexpr (std::is_same_v<T, double>) {
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), 1.0, a, static_cast<int>(lda), b, static_cast<int>(ldb), 1.0, c,
@@ -55,6 +57,7 @@ template <FloatDtype T>
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda,
           const T* b, std::int64_t ldb, T* c, std::int64_t ldc, bool accumulate) {
   if (m <= 0 || n <= 0) return;
+  const ScopedTime timed(TimeKind::kProducts);
   if (k <= 0) {
     if (!accumulate)
       for (std::int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "shard/core/time_split.hpp"
 #include "core/row_kernels.hpp"
 #include "shard/core/trace.hpp"
 #include "shard/error.hpp"
@@ -181,6 +182,7 @@ void check_attention_shapes(const Shape& q, const Shape& k, const Shape& v) { ch
 template <Dtype T>
 Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, double scale, bool causal,
                           Tensor<T>* probs) {
+  const ScopedTime timed(TimeKind::kAttention);
   const Problem d = check(q.shape(), k.shape(), v.shape(), causal);
   return attention_forward(q, k, v, d, static_cast<T>(scale), probs);
 }
@@ -189,6 +191,7 @@ template <Dtype T>
 std::array<Tensor<T>, 3> fused_attention_vjp(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                              const Tensor<T>& probs, const Tensor<T>& ct, double scale_in,
                                              bool causal) {
+  const ScopedTime timed(TimeKind::kAttention);
   const Problem d = check(q.shape(), k.shape(), v.shape(), causal);
   const T scale = static_cast<T>(scale_in);
   Tensor<T> dq(q.shape()), dk(k.shape(), T(0)), dv(v.shape(), T(0));
@@ -209,6 +212,7 @@ template <>
 Tensor<bfloat16> fused_attention<bfloat16>(const Tensor<bfloat16>& q, const Tensor<bfloat16>& k,
                                            const Tensor<bfloat16>& v, double scale, bool causal,
                                            Tensor<bfloat16>* probs) {
+  const ScopedTime timed(TimeKind::kAttention);
   Tensor<float> wide_probs;
   const Tensor<float> out = fused_attention<float>(astype_kernel<float>(q), astype_kernel<float>(k),
                                                    astype_kernel<float>(v), scale, causal, probs ? &wide_probs : nullptr);
@@ -220,6 +224,7 @@ template <>
 std::array<Tensor<bfloat16>, 3> fused_attention_vjp<bfloat16>(const Tensor<bfloat16>& q, const Tensor<bfloat16>& k,
                                                                const Tensor<bfloat16>& v, const Tensor<bfloat16>& probs,
                                                                const Tensor<bfloat16>& ct, double scale, bool causal) {
+  const ScopedTime timed(TimeKind::kAttention);
   auto g = fused_attention_vjp<float>(astype_kernel<float>(q), astype_kernel<float>(k), astype_kernel<float>(v),
                                       astype_kernel<float>(probs), astype_kernel<float>(ct), scale, causal);
   return {astype_kernel<bfloat16>(g[0]), astype_kernel<bfloat16>(g[1]), astype_kernel<bfloat16>(g[2])};

@@ -1,5 +1,6 @@
 // shard::optim (optim.hpp): schedules, the global norm, and the in-place updates.
 
+#include "shard/core/time_split.hpp"
 #include "shard/train/optim.hpp"
 
 #include <cmath>
@@ -281,6 +282,7 @@ State<T> Optimizer::init(const std::vector<ShardedArray<T>>& params) const {
 template <typename T>
 double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector<ShardedArray<T>>& grads,
                          State<T>& state) const {
+  const detail::ScopedTime timed(detail::TimeKind::kOptimizer);
   if (grads.size() != params.size())
     raise<ValueError>("optimizer update: ", grads.size(), " gradients for ", params.size(), " parameters");
   const auto names = slots(c_);
