@@ -4,8 +4,10 @@
 # after the other in one run:
 #   a) train_gpt on RANKS ranks, --mesh data=RANKS, one OpenBLAS thread each, bound to cores;
 #   b) torch_gpt.py in one process with RANKS threads (torch's and OpenBLAS's);
-#   c) torch_gpt.py with DistributedDataParallel (gloo) on RANKS processes of one thread.
-# With --repeats N (default 2) the three runs are repeated N times in turn (a b c a b c: this
+#   c) torch_gpt.py with DistributedDataParallel (gloo) on RANKS processes of one thread;
+#   d) train_gpt --dtype bfloat16 as a);
+#   e) torch_gpt.py --ddp --autocast (torch.autocast to bfloat16 around the forward) as c).
+# With --repeats N (default 2) the five runs are repeated N times in turn (a b c d e a ...: this
 # VM's speed drifts over minutes) and each configuration's fastest run counts.
 # Prints a markdown table of tokens/s (training steps only, evaluation excluded), the ratio
 # Shard / that run, and the final training and validation losses (the runs start from
@@ -64,6 +66,10 @@ for r in $(seq "$repeats"); do
   $py benchmarks/torch_gpt.py --threads "$ranks" "${flags[@]}" > "$work/torch.$r.jsonl"
   echo "c) torch_gpt.py --ddp, $ranks processes x 1 thread (round $r of $repeats)" >&2
   $py benchmarks/torch_gpt.py --ddp --nproc "$ranks" --threads 1 "${flags[@]}" > "$work/ddp.$r.jsonl"
+  echo "d) mpirun -n $ranks train_gpt --mesh data=$ranks --dtype bfloat16 (round $r of $repeats)" >&2
+  mpirun -n "$ranks" --bind-to core "$app" --mesh "data=$ranks" --dtype bfloat16 "${flags[@]}" > "$work/shard_bf16.$r.jsonl"
+  echo "e) torch_gpt.py --ddp --autocast, $ranks processes x 1 thread (round $r of $repeats)" >&2
+  $py benchmarks/torch_gpt.py --ddp --autocast --nproc "$ranks" --threads 1 "${flags[@]}" > "$work/ddp_bf16.$r.jsonl"
 done
 
 $py - "$ranks" "$repeats" "$work" <<'PY'
@@ -88,18 +94,24 @@ def num(row, key, fmt):
     v = row.get(key)
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
 
-shard, torch1, ddp = (summary(p) for p in ("shard", "torch", "ddp"))
+shard, torch1, ddp, shard_bf16, ddp_bf16 = (summary(p) for p in ("shard", "torch", "ddp", "shard_bf16", "ddp_bf16"))
 runs = [(f"train_gpt, {ranks} ranks (data={ranks})", shard),
         (f"PyTorch, 1 process x {ranks} threads", torch1),
-        (f"PyTorch DDP (gloo), {ranks} processes x 1 thread", ddp)]
+        (f"PyTorch DDP (gloo), {ranks} processes x 1 thread", ddp),
+        (f"train_gpt --dtype bfloat16, {ranks} ranks", shard_bf16),
+        (f"PyTorch DDP with bfloat16 autocast, {ranks} processes x 1 thread", ddp_bf16)]
 print()
 print(f"{shard['params']} parameters; {shard['steps']} steps; best of {repeats} round(s) each; train_gpt MFU {num(shard, 'mfu', '.3f')} "
       f"of its measured SGEMM rate ({num(shard, 'sgemm_gflops', '.1f')} GFLOP/s)")
 print()
-print("| run | tokens/s | Shard / run | final train loss | final val loss |")
-print("|---|---:|---:|---:|---:|")
+print(f"train_gpt --dtype bfloat16: MFU {num(shard_bf16, 'mfu', '.3f')} of the SGEMM rate, {num(shard_bf16, 'mfu_bf16', '.3f')} "
+      f"of its measured bfloat16 GEMM rate ({num(shard_bf16, 'bf16_gemm_gflops', '.1f')} GFLOP/s)")
+print()
+print("| run | tokens/s | Shard float32 / run | Shard bfloat16 / run | final train loss | final val loss |")
+print("|---|---:|---:|---:|---:|---:|")
+def ratio(a, row):
+    return a["tokens_per_second"] / row["tokens_per_second"] if row["tokens_per_second"] > 0 else float("nan")
 for name, row in runs:
-    ratio = shard["tokens_per_second"] / row["tokens_per_second"] if row["tokens_per_second"] > 0 else float("nan")
-    print(f"| {name} | {row['tokens_per_second']:.0f} | {ratio:.2f}x | {num(row, 'final_loss', '.4f')} | "
-          f"{num(row, 'final_val_loss', '.4f')} |")
+    print(f"| {name} | {row['tokens_per_second']:.0f} | {ratio(shard, row):.2f}x | {ratio(shard_bf16, row):.2f}x | "
+          f"{num(row, 'final_loss', '.4f')} | {num(row, 'final_val_loss', '.4f')} |")
 PY

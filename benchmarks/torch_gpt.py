@@ -321,7 +321,9 @@ def worker(rank, args):
             g["lr"] = lr
         x, y = batches.get(s, lo, hi)
         opt.zero_grad(set_to_none=True)
-        loss = net(x, y)
+        # --autocast: PyTorch's one-line mixed precision (bfloat16 products, float32 weights).
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast):
+            loss = net(x, y)
         loss.backward()
         if args.clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
@@ -348,7 +350,8 @@ def worker(rank, args):
     summary = {"summary": True, "framework": "torch", "processes": P, "threads": threads,
                "steps": steps_done, "tokens_per_second": tps, "train_seconds": train_seconds,
                "final_loss": loss_value, "final_val_loss": v, "params": n_params,
-               "blas_core": blas_core, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
+               "blas_core": blas_core, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+               "autocast": "bfloat16" if args.autocast else None}
     out(summary, f"torch: {P} process(es) x {threads} thread(s), {steps_done} steps in {train_seconds:.2f} s "
                  f"= {tps:.0f} tokens/s, final val_loss {v:.4f}, {n_params} parameters")
     if ddp:
@@ -397,6 +400,8 @@ def main():
     p.add_argument("--init-npy", default=None, help="directory of <name>.npy initial parameters")
     p.add_argument("--ddp", action="store_true", help="DistributedDataParallel (gloo) on --nproc processes")
     p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--autocast", action="store_true",
+                   help="torch.autocast('cpu', dtype=torch.bfloat16) around the forward (the bfloat16 peer of train_gpt --dtype bfloat16)")
     args = p.parse_args()
     if args.ddp:
         os.environ["MASTER_ADDR"] = "127.0.0.1"

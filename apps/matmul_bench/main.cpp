@@ -344,6 +344,61 @@ int run_overhead(shard::Runtime& rt, std::int64_t n, int batches, int calls, boo
   return 0;
 }
 
+/// --products: the block products of the training apps' shapes (train_mlp's 128x784 @ 784x1024,
+/// train_gpt's 2048x192 @ 192x768 and 2048x768 @ 768x192, its attention's 128x32 @ 32x128), each
+/// rank timing its own (as the apps run them), in float32 (OpenBLAS) and bfloat16
+/// (bf16_products_path()), the best of `rounds` in one run; rank 0's GFLOP/s and the ratios.
+int run_products(shard::Runtime& rt, int rounds, bool json) {
+  struct Shape3 {
+    std::int64_t m, k, n;
+  };
+  const std::vector<Shape3> shapes{{128, 784, 1024}, {2048, 192, 768}, {2048, 768, 192}, {128, 32, 128}};
+  auto rate = [&]<typename T>(std::type_identity<T>, const Shape3& s) {
+    shard::Tensor<T> am({s.m, s.k}), bm({s.k, s.n});
+    for (std::int64_t i = 0; i < am.size(); ++i) am[i] = T(static_cast<float>((i * 7919) % 1000) / 1000.0f - 0.5f);
+    for (std::int64_t i = 0; i < bm.size(); ++i) bm[i] = T(static_cast<float>((i * 104729) % 1000) / 1000.0f - 0.5f);
+    (void)shard::matmul(am, bm);  // warm-up (and oneDNN's primitive)
+    double best = 0;
+    for (int r = 0; r < rounds; ++r) {
+      int reps = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      double sec = 0;
+      while (sec < 0.2) {
+        (void)shard::matmul(am, bm);
+        ++reps;
+        sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+      best = std::max(best, 2.0 * static_cast<double>(s.m * s.k * s.n) * reps / sec / 1e9);
+    }
+    return best;
+  };
+  std::ostringstream os;
+  if (!json)
+    os << "block products, one per rank at once, best of " << rounds << " rounds; float32: " << shard::blas_summary()
+       << "; bfloat16: " << shard::bf16_products_path() << "\n"
+       << "| shape | float32 GFLOP/s | bfloat16 GFLOP/s | bfloat16 / float32 |\n|---|---:|---:|---:|\n";
+  double log_sum = 0;
+  for (const auto& s : shapes) {
+    const double f = rate(std::type_identity<float>{}, s), b = rate(std::type_identity<shard::bfloat16>{}, s);
+    log_sum += std::log(b / f);
+    char line[256];
+    if (json)
+      std::snprintf(line, sizeof line,
+                    "{\"m\": %lld, \"k\": %lld, \"n\": %lld, \"float32_gflops\": %.1f, \"bfloat16_gflops\": %.1f, "
+                    "\"ratio\": %.3f, \"bf16_path\": \"%s\"}\n",
+                    static_cast<long long>(s.m), static_cast<long long>(s.k), static_cast<long long>(s.n), f, b, b / f,
+                    shard::bf16_products_path().c_str());
+    else
+      std::snprintf(line, sizeof line, "| %lldx%lld @ %lldx%lld | %.1f | %.1f | %.2fx |\n", static_cast<long long>(s.m),
+                    static_cast<long long>(s.k), static_cast<long long>(s.k), static_cast<long long>(s.n), f, b, b / f);
+    os << line;
+  }
+  if (!json) os << "geometric mean bfloat16 / float32: " << std::exp(log_sum / static_cast<double>(shapes.size())) << "x\n";
+  (void)rt;
+  shard::apps::print0(rt, os.str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -366,6 +421,7 @@ int main(int argc, char** argv) {
         "largest n checked against a host product (larger n: a random projection)")(
         "json", "one JSON object per row")(
         "overhead", "time small products per call instead (1-D mesh over every device; --n defaults to 16)")(
+        "products", "time the training apps' block products in float32 and bfloat16 instead (ratios; --repeats rounds)")(
         "calls", po::value<int>()->default_value(1000), "--overhead: calls per timed batch")(
         "batches", po::value<int>()->default_value(15), "--overhead: timed batches (the median is reported)");
     po::variables_map vm;
@@ -374,6 +430,7 @@ int main(int argc, char** argv) {
                                          "Times distributed matmul algorithms against ScaLAPACK and local OpenBLAS."))
       return 0;
     o.json = vm.count("json") > 0;
+    if (vm.count("products")) return run_products(rt, std::max(1, o.repeats), o.json);
     if (vm.count("overhead")) {
       const int calls = vm["calls"].as<int>(), batches = vm["batches"].as<int>();
       shard::apps::check_at_least("calls", calls, 1);

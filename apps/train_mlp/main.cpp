@@ -53,6 +53,8 @@ int run(shard::Runtime& rt, Config& c) {
   if (c.batch % data != 0)
     shard::raise<shard::ValueError>("--batch ", c.batch, " is not divisible by data=", data,
                                     " (the batch is split evenly over the 'data' axis)");
+  if (c.hyper.dtype != "float32" && c.hyper.dtype != "bfloat16")
+    shard::raise<shard::ValueError>("--dtype ", c.hyper.dtype, ": expected float32 or bfloat16");
   const shard::random::Key root = shard::random::key(static_cast<std::uint64_t>(c.seed));
   const auto keys = shard::random::split(root, 3);  // parameters, shuffling, synthetic data
   Dataset train_set, test_set;
@@ -116,6 +118,9 @@ int run(shard::Runtime& rt, Config& c) {
                                 std::to_string(rt.devices_per_rank()) + " devices, " + mesh.to_string() + ", layers " +
                                 c.layers_text + ", " + c.dataset + ", batch " + std::to_string(c.batch) + ", " +
                                 c.hyper.optimizer + " lr " + std::to_string(c.hyper.lr) + " " + c.lr_schedule + "; " + shard::blas_summary() +
+                                (c.hyper.dtype == "bfloat16" ? "; dtype bfloat16 (" + shard::MixedBfloat16::to_string() +
+                                                                   "), products: " + shard::bf16_products_path()
+                                                             : std::string()) +
                                 (step > 0 ? "; resumed at step " + std::to_string(step) : "") + "\n" +
                                 "mesh devices " + mesh.devices_string() + ", hosts by 'data' index: " + placement +
                                 "; gradients over 'data': " + grad_sync_text + "\n");
@@ -126,6 +131,7 @@ int run(shard::Runtime& rt, Config& c) {
   // The time spent waiting for the gradients' sums (the part the backward pass did not hide).
   const double wait0 = shard::comm_stats().wait_seconds("psum");
   char line[512];
+  shard::time_split_reset();
   while (step < last_step) {
     const int epoch = static_cast<int>(step / steps_per_epoch);
     const auto perm = shard::random::permutation(shard::random::fold_in(keys[1], static_cast<std::uint32_t>(epoch)),
@@ -147,7 +153,9 @@ int run(shard::Runtime& rt, Config& c) {
         hs.lr = static_cast<float>(c.hyper.lr * 0.5 *
                                    (1.0 + std::cos(M_PI * static_cast<double>(step) /
                                                    static_cast<double>(c.epochs * steps_per_epoch))));
+      shard::time_split_enable(true);  // the split covers the training steps only
       const double loss = train::train_step_autodiff(m, hs, x, y);
+      shard::time_split_enable(false);
       epoch_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       ++epoch_steps;
       // Divergence: every rank sees the same loss. Stop before any further checkpoint (the
@@ -211,6 +219,25 @@ int run(shard::Runtime& rt, Config& c) {
       train::save(c.checkpoint_dir, c.keep, m, c.hyper, step, c.seed, c.layers_text);
   }
   const double sps = total_train_s > 0 ? static_cast<double>(total_samples) / total_train_s : 0;
+  {  // Rank 0's split of a step (ms; several devices per rank: their threads' sums over devices).
+    const shard::TimeSplit t = shard::time_split();
+    const double per = total_steps > 0 ? 1e3 / static_cast<double>(total_steps) : 0;
+    const double dev = static_cast<double>(rt.devices_per_rank());
+    const double step_ms = total_train_s * per, prod = t.products * per / dev, comm = t.communication * per / dev,
+                 opt = t.optimizer * per / dev, rest = std::max(0.0, step_ms - prod - comm - opt);
+    if (c.json)
+      std::snprintf(line, sizeof line,
+                    "{\"time_split_ms\": {\"step\": %.3f, \"products\": %.3f, \"communication\": %.3f, "
+                    "\"optimizer\": %.3f, \"elementwise_norms_rest\": %.3f}, \"dtype\": \"%s\", \"rank\": 0}\n",
+                    step_ms, prod, comm, opt, rest, c.hyper.dtype.c_str());
+    else
+      std::snprintf(line, sizeof line,
+                    "a step in %s, %.2f ms on rank 0: products %.2f ms (%.0f%%), communication %.2f (%.0f%%), "
+                    "optimizer %.2f (%.0f%%), elementwise and the rest %.2f (%.0f%%)\n",
+                    c.hyper.dtype.c_str(), step_ms, prod, 100 * prod / step_ms, comm, 100 * comm / step_ms, opt,
+                    100 * opt / step_ms, rest, 100 * rest / step_ms);
+    if (total_steps > 0) shard::apps::print0(rt, line);
+  }
   const double wait_ms =
       total_steps > 0 ? 1e3 * (shard::comm_stats().wait_seconds("psum") - wait0) / static_cast<double>(total_steps) : 0;
   if (c.json) {
@@ -260,6 +287,7 @@ int main(int argc, char** argv) {
         ("weight-decay", po::value(&c.hyper.weight_decay)->default_value(0.0f, "0"),
          "L2 for SGD, decoupled (AdamW) for Adam")
         ("seed", po::value(&c.seed)->default_value(0), "random seed (parameters, shuffling, synthetic data)")
+        ("dtype", po::value(&c.hyper.dtype)->default_value("float32"), "compute dtype: float32, or bfloat16 (float32 master weights, optimizer state and loss)")
         ("log-every", po::value(&c.log_every)->default_value(0), "steps between progress lines (0: ten per epoch)")
         ("checkpoint-dir", po::value(&c.checkpoint_dir)->default_value(""), "write checkpoints here")
         ("checkpoint-every", po::value(&c.checkpoint_every)->default_value(0),

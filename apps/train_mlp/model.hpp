@@ -43,6 +43,7 @@ struct Hyper {
   float lr = 1e-3f, momentum = 0.9f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
   bool classify = true;  ///< softmax cross-entropy; otherwise mean squared error (sum over outputs)
   bool skip_nonfinite = false;  ///< --on-nan skip: a step whose loss or gradients are not finite changes nothing
+  std::string dtype = "float32";  ///< --dtype: the forward's compute dtype (float32 or bfloat16)
 };
 
 /// Parameters and optimizer state as sharded arrays: params = W0, b0, W1, b1, ...; state =

@@ -15,12 +15,22 @@ namespace {
 
 using Array = shard::ShardedArray<float>;
 
-/// The logits: ReLU between the layers.
-Array forward(const std::vector<Array>& p, const Array& x) {
+/// The logits: ReLU between the layers, in the parameters' element type.
+template <typename X>
+X logits_of(const std::vector<X>& p, const X& x) {
   if (p.size() == 2) return shard::matmul(x, p[0]) + p[1];
-  Array h = shard::relu(shard::matmul(x, p[0]) + p[1]);
+  X h = shard::relu(shard::matmul(x, p[0]) + p[1]);
   for (std::size_t i = 2; i + 2 < p.size(); i += 2) h = shard::relu(shard::matmul(h, p[i]) + p[i + 1]);
   return shard::matmul(h, p[p.size() - 2]) + p.back();
+}
+
+/// The logits in float32: computed in float32, or under --dtype bfloat16 in bfloat16 from the
+/// float32 master parameters cast once per step (shard::MixedBfloat16; gradients come back in
+/// float32 through the casts).
+Array forward(const std::vector<Array>& p, const Array& x, const Hyper& h) {
+  if (h.dtype != "bfloat16") return logits_of(p, x);
+  using Policy = shard::MixedBfloat16;
+  return Policy::cast_to_output(logits_of(Policy::cast_to_compute(p), Policy::cast_to_compute(x)));
 }
 
 /// Per-row losses of the logits z for labels y [B, 1] (-1: padding, loss 0) or targets y [B, n].
@@ -41,7 +51,7 @@ shard::optim::Optimizer optimizer_of(const Hyper& h) {
 
 double train_step_autodiff(Model& m, const Hyper& h, const Array& x, const Array& y) {
   const float total = static_cast<float>(x.shape()[0]);
-  auto loss = [&](const std::vector<Array>& p) { return shard::sum(row_losses(forward(p, x), y, h.classify)) / total; };
+  auto loss = [&](const std::vector<Array>& p) { return shard::sum(row_losses(forward(p, x, h), y, h.classify)) / total; };
   auto opt = optimizer_of(h);
   if (m.shard_state) opt.shard_state_over("data");
   // With the state over 'data' (ZeRO-1) each replica receives only its rows of each gradient
@@ -79,7 +89,7 @@ double train_step_autodiff(Model& m, const Hyper& h, const Array& x, const Array
 }
 
 EvalResult evaluate_autodiff(const Model& m, const Hyper& h, const Array& x, const Array& y) {
-  const Array z = forward(m.params, x);
+  const Array z = forward(m.params, x, h);
   const double loss = shard::sum(row_losses(z, y, h.classify)).to_host().item();
   if (!h.classify) return EvalResult{loss, 0, static_cast<double>(x.shape()[0])};
   const auto valid = shard::greater_equal(shard::squeeze(y, 1), 0.0f);

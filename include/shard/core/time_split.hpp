@@ -10,7 +10,8 @@
 ///     const shard::TimeSplit t = shard::time_split();  // t.products, t.communication, ...
 ///
 /// What is not in a category (elementwise ops, norms, softmax, shape ops, planning) is the
-/// step's wall time minus their sum. Nested measurements of one kind count once.
+/// step's wall time minus their sum. Nested measurements of one kind count once; categories
+/// can overlap in time (a gradient's sum in flight while the next product runs counts in both).
 
 #include <atomic>
 #include <chrono>
