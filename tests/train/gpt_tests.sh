@@ -17,6 +17,9 @@
 #   torch    the same run as benchmarks/torch_gpt.py (PyTorch) from the same initial parameters
 #            (--dump-init): the per-step losses agree to 1e-4 relative, the validation losses too
 #            (skipped, exit 77, without Debian's python3-torch)
+#   bfloat16 --dtype bfloat16 (float32 master weights, bfloat16 compute) on 1 device, data=2 and
+#            model=2: the per-step losses agree across meshes to 2e-2 relative and with float32's
+#            to 3e-2, the loss falls, and the summary names the dtype and a step's time split
 #   errors   bad input: a clear message on every rank, a non-zero exit
 set -euo pipefail
 app=$1 mpiexec=$2 case=$3
@@ -127,6 +130,26 @@ if got != {k: list(v) for k, v in want.items()}:
 print(f"{sys.argv[2]}: one step sends what the theory says: {got}")
 PY
     done
+    ;;
+  bfloat16)
+    run 1 1 "${tiny[@]}" > "$work/f32.jsonl"
+    run 1 1 "${tiny[@]}" --dtype bfloat16 > "$work/one.jsonl"
+    run 2 1 "${tiny[@]}" --dtype bfloat16 --mesh data=2 > "$work/d2.jsonl"
+    run 2 1 "${tiny[@]}" --dtype bfloat16 --mesh model=2 > "$work/m2.jsonl"
+    $compare losses 2e-2 "$work/one.jsonl" "$work/d2.jsonl" "$work/m2.jsonl"
+    $compare losses 3e-2 "$work/f32.jsonl" "$work/one.jsonl"
+    $python - "$work/one.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(x) for x in open(sys.argv[1]) if x.startswith("{")]
+l = [r["loss"] for r in rows if "loss" in r and "step" in r]
+assert l[-1] < 0.8 * l[0], f"loss did not fall: {l[0]} -> {l[-1]}"
+summary = [r for r in rows if r.get("summary")][0]
+assert summary["dtype"] == "bfloat16" and summary["bf16_gemm_gflops"] > 0, summary
+split = [r for r in rows if "time_split_ms" in r][0]["time_split_ms"]
+assert split["products"] > 0 and split["step"] > 0, split
+print("bfloat16: the loss falls", l[0], "->", l[-1], "; a step's split", split)
+PY
+    "$fail" "expected float32 or bfloat16" "$mpiexec" -n 1 "$app" "${tiny[@]}" --dtype float16
     ;;
   torch)
     if ! /usr/bin/python3 -c "import torch, numpy" 2>/dev/null; then echo "SKIP: no python3-torch"; exit 77; fi
