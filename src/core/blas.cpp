@@ -1,4 +1,3 @@
-#include "shard/core/time_split.hpp"
 #include "shard/core/blas.hpp"
 
 #include <cblas.h>
@@ -10,6 +9,7 @@
 #include "core/gemm.hpp"
 #include "core/onednn_products.hpp"
 #include "shard/core/dtype.hpp"
+#include "shard/core/time_split.hpp"
 
 namespace shard {
 

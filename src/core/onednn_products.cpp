@@ -8,7 +8,9 @@
 #include "core/onednn_products.hpp"
 
 #include <cblas.h>
+#include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
@@ -83,30 +85,55 @@ bool onednn_usable() {
   return usable;
 }
 
-/// op(x) as a dense row-major rows x cols float32 matrix.
-std::vector<float> widened(const bfloat16* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, bool t) {
-  std::vector<float> out(static_cast<std::size_t>(rows * cols));
-  for (std::int64_t i = 0; i < rows; ++i)
-    for (std::int64_t j = 0; j < cols; ++j) out[i * cols + j] = float(t ? x[j * ld + i] : x[i * ld + j]);
-  return out;
+/// The stored rows x cols matrix x (leading dim ld) as a dense float32 matrix, in a per-thread
+/// buffer `slot` (reused across calls: no allocation per product after the first).
+const float* widened(const bfloat16* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, int slot) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& out = buffers[slot];
+  if (out.size() < static_cast<std::size_t>(rows * cols)) out.resize(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t i = 0; i < rows; ++i) widen_bf16(x + i * ld, out.data() + i * cols, cols);
+  return out.data();
 }
 
 /// The same product by widening to float32 and OpenBLAS's sgemm (exact products of bf16 values
-/// in float32; the sums' order differs from oneDNN's).
+/// in float32; the sums' order differs from oneDNN's). The operands are widened as stored (the
+/// transposes are sgemm's); a float32 output is written by sgemm in place.
 template <typename Out>
 void run_converted(std::int64_t m, std::int64_t n, std::int64_t k, const bfloat16* a, bool ta,
                    std::int64_t lda, const bfloat16* b, bool tb, std::int64_t ldb, Out* c, std::int64_t ldc,
                    bool accumulate) {
-  const std::vector<float> fa = widened(a, m, k, lda, ta), fb = widened(b, k, n, ldb, tb);
-  std::vector<float> fc(static_cast<std::size_t>(m * n));
-  if (accumulate)
-    for (std::int64_t i = 0; i < m; ++i)
-      for (std::int64_t j = 0; j < n; ++j) fc[i * n + j] = float(c[i * ldc + j]);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), 1.0f, fa.data(), static_cast<int>(k), fb.data(), static_cast<int>(n),
-              accumulate ? 1.0f : 0.0f, fc.data(), static_cast<int>(n));
-  for (std::int64_t i = 0; i < m; ++i)
-    for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = Out(fc[i * n + j]);
+  const std::int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+  const float* fa = widened(a, ar, ac, lda, 0);
+  const float* fb = widened(b, br, bc, ldb, 1);
+  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<Out, float>) {
+    cblas_sgemm(CblasRowMajor, tra, trb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f,
+                fa, static_cast<int>(ac), fb, static_cast<int>(bc), accumulate ? 1.0f : 0.0f, c,
+                static_cast<int>(ldc));
+  } else {
+    thread_local std::vector<float> out;
+    if (out.size() < static_cast<std::size_t>(m * n)) out.resize(static_cast<std::size_t>(m * n));
+    if (accumulate)
+      for (std::int64_t i = 0; i < m; ++i) widen_bf16(c + i * ldc, out.data() + i * n, n);
+    cblas_sgemm(CblasRowMajor, tra, trb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f,
+                fa, static_cast<int>(ac), fb, static_cast<int>(bc), accumulate ? 1.0f : 0.0f, out.data(),
+                static_cast<int>(n));
+    for (std::int64_t i = 0; i < m; ++i) narrow_to_bf16(out.data() + i * n, c + i * ldc, n);
+  }
+}
+
+/// oneDNN's OpenMP threads for calls from this thread: as many as OpenBLAS uses (1 when a rank
+/// runs several devices, whose threads call products at once), so that threads x devices per
+/// rank stay within the cores. Set once per calling thread (OpenMP's thread count is per thread);
+/// omp_set_num_threads is looked up in the OpenMP runtime oneDNN loaded.
+void size_onednn_threads() {
+  thread_local const bool done = [] {
+    using SetThreads = void (*)(int);
+    if (auto* set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads")))
+      set(std::max(1, openblas_get_num_threads()));
+    return true;
+  }();
+  (void)done;
 }
 
 template <typename Out>
@@ -120,6 +147,7 @@ void run(std::int64_t m, std::int64_t n, std::int64_t k, const bfloat16* a, bool
     return;
   }
   if (!onednn_usable()) return run_converted(m, n, k, a, ta, lda, b, tb, ldb, c, ldc, accumulate);
+  size_onednn_threads();
   Entry& e = primitive_for(Key{m, n, k, lda, ldb, ldc, ta, tb, accumulate, std::is_same_v<Out, bfloat16>});
   dnnl::engine& eng = cpu_engine();
   thread_local dnnl::stream stream(eng);

@@ -16,10 +16,18 @@ thread_local int t_depth[4] = {0, 0, 0, 0};
 void add_time(TimeKind kind, double seconds) {
   const std::lock_guard<std::mutex> lock(g_mutex);
   switch (kind) {
-    case TimeKind::kProducts: g_split.products += seconds; break;
-    case TimeKind::kAttention: g_split.attention += seconds; break;
-    case TimeKind::kCommunication: g_split.communication += seconds; break;
-    case TimeKind::kOptimizer: g_split.optimizer += seconds; break;
+    case TimeKind::kProducts:
+      g_split.products += seconds;
+      break;
+    case TimeKind::kAttention:
+      g_split.attention += seconds;
+      break;
+    case TimeKind::kCommunication:
+      g_split.communication += seconds;
+      break;
+    case TimeKind::kOptimizer:
+      g_split.optimizer += seconds;
+      break;
   }
 }
 

@@ -398,18 +398,21 @@ ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const 
                                       const std::string& name, const NamedSharding& sharding) {
   const CheckpointEntry& e = manifest.entry(name);
   if (e.dtype != dtype_name<T>()) {
-    // Between floating dtypes the array converts (a float32 checkpoint into bfloat16 rounds to
-    // nearest even; bfloat16 into float32 is exact), as a restore with a target dtype does.
+    // bfloat16 and float32 load as each other (numpy has no bfloat16: a model may be saved in
+    // either): a float32 entry into bfloat16 rounds to nearest even, bfloat16 into float32 is
+    // exact. Other dtypes must match.
     std::optional<ShardedArray<T>> converted;
-    if constexpr (FloatDtype<T>)
-      visit_dtype<FloatDtypes>(e.dtype, [&]<typename S>(std::type_identity<S>) {
-        if constexpr (!std::is_same_v<S, T>)
-          converted.emplace(astype<T>(load_checkpoint_array<S>(checkpoint_path, manifest, name, sharding)));
-      });
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      if (e.dtype == dtype_name<float>())
+        converted.emplace(astype<T>(load_checkpoint_array<float>(checkpoint_path, manifest, name, sharding)));
+    } else if constexpr (std::is_same_v<T, float>) {
+      if (e.dtype == dtype_name<bfloat16>())
+        converted.emplace(astype<T>(load_checkpoint_array<bfloat16>(checkpoint_path, manifest, name, sharding)));
+    }
     if (converted) return std::move(*converted);
     raise<ValueError>("load_checkpoint_array: array '", name, "' of ", checkpoint_path, " is ", e.dtype,
                       ", not ", dtype_name<T>(), "; load it as ", e.dtype,
-                      " (floating dtypes convert into each other; other dtypes do not)");
+                      " (only bfloat16 and float32 load as each other)");
   }
   if (!detail::is_plain_name(e.file))
     raise<ValueError>("load_checkpoint_array: manifest names a path outside its directory: '", e.file, "'");

@@ -47,3 +47,18 @@ TEST(CompatHeaders, ForwardToTheLayerFolders) {
   const shard::PartitionSpec spec("a", shard::None);
   EXPECT_EQ(spec.to_string(), "P('a', None)");
 }
+
+// A consumer's file: `using namespace shard;` and an unqualified bfloat16, as a scalar and as
+// an element type (no global bfloat16 from a BLAS header competes with Shard's).
+using namespace shard;
+
+TEST(CompatHeaders, UnqualifiedBfloat16UnderUsingNamespaceShard) {
+  bfloat16 x = 3.14159f;
+  EXPECT_EQ(float(x), 3.140625f);
+  Tensor<bfloat16> t({3}, std::vector<bfloat16>{bfloat16(1.5f), bfloat16(-2.0f), x});
+  const Tensor<float> wide = astype<float>(t * 2);
+  EXPECT_EQ(wide[0], 3.0f);
+  EXPECT_EQ(wide[2], 6.28125f);
+  static_assert(std::is_same_v<decltype(t + Tensor<float>({3}, 1.0f)), Tensor<float>>);
+  EXPECT_STREQ(dtype_name<bfloat16>(), "bfloat16");
+}

@@ -106,8 +106,8 @@ std::string latest_checkpoint(const std::string& directory);
 CheckpointManifest read_manifest(const std::string& checkpoint_path);
 
 /// Collective: loads array `name` of the checkpoint onto `sharding`. Checks T against the
-/// recorded dtype (ValueError; between floating dtypes the array converts instead: a float32
-/// entry loads into bfloat16 rounded to nearest even, a bfloat16 one into float32 exactly), that the file is a regular file inside the checkpoint
+/// recorded dtype (ValueError; except that bfloat16 and float32 load as each other: a float32
+/// entry into bfloat16 rounded to nearest even, a bfloat16 one into float32 exactly), that the file is a regular file inside the checkpoint
 /// directory (ValueError for a path or symlink leading out of it, IoError if it is missing),
 /// the file's shape against the manifest (ShapeError), and the checksum of what was read
 /// against the manifest (IoError: the file is truncated, corrupt or was modified). Every
