@@ -133,6 +133,7 @@ void progress_reductions() {
 template <Dtype T>
 std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, bool ta, const ShardedArray<T>& b,
                                                    bool tb, const NamedSharding& out) {
+  if constexpr (std::is_same_v<T, bfloat16>) return {};  // the product's own psum (float32 accumulation)
   if (t_scope.depth == 0 || a.ndim() != 2 || b.ndim() != 2 || !(a.mesh() == b.mesh())) return {};
   const NamedSharding sa = ta ? transposed(a.sharding()) : a.sharding();
   const NamedSharding sb = tb ? transposed(b.sharding()) : b.sharding();
@@ -175,6 +176,21 @@ std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, boo
 template <Dtype T>
 std::function<ShardedArray<T>()> psum_deferred(std::vector<Tensor<T>> blocks, const SpecEntry& axes,
                                                const NamedSharding& sharding, const Shape& shape, bool parameter) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    // bfloat16 cotangents are summed in float32 (the same buckets, behind the backward pass)
+    // and each sum rounded once when taken.
+    std::vector<Tensor<float>> wide;
+    wide.reserve(blocks.size());
+    for (const auto& b : blocks) wide.push_back(astype_kernel<float>(b));
+    auto take = psum_deferred<float>(std::move(wide), axes, sharding, shape, parameter);
+    return [take = std::move(take)] {
+      const ShardedArray<float> sum = take();
+      std::vector<Shard<bfloat16>> shards;
+      for (const auto& s : sum.addressable_shards())
+        shards.push_back(Shard<bfloat16>{s.device, s.box, astype_kernel<bfloat16>(s.data)});
+      return ShardedArray<bfloat16>(sum.shape(), sum.sharding(), std::move(shards));
+    };
+  }
   const Mesh& mesh = sharding.mesh();
   const Shape block = sharding.shard_shape(shape);
   const std::int64_t rows = block.empty() ? 1 : block[0];

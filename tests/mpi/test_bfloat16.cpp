@@ -401,6 +401,34 @@ SHARD_MPI_TEST(Bfloat16, MixedPrecisionGradientsMatchFloat64FiniteDifferences) {
   }
 }
 
+SHARD_MPI_TEST(Bfloat16, GradientsOfBfloat16ParametersSumInFloat32) {
+  // Parameters held in bfloat16 (no float32 masters): a replicated W used on batch rows split
+  // over 'a' gets its gradient summed over 'a' (in float32, rounded once), in shard_map and in
+  // the global view.
+  const std::int64_t n = runtime().device_count();
+  for (const auto& mesh : meshes()) {
+    const Tensor<B> hx = random_bf16({2 * n, 6}, 100), hw = random_bf16({6, 3}, 101);
+    const auto x = device_put(hx, NamedSharding(mesh, P("a", None)));
+    const auto w = device_put(hw, NamedSharding(mesh, P()));
+    // d/dW sum(x @ W) = x^T @ ones: column sums of x, for every column of W.
+    Tensor<double> want({6, 3});
+    for (std::int64_t i = 0; i < 6; ++i) {
+      double s = 0;
+      for (std::int64_t r = 0; r < 2 * n; ++r) s += static_cast<double>(float(hx[r * 6 + i]));
+      for (std::int64_t j = 0; j < 3; ++j) want[i * 3 + j] = s;
+    }
+    const auto gm = grad([&](const ShardedArray<B>& wp) {
+      return shard_map(mesh, {P("a", None), P()}, P(), [](const Tensor<B>& xb, const Tensor<B>& wb) {
+        return psum(astype<float>(sum(matmul(xb, wb))), "a");
+      })(x, wp);
+    })(w);
+    static_assert(std::is_same_v<std::decay_t<decltype(gm)>, ShardedArray<B>>);
+    expect_shards(gm, want, 1.6e-2, 1.0, "shard_map grad " + mesh.to_string());
+    const auto gg = grad([&](const ShardedArray<B>& wp) { return astype<float>(sum(matmul(x, wp))); })(w);
+    expect_shards(gg, want, 1.6e-2, 1.0, "global grad " + mesh.to_string());
+  }
+}
+
 SHARD_MPI_TEST(Bfloat16, ProductsPathIsNamed) {
   const std::string path = bf16_products_path();
   const char* env = std::getenv("SHARD_BF16_PRODUCTS");
