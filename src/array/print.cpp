@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <cstdio>
 #include <cmath>
 #include <ostream>
@@ -46,6 +47,17 @@ std::string chars(F v, std::chars_format fmt, int precision = -1) {
   const auto r = precision < 0 ? std::to_chars(buf, buf + sizeof buf, v, fmt)
                                : std::to_chars(buf, buf + sizeof buf, v, fmt, precision);
   return std::string(buf, r.ptr);
+}
+
+/// bfloat16's shortest round-trip digits (as ml_dtypes prints it: 0.001, not float32's
+/// 0.0009994507): the fewest digits whose value rounds back to the same bfloat16.
+std::string chars(bfloat16 v, std::chars_format fmt, int precision = -1) {
+  if (precision >= 0 || !isfinite(v)) return chars(float(v), fmt, precision);
+  for (int p = 0; p < 12; ++p) {
+    std::string s = chars(float(v), fmt, p);
+    if (bfloat16(std::strtof(s.c_str(), nullptr)).bits == v.bits) return s;
+  }
+  return chars(float(v), fmt);
 }
 
 /// numpy's dragon4 with unique digits capped at `precision` fractional digits, trailing zeros
