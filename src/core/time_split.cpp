@@ -8,38 +8,21 @@ namespace detail {
 std::atomic<bool> g_time_split_on{false};
 
 namespace {
+constexpr int kKinds = 4;
 std::mutex g_mutex;
-TimeSplit g_split;
-thread_local int t_depth[4] = {0, 0, 0, 0};
+double g_seconds[kKinds] = {};  // by TimeKind
+thread_local int t_depth[kKinds] = {};
 }  // namespace
 
 void add_time(TimeKind kind, double seconds) {
   const std::lock_guard<std::mutex> lock(g_mutex);
-  switch (kind) {
-    case TimeKind::kProducts:
-      g_split.products += seconds;
-      break;
-    case TimeKind::kAttention:
-      g_split.attention += seconds;
-      break;
-    case TimeKind::kCommunication:
-      g_split.communication += seconds;
-      break;
-    case TimeKind::kOptimizer:
-      g_split.optimizer += seconds;
-      break;
-  }
+  g_seconds[static_cast<int>(kind)] += seconds;
 }
 
 ScopedTime::ScopedTime(TimeKind kind) : kind_(kind) {
   if (!g_time_split_on.load(std::memory_order_relaxed)) return;
-  if (t_depth[static_cast<int>(kind)]++ > 0) {
-    active_ = true;  // enclosed: only the depth is kept
-    start_ = {};
-    return;
-  }
   active_ = true;
-  start_ = std::chrono::steady_clock::now();
+  if (t_depth[static_cast<int>(kind)]++ == 0) start_ = std::chrono::steady_clock::now();  // else enclosed
 }
 
 ScopedTime::~ScopedTime() {
@@ -54,12 +37,14 @@ bool time_split_enabled() { return detail::g_time_split_on.load(std::memory_orde
 
 void time_split_reset() {
   const std::lock_guard<std::mutex> lock(detail::g_mutex);
-  detail::g_split = TimeSplit{};
+  for (double& v : detail::g_seconds) v = 0;
 }
 
 TimeSplit time_split() {
   const std::lock_guard<std::mutex> lock(detail::g_mutex);
-  return detail::g_split;
+  const double* v = detail::g_seconds;
+  return TimeSplit{v[0], v[1], v[2],
+                   v[3]};  // TimeKind's order: products, attention, communication, optimizer
 }
 
 }  // namespace shard
