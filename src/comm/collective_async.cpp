@@ -196,7 +196,7 @@ PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, const std
           for (T* o : others) std::memcpy(o, acc, static_cast<std::size_t>(count) * sizeof(T));
         };
       const bool local = g.comm.is_null();
-      if (local || (shared_ok && static_cast<std::size_t>(count) * sizeof(T) >= kSharedReduceMin)) {
+      if (local || (shared_ok && shared_pays(s.kind, static_cast<std::size_t>(count) * sizeof(T)))) {
         if (!local) {  // one node: a blocking sum through group-shared memory (memory copies)
           Tensor<T> view = Tensor<T>::borrow(acc, Shape{r1 - r0, n});
           shared_reduce(mesh, s, view, where);

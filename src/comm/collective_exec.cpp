@@ -130,7 +130,7 @@ void run_reduce(const Mesh& mesh, const CollectiveSpec& s, const DeviceGroup& g,
                 const std::source_location& where) {
   Tensor<T> acc = std::move(ins[m[0].local]);
   for (std::size_t i = 1; i < m.size(); ++i) combine(acc, ins[m[i].local], s.op);
-  if (!g.comm.is_null() && shared_ok && acc.bytes() >= kSharedReduceMin) {
+  if (!g.comm.is_null() && shared_ok && shared_pays(s.kind, acc.bytes())) {
     acc.detach_if_aliased();
     shared_reduce(mesh, s, acc, where);
     comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(acc.bytes()));
@@ -228,7 +228,7 @@ void run_psum_scatter(const Mesh& mesh, const CollectiveSpec& s, const DeviceGro
     }
     return;
   }
-  if (one_per_rank && shared_ok && acc.bytes() >= kSharedReduceMin) {
+  if (one_per_rank && shared_ok && shared_pays(s.kind, acc.bytes())) {
     shared_psum_scatter(mesh, s, m[0].pos, acc, outs[m[0].local], where);
     comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(acc.bytes()));
     return;
@@ -618,7 +618,7 @@ T* collective_staging(const Mesh& mesh, const CollectiveSpec& s, const std::vect
   if (s.kind != CollectiveKind::kPsumScatter || devices.size() != 1) return nullptr;
   if constexpr (std::is_same_v<T, bfloat16>) return nullptr;  // reduced in float32 (execute_collective)
   const auto bytes = static_cast<std::size_t>(num_elements(s.in_shape)) * sizeof(T);
-  if (bytes < kSharedReduceMin || !use_shared_memory(mesh, s, std::is_same_v<T, bool>)) return nullptr;
+  if (!shared_pays(s.kind, bytes) || !use_shared_memory(mesh, s, std::is_same_v<T, bool>)) return nullptr;
   for (const auto& g : mesh.comms().groups(s.axes)) {
     const auto m = members_of(g, devices);
     if (m.empty()) continue;

@@ -16,7 +16,7 @@
 namespace shard::detail {
 
 /// Whether a collective goes through group-shared memory when its blocks are large enough
-/// (kSharedReduceMin): the group's ranks share a node with one device each
+/// (shared_pays: kSharedReduceMin, and kSharedPsumMax for a psum): the group's ranks share a node with one device each
 /// (MeshComms::groups_share_node, decided once per axes for the whole mesh) and it is a psum /
 /// pmean or a psum_scatter over dim 0 (contiguous chunks); SHARD_SHARED_REDUCE=0 turns it off.
 /// (An all_gather through the window copies twice where MPI's single-copy transfer copies once:

@@ -14,6 +14,18 @@ namespace shard::detail {
 
 /// Blocks of at least this many bytes go through group-shared memory when the group allows it.
 inline constexpr std::size_t kSharedReduceMin = std::size_t{64} << 10;
+/// ... and a psum / pmean at most this many: above it MPI_Allreduce was faster. Measured with
+/// `mpirun -n 2 collectives_bench --collectives psum,psum_scatter` (float64, 2 ranks on one node,
+/// 2026-11-28; shard/raw with SHARD_SHARED_REDUCE=1 vs =0 in alternating runs): psum through the
+/// window 1.10-1.26x MPI's time at 2-16 MiB and level with it at 64 KiB-1 MiB; psum_scatter
+/// through the window 0.60-0.89x from 256 KiB to 64 MiB, so it has no upper bound.
+inline constexpr std::size_t kSharedPsumMax = std::size_t{1} << 20;
+
+/// Whether a block of `bytes` of collective kind `kind` goes through the window (given
+/// use_shared_memory): the same on every rank of a group, whose blocks have the same size.
+inline bool shared_pays(CollectiveKind kind, std::size_t bytes) {
+  return bytes >= kSharedReduceMin && (kind != CollectiveKind::kReduce || bytes <= kSharedPsumMax);
+}
 
 /// SHARD_SHARED_REDUCE=0 turns the group-shared collectives off (the Runtime sets this, agreed
 /// over the ranks: off if any rank asked).

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "shard/core/time_split.hpp"
+#include "core/onednn_products.hpp"
 #include "core/row_kernels.hpp"
 #include "shard/core/trace.hpp"
 #include "shard/error.hpp"
@@ -26,18 +27,37 @@ namespace {
 /// more of the masked triangle, larger ones run the products nearer the BLAS's peak.
 constexpr std::int64_t kCausalBlock = 32;
 
-template <Dtype T>
-void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda,
-          const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+/// c = alpha op(a) op(b) (+ c when beta is 1) with operands of type S and a result in C =
+/// compute_t<S>: float32 / float64 on OpenBLAS, bfloat16 operands on bf16_gemm (oneDNN's matmul
+/// with float32 accumulation where the CPU has it, else widen + sgemm), which has no alpha: it
+/// scales the result, so callers accumulate (beta 1) with alpha 1 only.
+template <typename S>
+void prod(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, compute_t<S> alpha, const S* a,
+          std::int64_t lda, const S* b, std::int64_t ldb, compute_t<S> beta, compute_t<S>* c, std::int64_t ldc) {
   if (m <= 0 || n <= 0) return;
-  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
-  const auto M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
-  if constexpr (std::is_same_v<T, double>)
-    cblas_dgemm(CblasRowMajor, tra, trb, M, N, K, alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
-                static_cast<int>(ldc));
-  else
-    cblas_sgemm(CblasRowMajor, tra, trb, M, N, K, alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
-                static_cast<int>(ldc));
+  if constexpr (std::is_same_v<S, bfloat16>) {
+    bf16_gemm(m, n, k, a, ta, lda, b, tb, ldb, c, ldc, /*accumulate=*/beta != 0);
+    if (alpha != 1.0f)
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] *= alpha;
+  } else {
+    const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
+    const auto M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
+    if constexpr (std::is_same_v<S, double>)
+      cblas_dgemm(CblasRowMajor, tra, trb, M, N, K, alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+                  c, static_cast<int>(ldc));
+    else
+      cblas_sgemm(CblasRowMajor, tra, trb, M, N, K, alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+                  c, static_cast<int>(ldc));
+  }
+}
+
+/// Rows [r0, r1) of `from` (width w) rounded into `to` (S narrower than C: bfloat16), or
+/// nothing when S is C (then `to` is `from`).
+template <typename S>
+void narrow_rows(const compute_t<S>* from, S* to, std::int64_t r0, std::int64_t r1, std::int64_t w) {
+  if constexpr (!std::is_same_v<S, compute_t<S>>)
+    for (std::int64_t e = r0 * w; e < r1 * w; ++e) to[e] = S(from[e]);
 }
 
 /// The problem's sizes: batch B (1 for 3-D operands), query positions T, key positions S,
@@ -100,52 +120,58 @@ void softmax_rows(T* p, const Problem& d, std::int64_t r0, std::int64_t r1) {
   }
 }
 
-/// Forward for one (batch row, head): p (T, S) <- probabilities; out's (T, H) block <- p v.
-template <Dtype T>
-void forward_head(const Problem& d, T scale, const T* q, const T* k, const T* v, T* p, T* out) {
+/// Forward for one (batch row, head): pc (T, S) <- probabilities in the compute type, ps <- the
+/// same rounded to the operands' type (ps is pc when they are one type); out's (T, H) block <-
+/// ps v, in the compute type.
+template <typename S, typename C = compute_t<S>>
+void forward_head(const Problem& d, C scale, const S* q, const S* k, const S* v, C* pc, S* ps, C* out) {
   const std::int64_t ldq = d.N * d.H, ldk = d.K * d.H;
   for (std::int64_t r0 = 0; r0 < d.T; r0 += d.block()) {
     const std::int64_t r1 = std::min(r0 + d.block(), d.T), c = d.cols(r1);
-    gemm<T>(false, true, r1 - r0, c, d.H, scale, q + r0 * ldq, ldq, k, ldk, T(0), p + r0 * d.S, d.S);
-    softmax_rows(p, d, r0, r1);
-    gemm<T>(false, false, r1 - r0, d.H, c, T(1), p + r0 * d.S, d.S, v, ldk, T(0), out + r0 * ldq, ldq);
+    prod<S>(false, true, r1 - r0, c, d.H, scale, q + r0 * ldq, ldq, k, ldk, C(0), pc + r0 * d.S, d.S);
+    softmax_rows(pc, d, r0, r1);
+    narrow_rows<S>(pc, ps, r0, r1, d.S);
+    prod<S>(false, false, r1 - r0, d.H, c, C(1), ps + r0 * d.S, d.S, v, ldk, C(0), out + r0 * ldq, ldq);
   }
 }
 
-/// Backward for one (batch row, head) given its probabilities p and output cotangent g:
-/// dq's block (written), dk's and dv's blocks (accumulated: heads of a group share them).
-/// ds (T, S) is scratch.
-template <Dtype T>
-void backward_head(const Problem& d, T scale, const T* q, const T* k, const T* v, const T* p, const T* g, T* ds, T* dq,
-                   T* dk, T* dv) {
+/// Backward for one (batch row, head) given its probabilities p and output cotangent g, in the
+/// compute type C: dq's block (written), dk's and dv's blocks (accumulated: heads of a group
+/// share them; with bfloat16 operands dk accumulates unscaled, the caller scales it once).
+/// ds (T, S) is scratch, dsn its rounding to the operands' type (ds itself when they are one).
+template <typename S, typename C = compute_t<S>>
+void backward_head(const Problem& d, C scale, const S* q, const S* k, const S* v, const S* p, const S* g, C* ds,
+                   S* dsn, C* dq, C* dk, C* dv) {
+  constexpr bool kNarrow = !std::is_same_v<S, C>;
   const std::int64_t ldq = d.N * d.H, ldk = d.K * d.H, bs = d.block();
   // dv = p^T g and dp = g v^T, by blocks of the scores.
   for (std::int64_t c0 = 0; c0 < d.S; c0 += d.col_block()) {
     const std::int64_t c1 = std::min(c0 + d.col_block(), d.S), i0 = d.first_row(c0);
-    gemm<T>(true, false, c1 - c0, d.H, d.T - i0, T(1), p + i0 * d.S + c0, d.S, g + i0 * ldq, ldq, T(1),
+    prod<S>(true, false, c1 - c0, d.H, d.T - i0, C(1), p + i0 * d.S + c0, d.S, g + i0 * ldq, ldq, C(1),
             dv + c0 * ldk, ldk);
   }
   for (std::int64_t r0 = 0; r0 < d.T; r0 += bs) {
     const std::int64_t r1 = std::min(r0 + bs, d.T), c = d.cols(r1);
-    gemm<T>(false, true, r1 - r0, c, d.H, T(1), g + r0 * ldq, ldq, v, ldk, T(0), ds + r0 * d.S, d.S);
+    prod<S>(false, true, r1 - r0, c, d.H, C(1), g + r0 * ldq, ldq, v, ldk, C(0), ds + r0 * d.S, d.S);
     for (std::int64_t i = r0; i < r1; ++i) {  // ds = p (dp - rowsum(dp p)); 0 where masked
-      T* row = ds + i * d.S;
-      const T* pr = p + i * d.S;
+      C* row = ds + i * d.S;
+      const S* pr = p + i * d.S;
       const std::int64_t n = d.valid(i);
       double dot = 0;
-      for (std::int64_t j = 0; j < n; ++j) dot += static_cast<double>(row[j]) * pr[j];
-      const T s = static_cast<T>(dot);
-      for (std::int64_t j = 0; j < n; ++j) row[j] = pr[j] * (row[j] - s);
-      std::fill(row + n, row + d.S, T(0));
+      for (std::int64_t j = 0; j < n; ++j) dot += static_cast<double>(row[j]) * static_cast<C>(pr[j]);
+      const C s = static_cast<C>(dot);
+      for (std::int64_t j = 0; j < n; ++j) row[j] = static_cast<C>(pr[j]) * (row[j] - s);
+      std::fill(row + n, row + d.S, C(0));
     }
+    narrow_rows<S>(ds, dsn, r0, r1, d.S);
     // dq = scale ds k (this row block's columns only).
-    gemm<T>(false, false, r1 - r0, d.H, c, scale, ds + r0 * d.S, d.S, k, ldk, T(0), dq + r0 * ldq, ldq);
+    prod<S>(false, false, r1 - r0, d.H, c, scale, dsn + r0 * d.S, d.S, k, ldk, C(0), dq + r0 * ldq, ldq);
   }
-  // dk = scale ds^T q.
+  // dk = scale ds^T q (unscaled with bfloat16 operands: bf16_gemm has no alpha when accumulating).
   for (std::int64_t c0 = 0; c0 < d.S; c0 += d.col_block()) {
     const std::int64_t c1 = std::min(c0 + d.col_block(), d.S), i0 = d.first_row(c0);
-    gemm<T>(true, false, c1 - c0, d.H, d.T - i0, scale, ds + i0 * d.S + c0, d.S, q + i0 * ldq, ldq, T(1),
-            dk + c0 * ldk, ldk);
+    prod<S>(true, false, c1 - c0, d.H, d.T - i0, kNarrow ? C(1) : scale, dsn + i0 * d.S + c0, d.S, q + i0 * ldq, ldq,
+            C(1), dk + c0 * ldk, ldk);
   }
 }
 
@@ -160,18 +186,55 @@ void each_head(const Problem& d, F&& f) {
     }
 }
 
+/// A tensor of S's compute type shaped like `shape`, or `same` itself when that is one type.
+template <typename S>
+struct Wide {
+  using C = compute_t<S>;
+  std::conditional_t<std::is_same_v<S, C>, Tensor<S>*, Tensor<C>> t;
+  Wide(Tensor<S>& same, const Shape& shape, C fill) {
+    if constexpr (std::is_same_v<S, C>) t = &same;
+    else t = Tensor<C>(shape, fill);
+  }
+  C* data() {
+    if constexpr (std::is_same_v<S, C>) return t->data();
+    else return t.data();
+  }
+  /// Rounds into `same` (nothing when it is `same`), after multiplying by `factor`.
+  void store(Tensor<S>& same, C factor = C(1)) {
+    if constexpr (!std::is_same_v<S, C>) {
+      const C* w = t.data();
+      S* o = same.data();
+      for (std::int64_t e = 0; e < same.size(); ++e) o[e] = S(w[e] * factor);
+    }
+  }
+};
+
+// Attention with bfloat16 operands runs its four products (six in the backward) on bf16_gemm,
+// with float32 scores, softmax, row sums and accumulators: the probabilities and ds are rounded
+// to bfloat16 as the operands of the products that follow (PyTorch's autocast does the same),
+// the outputs and gradients once at the end.
 template <Dtype T>
-Tensor<T> attention_forward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const Problem& d, T scale,
-                            Tensor<T>* probs) {
+Tensor<T> attention_forward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const Problem& d,
+                            compute_t<T> scale, Tensor<T>* probs) {
+  using C = compute_t<T>;
+  constexpr bool kNarrow = !std::is_same_v<T, C>;
   Tensor<T> out(q.shape());
   if (q.size() == 0) return out;
-  Tensor<T> scratch;
+  Wide<T> wide_out(out, q.shape(), C(0));
+  Tensor<C> pc;
+  Tensor<T> ps;
   if (probs) *probs = Tensor<T>(Shape{d.B, d.N, d.T, d.S});
-  else scratch = Tensor<T>(Shape{d.T, d.S});
+  if (kNarrow || !probs) pc = Tensor<C>(Shape{d.T, d.S});
+  if (kNarrow && !probs) ps = Tensor<T>(Shape{d.T, d.S});
   each_head(d, [&](std::int64_t b, std::int64_t n, std::int64_t qo, std::int64_t ko) {
-    T* p = probs ? probs->data() + (b * d.N + n) * d.T * d.S : scratch.data();
-    forward_head(d, scale, q.data() + qo, k.data() + ko, v.data() + ko, p, out.data() + qo);
+    T* p = probs ? probs->data() + (b * d.N + n) * d.T * d.S : ps.data();
+    C* pw = nullptr;
+    if constexpr (kNarrow) pw = pc.data();
+    else pw = probs ? p : pc.data();
+    if constexpr (!kNarrow) p = pw;
+    forward_head<T>(d, scale, q.data() + qo, k.data() + ko, v.data() + ko, pw, p, wide_out.data() + qo);
   });
+  wide_out.store(out);
   return out;
 }
 
@@ -184,50 +247,36 @@ Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T
                           Tensor<T>* probs) {
   const ScopedTime timed(TimeKind::kAttention);
   const Problem d = check(q.shape(), k.shape(), v.shape(), causal);
-  return attention_forward(q, k, v, d, static_cast<T>(scale), probs);
+  return attention_forward(q, k, v, d, static_cast<compute_t<T>>(scale), probs);
 }
 
 template <Dtype T>
 std::array<Tensor<T>, 3> fused_attention_vjp(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                              const Tensor<T>& probs, const Tensor<T>& ct, double scale_in,
                                              bool causal) {
+  using C = compute_t<T>;
+  constexpr bool kNarrow = !std::is_same_v<T, C>;
   const ScopedTime timed(TimeKind::kAttention);
   const Problem d = check(q.shape(), k.shape(), v.shape(), causal);
-  const T scale = static_cast<T>(scale_in);
+  const C scale = static_cast<C>(scale_in);
   Tensor<T> dq(q.shape()), dk(k.shape(), T(0)), dv(v.shape(), T(0));
   if (q.size() > 0) {
-    Tensor<T> ds(Shape{d.T, d.S});
+    Wide<T> wq(dq, q.shape(), C(0)), wk(dk, k.shape(), C(0)), wv(dv, v.shape(), C(0));
+    Tensor<C> ds(Shape{d.T, d.S});
+    Tensor<T> dsn;
+    if constexpr (kNarrow) dsn = Tensor<T>(Shape{d.T, d.S});
     each_head(d, [&](std::int64_t b, std::int64_t n, std::int64_t qo, std::int64_t ko) {
-      backward_head(d, scale, q.data() + qo, k.data() + ko, v.data() + ko, probs.data() + (b * d.N + n) * d.T * d.S,
-                    ct.data() + qo, ds.data(), dq.data() + qo, dk.data() + ko, dv.data() + ko);
+      T* narrow = nullptr;
+      if constexpr (kNarrow) narrow = dsn.data();
+      else narrow = ds.data();
+      backward_head<T>(d, scale, q.data() + qo, k.data() + ko, v.data() + ko, probs.data() + (b * d.N + n) * d.T * d.S,
+                       ct.data() + qo, ds.data(), narrow, wq.data() + qo, wk.data() + ko, wv.data() + ko);
     });
+    wq.store(dq);
+    wk.store(dk, scale);  // bfloat16: dk accumulated unscaled (backward_head)
+    wv.store(dv);
   }
   return {std::move(dq), std::move(dk), std::move(dv)};
-}
-
-// bfloat16 attention computes in float32 (scores, softmax, both products and the backward's
-// row sums) and rounds its outputs once: the operands are widened, the probabilities kept for
-// the backward are stored in bfloat16.
-template <>
-Tensor<bfloat16> fused_attention<bfloat16>(const Tensor<bfloat16>& q, const Tensor<bfloat16>& k,
-                                           const Tensor<bfloat16>& v, double scale, bool causal,
-                                           Tensor<bfloat16>* probs) {
-  const ScopedTime timed(TimeKind::kAttention);
-  Tensor<float> wide_probs;
-  const Tensor<float> out = fused_attention<float>(astype_kernel<float>(q), astype_kernel<float>(k),
-                                                   astype_kernel<float>(v), scale, causal, probs ? &wide_probs : nullptr);
-  if (probs) *probs = astype_kernel<bfloat16>(wide_probs);
-  return astype_kernel<bfloat16>(out);
-}
-
-template <>
-std::array<Tensor<bfloat16>, 3> fused_attention_vjp<bfloat16>(const Tensor<bfloat16>& q, const Tensor<bfloat16>& k,
-                                                               const Tensor<bfloat16>& v, const Tensor<bfloat16>& probs,
-                                                               const Tensor<bfloat16>& ct, double scale, bool causal) {
-  const ScopedTime timed(TimeKind::kAttention);
-  auto g = fused_attention_vjp<float>(astype_kernel<float>(q), astype_kernel<float>(k), astype_kernel<float>(v),
-                                      astype_kernel<float>(probs), astype_kernel<float>(ct), scale, causal);
-  return {astype_kernel<bfloat16>(g[0]), astype_kernel<bfloat16>(g[1]), astype_kernel<bfloat16>(g[2])};
 }
 
 #define SHARD_INSTANTIATE_ATTENTION(T)                                                                          \

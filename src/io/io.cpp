@@ -18,6 +18,7 @@
 #include "shard/comm/detail/comm_verbs.hpp"
 #include "shard/error.hpp"
 #include "shard/mpi/agree.hpp"
+#include "shard/ops/ops.hpp"
 #include "shard/runtime/runtime.hpp"
 
 namespace shard::io {
@@ -126,7 +127,7 @@ NpyHeader read_header_on_root(const std::string& path) {
   NpyHeader h = parse_npy_header(bytes, path);
   if (h.descr != npy_descr<T>())
     raise<IoError>(op, ": '", path, "' holds '", h.descr, "' (", dtype_of_descr(h.descr), ") data, not '",
-                   npy_descr<T>(), "' (", dtype_name<T>(), "); load it with the file's dtype");
+                   npy_descr<T>(), "' (", dtype_name<T>(), "); load it with the file's dtype (only bfloat16 and float32 load from each other's files)");
   if (h.fortran_order)
     raise<IoError>(op, ": '", path, "' is in Fortran order; save it in C order (np.ascontiguousarray)");
   std::int64_t bytes_needed = sizeof(T);
@@ -183,10 +184,39 @@ void save_npy(const ShardedArray<T>& x, const std::string& path) {
   f.close();
 }
 
+/// Whether rank 0 finds a header with descr `descr` at `path`, on every rank (false when it
+/// cannot read one: load_npy's own checks then raise the error).
+bool file_holds_descr(const std::string& path, const char* descr) {
+  const mpi::Communicator& world = Runtime::current().world();
+  std::int64_t found = 0;
+  if (world.rank() == 0) {
+    try {
+      std::ifstream in(path, std::ios::binary);
+      std::string bytes(static_cast<std::size_t>(kMaxHeaderBytes), '\0');
+      in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      bytes.resize(static_cast<std::size_t>(in.gcount()));
+      found = parse_npy_header(bytes, path).descr == descr ? 1 : 0;
+    } catch (const std::exception&) {
+      found = 0;
+    }
+  }
+  const detail::CommOp op{"load_npy", std::string("the dtype of ") + path};
+  detail::check_transfer(op);
+  detail::broadcast(detail::world_group(), op, &found, 1, 0);
+  return found != 0;
+}
+
 template <typename T>
 ShardedArray<T> load_npy(const std::string& path, const NamedSharding& sharding) {
   const mpi::Communicator& world = Runtime::current().world();
   const std::string op = std::string("load_npy<") + dtype_name<T>() + ">";
+  // numpy has no bfloat16: JAX's files hold it as '<V2' (ml_dtypes), others save the same
+  // model as float32. bfloat16 and float32 load from either, as checkpoints do: float32 data
+  // into bfloat16 rounds to nearest even, bfloat16 data into float32 is exact.
+  if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, float>) {
+    using Other = std::conditional_t<std::is_same_v<T, float>, bfloat16, float>;
+    if (file_holds_descr(path, npy_descr<Other>())) return astype<T>(load_npy<Other>(path, sharding));
+  }
   // Rank 0 checks the header; the others receive [data offset, ndim, dims...].
   std::vector<std::int64_t> meta;
   mpi::agreed(world, [&] {

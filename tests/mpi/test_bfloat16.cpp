@@ -45,6 +45,12 @@ Tensor<double> as_double(const Tensor<T>& x) {
   return out;
 }
 
+double max_abs(const Tensor<double>& x) {
+  double m = 0;
+  for (std::int64_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i]));
+  return m;
+}
+
 /// Largest |got - want| / (atol + |want|) over the elements, against rtol.
 void expect_close(const Tensor<double>& got, const Tensor<double>& want, double rtol, double atol,
                   const std::string& what) {
@@ -232,15 +238,39 @@ SHARD_MPI_TEST(Bfloat16, ProductsAndAttentionMatchAFloat64Reference) {
                     "matmul " + mesh.to_string() + " " + pa.to_string() + " @ " + pb.to_string());
     }
   }
-  // dot_product_attention (B, T, N, H) in bfloat16 against the float32 op on the same values.
-  const Tensor<B> q = random_bf16({2, 5, 2, 4}, 60), kk = random_bf16({2, 5, 2, 4}, 61),
-                  v = random_bf16({2, 5, 2, 4}, 62);
-  for (const bool causal : {false, true}) {
-    const Tensor<float> ref =
-        dot_product_attention(astype<float>(q), astype<float>(kk), astype<float>(v), causal);
-    const Tensor<B> got = dot_product_attention(q, kk, v, causal);
-    expect_close(as_double(got), as_double(ref), 8e-3, 0.05, causal ? "causal attention" : "attention");
-  }
+  // dot_product_attention (B, T, N, H) in bfloat16 against the float32 op on the same values,
+  // and its VJP: the products run on bf16 operands (the probabilities and ds rounded to
+  // bfloat16, as PyTorch's autocast does), so each result is off by at most ~2^-9 of the
+  // largest operand it sums plus its own rounding: 8e-3 relative to (that largest + |want|);
+  // the gradients, through ds = p (dp - rowsum(dp p)), within 1.6e-2 (measured: under 4e-3).
+  // Operands in [-1, 1]: with a saturated softmax (|scores| in the hundreds) ds cancels to a
+  // few ulps of p and no bfloat16 attention (nor autocast's) keeps its gradient.
+  // Grouped heads (4 query heads on 2), T != S, and T past one causal block (32 rows).
+  struct Case {
+    std::int64_t T, S;
+  };
+  std::uint64_t aseed = 60;
+  for (const Case c : {Case{5, 5}, Case{37, 35}})
+    for (const bool causal : {false, true}) {
+      const Tensor<B> q = random_bf16({2, c.T, 4, 8}, aseed++), kk = random_bf16({2, c.S, 2, 8}, aseed++),
+                      v = random_bf16({2, c.S, 2, 8}, aseed++), w = random_bf16({2, c.T, 4, 8}, aseed++);
+      const std::string what = std::string(causal ? "causal " : "") + "attention T " + std::to_string(c.T);
+      const Tensor<float> ref =
+          dot_product_attention(astype<float>(q), astype<float>(kk), astype<float>(v), causal);
+      const Tensor<B> got = dot_product_attention(q, kk, v, causal);
+      expect_close(as_double(got), as_double(ref), 8e-3, max_abs(as_double(v)), what);
+      auto vjp = [&]<typename E>(const std::vector<Tensor<E>>& in, const Tensor<E>& wt) {
+        return grad([&](const std::vector<Tensor<E>>& p) {
+          return sum(astype<float>(dot_product_attention(p[0], p[1], p[2], causal) * wt));
+        })(in);
+      };
+      const auto gb = vjp(std::vector<Tensor<B>>{q, kk, v}, w);
+      const auto gf = vjp(std::vector<Tensor<float>>{astype<float>(q), astype<float>(kk), astype<float>(v)},
+                          astype<float>(w));
+      for (std::size_t i = 0; i < 3; ++i)
+        expect_close(as_double(gb[i]), as_double(gf[i]), 1.6e-2, max_abs(as_double(gf[i])),
+                     what + " gradient " + std::to_string(i));
+    }
 }
 
 SHARD_MPI_TEST(Bfloat16, CollectivesSumInFloat32AndMoveTwoBytes) {
@@ -323,8 +353,20 @@ SHARD_MPI_TEST(Bfloat16, NpyAndCheckpointsRoundTripOntoAnotherMesh) {
   const auto y = io::load_npy<B>(npy, NamedSharding(ms.back(), P(None, "b")));
   const Tensor<B> yh = y.to_host();
   for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(yh[i].bits, h[i].bits) << i;
-  expect_error<IoError>([&] { (void)io::load_npy<float>(npy, NamedSharding(ms.back(), P())); },
+  // bfloat16 and float32 load from each other's files ('<V2' as JAX writes bfloat16, '<f4'):
+  // into float32 exactly, into bfloat16 rounded to nearest even; other dtypes do not.
+  const Tensor<float> yf = io::load_npy<float>(npy, NamedSharding(ms.back(), P("a", None))).to_host();
+  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(yf[i], float(h[i])) << i;
+  const Tensor<float> hf4 = random_tensor<float>({7, 5}, 79);
+  const std::string npy_f4 = (dir.path() / "f4.npy").string();
+  io::save_npy(device_put(hf4, NamedSharding(ms.back(), P(None, "b"))), npy_f4);
+  const Tensor<B> yb = io::load_npy<B>(npy_f4, NamedSharding(ms.front(), P("a", "b"))).to_host();
+  for (std::int64_t i = 0; i < hf4.size(); ++i) EXPECT_EQ(yb[i].bits, B(hf4[i]).bits) << i;
+  expect_error<IoError>([&] { (void)io::load_npy<double>(npy, NamedSharding(ms.back(), P())); },
                         {"<V2", "bfloat16"});
+  expect_error<IoError>(
+      [&] { (void)io::load_npy<B>((dir.path() / "missing.npy").string(), NamedSharding(ms.back(), P())); },
+      {"missing.npy"});
   // A checkpoint: the manifest names bfloat16; it loads on another mesh, into float32 exactly
   // and a float32 entry into bfloat16 rounded to nearest even.
   const Tensor<float> hf = random_tensor<float>({5, 4}, 81);

@@ -445,9 +445,10 @@ TYPED_TEST(Collectives, Ppermute) { for_every_mesh<TypeParam>(500, {kPpermute});
 
 // ---------------------------------------------------------------- untyped tests
 
-// Large sums: on one node with one device per rank they go through group-shared memory
-// (collective_exec.cpp), otherwise through MPI; the results are the same sums, and the two
-// alternating windows keep repeated calls of different sizes apart.
+// Large sums: on one node with one device per rank, blocks of 64 KiB to 1 MiB go through
+// group-shared memory (collective_exec.cpp, shared_pays), larger ones and other layouts through
+// MPI; the results are the same sums, and the two alternating windows keep repeated calls of
+// different sizes apart.
 /// group_of by mesh-order index: the indices (into mesh.device_ids()) of the devices in the
 /// group over `axes` of the device at index d, in position order.
 std::vector<int> group_indices(const Mesh& mesh, int d, const SpecEntry& axes) {
@@ -463,7 +464,7 @@ SHARD_MPI_TEST(Collectives, LargeSumsOnEveryAxis) {
   const auto f2 = factorisations(n, 2);
   const Mesh mesh = make_mesh(f2[f2.size() / 2], {"a", "b"});
   std::uint64_t seed = 77;
-  for (const std::int64_t len : {std::int64_t{20000}, std::int64_t{9001}, std::int64_t{70001}}) {
+  for (const std::int64_t len : {std::int64_t{20000}, std::int64_t{9001}, std::int64_t{140001}, std::int64_t{70001}}) {
     for (const auto& axes : {SpecEntry("a"), SpecEntry("b"), SpecEntry({"a", "b"})}) {
       // Device d's block: rows d of a (devices, len) host array.
       const Tensor<double> host = random_tensor<double>({n, len}, seed++);

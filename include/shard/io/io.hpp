@@ -59,7 +59,9 @@ void save_npy(const ShardedArray<T>& x, const std::string& path);
 
 /// Collective: reads the .npy file at `path` into an array laid out by `sharding`. Rank 0
 /// reads and checks the header (magic, version, descr equal to T's, C order, the file long
-/// enough for the shape) and broadcasts it; every rank then reads only the boxes of its own
+/// enough for the shape) and broadcasts it; bfloat16 and float32 also load each other's files
+/// ('<V2' as ml_dtypes writes bfloat16, '<f4'): into bfloat16 rounded to nearest even, into
+/// float32 exactly; every rank then reads only the boxes of its own
 /// devices in one collective MPI_File_read_at_all. Errors: IoError naming the path on every
 /// rank; ShardingError if the sharding's spec does not fit the file's shape.
 template <typename T>
