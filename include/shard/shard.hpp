@@ -39,6 +39,7 @@
 #include "shard/spmd/pmap.hpp"
 #include "shard/array/sharded_array.hpp"
 #include "shard/core/tensor.hpp"
+#include "shard/core/tree.hpp"
 #include "shard/core/tensor_ops.hpp"
 #include "shard/core/dtype.hpp"
 #include "shard/core/index.hpp"

@@ -165,6 +165,21 @@ Tensor<T> ShardedArray<T>::to_host() const {
 }
 
 template <typename T>
+T ShardedArray<T>::item() const {
+  if (size() != 1)
+    raise<ShapeError>("item(): the array has shape ", to_string(shape_), " (", size(),
+                      " elements); item() reads a 0-d or size-1 array");
+  if (shards_.empty())
+    raise<ValueError>("item(): rank ", world().rank(), " holds no device of the array's mesh ", mesh().to_string(),
+                      "; read it on a rank that does, or with to_host().item() on every rank");
+  for (const auto& s : shards_)
+    if (s.data.size() != 1)
+      raise<ValueError>("item(): the element is not on every device (sharding ", sharding_.to_string(),
+                        "): item() reads it locally; reshard it to P() first, or use to_host().item() on every rank");
+  return shards_.front().data.data()[0];
+}
+
+template <typename T>
 Tensor<T> ShardedArray<T>::gather(int root) const {
   const auto& comm = world();
   if (root < 0 || root >= comm.size())

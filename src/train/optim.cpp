@@ -351,22 +351,6 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
 }
 
 template <typename T>
-double Optimizer::update(std::map<std::string, ShardedArray<T>>& params,
-                         const std::map<std::string, ShardedArray<T>>& grads, State<T>& state) const {
-  std::vector<ShardedArray<T>> p, g;
-  for (auto& [k, v] : params) {
-    const auto it = grads.find(k);
-    if (it == grads.end()) raise<ValueError>("optimizer update: no gradient for parameter '", k, "'");
-    p.push_back(v.alias());
-    g.push_back(it->second.alias());
-  }
-  const double norm = update(p, g, state);
-  std::size_t i = 0;
-  for (auto& [k, v] : params) v = std::move(p[i++]);
-  return norm;
-}
-
-template <typename T>
 void State<T>::save(CheckpointWriter& w, const std::string& prefix) const {
   for (const auto& [name, a] : arrays) {
     std::string file = name;
@@ -394,9 +378,7 @@ void State<T>::load(const std::string& checkpoint_path, const CheckpointManifest
   template double global_norm<T>(const std::vector<ShardedArray<T>>&);                                             \
   template State<T> Optimizer::init<T>(const std::vector<ShardedArray<T>>&) const;                                 \
   template double Optimizer::update<T>(std::vector<ShardedArray<T>>&, const std::vector<ShardedArray<T>>&, State<T>&) \
-      const;                                                                                                       \
-  template double Optimizer::update<T>(std::map<std::string, ShardedArray<T>>&,                                    \
-                                       const std::map<std::string, ShardedArray<T>>&, State<T>&) const;
+      const;
 SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_OPTIM)
 #undef SHARD_INSTANTIATE_OPTIM
 

@@ -13,22 +13,14 @@
 
 #include "mpi_test.hpp"
 #include "test_util.hpp"
+#include "two_meshes.hpp"
 
 namespace shard::testing {
 namespace {
 
 using B = bfloat16;
 
-/// Two 2-D meshes over all devices ('a' over every device, then 'a' x 'b' = n/2 x 2 or 1 x n).
-std::vector<Mesh> meshes() {
-  const int n = runtime().device_count();
-  std::vector<Mesh> out{make_mesh({n, 1}, {"a", "b"})};
-  if (n % 2 == 0)
-    out.push_back(make_mesh({n / 2, 2}, {"a", "b"}));
-  else
-    out.push_back(make_mesh({1, n}, {"a", "b"}));
-  return out;
-}
+std::vector<Mesh> meshes() { return two_meshes(); }
 
 /// Random bfloat16 values in [-scale, scale) (never all zeros or ones).
 Tensor<B> random_bf16(const Shape& shape, std::uint64_t seed, double scale = 1.0) {

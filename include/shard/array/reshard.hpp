@@ -10,6 +10,7 @@
 #include "shard/core/dtype.hpp"
 #include "shard/core/primitive.hpp"
 #include "shard/core/trace.hpp"
+#include "shard/core/tree.hpp"
 #include "shard/array/sharded_array.hpp"
 
 namespace shard {
@@ -97,6 +98,16 @@ ShardedArray<T> device_put(const ShardedArray<T>& x, const NamedSharding& to) {
 template <typename T>
 ShardedArray<T> device_put(const ShardedArray<T>& x, const PositionalSharding& to) {
   return reshard(x, to.to_named(x.ndim()));
+}
+
+/// jax.device_put(tree, sharding): every leaf of a parameter tree (shard/core/tree.hpp; host
+/// Tensors or ShardedArrays) placed with `to` (a spec that fits each leaf's rank). Containers
+/// and tuples of Tensors become the same containers of ShardedArrays; a SHARD_TREE struct keeps
+/// its members' types (so its leaves must already be ShardedArrays: a reshard of each).
+template <typename Tree>
+  requires(!ArrayLike<Tree>)
+auto device_put(const Tree& tree, const NamedSharding& to) {
+  return tree_map([&](const auto& leaf) { return device_put(leaf, to); }, tree);
 }
 
 /// reshard / with_sharding_constraint to a PositionalSharding, converted for x's rank.

@@ -79,6 +79,12 @@ class ShardedArray : public detail::ArrayMethods<ShardedArray, T> {
   /// Collective over all ranks: rank `root` receives the whole array (MPI_Gatherv); the
   /// other ranks get an empty tensor.
   Tensor<T> gather(int root = 0) const;
+  /// numpy's / JAX's item(): the one element of a size-1 array, read locally (no
+  /// communication, so `if (rank == 0) loss.item()` is fine). A 0-d array is replicated on every
+  /// device of its mesh; a size-1 array must be too (ValueError naming its sharding otherwise:
+  /// use to_host().item()). ValueError on a rank that holds no device of the array's mesh, and
+  /// ShapeError unless the array has exactly one element.
+  T item() const;
 
  private:
   struct AliasTag {};

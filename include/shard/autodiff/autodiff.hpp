@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "shard/core/detail/tape.hpp"
+#include "shard/core/tree.hpp"
 #include "shard/autodiff/detail/ad_node.hpp"
 #include "shard/ops/detail/grad_reduce.hpp"
 #include "shard/ops/elementwise.hpp"
@@ -175,59 +176,26 @@ void strip_ad(X& x) {
   }
 }
 
-/// What grad differentiates with respect to: an array, a std::vector of arrays, or a
-/// std::map<std::string, array> (a named parameter collection).
+/// What grad differentiates with respect to: a parameter tree (shard/core/tree.hpp: an array,
+/// a std::vector / std::map<std::string, ...> / std::tuple / SHARD_TREE struct of them, nested).
+/// The leaves are tracked; static data in the tree is passed through; the gradients form a
+/// tree of the same type.
 template <typename P>
 struct ParamTraits {
-  static_assert(sizeof(P) == 0, "grad differentiates with respect to a Tensor, a ShardedArray, or a std::vector "
-                                "or std::map<std::string, ...> of them");
-};
-template <ArrayLike A>
-struct ParamTraits<A> {
-  using Grads = A;
-  static A track(const A& p, Tape& tape, const char* what, const GradSharding* gs = nullptr) {
-    return make_leaf(p, tape, what, gs);
+  static_assert(!std::is_void_v<tree_leaf_t<P>>,
+                "grad differentiates with respect to a parameter tree: a Tensor, a ShardedArray, or a std::vector, "
+                "std::map<std::string, ...>, std::tuple or SHARD_TREE struct of them (shard/core/tree.hpp)");
+  using Grads = P;
+  static P track(const P& p, Tape& tape, const char* what, const GradSharding* gs = nullptr) {
+    return tree_map([&](const auto& x) { return make_leaf(x, tape, what, gs); }, p);
   }
-  static Grads grads(const A& leaf, const A& primal) { return leaf_cotangent(leaf, primal); }
-  template <typename F>
-  static void each(const A& p, F&& f) { f(p); }
-};
-template <ArrayLike A>
-struct ParamTraits<std::vector<A>> {
-  using Grads = std::vector<A>;
-  static std::vector<A> track(const std::vector<A>& ps, Tape& tape, const char* what,
-                              const GradSharding* gs = nullptr) {
-    std::vector<A> out;
-    for (const auto& p : ps) out.push_back(make_leaf(p, tape, what, gs));
-    return out;
-  }
-  static Grads grads(const std::vector<A>& leaves, const std::vector<A>& primals) {
-    Grads out;
-    for (std::size_t i = 0; i < leaves.size(); ++i) out.push_back(leaf_cotangent(leaves[i], primals[i]));
-    return out;
+  static Grads grads(const P& leaves, const P& primals) {
+    return tree_map([](const auto& leaf, const auto& primal) { return leaf_cotangent(leaf, primal); }, leaves,
+                    primals);
   }
   template <typename F>
-  static void each(const std::vector<A>& ps, F&& f) {
-    for (const auto& p : ps) f(p);
-  }
-};
-template <ArrayLike A>
-struct ParamTraits<std::map<std::string, A>> {
-  using Grads = std::map<std::string, A>;
-  static std::map<std::string, A> track(const std::map<std::string, A>& ps, Tape& tape, const char* what,
-                                        const GradSharding* gs = nullptr) {
-    std::map<std::string, A> out;
-    for (const auto& [k, p] : ps) out.emplace(k, make_leaf(p, tape, what, gs));
-    return out;
-  }
-  static Grads grads(const std::map<std::string, A>& leaves, const std::map<std::string, A>& primals) {
-    Grads out;
-    for (const auto& [k, p] : primals) out.emplace(k, leaf_cotangent(leaves.at(k), p));
-    return out;
-  }
-  template <typename F>
-  static void each(const std::map<std::string, A>& ps, F&& f) {
-    for (const auto& [k, p] : ps) f(p);
+  static void each(const P& p, F&& f) {
+    tree_for_each(f, p);
   }
 };
 
@@ -286,8 +254,53 @@ auto run_value_and_grad(const F& f, const GradSharding& gs, const P& params, con
 
 }  // namespace detail
 
+/// jax.grad's argnums: `grad(f, argnums<0, 2>)` differentiates f's arguments 0 and 2.
+template <std::size_t... I>
+struct Argnums {
+  static_assert(sizeof...(I) >= 1, "argnums: name at least one argument");
+};
+template <std::size_t... I>
+inline constexpr Argnums<I...> argnums{};
+
+namespace detail {
+
+/// The position of J among I... (sizeof...(I) if absent).
+template <std::size_t J, std::size_t... I>
+constexpr std::size_t argnum_position() {
+  std::size_t p = 0, r = sizeof...(I);
+  ((r = (I == J && r == sizeof...(I)) ? p : r, ++p), ...);
+  return r;
+}
+
+/// value_and_grad over the arguments I... of f: each is a parameter tree, tracked; the others
+/// are passed untouched. The gradients: that argument's tree for one index, else a std::tuple.
+template <bool kAux, std::size_t... I, typename F, typename... Args>
+auto run_value_and_grad_argnums(const F& f, const GradSharding& gs, const Args&... args) {
+  static_assert(((I < sizeof...(Args)) && ...), "argnums names an argument position the function is not called with");
+  const auto all = std::forward_as_tuple(args...);
+  // The differentiated arguments, as aliases (the same memory).
+  auto params = std::make_tuple(
+      tree_map([](const auto& x) { return x.alias(); }, std::get<I>(all))...);
+  auto call = [&](const auto& leaves) -> decltype(auto) {
+    return [&]<std::size_t... J>(std::index_sequence<J...>) -> decltype(auto) {
+      auto pick = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) -> const auto& {
+        constexpr std::size_t p = argnum_position<K, I...>();
+        if constexpr (p < sizeof...(I)) return std::get<p>(leaves);
+        else return std::get<K>(all);
+      };
+      return f(pick(std::integral_constant<std::size_t, J>())...);
+    }(std::index_sequence_for<Args...>());
+  };
+  auto r = run_value_and_grad<kAux>(call, gs, params);
+  if constexpr (sizeof...(I) == 1) return std::make_pair(std::move(r.first), std::move(std::get<0>(r.second)));
+  else return r;
+}
+
+}  // namespace detail
+
 /// jax.value_and_grad(f)(params, args...): (f(params, args...), d f / d params). `params` is
-/// an array, a std::vector of arrays or a std::map<std::string, array>; the other arguments
+/// a parameter tree (an array, or a std::vector, std::map<std::string, ...>, std::tuple or
+/// SHARD_TREE struct of them, nested: shard/core/tree.hpp); the other arguments
 /// are passed to f untouched (constants: the batch, int labels). f returns a 0-d float array.
 /// The gradients have the parameters' types and shardings. Collective over all ranks when f is.
 ///
@@ -320,6 +333,35 @@ template <typename F>
 auto grad(F f, HasAux, GradSharding grad_sharding = {}) {
   return [f = std::move(f), gs = std::move(grad_sharding)](const auto& params, const auto&... args) {
     auto r = detail::run_value_and_grad<true>(f, gs, params, args...);
+    return std::make_pair(std::move(r.second), std::move(r.first.second));
+  };
+}
+
+/// jax.value_and_grad(f, argnums=(i, ...)): the gradients of the arguments named (each a
+/// parameter tree, keeping its shardings); one index gives that argument's gradient, several a
+/// std::tuple of them in argnums' order. `grad(f, argnums<0>)` is `grad(f)`.
+template <typename F, std::size_t... I>
+auto value_and_grad(F f, Argnums<I...>, GradSharding grad_sharding = {}) {
+  return [f = std::move(f), gs = std::move(grad_sharding)](const auto&... args) {
+    return detail::run_value_and_grad_argnums<false, I...>(f, gs, args...);
+  };
+}
+template <typename F, std::size_t... I>
+auto value_and_grad(F f, HasAux, Argnums<I...>, GradSharding grad_sharding = {}) {
+  return [f = std::move(f), gs = std::move(grad_sharding)](const auto&... args) {
+    return detail::run_value_and_grad_argnums<true, I...>(f, gs, args...);
+  };
+}
+template <typename F, std::size_t... I>
+auto grad(F f, Argnums<I...>, GradSharding grad_sharding = {}) {
+  return [f = std::move(f), gs = std::move(grad_sharding)](const auto&... args) {
+    return detail::run_value_and_grad_argnums<false, I...>(f, gs, args...).second;
+  };
+}
+template <typename F, std::size_t... I>
+auto grad(F f, HasAux, Argnums<I...>, GradSharding grad_sharding = {}) {
+  return [f = std::move(f), gs = std::move(grad_sharding)](const auto&... args) {
+    auto r = detail::run_value_and_grad_argnums<true, I...>(f, gs, args...);
     return std::make_pair(std::move(r.second), std::move(r.first.second));
   };
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "shard/core/dtype.hpp"
+#include "shard/core/tree.hpp"
 #include "shard/sharding/named_sharding.hpp"
 #include "shard/array/sharded_array.hpp"
 
@@ -66,6 +67,20 @@ class CheckpointWriter {
   void add(const std::string& name, const ShardedArray<T>& x);
   template <typename T>
   void add(const std::string& name, ShardedArray<T>&& x);
+  /// Records every leaf (a ShardedArray) of a parameter tree (shard/core/tree.hpp) under
+  /// `prefix` and its path joined by '.' ("params" + .layers[0].w -> "params.layers.0.w"; map
+  /// keys must be plain names). As add's lvalue overload, the tree must stay alive and
+  /// unchanged until commit(). Local. load_checkpoint_tree reads it back on any mesh.
+  template <typename Tree>
+  void add_tree(const std::string& prefix, const Tree& tree) {
+    tree_for_each_with_path(
+        [&](const TreePath& path, const auto& leaf) {
+          static_assert(detail::is_sharded_v<std::remove_cvref_t<decltype(leaf)>>,
+                        "add_tree: a checkpoint holds ShardedArrays; device_put host Tensors first");
+          add(path.dotted(prefix), leaf);
+        },
+        tree);
+  }
   /// Records a metadata string (epoch, random key, model layout...). Local.
   void set(const std::string& key, const std::string& value);
 
@@ -122,6 +137,23 @@ template <typename T>
 ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const CheckpointManifest& manifest,
                                       const std::string& name, const NamedSharding& sharding,
                                       const Shape& expected_shape);
+
+/// Collective: the tree CheckpointWriter::add_tree(prefix, ...) recorded, loaded onto the
+/// shardings of `like` (a tree of the same structure: e.g. the model initialised on the mesh to
+/// resume on, any mesh, any rank count), each leaf checked against like's shape and dtype as
+/// load_checkpoint_array does.
+template <typename Tree>
+Tree load_checkpoint_tree(const std::string& checkpoint_path, const CheckpointManifest& manifest,
+                          const std::string& prefix, const Tree& like) {
+  return tree_map_with_path(
+      [&](const TreePath& path, const auto& leaf) {
+        using A = std::remove_cvref_t<decltype(leaf)>;
+        static_assert(detail::is_sharded_v<A>, "load_checkpoint_tree: `like` must be a tree of ShardedArrays");
+        return load_checkpoint_array<elem_t<A>>(checkpoint_path, manifest, path.dotted(prefix), leaf.sharding(),
+                                                leaf.shape());
+      },
+      like);
+}
 
 #define SHARD_DECLARE_CHECKPOINT(T)                                                                       \
   extern template void CheckpointWriter::add<T>(const std::string&, const ShardedArray<T>&);              \

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "shard/core/tree.hpp"
 #include "shard/io/checkpoint.hpp"
 #include "shard/array/sharded_array.hpp"
 
@@ -114,10 +115,30 @@ class Optimizer {
   template <typename T>
   double update(std::vector<ShardedArray<T>>& params, const std::vector<ShardedArray<T>>& grads,
                 State<T>& state) const;
-  /// The same for a named parameter collection.
-  template <typename T>
-  double update(std::map<std::string, ShardedArray<T>>& params, const std::map<std::string, ShardedArray<T>>& grads,
-                State<T>& state) const;
+
+  /// The same for any parameter tree (shard/core/tree.hpp: one ShardedArray, a std::map of
+  /// them, a SHARD_TREE struct, nested; all leaves of one dtype): the state's arrays follow the
+  /// tree's leaves in its visiting order. update checks that `grads` has the structure of
+  /// `params` (ValueError naming the first difference) and replaces the leaves in place.
+  template <typename Tree>
+  State<elem_t<tree_leaf_t<Tree>>> init(const Tree& params) const {
+    static_assert(detail::is_sharded_v<tree_leaf_t<Tree>>,
+                  "optimizer init: the parameters must be a tree of ShardedArrays (shard/core/tree.hpp)");
+    return init(tree_leaves<tree_leaf_t<Tree>>(params));
+  }
+  template <typename Tree>
+  double update(Tree& params, const Tree& grads, State<elem_t<tree_leaf_t<Tree>>>& state) const {
+    using A = tree_leaf_t<Tree>;
+    static_assert(detail::is_sharded_v<A>,
+                  "optimizer update: the parameters must be a tree of ShardedArrays (shard/core/tree.hpp)");
+    tree_check_same_structure(params, grads);
+    const std::vector<A*> leaves = tree_leaf_pointers<A>(params);
+    std::vector<A> p, g = tree_leaves<A>(grads);
+    for (A* x : leaves) p.push_back(x->alias());
+    const double norm = update(p, g, state);
+    for (std::size_t i = 0; i < leaves.size(); ++i) *leaves[i] = std::move(p[i]);
+    return norm;
+  }
 
   /// Where update reads each gradient best (value_and_grad's grad_sharding option): with a
   /// state axis, split like the parameter's state, so the backward pass psum_scatters the
