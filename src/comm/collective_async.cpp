@@ -201,6 +201,9 @@ PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, const std
           Tensor<T> view = Tensor<T>::borrow(acc, Shape{r1 - r0, n});
           shared_reduce(mesh, s, view, where);
           comm_stats().record(s.name, s.axes_text, count * static_cast<std::int64_t>(sizeof(T)));
+        } else {
+          comm_stats().record_in_process(s.name, s.axes_text,
+                                         static_cast<std::int64_t>(m.size()) * count * static_cast<std::int64_t>(sizeof(T)));
         }
         if (finish) finish();
         continue;

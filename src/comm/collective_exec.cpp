@@ -123,6 +123,14 @@ void copy_in(const T* src, const Shape& src_shape, const Box& b, Tensor<T>& out)
   copy_box(src, src_shape, b.offset, out.data(), out.shape(), Shape(out.shape().size(), 0), b, sizeof(T));
 }
 
+/// CommStats of a collective whose whole group is on this rank (no MPI): one call, and the
+/// bytes of the members' input blocks, which move in memory.
+template <typename T>
+void record_in_process(const CollectiveSpec& s, std::size_t members) {
+  comm_stats().record_in_process(
+      s.name, s.axes_text, static_cast<std::int64_t>(members) * num_elements(s.in_shape) * static_cast<std::int64_t>(sizeof(T)));
+}
+
 // ---- psum / pmean / pmax / pmin: Allreduce in place on the locally combined block.
 template <typename T>
 void run_reduce(const Mesh& mesh, const CollectiveSpec& s, const DeviceGroup& g, const std::vector<Member>& m,
@@ -542,6 +550,7 @@ void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::ve
       case CollectiveKind::kAllToAll: run_all_to_all(s, g, m, topo, in, outs, cma); break;
       case CollectiveKind::kPpermute: run_ppermute(s, g, m, topo, ins, outs); break;
     }
+    if (g.comm.is_null()) record_in_process<T>(s, m.size());
   }
 }
 
@@ -562,6 +571,7 @@ void execute_gather_like(const Mesh& mesh, const CollectiveSpec& s, const std::v
     if (m.empty()) continue;
     if (s.kind == CollectiveKind::kAllGather) run_all_gather(s, g, m, mesh.topology(), in, outs);
     else run_all_to_all(s, g, m, mesh.topology(), in, outs, cma);
+    if (g.comm.is_null()) record_in_process<T>(s, m.size());
   }
 }
 
@@ -589,6 +599,7 @@ void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& s, cons
           if (from.local != to.local)
             std::memcpy(blocks[to.local]->data() + from.pos * be, blocks[from.local]->data() + from.pos * be,
                         chunk_bytes);
+      record_in_process<T>(s, m.size());
       continue;
     }
     if (g.ranks.size() == g.devices.size()) {  // one device per rank: the MPI call fills the block

@@ -11,6 +11,13 @@ void CommStats::record(const std::string& kind, const std::string& axes, std::in
   r.bytes += bytes;
 }
 
+void CommStats::record_in_process(const std::string& kind, const std::string& axes, std::int64_t bytes) {
+  std::lock_guard lock(mutex_);
+  auto& r = records_[{kind, axes}];
+  r.in_process_calls += 1;
+  r.in_process_bytes += bytes;
+}
+
 CommRecord CommStats::get(const std::string& kind, const std::string& axes) const {
   std::lock_guard lock(mutex_);
   CommRecord out;
@@ -18,6 +25,8 @@ CommRecord CommStats::get(const std::string& kind, const std::string& axes) cons
     if (key.first == kind && (axes.empty() || key.second == axes)) {
       out.calls += r.calls;
       out.bytes += r.bytes;
+      out.in_process_calls += r.in_process_calls;
+      out.in_process_bytes += r.in_process_bytes;
     }
   return out;
 }
@@ -28,6 +37,8 @@ CommRecord CommStats::total() const {
   for (const auto& [key, r] : records_) {
     out.calls += r.calls;
     out.bytes += r.bytes;
+    out.in_process_calls += r.in_process_calls;
+    out.in_process_bytes += r.in_process_bytes;
   }
   return out;
 }
@@ -55,11 +66,13 @@ std::map<std::pair<std::string, std::string>, CommRecord> CommStats::entries() c
 }
 
 std::string CommStats::to_string() const {
-  std::string out = "collective      axes              calls          bytes sent\n";
-  char line[160];
+  std::string out =
+      "collective      axes          MPI calls          bytes sent  in-process calls    bytes in memory\n";
+  char line[200];
   for (const auto& [key, r] : entries()) {
-    std::snprintf(line, sizeof line, "%-15s %-15s %8lld %18lld\n", key.first.c_str(), key.second.c_str(),
-                  static_cast<long long>(r.calls), static_cast<long long>(r.bytes));
+    std::snprintf(line, sizeof line, "%-15s %-15s %8lld %18lld %17lld %18lld\n", key.first.c_str(),
+                  key.second.c_str(), static_cast<long long>(r.calls), static_cast<long long>(r.bytes),
+                  static_cast<long long>(r.in_process_calls), static_cast<long long>(r.in_process_bytes));
     out += line;
   }
   std::lock_guard lock(mutex_);

@@ -751,7 +751,7 @@ SHARD_MPI_TEST(Pmap, NormalizeLikeTheJaxDocs) {
   }
 }
 
-SHARD_MPI_TEST(CommStats, PsumRecordsOneCallPerGroupThatSpansRanks) {
+SHARD_MPI_TEST(CommStats, PsumRecordsOneCallPerGroupThatSpansRanksAndCountsTheOthersInProcess) {
   const int n = runtime().device_count();
   const int k = runtime().devices_per_rank();
   const Topology& topo = runtime().topology();
@@ -761,13 +761,18 @@ SHARD_MPI_TEST(CommStats, PsumRecordsOneCallPerGroupThatSpansRanks) {
       const Layout in = input_layout(mesh);
       const auto x = device_put(random_tensor<double>(in.shape, 1000), NamedSharding(mesh, in.spec));
       int expected_calls = 0;  // local groups whose devices live on two or more ranks
+      std::int64_t in_process = 0, in_process_devices = 0;  // groups inside this rank (no MPI)
       std::vector<std::vector<int>> seen;
       for (int d : mesh.local_device_ids()) {
         const auto g = group_of(mesh, d, axis);
         if (std::find(seen.begin(), seen.end(), g) != seen.end()) continue;
         seen.push_back(g);
-        if (std::any_of(g.begin(), g.end(), [&](int e) { return topo.owner(e) != topo.owner(d); }))
+        if (std::any_of(g.begin(), g.end(), [&](int e) { return topo.owner(e) != topo.owner(d); })) {
           ++expected_calls;
+        } else {
+          ++in_process;
+          in_process_devices += static_cast<std::int64_t>(g.size());
+        }
       }
       comm_stats().reset();
       shard_map(mesh, in.spec, in.spec, [&](DeviceContext& ctx, const Tensor<double>& b) { return ctx.psum(b, axis); })(x);
@@ -776,6 +781,9 @@ SHARD_MPI_TEST(CommStats, PsumRecordsOneCallPerGroupThatSpansRanks) {
       EXPECT_EQ(r.calls, expected_calls) << what << "\n" << comm_stats().to_string();
       EXPECT_EQ(r.bytes, expected_calls * 2 * 3 * static_cast<std::int64_t>(sizeof(double))) << what;
       EXPECT_EQ(comm_stats().get("psum").calls, expected_calls) << what;
+      // The groups inside this rank are counted apart: one call each, their blocks moved in memory.
+      EXPECT_EQ(r.in_process_calls, in_process) << what << "\n" << comm_stats().to_string();
+      EXPECT_EQ(r.in_process_bytes, in_process_devices * 2 * 3 * static_cast<std::int64_t>(sizeof(double))) << what;
       // Over the minor axis the groups stay inside one rank; over a 1-D mesh one group spans all.
       const bool minor = mesh.ndim() == 2 && axis == "b", one = mesh.ndim() == 1;
       EXPECT_EQ(r.calls, minor ? 0 : one ? std::min(runtime().process_count() - 1, 1) : r.calls) << what;

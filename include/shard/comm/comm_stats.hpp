@@ -12,14 +12,20 @@ namespace shard {
 struct CommRecord {
   std::int64_t calls = 0;  ///< MPI calls made
   std::int64_t bytes = 0;  ///< bytes this rank handed to MPI to send
+  /// Collectives whose whole group is on this rank (several devices per rank): no MPI; the
+  /// bytes of the members' blocks they moved in memory.
+  std::int64_t in_process_calls = 0;
+  std::int64_t in_process_bytes = 0;
 };
 
-/// A per-process record of the MPI traffic Shard issued: calls and bytes sent, keyed by
-/// collective kind ("psum", "all_gather", "to_host", ...) and mesh axes ("'a'", "('a','b')").
+/// A per-process record of the traffic Shard's collectives caused, keyed by collective kind
+/// ("psum", "all_gather", "to_host", ...) and mesh axes ("'a'", "('a','b')"): MPI calls and
+/// bytes sent, and apart from them the collectives among devices of this rank (in memory).
 /// Local only: reading it never communicates.
 class CommStats {
  public:
   void record(const std::string& kind, const std::string& axes, std::int64_t bytes);
+  void record_in_process(const std::string& kind, const std::string& axes, std::int64_t bytes);
   /// The record of one kind; over all axes when `axes` is empty.
   CommRecord get(const std::string& kind, const std::string& axes = "") const;
   /// Everything recorded since the last reset.
