@@ -7,6 +7,8 @@
 #   scripts.mpi_layer         no MPI call outside the comm layer (tests/check_mpi_layer.sh)
 #   scripts.dtype_list        the dtype list is written once (tests/check_dtype_list.sh)
 #   scripts.format            C++ files follow .clang-format (tests/check_format.sh)
+#   scripts.docs              README.md and docs/ keep true: links, named scripts and apps, the API
+#                             tables' shard:: names, the README's first program (tests/check_docs.sh)
 #   scripts.layers            includes point down the layers, no library file past 700 lines, no
 #                             build outputs tracked (tests/check_layers.sh)
 
@@ -55,6 +57,9 @@ set_tests_properties(scripts.dtype_list PROPERTIES TIMEOUT 30 LABELS scripts)
 # scripts.layers: DESIGN.md's layer folders: an include that climbs the layer order and is not
 # listed in tests/layers_pending.txt (a ratchet: the list only shrinks), a library file past 700
 # lines or a tracked build output fails (tests/check_layers.sh).
+add_test(NAME scripts.docs COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_docs.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(scripts.docs PROPERTIES TIMEOUT 60 LABELS scripts)
+
 add_test(NAME scripts.layers COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_layers.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(scripts.layers PROPERTIES TIMEOUT 30 LABELS scripts)
 

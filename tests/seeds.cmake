@@ -20,3 +20,14 @@ if(SHARD_BUILD_APPS)
     endif()
   endforeach()
 endif()
+
+# The README's first program, as a newcomer runs it (2 ranks x 2 devices).
+if(TARGET first_program)
+  add_test(NAME examples.first_program.np2.dpr2
+           COMMAND ${PROJECT_SOURCE_DIR}/mpirun_examples/seeds/check_output.sh
+                   ${PROJECT_SOURCE_DIR}/mpirun_examples/seeds/expected/first_program.txt
+                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${SHARD_MPIEXEC_FLAGS}
+                   $<TARGET_FILE:first_program> --devices-per-rank 2)
+  set_tests_properties(examples.first_program.np2.dpr2 PROPERTIES TIMEOUT 120 LABELS "mpi;seeds"
+                       ENVIRONMENT "${SHARD_MPI_TEST_ENV}")
+endif()
