@@ -113,9 +113,10 @@ void reserve_blocks(const std::string& path, std::int64_t bytes, const std::stri
                    space_hint(path, bytes));
 }
 
-/// Rank 0's view of a .npy file: the header and the file size, checked against T.
+/// Rank 0's view of a .npy file: the header and the file size, checked against T (`also`: a
+/// descr accepted as well, returned after the format checks alone: load_npy converts it).
 template <typename T>
-NpyHeader read_header_on_root(const std::string& path) {
+NpyHeader read_header_on_root(const std::string& path, const char* also = nullptr) {
   const std::string op = std::string("load_npy<") + dtype_name<T>() + ">";
   std::error_code ec;
   const auto file_size = static_cast<std::int64_t>(std::filesystem::file_size(path, ec));
@@ -125,6 +126,7 @@ NpyHeader read_header_on_root(const std::string& path) {
   if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size())))
     raise<IoError>(op, ": cannot read '", path, "': ", std::strerror(errno));
   NpyHeader h = parse_npy_header(bytes, path);
+  if (also && h.descr == also) return h;
   if (h.descr != npy_descr<T>())
     raise<IoError>(op, ": '", path, "' holds '", h.descr, "' (", dtype_of_descr(h.descr), ") data, not '",
                    npy_descr<T>(), "' (", dtype_name<T>(), "); load it with the file's dtype (only bfloat16 and float32 load from each other's files)");
@@ -184,28 +186,6 @@ void save_npy(const ShardedArray<T>& x, const std::string& path) {
   f.close();
 }
 
-/// Whether rank 0 finds a header with descr `descr` at `path`, on every rank (false when it
-/// cannot read one: load_npy's own checks then raise the error).
-bool file_holds_descr(const std::string& path, const char* descr) {
-  const mpi::Communicator& world = Runtime::current().world();
-  std::int64_t found = 0;
-  if (world.rank() == 0) {
-    try {
-      std::ifstream in(path, std::ios::binary);
-      std::string bytes(static_cast<std::size_t>(kMaxHeaderBytes), '\0');
-      in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      bytes.resize(static_cast<std::size_t>(in.gcount()));
-      found = parse_npy_header(bytes, path).descr == descr ? 1 : 0;
-    } catch (const std::exception&) {
-      found = 0;
-    }
-  }
-  const detail::CommOp op{"load_npy", std::string("the dtype of ") + path};
-  detail::check_transfer(op);
-  detail::broadcast(detail::world_group(), op, &found, 1, 0);
-  return found != 0;
-}
-
 template <typename T>
 ShardedArray<T> load_npy(const std::string& path, const NamedSharding& sharding) {
   const mpi::Communicator& world = Runtime::current().world();
@@ -213,15 +193,18 @@ ShardedArray<T> load_npy(const std::string& path, const NamedSharding& sharding)
   // numpy has no bfloat16: JAX's files hold it as '<V2' (ml_dtypes), others save the same
   // model as float32. bfloat16 and float32 load from either, as checkpoints do: float32 data
   // into bfloat16 rounds to nearest even, bfloat16 data into float32 is exact.
-  if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, float>) {
-    using Other = std::conditional_t<std::is_same_v<T, float>, bfloat16, float>;
-    if (file_holds_descr(path, npy_descr<Other>())) return astype<T>(load_npy<Other>(path, sharding));
-  }
-  // Rank 0 checks the header; the others receive [data offset, ndim, dims...].
+  using Other = std::conditional_t<std::is_same_v<T, float>, bfloat16, float>;
+  constexpr bool kConverts = std::is_same_v<T, bfloat16> || std::is_same_v<T, float>;
+  // Rank 0 checks the header; the others receive [data offset, ndim, dims...], or [-1] when the
+  // file holds the other of bfloat16 / float32.
   std::vector<std::int64_t> meta;
   mpi::agreed(world, [&] {
     if (world.rank() != 0) return;
-    const NpyHeader h = read_header_on_root<T>(path);
+    const NpyHeader h = read_header_on_root<T>(path, kConverts ? npy_descr<Other>() : nullptr);
+    if (kConverts && h.descr == npy_descr<Other>()) {
+      meta = {-1};
+      return;
+    }
     meta = {h.data_offset, static_cast<std::int64_t>(h.shape.size())};
     meta.insert(meta.end(), h.shape.begin(), h.shape.end());
   });
@@ -231,6 +214,8 @@ ShardedArray<T> load_npy(const std::string& path, const NamedSharding& sharding)
   detail::broadcast(detail::world_group(), meta_op, &n, 1, 0);
   meta.resize(static_cast<std::size_t>(n));
   detail::broadcast(detail::world_group(), meta_op, meta.data(), detail::transfer_count(n, meta_op), 0);
+  if constexpr (kConverts)
+    if (meta[0] == -1) return astype<T>(load_npy<Other>(path, sharding));
   const std::int64_t data_offset = meta[0];
   const Shape shape(meta.begin() + 2, meta.end());
   checked_num_elements(shape, sizeof(T), op.c_str());  // metadata: the same error on every rank

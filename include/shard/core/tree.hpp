@@ -164,8 +164,8 @@ void tree_for_each_with_path(F&& f, Tree&& tree, Rest&&... rest);
 
 namespace detail {
 
-/// A node's kind, for trees visited together: 0 static, 1 leaf, 2 vector, 3 map, 4 tuple / pair
-/// of that size (10 + n), 5 struct of n members (1000 + n).
+/// A node's kind, for trees visited together: 0 static data, 1 leaf, 2 vector, 3 map, 10 + n a
+/// tuple / pair of n elements, 1000 + n a SHARD_TREE struct of n members.
 template <typename T>
 constexpr int node_kind() {
   if constexpr (ArrayLike<T>)
