@@ -212,7 +212,9 @@ void visit_tree(F& f, TreePath& path, T& t, Ts&... ts) {
     }
   } else if constexpr (is_string_map<U>::value) {
     (check_size(path, "a map", "keys", t.size(), ts.size()), ...);
-    for (auto& [key, value] : t) {
+    for (auto& entry : t) {
+      const std::string& key = entry.first;  // a named reference: lambdas cannot capture a structured binding in C++20
+      auto& value = entry.second;
       auto find = [&](auto& other) -> auto& {
         auto it = other.find(key);
         if (it == other.end()) tree_mismatch(path, "key '" + key + "' is missing from another tree");
@@ -269,7 +271,9 @@ auto map_tree(F& f, TreePath& path, const T& t, const Ts&... ts) {
     using R = decltype(map_tree(f, path, t.begin()->second, ts.begin()->second...));
     (check_size(path, "a map", "keys", t.size(), ts.size()), ...);
     std::map<std::string, R> out;
-    for (const auto& [key, value] : t) {
+    for (const auto& entry : t) {
+      const std::string& key = entry.first;  // see visit_tree
+      const auto& value = entry.second;
       auto find = [&](const auto& other) -> const auto& {
         auto it = other.find(key);
         if (it == other.end()) tree_mismatch(path, "key '" + key + "' is missing from another tree");
