@@ -113,6 +113,19 @@ SHARD_MPI_TEST(Trees, MapPathsLeavesAndStructure) {
   static_assert(std::is_same_v<tree_leaf_t<decltype(f32)>, Tensor<float>>);
   EXPECT_EQ(std::get<1>(f32).second, 4);
   EXPECT_EQ(tree_paths(f32), (std::vector<std::string>{"[0]", "[1][0]", "[2][0]"}));
+  // Containers without an array inside (std::vector<bool> and its proxy references, a map of
+  // ints, a pair of ints) are static data: copied, never walked.
+  const auto mixed = std::make_tuple(h.layers[0].w, std::vector<bool>{true, false, true},
+                                     std::map<std::string, int>{{"k", 7}}, std::pair<int, int>{1, 2});
+  EXPECT_EQ(tree_num_leaves(mixed), 1u);
+  EXPECT_EQ(tree_paths(mixed), (std::vector<std::string>{"[0]"}));
+  const auto mixed2 = tree_map([](const auto& x) { return x * 2.0; }, mixed);
+  EXPECT_EQ(std::get<1>(mixed2), (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(std::get<2>(mixed2).at("k"), 7);
+  EXPECT_LT(max_diff(std::get<0>(mixed2), h.layers[0].w * 2.0), 1e-15);
+  auto other = mixed;
+  std::get<1>(other).push_back(false);  // static data may differ between trees visited together
+  tree_check_same_structure(mixed, other);
   // device_put of a tree: a map of host Tensors becomes a map of ShardedArrays.
   const Mesh mesh = meshes().back();
   const std::map<std::string, Tensor<double>> hm = {{"w", h.layers[0].w}, {"b", h.layers[0].b}};

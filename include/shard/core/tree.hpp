@@ -164,12 +164,20 @@ void tree_for_each_with_path(F&& f, Tree&& tree, Rest&&... rest);
 
 namespace detail {
 
+/// Whether a type holds an array somewhere: a container without one (std::vector<bool>,
+/// std::map<std::string, int>, a pair of ints) is static data like any other value, copied by
+/// tree_map and never walked (as JAX treats a tuple of ints it finds in a pytree's aux data).
+template <typename T>
+constexpr bool has_leaves = !std::is_same_v<decltype(first_leaf<T>()), std::type_identity<void>>;
+
 /// A node's kind, for trees visited together: 0 static data, 1 leaf, 2 vector, 3 map, 10 + n a
 /// tuple / pair of n elements, 1000 + n a SHARD_TREE struct of n members.
 template <typename T>
 constexpr int node_kind() {
   if constexpr (ArrayLike<T>)
     return 1;
+  else if constexpr (!has_leaves<T>)
+    return 0;
   else if constexpr (is_std_vector<T>::value)
     return 2;
   else if constexpr (is_string_map<T>::value)
@@ -201,7 +209,9 @@ void visit_tree(F& f, TreePath& path, T& t, Ts&... ts) {
       ((node_kind<U>() == node_kind<std::remove_cvref_t<Ts>>()) && ...),
       "trees passed together must have the same structure (a leaf against a leaf, a vector against a "
       "vector, ...)");
-  if constexpr (ArrayLike<U>) {
+  if constexpr (node_kind<U>() == 0) {
+    // static data: no leaves
+  } else if constexpr (ArrayLike<U>) {
     f(std::as_const(path), t, ts...);
   } else if constexpr (is_std_vector<U>::value) {
     (check_size(path, "a vector", "elements", t.size(), ts.size()), ...);
@@ -254,7 +264,9 @@ auto map_tree(F& f, TreePath& path, const T& t, const Ts&... ts) {
       ((node_kind<T>() == node_kind<Ts>()) && ...),
       "trees passed together must have the same structure (a leaf against a leaf, a vector against a "
       "vector, ...)");
-  if constexpr (ArrayLike<T>) {
+  if constexpr (node_kind<T>() == 0) {
+    return t;  // static data: copied
+  } else if constexpr (ArrayLike<T>) {
     return f(std::as_const(path), t, ts...);
   } else if constexpr (is_std_vector<T>::value) {
     using R = decltype(map_tree(f, path, t[0], ts[0]...));
@@ -323,7 +335,8 @@ auto map_tree(F& f, TreePath& path, const T& t, const Ts&... ts) {
     }
     (std::make_index_sequence<std::tuple_size_v<std::remove_cvref_t<decltype(tt)>>>());
   } else {
-    return t;  // static data: copied
+    static_assert(node_kind<T>() == 0, "unreachable: every node kind is handled above");
+    return t;
   }
 }
 
