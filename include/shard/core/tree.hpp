@@ -223,7 +223,8 @@ void visit_tree(F& f, TreePath& path, T& t, Ts&... ts) {
   } else if constexpr (is_string_map<U>::value) {
     (check_size(path, "a map", "keys", t.size(), ts.size()), ...);
     for (auto& entry : t) {
-      const std::string& key = entry.first;  // a named reference: lambdas cannot capture a structured binding in C++20
+      const std::string& key =
+          entry.first;  // a named reference: lambdas cannot capture a structured binding in C++20
       auto& value = entry.second;
       auto find = [&](auto& other) -> auto& {
         auto it = other.find(key);
