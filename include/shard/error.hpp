@@ -3,6 +3,7 @@
 /// it, or "[rank ?]" before MPI is up) and names what is wrong and how to fix it.
 
 #include <exception>
+#include <source_location>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -10,15 +11,22 @@
 
 namespace shard {
 
-/// Base of every exception Shard throws.
+/// Base of every exception Shard throws. A message raised while a public call made from the
+/// user's code is in progress ends with that call's place: "... (at main.cpp:42, in
+/// shard::matmul)" (detail::CallScope; the innermost call whose source file is not Shard's).
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message);
   /// The message without the "[rank r] " prefix that what() carries.
   const std::string& message() const { return message_; }
+  const char* what() const noexcept override { return what_.c_str(); }
+  /// Appends a line of context to the message (shard_map adds the body's device and shapes to
+  /// an error raised inside a body before rethrowing it).
+  void add_context(const std::string& line);
 
  private:
   std::string message_;
+  std::string what_;
 };
 
 /// A spec, mesh or sharding that cannot describe a layout (unknown axis, axis used twice...).
@@ -66,6 +74,47 @@ class CollectiveMismatchError : public ValueError {
 };
 
 namespace detail {
+
+/// One public call in progress on this thread: what the user called and where (a
+/// std::source_location defaulted at the user's call). Scopes nest; an error message names the
+/// innermost one made from a file outside Shard's headers and sources (an op called inside an
+/// optimizer names the optimizer's call; one called in a shard_map body names the body's line).
+/// Costs two thread-local stores; operators (a + b) cannot take a location and leave the
+/// enclosing scope in place.
+class CallScope {
+ public:
+  CallScope(const char* api, const std::source_location& where) noexcept
+      : api_(api), where_(where), header_(std::source_location::current().file_name()), previous_(top()) {
+    top() = this;
+  }
+  ~CallScope() { top() = previous_; }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+  const char* api() const { return api_; }
+  const std::source_location& where() const { return where_; }
+  const CallScope* previous() const { return previous_; }
+  const char* header_name() const { return header_; }
+  /// Whether the call was made from the user's code (not from Shard's own headers or sources).
+  bool from_user() const;
+  /// The innermost scope of this thread (null when none).
+  static const CallScope* innermost() { return top(); }
+
+ private:
+  static const CallScope*& top() {
+    thread_local const CallScope* t = nullptr;
+    return t;
+  }
+  const char* api_;
+  std::source_location where_;
+  const char* header_;  // this header's path as the including translation unit sees it
+  const CallScope* previous_;
+};
+
+/// "main.cpp:42, in shard::matmul" for the innermost user call in progress on this thread
+/// (`where` first when it is itself in user code), or "" when there is none. The user's file
+/// as its compiler named it; never a path of Shard's build.
+std::string user_call_site(const std::source_location& where = {});
 
 /// The "[rank r] " prefix for messages of this process (MPI world rank; "?" before init).
 std::string rank_prefix();

@@ -268,9 +268,9 @@ ShardedArray<T> relabel(const ShardedArray<T>& x, const NamedSharding& to) {
 }  // namespace
 
 template <typename T>
-ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to) {
-  static constexpr std::source_location kLibrary{};  // no caller's line yet
-  return detail::bind_at(prim::Reshard{{}, &to}, kLibrary, x);
+ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to, std::source_location where) {
+  const detail::CallScope scope("reshard", where);
+  return detail::bind_at(prim::Reshard{{}, &to}, where, x);
 }
 
 template <Dtype T>
@@ -306,7 +306,7 @@ ShardedArray<T> prim::Reshard::sharded(const ShardedArray<T>& x) const {
 }
 
 #define SHARD_INSTANTIATE_RESHARD(T)                                                \
-  template ShardedArray<T> reshard<T>(const ShardedArray<T>&, const NamedSharding&); \
+  template ShardedArray<T> reshard<T>(const ShardedArray<T>&, const NamedSharding&, std::source_location); \
   template ShardedArray<T> prim::Reshard::sharded<T>(const ShardedArray<T>&) const;
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_RESHARD)
 #undef SHARD_INSTANTIATE_RESHARD

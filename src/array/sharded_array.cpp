@@ -160,12 +160,14 @@ struct ToHost : Primitive {
 }  // namespace
 
 template <typename T>
-Tensor<T> ShardedArray<T>::to_host() const {
-  return bind(ToHost{}, *this);
+Tensor<T> ShardedArray<T>::to_host(std::source_location where) const {
+  return shard::bind(ToHost{}, *this, where);
 }
 
 template <typename T>
-T ShardedArray<T>::item() const {
+T ShardedArray<T>::item(std::source_location where) const {
+  const detail::CallScope scope("item", where);
+  if (empty()) raise<ValueError>("item(): the array is empty (default-constructed and never assigned an array)");
   if (size() != 1)
     raise<ShapeError>("item(): the array has shape ", to_string(shape_), " (", size(),
                       " elements); item() reads a 0-d or size-1 array");
@@ -180,7 +182,8 @@ T ShardedArray<T>::item() const {
 }
 
 template <typename T>
-Tensor<T> ShardedArray<T>::gather(int root) const {
+Tensor<T> ShardedArray<T>::gather(int root, std::source_location where) const {
+  const detail::CallScope scope("gather", where);
   const auto& comm = world();
   if (root < 0 || root >= comm.size())
     raise<ValueError>("gather: root ", root, " is not a rank (there are ", comm.size(), " ranks)");
@@ -200,7 +203,8 @@ Tensor<T> ShardedArray<T>::gather(int root) const {
 }
 
 template <typename T>
-ShardedArray<T> device_put(const Tensor<T>& host, const NamedSharding& sharding) {
+ShardedArray<T> device_put(const Tensor<T>& host, const NamedSharding& sharding, std::source_location where) {
+  const detail::CallScope scope("device_put", where);
   const Shape& shape = host.shape();
   // A shape the sharding does not fit (wrong ndim, say) on some ranks: the error on every rank.
   mpi::agreed(world(), [&] { sharding.check_shape(shape); });
@@ -271,7 +275,7 @@ ShardedArray<T> arange(const Shape& shape, const NamedSharding& sharding) {
 
 #define SHARD_INSTANTIATE_ARRAY(T)                                                                           \
   template class ShardedArray<T>;                                                                            \
-  template ShardedArray<T> device_put<T>(const Tensor<T>&, const NamedSharding&);                            \
+  template ShardedArray<T> device_put<T>(const Tensor<T>&, const NamedSharding&, std::source_location);                            \
   template ShardedArray<T> from_callback<T>(const Shape&, const NamedSharding&,                              \
                                             const std::function<Tensor<T>(const Box&)>&);                    \
   template ShardedArray<T> generate<T>(const Shape&, const NamedSharding&,                                   \

@@ -34,7 +34,6 @@ mpi::Communicator g_watchdog_comm;  // a duplicate of the world for the arrival 
 DeviceGroup g_world;       // a duplicate of the world: the exchanges of meshes spanning every rank, shard_map's
                            // and the program's ends, failure marks (never met by a data transfer)
 DeviceGroup g_world_data;  // the Runtime's world (not owned): the comm verbs' whole-world transfers
-thread_local const std::source_location* t_call_site = nullptr;
 
 using Clock = std::chrono::steady_clock;
 
@@ -395,7 +394,7 @@ void guard_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vect
   raise_if_poisoned();
   MeshComms& comms = mesh.comms();
   const long seq = comms.next_sequence();
-  const std::source_location& site = t_call_site ? *t_call_site : where;
+  const std::source_location& site = where;
   const bool world = spans_world(mesh);
   // The arrival messages come before any communicator creation (which waits for every rank
   // inside MPI): under the watchdog always, under the check until the mesh's guard
@@ -645,11 +644,8 @@ double abort_grace_seconds() { return g_abort_grace; }
 void set_abort_grace_seconds(double seconds) { g_abort_grace = seconds; }
 
 std::string call_site_text(const std::source_location& where) {
-  return cat(where.file_name(), ":", where.line(), " (", where.function_name(), ")");
+  std::string site = user_call_site(where);
+  return site.empty() ? std::string("inside Shard (no call from user code in progress)") : site;
 }
-
-CallSiteScope::CallSiteScope(const std::source_location& where) : previous_(t_call_site) { t_call_site = &where; }
-CallSiteScope::~CallSiteScope() { t_call_site = previous_; }
-const std::source_location* scoped_call_site() { return t_call_site; }
 
 }  // namespace shard::detail

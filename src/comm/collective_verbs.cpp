@@ -44,7 +44,7 @@ const DeviceGroup& world_group() { return world_device_group(); }
 void check_transfer(const CommOp& t) {
   raise_if_poisoned();
   if (!collective_guard_on()) return;
-  check_world_transfer(spec_of(t), scoped_call_site() ? *scoped_call_site() : t.where);
+  check_world_transfer(spec_of(t), t.where);
 }
 
 void check_mesh_transfer(const Mesh& mesh, const CommOp& t) {

@@ -9,6 +9,7 @@
 namespace shard {
 
 detail::MeshComms& Mesh::comms() const {
+  (void)st();  // ValueError for an empty mesh
   std::lock_guard lock(state_->comms_mutex);
   if (!state_->comms)
     state_->comms = std::make_shared<detail::MeshComms>(state_->shape, state_->devices, state_->topology);

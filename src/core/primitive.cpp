@@ -20,12 +20,9 @@ std::string trimmed(std::string_view s) {
 
 }  // namespace
 
-std::string located(const char* op, const std::source_location& where) {
-  std::string s = op;
-  if (where.line() == 0) return s;
-  std::string file = where.file_name();
-  if (auto slash = file.find_last_of('/'); slash != std::string::npos) file = file.substr(slash + 1);
-  return s + " (called at " + file + ":" + std::to_string(where.line()) + ")";
+std::string located(const char* op, const std::source_location&) {
+  // The user's line is added by the Error itself (detail::CallScope): never a library path here.
+  return op;
 }
 
 FactorRule::FactorRule(std::string_view text) : text_(text) {

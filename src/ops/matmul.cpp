@@ -42,18 +42,20 @@ constexpr std::source_location kLibrary{};  // the public functions below have n
 // ---------------------------------------------------------------- matmul
 
 template <Dtype T>
-Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
-  return detail::bind_at(prim::Matmul{}, kLibrary, a, b);
+Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b, std::source_location where) {
+  const detail::CallScope scope("matmul", where);
+  return detail::bind_at(prim::Matmul{}, where, a, b);
 }
 
 template <typename T>
 ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out,
-                       Algorithm algorithm) {
+                       Algorithm algorithm, std::source_location where) {
+  const detail::CallScope scope("matmul", where);
   if (!(a.mesh() == b.mesh())) {  // B on another mesh over the same devices: spelled on A's if it can be
     detail::check_same_devices(a.mesh(), b.mesh(), "matmul");
     if (auto eq = equivalent_sharding(b.sharding(), b.shape(), a.mesh())) return matmul(a, reshard(b, *eq), out, algorithm);
   }
-  return detail::bind_at(prim::Matmul{{}, out, algorithm}, kLibrary, a, b);
+  return detail::bind_at(prim::Matmul{{}, out, algorithm}, where, a, b);
 }
 
 template <Dtype T>
@@ -176,9 +178,9 @@ ShardedArray<T> vdot(const ShardedArray<T>& a, const ShardedArray<T>& b) {
 }
 
 #define SHARD_INSTANTIATE(T)                                                                            \
-  template Tensor<T> matmul<T>(const Tensor<T>&, const Tensor<T>&);                                       \
+  template Tensor<T> matmul<T>(const Tensor<T>&, const Tensor<T>&, std::source_location);                 \
   template ShardedArray<T> matmul<T>(const ShardedArray<T>&, const ShardedArray<T>&, const NamedSharding*, \
-                                     Algorithm);                                                          \
+                                     Algorithm, std::source_location);                                    \
   template Tensor<T> vdot<T>(const Tensor<T>&, const Tensor<T>&);                                         \
   template ShardedArray<T> vdot<T>(const ShardedArray<T>&, const ShardedArray<T>&);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE)

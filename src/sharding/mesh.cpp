@@ -93,15 +93,22 @@ std::shared_ptr<Mesh::State> Mesh::intern(std::shared_ptr<State> s) {
   return s;
 }
 
-int Mesh::ndim() const { return static_cast<int>(state_->shape.size()); }
-const std::vector<int>& Mesh::shape() const { return state_->shape; }
-const std::vector<std::string>& Mesh::axis_names() const { return state_->names; }
-const std::vector<int>& Mesh::device_ids() const { return state_->devices; }
-int Mesh::size() const { return static_cast<int>(state_->devices.size()); }
-const Topology& Mesh::topology() const { return state_->topology; }
+const Mesh::State& Mesh::st() const {
+  if (!state_)
+    raise<ValueError>("an empty array or mesh was used: a default-constructed ShardedArray (or NamedSharding, or Mesh) "
+                      "holds nothing until an array is assigned to it; assign one before using it");
+  return *state_;
+}
+
+int Mesh::ndim() const { return static_cast<int>(st().shape.size()); }
+const std::vector<int>& Mesh::shape() const { return st().shape; }
+const std::vector<std::string>& Mesh::axis_names() const { return st().names; }
+const std::vector<int>& Mesh::device_ids() const { return st().devices; }
+int Mesh::size() const { return static_cast<int>(st().devices.size()); }
+const Topology& Mesh::topology() const { return st().topology; }
 
 int Mesh::axis_position(const std::string& name) const {
-  const auto& n = state_->names;
+  const auto& n = st().names;
   const auto it = std::find(n.begin(), n.end(), name);
   if (it == n.end())
     raise<ShardingError>("unknown mesh axis '", name, "': the mesh has axes ", names_text(n), " (", to_string(),
@@ -110,15 +117,15 @@ int Mesh::axis_position(const std::string& name) const {
 }
 
 bool Mesh::has_axis(const std::string& name) const {
-  return std::find(state_->names.begin(), state_->names.end(), name) != state_->names.end();
+  return std::find(st().names.begin(), st().names.end(), name) != st().names.end();
 }
 
-int Mesh::axis_size(const std::string& name) const { return state_->shape[axis_position(name)]; }
+int Mesh::axis_size(const std::string& name) const { return st().shape[axis_position(name)]; }
 
 int Mesh::axes_size(AxisMask axes) const {
   int n = 1;
   for (int i = 0; i < ndim(); ++i)
-    if (axes & (AxisMask{1} << i)) n *= state_->shape[i];
+    if (axes & (AxisMask{1} << i)) n *= st().shape[i];
   return n;
 }
 
@@ -129,17 +136,17 @@ AxisMask Mesh::mask_of(const std::vector<std::string>& names) const {
 }
 
 int Mesh::flat_index(int device_id) const {
-  if (device_id < 0 || device_id >= static_cast<int>(state_->flat_of.size())) return -1;
-  return state_->flat_of[device_id];
+  if (device_id < 0 || device_id >= static_cast<int>(st().flat_of.size())) return -1;
+  return st().flat_of[device_id];
 }
 
 std::vector<int> Mesh::coords(int device_id) const {
   int f = flat_index(device_id);
   if (f < 0) raise<ShardingError>("device ", device_id, " is not in ", to_string(), " with devices ", devices_string());
-  std::vector<int> c(state_->shape.size());
+  std::vector<int> c(st().shape.size());
   for (int i = ndim() - 1; i >= 0; --i) {
-    c[i] = f % state_->shape[i];
-    f /= state_->shape[i];
+    c[i] = f % st().shape[i];
+    f /= st().shape[i];
   }
   return c;
 }
@@ -149,39 +156,42 @@ int Mesh::device_at(const std::vector<int>& coords) const {
     raise<ShardingError>("Mesh::device_at: ", coords.size(), " coordinates for a ", ndim(), "-D mesh");
   int f = 0;
   for (int i = 0; i < ndim(); ++i) {
-    if (coords[i] < 0 || coords[i] >= state_->shape[i])
-      raise<ShardingError>("Mesh::device_at: coordinate ", coords[i], " out of range for axis '", state_->names[i],
-                           "' of size ", state_->shape[i]);
-    f = f * state_->shape[i] + coords[i];
+    if (coords[i] < 0 || coords[i] >= st().shape[i])
+      raise<ShardingError>("Mesh::device_at: coordinate ", coords[i], " out of range for axis '", st().names[i],
+                           "' of size ", st().shape[i]);
+    f = f * st().shape[i] + coords[i];
   }
-  return state_->devices[f];
+  return st().devices[f];
 }
 
 std::vector<int> Mesh::local_device_ids() const {
   std::vector<int> out;
-  for (int d : state_->devices)
-    if (state_->topology.is_local(d)) out.push_back(d);
+  for (int d : st().devices)
+    if (st().topology.is_local(d)) out.push_back(d);
   return out;
 }
 
 std::string Mesh::to_string() const {
+  if (!state_) return "Mesh(empty)";
   std::ostringstream os;
   os << "Mesh(";
-  for (int i = 0; i < ndim(); ++i) os << (i ? ", " : "") << '\'' << state_->names[i] << "': " << state_->shape[i];
+  for (int i = 0; i < ndim(); ++i) os << (i ? ", " : "") << '\'' << st().names[i] << "': " << st().shape[i];
   os << ')';
   return os.str();
 }
 
 std::string Mesh::devices_string() const {
+  if (!state_) return "[]";
   std::ostringstream os;
   os << '[';
-  for (std::size_t i = 0; i < state_->devices.size(); ++i) os << (i ? ", " : "") << state_->devices[i];
+  for (std::size_t i = 0; i < st().devices.size(); ++i) os << (i ? ", " : "") << st().devices[i];
   os << ']';
   return os.str();
 }
 
 bool Mesh::operator==(const Mesh& other) const {
   if (state_ == other.state_) return true;
+  if (!state_ || !other.state_) return false;
   return state_->shape == other.state_->shape && state_->names == other.state_->names &&
          state_->devices == other.state_->devices && state_->topology == other.state_->topology;
 }

@@ -198,6 +198,7 @@ Tensor<T> DeviceContext::run(detail::CollectiveSpec spec, Tensor<T> x, const std
 
 template <typename T>
 Tensor<T> DeviceContext::psum(Tensor<T> x, const Axes& axes, std::source_location where) {
+  const detail::CallScope scope("psum", where);
   if (auto* tape = detail::recording_tape_for(x)) {
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "psum");
     return detail::record_collective(
@@ -209,6 +210,7 @@ Tensor<T> DeviceContext::psum(Tensor<T> x, const Axes& axes, std::source_locatio
 }
 template <typename T>
 Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, std::source_location where) {
+  const detail::CallScope scope("pmean", where);
   if constexpr (is_floating_v<T>) {
     if (auto* tape = detail::recording_tape_for(x)) {
       const std::uint32_t m = detail::axes_mask(mesh(), axes, "pmean");
@@ -231,6 +233,7 @@ Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, std::s
 }
 template <typename T>
 Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes, std::source_location where) {
+  const detail::CallScope scope("pmax", where);
   if (auto* tape = detail::recording_tape_for(x)) {
     if constexpr (FloatDtype<T>)
       if (detail::differentiable_on(x, *tape)) detail::raise_not_differentiable("pmax", "JAX defines no transpose for it either");
@@ -245,6 +248,7 @@ Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes, std::source_locatio
 }
 template <typename T>
 Tensor<T> DeviceContext::pmin(Tensor<T> x, const Axes& axes, std::source_location where) {
+  const detail::CallScope scope("pmin", where);
   if (auto* tape = detail::recording_tape_for(x)) {
     if constexpr (FloatDtype<T>)
       if (detail::differentiable_on(x, *tape)) detail::raise_not_differentiable("pmin", "JAX defines no transpose for it either");
@@ -269,6 +273,7 @@ Tensor<T> view_of(const Tensor<T>& x) {
 template <typename T>
 Tensor<T> DeviceContext::all_gather(Tensor<T>&& x, const Axes& axes, int dim, bool tiled,
                                     std::source_location where) {
+  const detail::CallScope scope("all_gather", where);
   if (detail::varying_collective_tape(x)) return all_gather(static_cast<const Tensor<T>&>(x), axes, dim, tiled, where);
   auto spec = detail::all_gather_spec(mesh(), axes, x.shape(), dim, tiled);  // before x is moved from
   return run(std::move(spec), std::move(x), where);
@@ -276,6 +281,7 @@ Tensor<T> DeviceContext::all_gather(Tensor<T>&& x, const Axes& axes, int dim, bo
 template <typename T>
 Tensor<T> DeviceContext::all_gather(const Tensor<T>& x, const Axes& axes, int dim, bool tiled,
                                     std::source_location where) {
+  const detail::CallScope scope("all_gather", where);
   if (auto* tape = detail::varying_collective_tape(x)) {  // transpose: psum_scatter
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "all_gather");
     return detail::record_collective(
@@ -287,6 +293,7 @@ Tensor<T> DeviceContext::all_gather(const Tensor<T>& x, const Axes& axes, int di
 template <typename T>
 Tensor<T> DeviceContext::all_gather_invariant(const Tensor<T>& x, const Axes& axes, int dim, bool tiled,
                                               std::source_location where) {
+  const detail::CallScope scope("all_gather_invariant", where);
   if (auto* tape = detail::recording_tape_for(x)) {  // transpose: this device's own chunk
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "all_gather_invariant");
     const std::int64_t i = axis_index(axes);
@@ -309,6 +316,7 @@ Tensor<T> DeviceContext::all_gather_invariant(const Tensor<T>& x, const Axes& ax
 template <typename T>
 Tensor<T> DeviceContext::psum_scatter(Tensor<T> x, const Axes& axes, int dim, bool tiled,
                                       std::source_location where) {
+  const detail::CallScope scope("psum_scatter", where);
   if (auto* tape = detail::varying_collective_tape(x)) {  // transpose: all_gather
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "psum_scatter");
     return detail::record_collective(
@@ -322,6 +330,7 @@ Tensor<T> DeviceContext::psum_scatter(Tensor<T> x, const Axes& axes, int dim, bo
 template <typename T>
 Tensor<T> DeviceContext::all_to_all(Tensor<T>&& x, const Axes& axes, int split_dim, int concat_dim, bool tiled,
                                     std::source_location where) {
+  const detail::CallScope scope("all_to_all", where);
   if (detail::varying_collective_tape(x))
     return all_to_all(static_cast<const Tensor<T>&>(x), axes, split_dim, concat_dim, tiled, where);
   auto spec = detail::all_to_all_spec(mesh(), axes, x.shape(), split_dim, concat_dim, tiled);  // before x is moved from
@@ -330,6 +339,7 @@ Tensor<T> DeviceContext::all_to_all(Tensor<T>&& x, const Axes& axes, int split_d
 template <typename T>
 Tensor<T> DeviceContext::all_to_all(const Tensor<T>& x, const Axes& axes, int split_dim, int concat_dim, bool tiled,
                                     std::source_location where) {
+  const detail::CallScope scope("all_to_all", where);
   if (auto* tape = detail::varying_collective_tape(x)) {  // transpose: split and concat swapped
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "all_to_all");
     return detail::record_collective(
@@ -344,6 +354,7 @@ Tensor<T> DeviceContext::all_to_all(const Tensor<T>& x, const Axes& axes, int sp
 template <typename T>
 Tensor<T> DeviceContext::ppermute(Tensor<T>&& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
                                   std::source_location where) {
+  const detail::CallScope scope("ppermute", where);
   if (detail::varying_collective_tape(x)) return ppermute(static_cast<const Tensor<T>&>(x), axes, std::move(perm), where);
   auto spec = detail::ppermute_spec(mesh(), axes, x.shape(), std::move(perm));  // before x is moved from
   return run(std::move(spec), std::move(x), where);
@@ -351,6 +362,7 @@ Tensor<T> DeviceContext::ppermute(Tensor<T>&& x, const Axes& axes, std::vector<s
 template <typename T>
 Tensor<T> DeviceContext::ppermute(const Tensor<T>& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
                                   std::source_location where) {
+  const detail::CallScope scope("ppermute", where);
   if (auto* tape = detail::varying_collective_tape(x)) {  // transpose: the inverse permutation
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "ppermute");
     std::vector<std::pair<int, int>> inverse;
@@ -429,13 +441,30 @@ void check_in_spec_divides(const Mesh& mesh, const PartitionSpec& spec, const Sh
 
 template <Dtype T>
 ShardedArray<T> prepare_argument(const Mesh& mesh, const PartitionSpec& spec, const ShardedArray<T>& x, std::size_t i) {
+  if (x.empty())
+    raise<ValueError>("shard_map: argument ", i, " is an empty ShardedArray (default-constructed and never assigned "
+                      "an array)");
   check_same_devices(mesh, x.mesh(), "shard_map argument " + std::to_string(i));
   check_in_spec_divides(mesh, spec, x.shape(), i);
   const NamedSharding want(mesh, spec);
   return x.sharding() == want ? x.alias() : reshard(x, want);  // the body reads its blocks: no copy
 }
 
-std::exception_ptr run_bodies(const Mesh& mesh, const std::function<void(DeviceContext&)>& body) {
+namespace {
+/// The line an error raised in a body gets: which body, which device, the arguments' global
+/// shapes beside the blocks the body saw.
+std::string body_context(const Mesh& mesh, int device, const BodySite& site) {
+  std::string s = cat("in the body of the shard_map called at ", site.where.file_name(), ":", site.where.line(),
+                      ", on device ", device, " (mesh ", mesh.to_string(), ", coordinates (");
+  const std::vector<int> c = mesh.coords(device);
+  for (std::size_t k = 0; k < c.size(); ++k) s += cat(k ? ", " : "", mesh.axis_names()[k], "=", c[k]);
+  s += "))";
+  for (std::size_t i = 0; i < site.arguments.size(); ++i) s += cat(i ? "; " : ": ", "argument ", i, " ", site.arguments[i]);
+  return s;
+}
+}  // namespace
+
+std::exception_ptr run_bodies(const Mesh& mesh, const std::function<void(DeviceContext&)>& body, const BodySite* site) {
   const std::vector<int> local = mesh.local_device_ids();
   const int n = static_cast<int>(local.size());
   auto state = std::make_shared<SpmdState>(mesh, local);
@@ -446,8 +475,16 @@ std::exception_ptr run_bodies(const Mesh& mesh, const std::function<void(DeviceC
           DeviceContext ctx(state, li);
           DeviceContext* const outer = t_context;  // a shard_map inside a body is not supported, but restore anyway
           t_context = &ctx;
+          // Device threads start without the caller's scopes: the shard_map call is the user's line
+          // until the body's own calls name theirs.
+          std::optional<CallScope> scope;
+          if (site) scope.emplace("shard_map", site->where);
           try {
             body(ctx);
+          } catch (Error& e) {
+            t_context = outer;
+            if (site) e.add_context(body_context(mesh, local[static_cast<std::size_t>(li)], *site));
+            throw;
           } catch (...) {
             t_context = outer;
             throw;
@@ -559,7 +596,7 @@ std::vector<Shape> agree_after_bodies(const std::exception_ptr& err, const std::
 
 void run_on_devices(const Mesh& mesh, const std::function<void(DeviceContext&)>& body) {
   const bool have = !mesh.local_device_ids().empty();
-  (void)agree_after_bodies(run_bodies(mesh, body), have ? std::vector<std::vector<Shape>>(1) : std::vector<std::vector<Shape>>{},
+  (void)agree_after_bodies(run_bodies(mesh, body, nullptr), have ? std::vector<std::vector<Shape>>(1) : std::vector<std::vector<Shape>>{},
                            have);
 }
 
@@ -590,6 +627,7 @@ ShardedArray<T> run_on_shards(const ShardedArray<T>& x, const detail::Collective
 
 template <typename T>
 ShardedArray<T> psum(const ShardedArray<T>& x, const Axes& axes, std::source_location where) {
+  const detail::CallScope scope("psum", where);
   for (const auto& a : axes.axes())
     for (const auto& used : x.spec().axes())
       if (a == used)
@@ -603,6 +641,7 @@ ShardedArray<T> psum(const ShardedArray<T>& x, const Axes& axes, std::source_loc
 
 template <typename T>
 ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis, std::source_location where) {
+  const detail::CallScope scope("all_gather", where);
   const PartitionSpec& spec = x.spec();
   for (int d = 0; d < spec.size(); ++d) {
     const auto& names = spec[d].axes();
@@ -615,7 +654,6 @@ ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis, st
     entries[d] = SpecEntry(rest);
     // reshard runs this as one all_gather over `axis` when the axis is the minor one of its
     // entry and the dims divide evenly, and as one Alltoallv of the missing pieces otherwise.
-    const detail::CallSiteScope site(where);  // the reshard's collective reports the caller
     return reshard(x, NamedSharding(x.mesh(), PartitionSpec(entries)));
   }
   raise<ShardingError>("all_gather: mesh axis '", axis, "' does not split the array (", spec.to_string(), ")");

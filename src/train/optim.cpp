@@ -269,7 +269,8 @@ GradSharding Optimizer::grad_sharding() const {
 }
 
 template <typename T>
-State<T> Optimizer::init(const std::vector<ShardedArray<T>>& params) const {
+State<T> Optimizer::init(const std::vector<ShardedArray<T>>& params, std::source_location where) const {
+  const detail::CallScope scope("Optimizer::init", where);
   static_assert(FloatDtype<T>, "optimizers update float32 or float64 parameters");
   State<T> s;
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -281,7 +282,8 @@ State<T> Optimizer::init(const std::vector<ShardedArray<T>>& params) const {
 
 template <typename T>
 double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector<ShardedArray<T>>& grads,
-                         State<T>& state) const {
+                         State<T>& state, std::source_location where) const {
+  const detail::CallScope scope("Optimizer::update", where);
   const detail::ScopedTime timed(detail::TimeKind::kOptimizer);
   if (grads.size() != params.size())
     raise<ValueError>("optimizer update: ", grads.size(), " gradients for ", params.size(), " parameters");
@@ -376,9 +378,9 @@ void State<T>::load(const std::string& checkpoint_path, const CheckpointManifest
 #define SHARD_INSTANTIATE_OPTIM(T)                                                                                 \
   template struct State<T>;                                                                                        \
   template double global_norm<T>(const std::vector<ShardedArray<T>>&);                                             \
-  template State<T> Optimizer::init<T>(const std::vector<ShardedArray<T>>&) const;                                 \
-  template double Optimizer::update<T>(std::vector<ShardedArray<T>>&, const std::vector<ShardedArray<T>>&, State<T>&) \
-      const;
+  template State<T> Optimizer::init<T>(const std::vector<ShardedArray<T>>&, std::source_location) const;           \
+  template double Optimizer::update<T>(std::vector<ShardedArray<T>>&, const std::vector<ShardedArray<T>>&, State<T>&,  \
+                                       std::source_location) const;
 SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_OPTIM)
 #undef SHARD_INSTANTIATE_OPTIM
 

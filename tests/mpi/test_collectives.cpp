@@ -58,7 +58,7 @@ Tensor<T> concat(const std::vector<Tensor<T>>& xs, int dim) {
 
 /// numpy.stack(xs, dim).
 template <typename T>
-Tensor<T> stack(const std::vector<Tensor<T>>& xs, int dim) {
+Tensor<T> stack_ref(const std::vector<Tensor<T>>& xs, int dim) {
   Shape s = xs[0].shape();
   s.insert(s.begin() + dim, static_cast<std::int64_t>(xs.size()));
   return build<T>(s, [&](Shape i) {
@@ -372,7 +372,7 @@ void add_cases(std::vector<Case<T>>& cs, std::initializer_list<Kind> kinds, cons
       const int d = canon(d1, tiled ? rank : rank + 1);
       c.what = "all_gather" + dims;
       c.op = [=](DeviceContext& ctx, Tensor<T> x) { return ctx.all_gather(std::move(x), ax, d1, tiled); };
-      c.ref = [=](const In& in, int) { return tiled ? concat(in, d) : stack(in, d); };
+      c.ref = [=](const In& in, int) { return tiled ? concat(in, d) : stack_ref(in, d); };
       lvalue_op = on_lvalue<T>([=](DeviceContext& ctx, const Tensor<T>& x) { return ctx.all_gather(x, ax, d1, tiled); },
                                c.what);
     } else if (r.kind == kPsumScatter) {
@@ -393,7 +393,7 @@ void add_cases(std::vector<Case<T>>& cs, std::initializer_list<Kind> kinds, cons
       c.ref = [=](const In& in, int j) {
         In pieces;  // chunk j of every source, in source order
         for (const auto& x : in) pieces.push_back(piece(x, sd, n, j, tiled));
-        return tiled ? concat(pieces, cd) : stack(pieces, cd);
+        return tiled ? concat(pieces, cd) : stack_ref(pieces, cd);
       };
     } else {
       const auto perm = make_perm(r.perm, n);

@@ -353,9 +353,20 @@ auto run_factored(const P& p, const std::source_location& where, const ShardedAr
   return run_blocks<P, R>(p, *plan, factors.result_shape, std::index_sequence_for<T...>{}, xs...);
 }
 
+/// ValueError for an empty (default-constructed, never assigned) ShardedArray operand.
+template <ArrayLike X>
+void check_not_empty(const X& x, const char* op) {
+  if constexpr (is_sharded_v<X>)
+    if (x.empty()) [[unlikely]]
+      raise<ValueError>(op,
+                        ": an operand is an empty ShardedArray (default-constructed and never assigned an "
+                        "array); assign one before using it");
+}
+
 template <typename P, ArrayLike... X>
 bind_result_t<P, X...> bind_at(const P& p, const std::source_location& where, const X&... xs) {
   static_assert(std::is_base_of_v<Primitive, P>, "shard::bind: a primitive derives from shard::Primitive");
+  (check_not_empty(xs, p.name()), ...);
   if (Tape* tape = recording_tape_for(xs...)) return record_primitive(*tape, p, where, xs...);
   if constexpr (MovesAcross<P, X...>) {
     return p.across(xs...);
@@ -405,10 +416,12 @@ X bind_list_at(const P& p, const std::source_location& where, const std::vector<
 /// a primitive gives). Errors name the caller's line.
 template <typename P, ArrayLike X>
 auto bind(const P& p, const X& x, std::source_location where = std::source_location::current()) {
+  const detail::CallScope scope("bind", where);
   return detail::bind_at(p, where, x);
 }
 template <typename P, ArrayLike X, ArrayLike Y>
 auto bind(const P& p, const X& x, const Y& y, std::source_location where = std::source_location::current()) {
+  const detail::CallScope scope("bind", where);
   return detail::bind_at(p, where, x, y);
 }
 /// Runs primitive `p` over a list of operands of one type (concatenate's shape: p gives
@@ -416,11 +429,13 @@ auto bind(const P& p, const X& x, const Y& y, std::source_location where = std::
 template <typename P, ArrayLike X>
 X bind_list(const P& p, const std::vector<X>& xs,
             std::source_location where = std::source_location::current()) {
+  const detail::CallScope scope("bind", where);
   return detail::bind_list_at(p, where, xs);
 }
 template <typename P, ArrayLike X, ArrayLike Y, ArrayLike Z>
 auto bind(const P& p, const X& x, const Y& y, const Z& z,
           std::source_location where = std::source_location::current()) {
+  const detail::CallScope scope("bind", where);
   return detail::bind_at(p, where, x, y, z);
 }
 

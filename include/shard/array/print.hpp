@@ -5,6 +5,7 @@
 /// last 3 items per dim with "..."). 0-d arrays print like numpy scalars ("1.0", "7", "True").
 
 #include <iosfwd>
+#include <source_location>
 #include <string>
 
 #include "shard/array/sharded_array.hpp"
@@ -45,7 +46,8 @@ std::ostream& operator<<(std::ostream& os, const ShardedArray<T>& x) {
 /// Like Python's print(x) in the seeds: writes to_string(x) and a newline to stdout on rank 0
 /// (collective over all ranks for a ShardedArray; call it on every rank).
 template <Dtype T>
-void print(const ShardedArray<T>& x, const PrintOptions& options = {});
+void print(const ShardedArray<T>& x, const PrintOptions& options = {},
+           std::source_location where = std::source_location::current());
 template <Dtype T>
 void print(const Tensor<T>& x, const PrintOptions& options = {});
 

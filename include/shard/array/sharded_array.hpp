@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <source_location>
 #include <vector>
 
 #include "shard/core/array_methods.hpp"
@@ -42,6 +43,12 @@ class ShardedArray : public detail::ArrayMethods<ShardedArray, T> {
   /// `committed` false makes it JAX's uncommitted array (ops.hpp: it never decides where a
   /// result lives).
   ShardedArray(Shape shape, NamedSharding sharding, std::vector<Shard<T>> local_shards, bool committed = true);
+  /// An empty array, to assign to later (`ShardedArray<float> y; if (...) y = f(x);`): it holds
+  /// no mesh and no data, and any op, collective or read of it raises ValueError until an
+  /// array is assigned. empty() tells.
+  ShardedArray() = default;
+  /// True for a default-constructed array that was never assigned one.
+  bool empty() const { return sharding_.mesh().empty(); }
 
   const Shape& shape() const { return shape_; }
   int ndim() const { return static_cast<int>(shape_.size()); }
@@ -75,16 +82,16 @@ class ShardedArray : public detail::ArrayMethods<ShardedArray, T> {
 
   /// Collective over all ranks: every rank receives the whole array (MPI_Allgatherv of the
   /// primary copy of each box). The one operation that builds the global array everywhere.
-  Tensor<T> to_host() const;
+  Tensor<T> to_host(std::source_location where = std::source_location::current()) const;
   /// Collective over all ranks: rank `root` receives the whole array (MPI_Gatherv); the
   /// other ranks get an empty tensor.
-  Tensor<T> gather(int root = 0) const;
+  Tensor<T> gather(int root = 0, std::source_location where = std::source_location::current()) const;
   /// numpy's / JAX's item(): the one element of a size-1 array, read locally (no
   /// communication, so `if (rank == 0) loss.item()` is fine). A 0-d array is replicated on every
   /// device of its mesh; a size-1 array must be too (ValueError naming its sharding otherwise:
   /// use to_host().item()). ValueError on a rank that holds no device of the array's mesh, and
   /// ShapeError unless the array has exactly one element.
-  T item() const;
+  T item(std::source_location where = std::source_location::current()) const;
 
  private:
   struct AliasTag {};
@@ -104,12 +111,12 @@ class ShardedArray : public detail::ArrayMethods<ShardedArray, T> {
 /// Collective over all ranks (a metadata check only): every local device copies its box of
 /// `host`. Every rank must pass a host array of the same shape; otherwise ShapeError on every rank.
 template <typename T>
-ShardedArray<T> device_put(const Tensor<T>& host, const NamedSharding& sharding);
+ShardedArray<T> device_put(const Tensor<T>& host, const NamedSharding& sharding, std::source_location where = std::source_location::current());
 
 /// device_put with a PositionalSharding, converted for the array's rank (to_named(rank)).
 template <typename T>
-ShardedArray<T> device_put(const Tensor<T>& host, const PositionalSharding& sharding) {
-  return device_put(host, sharding.to_named(host.rank()));
+ShardedArray<T> device_put(const Tensor<T>& host, const PositionalSharding& sharding, std::source_location where = std::source_location::current()) {
+  return device_put(host, sharding.to_named(host.rank()), where);
 }
 
 /// Collective over all ranks: builds the array by calling `fn(box)` once per distinct box of
@@ -138,7 +145,7 @@ ShardedArray<T> arange(const Shape& shape, const NamedSharding& sharding);
 
 #define SHARD_DECLARE_ARRAY(T)                                                                         \
   extern template class ShardedArray<T>;                                                               \
-  extern template ShardedArray<T> device_put<T>(const Tensor<T>&, const NamedSharding&);               \
+  extern template ShardedArray<T> device_put<T>(const Tensor<T>&, const NamedSharding&, std::source_location); \
   extern template ShardedArray<T> from_callback<T>(const Shape&, const NamedSharding&,                 \
                                                    const std::function<Tensor<T>(const Box&)>&);       \
   extern template ShardedArray<T> generate<T>(const Shape&, const NamedSharding&,                      \

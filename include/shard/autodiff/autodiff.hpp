@@ -53,6 +53,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <source_location>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -226,8 +227,66 @@ void check_scalar_output(const V& value, const char* what) {
   }
 }
 
+/// ArrayLike<R> as a plain bool (a failed static_assert on it prints one note, not the concept's).
+template <typename R>
+inline constexpr bool is_array_v = ArrayLike<R>;
+
+template <typename T>
+struct is_std_pair : std::false_type {};
+template <typename A, typename B>
+struct is_std_pair<std::pair<A, B>> : std::true_type {};
+
+/// The compile-time checks of grad / value_and_grad, first and alone (so the first error is the
+/// one naming the fix, and nothing follows it from the library): the parameters' leaves are
+/// floating arrays and f returns a 0-d array (std::pair(array, aux) with has_aux).
 template <bool kAux, typename F, typename P, typename... Args>
-auto run_value_and_grad(const F& f, const GradSharding& gs, const P& params, const Args&... args) {
+constexpr bool grad_call_ok() {
+  using Leaf = tree_leaf_t<P>;
+  if constexpr (std::is_void_v<Leaf>) {
+    static_assert(!std::is_void_v<Leaf>,
+                  "grad differentiates with respect to a parameter tree: a Tensor, a ShardedArray, or a "
+                  "std::vector, std::map<std::string, ...>, std::tuple or SHARD_TREE struct of them "
+                  "(shard/core/tree.hpp)");
+    return false;
+  } else if constexpr (!is_floating_v<elem_t<Leaf>>) {
+    static_assert(is_floating_v<elem_t<Leaf>>,
+                  "grad: the differentiated arguments hold integer or bool arrays; only float32, float64 and "
+                  "bfloat16 arrays are differentiable: astype<float>(x) them, or pass them as an argument grad "
+                  "does not differentiate (argnums)");
+    return false;
+  } else if constexpr (!std::is_invocable_v<const F&, const P&, const Args&...>) {
+    static_assert(std::is_invocable_v<const F&, const P&, const Args&...>,
+                  "grad: the function cannot be called with the arguments given (the parameter tree first, then "
+                  "the other arguments): check its parameter types, const& included");
+    return false;
+  } else {
+    using R = std::remove_cvref_t<std::invoke_result_t<const F&, const P&, const Args&...>>;
+    if constexpr (kAux) {
+      if constexpr (!is_std_pair<R>::value) {
+        static_assert(is_std_pair<R>::value,
+                      "grad(f, has_aux): f must return std::pair(0-d array, aux), e.g. std::make_pair(loss, logits)");
+        return false;
+      } else {
+        static_assert(is_array_v<typename R::first_type>,
+                      "grad(f, has_aux): the pair's first element must be a 0-d Tensor or ShardedArray (the value "
+                      "differentiated), not a C++ number");
+        return ArrayLike<typename R::first_type>;
+      }
+    } else {
+      static_assert(is_array_v<R>,
+                    "grad: the function must return a 0-d Tensor or ShardedArray (e.g. sum(x) or mean(x)), not a C++ "
+                    "number read from one (.item() ends differentiation); with has_aux, std::pair(value, aux)");
+      return ArrayLike<R>;
+    }
+  }
+}
+
+/// What run_value_and_grad returns when grad_call_ok failed: shaped so that its callers'
+/// `.second` / `.first.second` compile and the checks' error stays the only one.
+using FailedGrad = std::pair<std::pair<int, int>, int>;
+
+template <bool kAux, typename F, typename P, typename... Args>
+auto run_value_and_grad_checked(const F& f, const GradSharding& gs, const P& params, const Args&... args) {
   check_one_device_set(params, "grad");
   Tape tape;
   TapeScope scope(&tape);
@@ -249,6 +308,15 @@ auto run_value_and_grad(const F& f, const GradSharding& gs, const P& params, con
     return std::make_pair(std::make_pair(std::move(plain), std::move(result.second)), std::move(grads));
   } else {
     return std::make_pair(std::move(plain), std::move(grads));
+  }
+}
+
+template <bool kAux, typename F, typename P, typename... Args>
+auto run_value_and_grad(const F& f, const GradSharding& gs, const P& params, const Args&... args) {
+  if constexpr (!grad_call_ok<kAux, F, P, Args...>()) {
+    return FailedGrad{};
+  } else {
+    return run_value_and_grad_checked<kAux>(f, gs, params, args...);
   }
 }
 
@@ -309,29 +377,37 @@ auto run_value_and_grad_argnums(const F& f, const GradSharding& gs, const Args&.
 /// a weight gradient whose contraction runs over 'data' and that is asked for split over
 /// 'data' as well is one psum_scatter instead of a psum (ZeRO; Optimizer::grad_sharding).
 template <typename F>
-auto value_and_grad(F f, GradSharding grad_sharding = {}) {
-  return [f = std::move(f), gs = std::move(grad_sharding)](const auto& params, const auto&... args) {
+auto value_and_grad(F f, GradSharding grad_sharding = {},
+          std::source_location where = std::source_location::current()) {
+  return [f = std::move(f), gs = std::move(grad_sharding), where](const auto& params, const auto&... args) {
+    const detail::CallScope scope("grad", where);
     return detail::run_value_and_grad<false>(f, gs, params, args...);
   };
 }
 /// With has_aux: f returns std::pair(value, aux); the result is ((value, aux), grads).
 template <typename F>
-auto value_and_grad(F f, HasAux, GradSharding grad_sharding = {}) {
-  return [f = std::move(f), gs = std::move(grad_sharding)](const auto& params, const auto&... args) {
+auto value_and_grad(F f, HasAux, GradSharding grad_sharding = {},
+          std::source_location where = std::source_location::current()) {
+  return [f = std::move(f), gs = std::move(grad_sharding), where](const auto& params, const auto&... args) {
+    const detail::CallScope scope("grad", where);
     return detail::run_value_and_grad<true>(f, gs, params, args...);
   };
 }
 /// jax.grad(f)(params, args...): d f / d params.
 template <typename F>
-auto grad(F f, GradSharding grad_sharding = {}) {
-  return [f = std::move(f), gs = std::move(grad_sharding)](const auto& params, const auto&... args) {
+auto grad(F f, GradSharding grad_sharding = {},
+          std::source_location where = std::source_location::current()) {
+  return [f = std::move(f), gs = std::move(grad_sharding), where](const auto& params, const auto&... args) {
+    const detail::CallScope scope("grad", where);
     return detail::run_value_and_grad<false>(f, gs, params, args...).second;
   };
 }
 /// With has_aux: (grads, aux).
 template <typename F>
-auto grad(F f, HasAux, GradSharding grad_sharding = {}) {
-  return [f = std::move(f), gs = std::move(grad_sharding)](const auto& params, const auto&... args) {
+auto grad(F f, HasAux, GradSharding grad_sharding = {},
+          std::source_location where = std::source_location::current()) {
+  return [f = std::move(f), gs = std::move(grad_sharding), where](const auto& params, const auto&... args) {
+    const detail::CallScope scope("grad", where);
     auto r = detail::run_value_and_grad<true>(f, gs, params, args...);
     return std::make_pair(std::move(r.second), std::move(r.first.second));
   };
@@ -341,26 +417,34 @@ auto grad(F f, HasAux, GradSharding grad_sharding = {}) {
 /// parameter tree, keeping its shardings); one index gives that argument's gradient, several a
 /// std::tuple of them in argnums' order. `grad(f, argnums<0>)` is `grad(f)`.
 template <typename F, std::size_t... I>
-auto value_and_grad(F f, Argnums<I...>, GradSharding grad_sharding = {}) {
-  return [f = std::move(f), gs = std::move(grad_sharding)](const auto&... args) {
+auto value_and_grad(F f, Argnums<I...>, GradSharding grad_sharding = {},
+          std::source_location where = std::source_location::current()) {
+  return [f = std::move(f), gs = std::move(grad_sharding), where](const auto&... args) {
+    const detail::CallScope scope("grad", where);
     return detail::run_value_and_grad_argnums<false, I...>(f, gs, args...);
   };
 }
 template <typename F, std::size_t... I>
-auto value_and_grad(F f, HasAux, Argnums<I...>, GradSharding grad_sharding = {}) {
-  return [f = std::move(f), gs = std::move(grad_sharding)](const auto&... args) {
+auto value_and_grad(F f, HasAux, Argnums<I...>, GradSharding grad_sharding = {},
+          std::source_location where = std::source_location::current()) {
+  return [f = std::move(f), gs = std::move(grad_sharding), where](const auto&... args) {
+    const detail::CallScope scope("grad", where);
     return detail::run_value_and_grad_argnums<true, I...>(f, gs, args...);
   };
 }
 template <typename F, std::size_t... I>
-auto grad(F f, Argnums<I...>, GradSharding grad_sharding = {}) {
-  return [f = std::move(f), gs = std::move(grad_sharding)](const auto&... args) {
+auto grad(F f, Argnums<I...>, GradSharding grad_sharding = {},
+          std::source_location where = std::source_location::current()) {
+  return [f = std::move(f), gs = std::move(grad_sharding), where](const auto&... args) {
+    const detail::CallScope scope("grad", where);
     return detail::run_value_and_grad_argnums<false, I...>(f, gs, args...).second;
   };
 }
 template <typename F, std::size_t... I>
-auto grad(F f, HasAux, Argnums<I...>, GradSharding grad_sharding = {}) {
-  return [f = std::move(f), gs = std::move(grad_sharding)](const auto&... args) {
+auto grad(F f, HasAux, Argnums<I...>, GradSharding grad_sharding = {},
+          std::source_location where = std::source_location::current()) {
+  return [f = std::move(f), gs = std::move(grad_sharding), where](const auto&... args) {
+    const detail::CallScope scope("grad", where);
     auto r = detail::run_value_and_grad_argnums<true, I...>(f, gs, args...);
     return std::make_pair(std::move(r.second), std::move(r.first.second));
   };

@@ -14,6 +14,7 @@
 #include <memory>
 #include <new>
 #include <utility>
+#include <source_location>
 #include <vector>
 
 #include "shard/core/array_methods.hpp"
@@ -56,7 +57,7 @@ void tensor_free(void* p, std::size_t bytes) noexcept;
 template <typename T>
 class Tensor;
 template <Dtype T>
-Tensor<T> reshape(const Tensor<T>& x, Shape shape);
+Tensor<T> reshape(const Tensor<T>& x, Shape shape, std::source_location where = std::source_location::current());
 
 /// jax.Array's methods (x.sum(), x.mean(1), x.max(), x.min(), x.reshape({2, -1}), x.transpose())
 /// come from detail::ArrayMethods (array_methods.hpp), shared with ShardedArray.

@@ -51,11 +51,13 @@ Algorithm choose_algorithm(const Shape& a_shape, const NamedSharding& a, const S
 /// axes, otherwise with a reshard of the result).
 template <typename T>
 ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out = nullptr,
-                       Algorithm algorithm = Algorithm::kAuto);
+                       Algorithm algorithm = Algorithm::kAuto,
+                       std::source_location where = std::source_location::current());
 
 template <typename T>
-ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, Algorithm algorithm) {
-  return matmul(a, b, nullptr, algorithm);
+ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, Algorithm algorithm,
+                       std::source_location where = std::source_location::current()) {
+  return matmul(a, b, nullptr, algorithm, where);
 }
 
 namespace prim {

@@ -21,12 +21,17 @@ using AxisMask = std::uint32_t;
 
 class Mesh {
  public:
+  /// An empty mesh: what a default-constructed NamedSharding / ShardedArray holds until an
+  /// array is assigned to it. Anything but empty(), to_string() and == raises ValueError.
+  Mesh() = default;
   /// A mesh over the given device ids (row-major over `shape`), on the Runtime's topology.
   Mesh(std::vector<int> shape, std::vector<std::string> axis_names, std::vector<int> device_ids);
   /// The same on an explicit topology (single-rank tests, tools that plan for other jobs).
   Mesh(std::vector<int> shape, std::vector<std::string> axis_names, std::vector<int> device_ids,
        Topology topology);
 
+  /// True for a default-constructed (empty) mesh.
+  bool empty() const { return state_ == nullptr; }
   int ndim() const;
   const std::vector<int>& shape() const;
   const std::vector<std::string>& axis_names() const;
@@ -68,6 +73,8 @@ class Mesh {
   /// The live state equal to `s` (same shape, names, devices, topology) if there is one, else
   /// `s`, remembered: equal meshes share one state and one communicator cache.
   static std::shared_ptr<State> intern(std::shared_ptr<State> s);
+  /// The state; ValueError for an empty mesh (a default-constructed array used before assignment).
+  const State& st() const;
   std::shared_ptr<State> state_;
 };
 

@@ -18,6 +18,8 @@ class NamedSharding {
   /// Validates the spec against the mesh (unknown axis, axis used twice); throws
   /// ShardingError naming the rank, the spec and the mesh axes.
   NamedSharding(Mesh mesh, PartitionSpec spec);
+  /// An empty sharding (an empty mesh): what a default-constructed ShardedArray holds.
+  NamedSharding() = default;
 
   const Mesh& mesh() const { return mesh_; }
   const PartitionSpec& spec() const { return spec_; }

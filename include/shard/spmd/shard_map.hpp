@@ -242,7 +242,14 @@ namespace detail {
 /// Runs body(ctx) once per local device of `mesh` (k threads for k devices, device 0 on the
 /// calling thread), with the thread's device_context() set. Returns this rank's first failure
 /// (null if none); nothing is agreed yet: agree_after_bodies follows on every rank.
-std::exception_ptr run_bodies(const Mesh& mesh, const std::function<void(DeviceContext&)>& body);
+/// Where a shard_map was called and what its arguments are ("float32(8, 6) P('a', None), block
+/// (4, 6)"): the line an error raised inside a body gets, with the device it ran on.
+struct BodySite {
+  std::source_location where;
+  std::vector<std::string> arguments;
+};
+std::exception_ptr run_bodies(const Mesh& mesh, const std::function<void(DeviceContext&)>& body,
+                              const BodySite* site);
 
 /// Collective over all ranks, after run_bodies: ONE allreduce decides whether any rank failed
 /// (then every rank raises: the failing ones their own error, the others "rank R failed: ...";
@@ -265,6 +272,9 @@ void check_in_spec_divides(const Mesh& mesh, const PartitionSpec& spec, const Sh
 
 template <typename A>
 struct ArgTraits;
+/// What a shard_map accepts as an argument: a ShardedArray, or a std::vector of them.
+template <typename A>
+concept ShardMapArgument = is_sharded_v<A> || (is_std_vector<A>::value && is_sharded_v<typename A::value_type>);
 template <Dtype T>
 struct ArgTraits<ShardedArray<T>> {
   using Prepared = ShardedArray<T>;
@@ -273,6 +283,11 @@ struct ArgTraits<ShardedArray<T>> {
     return prepare_argument(m, s.single("in_specs", i), x, i);
   }
   static const Tensor<T>& block(const Prepared& p, int li) { return p.addressable_shards()[li].data; }
+  static std::string describe(const Prepared& p) {
+    std::string s = cat(dtype_name<T>(), to_string(p.shape()), " ", p.spec().to_string());
+    if (!p.addressable_shards().empty()) s += cat(", block ", to_string(p.addressable_shards()[0].data.shape()));
+    return s;
+  }
 };
 /// A list of arrays with one spec for all (JAX's pytree prefix): the body gets a list of blocks.
 template <Dtype T>
@@ -288,6 +303,11 @@ struct ArgTraits<std::vector<ShardedArray<T>>> {
     Block b;
     for (const auto& x : p) b.push_back(x.addressable_shards()[li].data.alias());
     return b;
+  }
+  static std::string describe(const Prepared& p) {
+    std::string s = cat("a list of ", p.size(), " arrays");
+    if (!p.empty()) s += cat(" (the first ", ArgTraits<ShardedArray<T>>::describe(p[0]), ")");
+    return s;
   }
 };
 
@@ -332,6 +352,11 @@ struct as_tuple {
 template <typename... R>
 struct as_tuple<std::tuple<R...>> {
   using type = std::tuple<R...>;
+};
+/// A std::pair of outputs is a 2-tuple (two out_specs).
+template <typename A, typename B>
+struct as_tuple<std::pair<A, B>> {
+  using type = std::tuple<A, B>;
 };
 
 template <typename A>
@@ -396,13 +421,51 @@ class ShardMapped {
   /// one spec for the list), resharded to their in_spec when they are laid out otherwise.
   template <typename... Args>
   auto operator()(const Args&... args) const {
-    static_assert(sizeof...(Args) == N, "shard_map: pass exactly one argument per in_spec");
-    return call(std::index_sequence_for<Args...>{}, args...);
+    if constexpr (checked<Args...>()) return call(std::index_sequence_for<Args...>{}, args...);
   }
 
  private:
+  /// The compile-time checks, first and alone (the first error names the fix and nothing from
+  /// the library follows it): the argument count and types, the body's parameters, its outputs.
+  template <typename... Args>
+  static constexpr bool checked() {
+    if constexpr (sizeof...(Args) != N) {
+      static_assert(sizeof...(Args) == N,
+                    "shard_map: call the mapped function with exactly one argument per in_spec");
+      return false;
+    } else if constexpr (!(detail::ShardMapArgument<Args> && ...)) {
+      static_assert((detail::ShardMapArgument<Args> && ...),
+                    "shard_map: the arguments must be ShardedArrays (or std::vector<ShardedArray>s); place a host "
+                    "Tensor first with device_put(t, NamedSharding(mesh, spec))");
+      return false;
+    } else if constexpr (!body_invocable<typename detail::ArgTraits<Args>::Block...>()) {
+      static_assert(body_invocable<typename detail::ArgTraits<Args>::Block...>(),
+                    "shard_map: the body cannot be called with one block per in_spec (a const Tensor<T>& for a "
+                    "ShardedArray<T>, a std::vector<Tensor<T>> for a list), with or without a leading "
+                    "DeviceContext&: check its parameter count and types against in_specs");
+      return false;
+    } else {
+      using Ret = decltype(std::declval<const ShardMapped&>().invoke_body(
+          std::declval<DeviceContext&>(), std::declval<typename detail::ArgTraits<Args>::Block&>()...));
+      static_assert(!std::is_void_v<Ret>, "shard_map: the body returns nothing; return its output block(s)");
+      if constexpr (!std::is_void_v<Ret>) {
+        static_assert(std::tuple_size_v<typename detail::as_tuple<Ret>::type> == M,
+                      "shard_map: the body returns a different number of values than there are out_specs; return "
+                      "one value per out_spec (a std::tuple, or a std::pair, for several)");
+        return std::tuple_size_v<typename detail::as_tuple<Ret>::type> == M;
+      }
+      return false;
+    }
+  }
+
+  template <typename... B>
+  static constexpr bool body_invocable() {
+    return std::is_invocable_v<const F&, DeviceContext&, B&...> || std::is_invocable_v<const F&, B&...>;
+  }
+
   template <std::size_t... I, typename... Args>
   auto call(std::index_sequence<I...>, const Args&... args) const {
+    const detail::CallScope scope("shard_map", where_);
     for (const auto& t : out_)
       for (const auto& s : t.specs()) NamedSharding(mesh_, s);  // usage errors before any communication
     auto prepared = std::make_tuple(detail::ArgTraits<Args>::prepare(mesh_, in_[I], args, I)...);
@@ -421,6 +484,7 @@ class ShardMapped {
       ad = std::make_shared<detail::ShardMapAd>(mesh_, outer, where_);
       (detail::AdArg<Args>::link(*ad, std::get<I>(prepared), in_[I], I), ...);
     }
+    const detail::BodySite site{where_, {detail::ArgTraits<Args>::describe(std::get<I>(prepared))...}};
     const std::exception_ptr err = detail::run_bodies(mesh_, [&](DeviceContext& ctx) {
       const int li = ctx.local_index();
       if (ad) {
@@ -443,7 +507,7 @@ class ShardMapped {
         results[li].emplace(invoke_body(ctx, detail::ArgTraits<Args>::block(std::get<I>(prepared), li)...));
       else
         results[li] = invoke_body(ctx, detail::ArgTraits<Args>::block(std::get<I>(prepared), li)...);
-    });
+    }, &site);
     // Every device's block shapes, flattened over the outputs; agreed over all ranks together
     // with the failures (one allreduce).
     std::vector<std::vector<Shape>> shapes(err ? 0 : static_cast<std::size_t>(n));

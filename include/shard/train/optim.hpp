@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -108,36 +109,53 @@ class Optimizer {
   /// The state for `params`: zeros sharded like each parameter (and over the state axis).
   /// Local (no communication).
   template <typename T>
-  State<T> init(const std::vector<ShardedArray<T>>& params) const;
+  State<T> init(const std::vector<ShardedArray<T>>& params, std::source_location where = std::source_location::current()) const;
   /// One update of `params` in place from `grads`. Returns the gradients' global norm when
   /// clipping or with apply_if_finite (else 0). Collective over all ranks when clipping, with
   /// apply_if_finite or with a state axis.
   template <typename T>
   double update(std::vector<ShardedArray<T>>& params, const std::vector<ShardedArray<T>>& grads,
-                State<T>& state) const;
+                State<T>& state, std::source_location where = std::source_location::current()) const;
 
   /// The same for any parameter tree (shard/core/tree.hpp: one ShardedArray, a std::map of
   /// them, a SHARD_TREE struct, nested; all leaves of one dtype): the state's arrays follow the
   /// tree's leaves in its visiting order. update checks that `grads` has the structure of
   /// `params` (ValueError naming the first difference) and replaces the leaves in place.
   template <typename Tree>
-  State<elem_t<tree_leaf_t<Tree>>> init(const Tree& params) const {
-    static_assert(detail::is_sharded_v<tree_leaf_t<Tree>>,
-                  "optimizer init: the parameters must be a tree of ShardedArrays (shard/core/tree.hpp)");
-    return init(tree_leaves<tree_leaf_t<Tree>>(params));
-  }
-  template <typename Tree>
-  double update(Tree& params, const Tree& grads, State<elem_t<tree_leaf_t<Tree>>>& state) const {
+  auto init(const Tree& params, std::source_location where = std::source_location::current()) const {
     using A = tree_leaf_t<Tree>;
-    static_assert(detail::is_sharded_v<A>,
-                  "optimizer update: the parameters must be a tree of ShardedArrays (shard/core/tree.hpp)");
-    tree_check_same_structure(params, grads);
-    const std::vector<A*> leaves = tree_leaf_pointers<A>(params);
-    std::vector<A> p, g = tree_leaves<A>(grads);
-    for (A* x : leaves) p.push_back(x->alias());
-    const double norm = update(p, g, state);
-    for (std::size_t i = 0; i < leaves.size(); ++i) *leaves[i] = std::move(p[i]);
-    return norm;
+    if constexpr (!detail::is_sharded_v<A>) {
+      static_assert(detail::is_sharded_v<A>,
+                    "optimizer init: the parameters must be a tree of ShardedArrays (shard/core/tree.hpp); place "
+                    "host Tensors first with device_put(tree, sharding)");
+      return State<float>{};
+    } else {
+      return init(tree_leaves<A>(params), where);
+    }
+  }
+  template <typename Tree, typename S>
+  double update(Tree& params, const Tree& grads, S& state,
+                std::source_location where = std::source_location::current()) const {
+    using A = tree_leaf_t<Tree>;
+    if constexpr (!detail::is_sharded_v<A>) {
+      static_assert(detail::is_sharded_v<A>,
+                    "optimizer update: the parameters must be a tree of ShardedArrays (shard/core/tree.hpp)");
+      return 0.0;
+    } else if constexpr (!std::is_same_v<S, State<elem_t<A>>>) {
+      static_assert(std::is_same_v<S, State<elem_t<A>>>,
+                    "optimizer update: the state must be what init(params) returned for these parameters "
+                    "(State<T> with T the parameters' dtype)");
+      return 0.0;
+    } else {
+      const detail::CallScope scope("Optimizer::update", where);
+      tree_check_same_structure(params, grads);
+      const std::vector<A*> leaves = tree_leaf_pointers<A>(params);
+      std::vector<A> p, g = tree_leaves<A>(grads);
+      for (A* x : leaves) p.push_back(x->alias());
+      const double norm = update(p, g, state, where);
+      for (std::size_t i = 0; i < leaves.size(); ++i) *leaves[i] = std::move(p[i]);
+      return norm;
+    }
   }
 
   /// Where update reads each gradient best (value_and_grad's grad_sharding option): with a

@@ -158,23 +158,10 @@ bool wait_for_every_rank_to_fail(double seconds);
 double abort_grace_seconds();
 void set_abort_grace_seconds(double seconds);
 
-/// "file:line (function)" of a call site.
+/// Where a collective was called, for the consistency check's messages: the user's file:line
+/// (detail::user_call_site: `where` when it is in user code, else the innermost public call in
+/// progress), or "inside Shard" when no user call is in progress. Never a path of Shard's build.
 std::string call_site_text(const std::source_location& where);
-
-/// While alive, collectives issued by this thread report `where` as their call site (for
-/// array-level collectives that run through other library code).
-class CallSiteScope {
- public:
-  explicit CallSiteScope(const std::source_location& where);
-  ~CallSiteScope();
-  CallSiteScope(const CallSiteScope&) = delete;
-  CallSiteScope& operator=(const CallSiteScope&) = delete;
-
- private:
-  const std::source_location* previous_;
-};
-/// The call site set by the innermost CallSiteScope of this thread, or null.
-const std::source_location* scoped_call_site();
 
 }  // namespace detail
 }  // namespace shard
