@@ -231,7 +231,7 @@ struct Bench {
         const double eps = std::is_same_v<T, float> ? 6e-8 : 1.2e-16;
         same = 1;
         for (std::int64_t i = 0; i < got.size(); ++i)
-          if (std::abs(static_cast<double>(got[i]) - static_cast<double>(left()[i])) > 2.0 * n * eps * big) same = 0;
+          if (std::abs(static_cast<double>(got.flat(i)) - static_cast<double>(left().flat(i))) > 2.0 * n * eps * big) same = 0;
       }
       MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_MIN, comm);
       if (!same)

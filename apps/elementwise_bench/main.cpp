@@ -42,7 +42,7 @@ double y_value(std::int64_t i) { return static_cast<double>(i % 777) * 0.5 - 100
 ShardedArray<double> filled(const shard::NamedSharding& sharding, std::int64_t n, double (*value)(std::int64_t)) {
   return shard::generate<double>({n}, sharding, [value](const shard::Box& box) {
     Tensor<double> t(box.extent);
-    for (std::int64_t i = 0; i < t.size(); ++i) t[i] = value(box.offset[0] + i);
+    for (std::int64_t i = 0; i < t.size(); ++i) t.flat(i) = value(box.offset[0] + i);
     return t;
   });
 }
@@ -64,11 +64,11 @@ void verify(const ShardedArray<double>& r, const ShardedArray<double>& x, const 
     if (n == 0) continue;
     for (std::int64_t k : {std::int64_t{0}, std::int64_t{1}, n / 3, n / 2, n - 2, n - 1, n / 7 * 5}) {
       k = std::clamp<std::int64_t>(k, 0, n - 1);
-      const double want = kAlpha * xs.data[k] + ys.data[k];
+      const double want = kAlpha * xs.data.flat(k) + ys.data.flat(k);
       const double expect_x = x_value(xs.box.offset[0] + k), expect_y = y_value(ys.box.offset[0] + k);
-      if (std::abs(rs.data[k] - want) > 1e-12 * std::abs(want) || xs.data[k] != expect_x || ys.data[k] != expect_y)
+      if (std::abs(rs.data.flat(k) - want) > 1e-12 * std::abs(want) || xs.data.flat(k) != expect_x || ys.data.flat(k) != expect_y)
         shard::raise<shard::RuntimeError>(what, " is WRONG on device ", rs.device, " at global index ",
-                                          rs.box.offset[0] + k, ": got ", rs.data[k], ", want ", want);
+                                          rs.box.offset[0] + k, ": got ", rs.data.flat(k), ", want ", want);
     }
   }
 }
@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
         ShardedArray<double> z = which == 1 ? shard::axpy(kAlpha, x, y) : kAlpha * x + y;
         t = MPI_Wtime() - t0;
         const auto& shards = z.addressable_shards();
-        sink += !shards.empty() && shards[0].data.size() > 0 ? shards[0].data[0] : 0;
+        sink += !shards.empty() && shards[0].data.size() > 0 ? shards[0].data.flat(0) : 0;
       }  // z freed here, outside the timed region; the next call gets its memory back
       if (!timed) return;
       kernels[which].times.push_back(t);

@@ -126,7 +126,7 @@ Check check_result(const shard::Runtime& rt, const shard::ShardedArray<T>& a, co
           bc[static_cast<std::size_t>(k * w + j)] = static_cast<T>(value_at(2, k, s.box.offset[1] + j));
       shard::gemm_acc(m, w, n, ar.data(), n, bc.data(), w, ref.data(), w);
       for (std::int64_t i = 0; i < m * w; ++i) {
-        err = std::max(err, std::abs(static_cast<double>(s.data[i]) - ref[static_cast<std::size_t>(i)]));
+        err = std::max(err, std::abs(static_cast<double>(s.data.flat(i)) - ref[static_cast<std::size_t>(i)]));
         norm = std::max(norm, std::abs(ref[static_cast<std::size_t>(i)]));
       }
     }
@@ -144,8 +144,8 @@ Check check_result(const shard::Runtime& rt, const shard::ShardedArray<T>& a, co
   const auto cx = shard::matmul(c, v, Algorithm::kRules).to_host();
   const auto abx = shard::matmul(a, shard::matmul(b, v, Algorithm::kRules), Algorithm::kRules).to_host();
   for (std::int64_t i = 0; i < n; ++i) {
-    err = std::max(err, std::abs(static_cast<double>(cx[i]) - static_cast<double>(abx[i])));
-    norm = std::max(norm, std::abs(static_cast<double>(abx[i])));
+    err = std::max(err, std::abs(static_cast<double>(cx.flat(i)) - static_cast<double>(abx.flat(i))));
+    norm = std::max(norm, std::abs(static_cast<double>(abx.flat(i))));
   }
   return {"C x vs A (B x)", norm > 0 ? err / norm : err};
 }
@@ -302,7 +302,7 @@ int run_overhead(shard::Runtime& rt, std::int64_t n, int batches, int calls, boo
   volatile double sink = 0;
   auto first = [](const shard::ShardedArray<T>& c) {
     const auto& s = c.addressable_shards();
-    return !s.empty() && s[0].data.size() > 0 ? static_cast<double>(s[0].data[0]) : 0.0;
+    return !s.empty() && s[0].data.size() > 0 ? static_cast<double>(s[0].data.flat(0)) : 0.0;
   };
   const std::vector<std::pair<std::string, std::function<double()>>> cases = {
       {"P('a',None) @ P()            no communication", [&] { return first(shard::matmul(rows, repl)); }},
@@ -355,8 +355,8 @@ int run_products(shard::Runtime& rt, int rounds, bool json) {
   const std::vector<Shape3> shapes{{128, 784, 1024}, {2048, 192, 768}, {2048, 768, 192}, {128, 32, 128}};
   auto rate = [&]<typename T>(std::type_identity<T>, const Shape3& s) {
     shard::Tensor<T> am({s.m, s.k}), bm({s.k, s.n});
-    for (std::int64_t i = 0; i < am.size(); ++i) am[i] = T(static_cast<float>((i * 7919) % 1000) / 1000.0f - 0.5f);
-    for (std::int64_t i = 0; i < bm.size(); ++i) bm[i] = T(static_cast<float>((i * 104729) % 1000) / 1000.0f - 0.5f);
+    for (std::int64_t i = 0; i < am.size(); ++i) am.flat(i) = T(static_cast<float>((i * 7919) % 1000) / 1000.0f - 0.5f);
+    for (std::int64_t i = 0; i < bm.size(); ++i) bm.flat(i) = T(static_cast<float>((i * 104729) % 1000) / 1000.0f - 0.5f);
     (void)shard::matmul(am, bm);  // warm-up (and oneDNN's primitive)
     double best = 0;
     for (int r = 0; r < rounds; ++r) {

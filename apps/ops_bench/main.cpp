@@ -83,7 +83,7 @@ struct Kernel {
 template <typename T>
 double first(const ShardedArray<T>& a) {
   const auto& s = a.addressable_shards();
-  return !s.empty() && s[0].data.size() > 0 ? static_cast<double>(s[0].data[0]) : 0.0;
+  return !s.empty() && s[0].data.size() > 0 ? static_cast<double>(s[0].data.flat(0)) : 0.0;
 }
 
 struct Row {
@@ -113,7 +113,7 @@ std::vector<Row> bench(shard::Runtime& rt, std::int64_t n, int repeats, std::vec
   const T* x0 = x.addressable_shards().empty() ? nullptr : x.addressable_shards()[0].data.data();
   const std::int64_t x0n = x.addressable_shards().empty() ? 0 : x.addressable_shards()[0].data.size();
   std::vector<Kernel> ks = {
-      {"triad", 3, "triad", false, [&] { triad(local, ta.data(), tb, tc, T(3)); return double(ta[0]); }, {}},
+      {"triad", 3, "triad", false, [&] { triad(local, ta.data(), tb, tc, T(3)); return double(ta.flat(0)); }, {}},
       {"read", 1, "read", false, [&] { return double(read_all(x0n, x0)); }, {}},
       {"naive sum", 1, "read", false, [&] { return double(naive_sum(x0n, x0)); }, {}},
       {"x + y", 3, "triad", true, [&] { return first(x + y); }, {}},
@@ -181,7 +181,7 @@ std::vector<Row> bench(shard::Runtime& rt, std::int64_t n, int repeats, std::vec
       {"sharded x + y", [&] { return first(sx + sy); }},
       {"sharded exp(x)", [&] { return first(shard::exp(sx)); }},
       {"sharded x * 2", [&] { return first(sx * T(2)); }},
-      {"Tensor x + y", [&] { return static_cast<double>((lx + ly)[0]); }},
+      {"Tensor x + y", [&] { return static_cast<double>((lx + ly).flat(0)); }},
   };
   for (const auto& [name, f] : small) {
     std::vector<double> per;

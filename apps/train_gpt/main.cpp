@@ -48,7 +48,7 @@ double sum_over_ranks(const shard::Mesh& mesh, double value) {
   const auto parts = shard::generate<double>({static_cast<std::int64_t>(ids.size())}, per_device, [&](const shard::Box& bx) {
     shard::Tensor<double> t(bx.extent, 0.0);
     for (std::int64_t i = 0; i < bx.extent[0]; ++i)
-      if (ids[static_cast<std::size_t>(bx.offset[0] + i)] == first_local) t[i] = value;
+      if (ids[static_cast<std::size_t>(bx.offset[0] + i)] == first_local) t.flat(i) = value;
     return t;
   });
   return shard::sum(parts).to_host().item();

@@ -72,7 +72,7 @@ shard::ShardedArray<float> batch_labels(const Dataset& d, const std::vector<std:
       if (i >= static_cast<std::int64_t>(order.size())) continue;
       const std::int64_t row = order[static_cast<std::size_t>(i)];
       if (d.classify)
-        t[r] = d.labels[static_cast<std::size_t>(row)];
+        t.flat(r) = d.labels[static_cast<std::size_t>(row)];
       else
         std::memcpy(t.data() + r * width, d.targets.data() + row * width, static_cast<std::size_t>(width) * sizeof(float));
     }

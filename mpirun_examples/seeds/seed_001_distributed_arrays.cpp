@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     const Tensor<float> sharded = w.to_host();
     bool allclose = true;
     for (std::int64_t i = 0; i < single.size(); ++i)
-      allclose = allclose && std::abs(single[i] - sharded[i]) <= 1e-8 + 1e-5 * terms[i];
+      allclose = allclose && std::abs(single.flat(i) - sharded.flat(i)) <= 1e-8 + 1e-5 * terms.flat(i);
     say(allclose ? "True" : "False");
     say("jnp.dot(x_single, x_single): " + std::to_string(seconds_of([&] { (void)dot(x, x); }) * 1e3) + " ms");
     say("jnp.dot(y, z):               " + std::to_string(seconds_of([&] { (void)dot(y, z); }) * 1e3) + " ms");

@@ -317,8 +317,8 @@ std::string to_string(const Tensor<T>& x, const PrintOptions& o) {
   std::int64_t count = 1;
   for (const auto& s : shown) count *= static_cast<std::int64_t>(s.size());
   std::vector<T> values(static_cast<std::size_t>(count));
-  if (x.rank() == 0) values[0] = x[0];
-  else for_shown_in_box(shown, full_box(x.shape()), [&](std::int64_t g, std::int64_t off) { values[g] = x[off]; });
+  if (x.rank() == 0) values[0] = x.flat(0);
+  else for_shown_in_box(shown, full_box(x.shape()), [&](std::int64_t g, std::int64_t off) { values[g] = x.flat(off); });
   return format(x.shape(), values, summarise, o);
 }
 
@@ -346,7 +346,7 @@ std::string to_string(const ShardedArray<T>& x, const PrintOptions& o) {
   std::int64_t k = 0;
   for (int d : devices_of[topo.process_index]) {
     const auto& sh = x.shard_of(d);
-    for_shown_in_box(shown, sh.box, [&](std::int64_t, std::int64_t off) { send[k++] = sh.data[off]; });
+    for_shown_in_box(shown, sh.box, [&](std::int64_t, std::int64_t off) { send.flat(k++) = sh.data.flat(off); });
   }
   const bool root = topo.process_index == 0;
   std::vector<int> counts, displs;
@@ -366,7 +366,7 @@ std::string to_string(const ShardedArray<T>& x, const PrintOptions& o) {
   std::int64_t at = 0;
   for (const auto& devs : devices_of)
     for (int d : devs)
-      for_shown_in_box(shown, s.box(d, x.shape()), [&](std::int64_t g, std::int64_t) { values[g] = recv[at++]; });
+      for_shown_in_box(shown, s.box(d, x.shape()), [&](std::int64_t g, std::int64_t) { values[g] = recv.flat(at++); });
   return format(x.shape(), values, summarise, o);
 }
 

@@ -321,7 +321,7 @@ ShardedArray<std::int64_t> bits(Key k, const Shape& shape, const NamedSharding& 
 Tensor<std::int64_t> permutation(Key k, std::int64_t n) {
   if (n < 0) raise<ValueError>("random::permutation: n must be >= 0, got ", n);
   Tensor<std::int64_t> perm(Shape{n});
-  for (std::int64_t i = 0; i < n; ++i) perm[i] = i;
+  for (std::int64_t i = 0; i < n; ++i) perm.flat(i) = i;
   // Draw c uses counter c: a 64-bit word (y0 << 32) | y1, as for float64 values.
   std::uint64_t counter = 0;
   auto next_word = [&] {
@@ -337,7 +337,7 @@ Tensor<std::int64_t> permutation(Key k, std::int64_t n) {
     const std::uint64_t reject_below = (0 - range) % range;  // 2^64 mod range
     std::uint64_t r = next_word();
     while (r < reject_below) r = next_word();
-    std::swap(perm[i], perm[static_cast<std::int64_t>(r % range)]);
+    std::swap(perm.flat(i), perm.flat(static_cast<std::int64_t>(r % range)));
   }
   return perm;
 }

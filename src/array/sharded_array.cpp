@@ -262,7 +262,7 @@ ShardedArray<T> arange(const Shape& shape, const NamedSharding& sharding) {
     for (std::int64_t i = 0; i < t.size(); ++i) {
       std::int64_t g = 0;
       for (int d = 0; d < rank; ++d) g += (b.offset[d] + idx[d]) * gstride[d];
-      t[i] = static_cast<T>(g);
+      t.flat(i) = static_cast<T>(g);
       for (int d = rank - 1; d >= 0; --d) {
         if (++idx[d] < b.extent[d]) break;
         idx[d] = 0;

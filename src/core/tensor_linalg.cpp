@@ -66,19 +66,19 @@ Tensor<T> detail::vdot_kernel(const Tensor<T>& a, const Tensor<T>& b) {
       if constexpr (std::is_same_v<T, float>) acc += cblas_dsdot(len, a.data() + i, 1, b.data() + i, 1);
       else acc += cblas_ddot(len, a.data() + i, 1, b.data() + i, 1);
     }
-    out[0] = static_cast<T>(acc);
+    out.flat(0) = static_cast<T>(acc);
   } else if constexpr (std::is_same_v<T, bfloat16>) {
     double acc = 0;  // exact products of bfloat16 values, summed in float64, rounded once
-    for (std::int64_t i = 0; i < n; ++i) acc += double(float(a[i]) * float(b[i]));
-    out[0] = static_cast<T>(static_cast<float>(acc));
+    for (std::int64_t i = 0; i < n; ++i) acc += double(float(a.flat(i)) * float(b.flat(i)));
+    out.flat(0) = static_cast<T>(static_cast<float>(acc));
   } else if constexpr (std::is_same_v<T, bool>) {
     bool r = false;
-    for (std::int64_t i = 0; i < n; ++i) r = r || (a[i] && b[i]);
-    out[0] = r;
+    for (std::int64_t i = 0; i < n; ++i) r = r || (a.flat(i) && b.flat(i));
+    out.flat(0) = r;
   } else {
     std::int64_t acc = 0;
-    for (std::int64_t i = 0; i < n; ++i) acc += static_cast<std::int64_t>(a[i]) * static_cast<std::int64_t>(b[i]);
-    out[0] = static_cast<T>(acc);
+    for (std::int64_t i = 0; i < n; ++i) acc += static_cast<std::int64_t>(a.flat(i)) * static_cast<std::int64_t>(b.flat(i));
+    out.flat(0) = static_cast<T>(acc);
   }
   return out;
 }

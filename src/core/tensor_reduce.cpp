@@ -239,7 +239,7 @@ Tensor<A> reduce_acc(const Tensor<T>& x, ReduceKind kind, const std::vector<int>
   }
   A* o = out.data();
   if (first)  // nothing of size > 1 was reduced: a copy
-    for (std::int64_t i = 0; i < out.size(); ++i) o[i] = static_cast<A>(x[i]);
+    for (std::int64_t i = 0; i < out.size(); ++i) o[i] = static_cast<A>(x.flat(i));
   else
     std::copy(acc.get(), acc.get() + out.size(), o);
   return out;
@@ -263,9 +263,9 @@ Tensor<T> detail::reduce_kernel(const Tensor<T>& x, ReduceKind kind, const Dims&
   Tensor<T> out(acc.shape());
   for (std::int64_t i = 0; i < out.size(); ++i) {
     if constexpr (is_floating_v<T>)
-      out[i] = static_cast<T>(kind == ReduceKind::kMean ? acc[i] / static_cast<double>(count) : acc[i]);
+      out.flat(i) = static_cast<T>(kind == ReduceKind::kMean ? acc.flat(i) / static_cast<double>(count) : acc.flat(i));
     else
-      out[i] = static_cast<T>(acc[i]);
+      out.flat(i) = static_cast<T>(acc.flat(i));
   }
   return out;
 }
@@ -281,7 +281,7 @@ Tensor<T> reduce_or_identity(const Tensor<T>& x, ReduceKind kind, const std::vec
   if (kind == ReduceKind::kMax || kind == ReduceKind::kMin) return reduce_acc<T>(x, kind, dims, keepdims);
   const Tensor<acc_t<T>> acc = reduce_acc<acc_t<T>>(x, kind, dims, keepdims);
   Tensor<T> out(acc.shape());
-  for (std::int64_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(acc[i]);
+  for (std::int64_t i = 0; i < out.size(); ++i) out.flat(i) = static_cast<T>(acc.flat(i));
   return out;
 }
 

@@ -106,7 +106,7 @@ Tensor<T> standardize_kernel(const Tensor<T>& x, int axis, double eps, Tensor<T>
       sq += d * d;
     }
     const double inv = 1.0 / std::sqrt(sq / static_cast<double>(r.n) + eps);
-    rstd[row++] = static_cast<T>(inv);
+    rstd.flat(row++) = static_cast<T>(inv);
     for (std::int64_t i = 0; i < r.n; ++i) out[b + i * s] = static_cast<T>((in[b + i * s] - mean) * inv);
   });
   return y;
@@ -127,7 +127,7 @@ Tensor<T> standardize_grad_kernel(const Tensor<T>& y, const Tensor<T>& rstd, con
       scy += static_cast<double>(pc[b + i * s]) * py[b + i * s];
     }
     const auto n = static_cast<double>(r.n);
-    const T mc = static_cast<T>(sc / n), mcy = static_cast<T>(scy / n), k = rstd[row++];
+    const T mc = static_cast<T>(sc / n), mcy = static_cast<T>(scy / n), k = rstd.flat(row++);
     for (std::int64_t i = 0; i < r.n; ++i) out[b + i * s] = k * (pc[b + i * s] - mc - py[b + i * s] * mcy);
   });
   return dx;

@@ -197,7 +197,7 @@ Tensor<T> take_kernel(const Tensor<T>& x, const Tensor<I>& indices, int axis) {
   const std::int64_t m = indices.size();
   std::vector<std::int64_t> rows(static_cast<std::size_t>(m));
   for (std::int64_t j = 0; j < m; ++j) {
-    const std::int64_t i = static_cast<std::int64_t>(indices[j]);
+    const std::int64_t i = static_cast<std::int64_t>(indices.flat(j));
     const std::int64_t r = i < 0 ? i + v.n : i;
     if (r < 0 || r >= v.n)
       raise<ShapeError>("take: index ", i, " is out of bounds for dim ", a, " with size ", v.n, " (array of shape ",
@@ -229,11 +229,11 @@ Tensor<T> take_along_axis_kernel(const Tensor<T>& x, const Tensor<I>& indices, i
   T* po = out.data();
   detail::broadcast_rows<2>(out_shape, st, [&](std::int64_t o, auto off, auto step, std::int64_t len) {
     for (std::int64_t k = 0; k < len; ++k) {
-      const auto i = static_cast<std::int64_t>(indices[off[1] + k * step[1]]);
+      const auto i = static_cast<std::int64_t>(indices.flat(off[1] + k * step[1]));
       const std::int64_t r = i < 0 ? i + n : i;
       if (r < 0 || r >= n)
         raise<ShapeError>("take_along_axis: index ", i, " is out of bounds for dim ", a, " with size ", n);
-      po[o + k] = x[off[0] + k * step[0] + r * stride];
+      po[o + k] = x.flat(off[0] + k * step[0] + r * stride);
     }
   });
   return out;
@@ -257,7 +257,7 @@ Tensor<T> slice_transpose(const Tensor<T>& ct, const NodeMeta<Tensor<T>>& x, con
   for (std::int64_t k = 0; k < n; ++k) {
     std::int64_t off = base;
     for (std::size_t d = 0; d < full.size(); ++d) off += idx[d] * st[d];
-    out[off] = ct[k];
+    out.flat(off) = ct.flat(k);
     for (int d = static_cast<int>(full.size()) - 1; d >= 0; --d) {
       if (++idx[d] < full[d]) break;
       idx[d] = 0;
@@ -274,7 +274,7 @@ Tensor<T> take_transpose(const Tensor<T>& ct, const Tensor<I>& indices, const No
   const std::int64_t m = indices.size();
   for (std::int64_t o = 0; o < v.outer; ++o)
     for (std::int64_t j = 0; j < m; ++j) {
-      const auto i = static_cast<std::int64_t>(indices[j]);
+      const auto i = static_cast<std::int64_t>(indices.flat(j));
       const std::int64_t r = i < 0 ? i + v.n : i;
       T* dst = out.data() + (o * v.n + r) * v.inner;
       const T* src = ct.data() + (o * m + j) * v.inner;
@@ -299,7 +299,7 @@ Tensor<T> take_along_axis_transpose(const Tensor<T>& ct, const Tensor<I>& indice
   const T* pc = ct.data();
   broadcast_rows<2>(out_shape, st, [&](std::int64_t o, auto off, auto step, std::int64_t len) {
     for (std::int64_t k = 0; k < len; ++k) {
-      const auto i = static_cast<std::int64_t>(indices[off[1] + k * step[1]]);
+      const auto i = static_cast<std::int64_t>(indices.flat(off[1] + k * step[1]));
       const std::int64_t r = i < 0 ? i + n : i;
       po[off[0] + k * step[0] + r * stride] += pc[o + k];
     }
@@ -318,7 +318,7 @@ Tensor<T> arange(T start, T stop, T step) {
     const double len = std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step));
     const std::int64_t n = len > 0 ? static_cast<std::int64_t>(len) : 0;
     Tensor<T> out(Shape{n});
-    for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(start + static_cast<T>(i) * step);
+    for (std::int64_t i = 0; i < n; ++i) out.flat(i) = static_cast<T>(start + static_cast<T>(i) * step);
     return out;
   }
 }

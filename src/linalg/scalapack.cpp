@@ -407,7 +407,7 @@ ShardedArray<T> cholesky(const ShardedArray<T>& a_in) {
     const std::int64_t rows = s.box.extent[0], cols = s.box.extent[1];
     for (std::int64_t i = 0; i < rows; ++i)
       for (std::int64_t j = 0; j < cols; ++j)
-        if (s.box.offset[1] + j > s.box.offset[0] + i) s.data[i * cols + j] = T(0);
+        if (s.box.offset[1] + j > s.box.offset[0] + i) s.data.flat(i * cols + j) = T(0);
   }
   return l;
 }

@@ -72,7 +72,7 @@ ShardedArray<std::int64_t> arg_reduce(const ShardedArray<T>& a, int axis, bool k
       for (std::int64_t j = 0; j < v.n; ++j)
         for (std::int64_t k = 0; k < v.inner; ++k) {
           const std::int64_t r = o * v.inner + k;
-          if (idx[r] == kNone && s.data[(o * v.n + j) * v.inner + k] == m[r]) idx[r] = s.box.offset[d] + j;
+          if (idx.flat(r) == kNone && s.data.flat((o * v.n + j) * v.inner + k) == m.flat(r)) idx.flat(r) = s.box.offset[d] + j;
         }
     index.push_back(std::move(idx));
   }

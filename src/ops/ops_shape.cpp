@@ -308,7 +308,7 @@ Tensor<T> masked_take(const Tensor<T>& x, const Tensor<I>& idx, int axis, std::i
   Tensor<T> out(out_shape, T(0));
   const std::int64_t m = idx.size();
   for (std::int64_t j = 0; j < m; ++j) {
-    const auto i = static_cast<std::int64_t>(idx[j]);
+    const auto i = static_cast<std::int64_t>(idx.flat(j));
     const std::int64_t g = i < 0 ? i + global_n : i;
     if (g < 0 || g >= global_n)
       raise<ShapeError>("take: index ", i, " is out of bounds for dim ", axis, " with size ", global_n);
@@ -387,12 +387,12 @@ ShardedArray<T> detail::take_along_axis_sharded(const ShardedArray<T>& x, const 
     Tensor<I> local(ib.shape());
     Tensor<bool> inside(ib.shape());
     for (std::int64_t k = 0; k < ib.size(); ++k) {
-      const auto v = static_cast<std::int64_t>(ib[k]);
+      const auto v = static_cast<std::int64_t>(ib.flat(k));
       const std::int64_t g = v < 0 ? v + global_n : v;
       if (g < 0 || g >= global_n)
         raise<ShapeError>("take_along_axis: index ", v, " is out of bounds for dim ", a, " with size ", global_n);
-      inside[k] = g >= lo && g < lo + n;
-      local[k] = static_cast<I>(inside[k] ? g - lo : 0);
+      inside.flat(k) = g >= lo && g < lo + n;
+      local.flat(k) = static_cast<I>(inside.flat(k) ? g - lo : 0);
     }
     if (n == 0) {  // an empty block along the axis picks nothing
       Shape own = s.data.shape();
@@ -489,7 +489,7 @@ ShardedArray<T> take_transpose(const ShardedArray<T>& ct, const ShardedArray<I>&
     const auto v = three_dims(b.extent, a, a + 1);
     const std::int64_t m = ib.size(), n_global = x.shape[a];
     for (std::int64_t j = 0; j < m; ++j) {
-      const auto g0 = static_cast<std::int64_t>(ib[j]);
+      const auto g0 = static_cast<std::int64_t>(ib.flat(j));
       const std::int64_t r = (g0 < 0 ? g0 + n_global : g0) - b.offset[a];
       if (r < 0 || r >= v.n || v.inner == 0) continue;
       for (std::int64_t o = 0; o < v.outer; ++o) {
@@ -534,10 +534,10 @@ ShardedArray<T> take_along_axis_transpose(const ShardedArray<T>& ct, const Shard
     Tensor<I> local_idx(ib.shape());
     Tensor<bool> inside(ib.shape());
     for (std::int64_t k = 0; k < ib.size(); ++k) {
-      const auto v = static_cast<std::int64_t>(ib[k]);
+      const auto v = static_cast<std::int64_t>(ib.flat(k));
       const std::int64_t g = v < 0 ? v + global_n : v;
-      inside[k] = g >= lo && g < lo + n;
-      local_idx[k] = static_cast<I>(inside[k] ? g - lo : 0);
+      inside.flat(k) = g >= lo && g < lo + n;
+      local_idx.flat(k) = static_cast<I>(inside.flat(k) ? g - lo : 0);
     }
     if (n == 0) {
       blocks.emplace_back(b.extent, T(0));

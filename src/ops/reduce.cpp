@@ -61,7 +61,7 @@ Tensor<T> Reduce<T>::finalize(const Tensor<Partial>& combined) const {
   const double scale = kind == ReduceKind::kMean ? 1.0 / static_cast<double>(count) : 1.0;
   Tensor<T> b(combined.shape());
   for (std::int64_t i = 0; i < b.size(); ++i)
-    b[i] = static_cast<T>(kind == ReduceKind::kMean ? combined[i] * scale : combined[i]);
+    b.flat(i) = static_cast<T>(kind == ReduceKind::kMean ? combined.flat(i) * scale : combined.flat(i));
   return b;
 }
 
@@ -180,7 +180,7 @@ ShardedArray<T> prim::PrefixSum<T>::sharded(const ShardedArray<T>& a) const {
       for (std::int64_t i = 0; i < m; ++i)
         before[static_cast<std::size_t>(i)] += static_cast<W>(g[q * m + i]);
     Tensor<A> padded(tshape);
-    for (std::int64_t i = 0; i < m; ++i) padded[i] = static_cast<A>(before[static_cast<std::size_t>(i)]);
+    for (std::int64_t i = 0; i < m; ++i) padded.flat(i) = static_cast<A>(before[static_cast<std::size_t>(i)]);
     Shape own = s.data.shape();
     own[d] = 1;
     Tensor<A> start(own);

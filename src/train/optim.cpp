@@ -255,13 +255,13 @@ double global_norm(const std::vector<ShardedArray<T>>& xs) {
         for (std::int64_t i = 0; i < b.extent[0]; ++i) {
           const int dev = ids[static_cast<std::size_t>(b.offset[0] + i)];
           const auto it = partial.find(dev);
-          if (it != partial.end()) t[i] = it->second;
+          if (it != partial.end()) t.flat(i) = it->second;
         }
         return t;
       });
   const ShardedArray<double> total = sum(parts);
   const auto& sh = total.addressable_shards();
-  return std::sqrt(sh.empty() ? 0.0 : sh.front().data[0]);
+  return std::sqrt(sh.empty() ? 0.0 : sh.front().data.flat(0));
 }
 
 GradSharding Optimizer::grad_sharding() const {

@@ -30,7 +30,7 @@ using shard::Tensor;
 double at_offset(const Tensor<double>& ref, const shard::Box& box, std::int64_t flat) {
   const std::int64_t cols = box.extent[1];
   const std::int64_t i = box.offset[0] + flat / cols, j = box.offset[1] + flat % cols;
-  return ref[i * ref.shape()[1] + j];
+  return ref.flat(i * ref.shape()[1] + j);
 }
 
 /// Throws, naming the rank and the first element where `got` (a block at `box`) differs from `ref`.
@@ -38,11 +38,11 @@ void expect_near(const Tensor<double>& got, const shard::Box& box, const Tensor<
                  const std::string& what, double tol) {
   for (std::int64_t k = 0; k < got.size(); ++k) {
     const double want = at_offset(ref, box, k);
-    if (!(std::abs(got[k] - want) <= tol * (1.0 + std::abs(want)))) {
+    if (!(std::abs(got.flat(k) - want) <= tol * (1.0 + std::abs(want)))) {
       std::ostringstream msg;
       msg << "consumer: " << what << " differs from the host reference at element ("
           << box.offset[0] + k / box.extent[1] << ", " << box.offset[1] + k % box.extent[1] << "): got "
-          << got[k] << ", want " << want;
+          << got.flat(k) << ", want " << want;
       throw std::runtime_error(msg.str());
     }
   }
@@ -62,7 +62,7 @@ Tensor<double> host_matmul(const Tensor<double>& a, const Tensor<double>& b) {
   Tensor<double> c(Shape{m, n}, 0.0);
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t q = 0; q < k; ++q)
-      for (std::int64_t j = 0; j < n; ++j) c[i * n + j] += a[i * k + q] * b[q * n + j];
+      for (std::int64_t j = 0; j < n; ++j) c.flat(i * n + j) += a.flat(i * k + q) * b.flat(q * n + j);
   return c;
 }
 
@@ -83,8 +83,8 @@ int run(shard::Runtime& rt, bool corrupt_reference) {
   const std::int64_t cols = shape[1] / nb;
   Tensor<double> ref_sum(Shape{shape[0], cols}, 0.0);
   for (std::int64_t i = 0; i < shape[0]; ++i)
-    for (std::int64_t j = 0; j < shape[1]; ++j) ref_sum[i * cols + j % cols] += host_x[i * shape[1] + j];
-  if (corrupt_reference) ref_sum[0] += 1.0;
+    for (std::int64_t j = 0; j < shape[1]; ++j) ref_sum.flat(i * cols + j % cols) += host_x.flat(i * shape[1] + j);
+  if (corrupt_reference) ref_sum.flat(0) += 1.0;
   const auto summed = shard::shard_map(mesh, P("a", "b"), P("a", None), [](shard::DeviceContext& ctx, const Tensor<double>& block) { return ctx.psum(block, "b"); })(x);
   check(summed, ref_sum, "shard_map psum over 'b'", 1e-14);
 

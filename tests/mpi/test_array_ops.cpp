@@ -44,14 +44,14 @@ void expect_matches(const ShardedArray<T>& r, const Tensor<U>& want, double tol,
     return (std::isnan(a) && std::isnan(b)) || a == b || std::abs(a - b) <= tol * std::max(1.0, std::abs(b));
   };
   std::int64_t bad = 0;
-  for (std::int64_t i = 0; i < want.size(); ++i) bad += !close(host[i], want[i]);
+  for (std::int64_t i = 0; i < want.size(); ++i) bad += !close(host.flat(i), want.flat(i));
   EXPECT_EQ(bad, 0) << what << ": to_host differs in " << bad << " elements";
   for (const auto& s : r.addressable_shards()) {
     const Box ref = reference_box(r.mesh(), r.spec(), r.shape(), s.device);
     ASSERT_EQ(s.box, ref) << what;
     const Tensor<T> w = reference_block(want, ref);
     std::int64_t sb = 0;
-    for (std::int64_t i = 0; i < w.size(); ++i) sb += !close(s.data[i], w[i]);
+    for (std::int64_t i = 0; i < w.size(); ++i) sb += !close(s.data.flat(i), w.flat(i));
     EXPECT_EQ(sb, 0) << what << ": device " << s.device << " box " << to_string(s.box);
   }
 }
@@ -140,9 +140,9 @@ SHARD_MPI_TEST(ArrayOps, Float32SumsAreAccurateOnEveryMesh) {
     const Names X(mesh);
     for (const auto& spec : {P(X.a), P(X.ab), P()}) {
       const auto x = device_put(h, NamedSharding(mesh, spec));
-      const double got = sum(x).to_host()[0];
+      const double got = sum(x).to_host().flat(0);
       EXPECT_LT(std::abs(got - ref) / ref, 1e-6) << mesh.to_string() << " " << spec.to_string();
-      const double m = mean(x).to_host()[0];
+      const double m = mean(x).to_host().flat(0);
       EXPECT_LT(std::abs(m - ref / n) / (ref / n), 1e-6) << mesh.to_string() << " mean";
     }
   }
@@ -281,7 +281,7 @@ SHARD_MPI_TEST(ArrayOps, TakeEmbeddingsAndLabels) {
     // Labels: the logit of each row's label, logits split along classes.
     const Tensor<double> hlogits = random_tensor<double>({8, 10}, seed++);
     Tensor<std::int64_t> hlab({8, 1});
-    for (std::int64_t r = 0; r < 8; ++r) hlab[r] = (r * 7 + 3) % 10;
+    for (std::int64_t r = 0; r < 8; ++r) hlab.flat(r) = (r * 7 + 3) % 10;
     for (const auto& lspec : {P(X.a, X.b), P(None, X.ab), P(X.ab)}) {
       const auto logits = device_put(hlogits, NamedSharding(mesh, lspec));
       const auto lab = device_put(hlab, NamedSharding(mesh, P(X.a)));
@@ -374,7 +374,7 @@ SHARD_MPI_TEST(ShardMapTyped, MixedDtypesListsTuplesAndScalars) {
   const Mesh mesh = make_mesh({n}, {"data"});
   const Tensor<float> hx = random_tensor<float>({4 * n, 3}, 800);
   Tensor<std::int32_t> hy({4 * n});
-  for (std::int64_t i = 0; i < hy.size(); ++i) hy[i] = static_cast<std::int32_t>(i % 3);
+  for (std::int64_t i = 0; i < hy.size(); ++i) hy.flat(i) = static_cast<std::int32_t>(i % 3);
   const Tensor<float> hw = random_tensor<float>({3, 3}, 801), hb = random_tensor<float>({3}, 802);
   const auto x = device_put(hx, NamedSharding(mesh, P("data")));
   const auto y = device_put(hy, NamedSharding(mesh, P("data")));
@@ -428,7 +428,7 @@ SHARD_MPI_TEST(PmapTyped, InAxesBroadcastAndChaining) {
   const auto r = pmap([](const Tensor<double>& col, const Tensor<double>& v) { return vdot(col, v); }, "i",
                       {1, None})(a, b);
   Tensor<double> want({n});
-  for (int d = 0; d < n; ++d) want[d] = vdot(slice(a, {Slice(), d}), b).item();
+  for (int d = 0; d < n; ++d) want.flat(d) = vdot(slice(a, {Slice(), d}), b).item();
   expect_matches(r, want, 1e-12, "pmap in_axes {1, None}");
   // Seed 000: the output of one pmap feeds the next (pmap(jnp.matmul)(xd, xd)).
   const auto xd = pmap([](const Tensor<std::int32_t>&) { return ones<float>({4, 4}); })(arange<std::int32_t>(n));
@@ -446,7 +446,7 @@ Tensor<double> host_zip(const Tensor<double>& a, const Tensor<double>& b, F f) {
   Tensor<double> r(out);
   Shape idx(out.size(), 0);
   for (std::int64_t i = 0; i < r.size(); ++i, next_index(idx, out))
-    r[i] = f(a[broadcast_offset(a.shape(), idx)], b[broadcast_offset(b.shape(), idx)]);
+    r.flat(i) = f(a.flat(broadcast_offset(a.shape(), idx)), b.flat(broadcast_offset(b.shape(), idx)));
   return r;
 }
 
@@ -514,12 +514,12 @@ SHARD_MPI_TEST(ArrayOps, Softplus) {
       h(6, 4) = -100;
       h(3, 2) = 0;
       Tensor<double> want(h.shape());
-      for (std::int64_t i = 0; i < h.size(); ++i) want[i] = host_softplus(h[i]);
+      for (std::int64_t i = 0; i < h.size(); ++i) want.flat(i) = host_softplus(h.flat(i));
       const auto x = device_put(h, NamedSharding(mesh, spec));
       expect_matches(softplus(x), want, 1e-15, w + " softplus", &spec);
       const Tensor<std::int32_t> hi = random_tensor<std::int32_t>({7, 5}, seed++);
       Tensor<float> wi(hi.shape());
-      for (std::int64_t i = 0; i < hi.size(); ++i) wi[i] = static_cast<float>(host_softplus(hi[i] / 10.0));
+      for (std::int64_t i = 0; i < hi.size(); ++i) wi.flat(i) = static_cast<float>(host_softplus(hi.flat(i) / 10.0));
       const auto si = softplus(device_put(hi, NamedSharding(mesh, spec)) / 10);  // int32 / 10 is float32
       expect_matches(si, wi, 3e-7, w + " softplus float32", &spec);
     }
@@ -537,7 +537,7 @@ SHARD_MPI_TEST(ArrayOps, LogSigmoid) {
       h(5, 0) = -100;
       Tensor<double> want(h.shape());
       for (std::int64_t i = 0; i < h.size(); ++i)
-        want[i] = static_cast<double>(-std::log1p(std::exp(-static_cast<long double>(h[i]))));
+        want.flat(i) = static_cast<double>(-std::log1p(std::exp(-static_cast<long double>(h.flat(i)))));
       expect_matches(log_sigmoid(device_put(h, NamedSharding(mesh, spec))), want, 1e-15, w + " log_sigmoid", &spec);
     }
   }
@@ -555,8 +555,8 @@ Tensor<double> host_cumsum(const Tensor<T>& x, int dim, bool reverse = false) {
   for (std::int64_t i = 0; i < x.size(); ++i, next_index(idx, sh)) {
     long double acc = 0;
     const std::int64_t lo = reverse ? idx[dim] : 0, hi = reverse ? sh[dim] : idx[dim] + 1;
-    for (std::int64_t j = lo; j < hi; ++j) acc += static_cast<long double>(x[i + (j - idx[dim]) * st[dim]]);
-    r[i] = static_cast<double>(acc);
+    for (std::int64_t j = lo; j < hi; ++j) acc += static_cast<long double>(x.flat(i + (j - idx[dim]) * st[dim]));
+    r.flat(i) = static_cast<double>(acc);
   }
   return r;
 }
@@ -575,7 +575,7 @@ SHARD_MPI_TEST(ArrayOps, CumsumAlongSplitAxes) {
       const Tensor<double> hd = random_tensor<double>({7, 5}, seed++);
       const Tensor<std::int32_t> hi = random_tensor<std::int32_t>({7, 5}, seed++);
       Tensor<bool> hb({7, 5});
-      for (std::int64_t i = 0; i < hb.size(); ++i) hb[i] = hi[i] % 3 == 0;
+      for (std::int64_t i = 0; i < hb.size(); ++i) hb.flat(i) = hi.flat(i) % 3 == 0;
       const auto xd = device_put(hd, NamedSharding(mesh, spec));
       const auto xf = astype<float>(xd);
       const auto xi = device_put(hi, NamedSharding(mesh, spec));
@@ -644,9 +644,9 @@ Tensor<double> host_layer_norm(const Tensor<double>& x, const Tensor<double>& g,
   auto at = [&](std::int64_t line, std::int64_t k) -> std::int64_t { return dim == 1 ? line * cols + k : k * cols + line; };
   for (std::int64_t l = 0; l < lines; ++l) {
     double m = 0, var = 0;
-    for (std::int64_t k = 0; k < n; ++k) m += x[at(l, k)] / static_cast<double>(n);
-    for (std::int64_t k = 0; k < n; ++k) var += (x[at(l, k)] - m) * (x[at(l, k)] - m) / static_cast<double>(n);
-    for (std::int64_t k = 0; k < n; ++k) out[at(l, k)] = (x[at(l, k)] - m) / std::sqrt(var + eps) * g[k] + b[k];
+    for (std::int64_t k = 0; k < n; ++k) m += x.flat(at(l, k)) / static_cast<double>(n);
+    for (std::int64_t k = 0; k < n; ++k) var += (x.flat(at(l, k)) - m) * (x.flat(at(l, k)) - m) / static_cast<double>(n);
+    for (std::int64_t k = 0; k < n; ++k) out.flat(at(l, k)) = (x.flat(at(l, k)) - m) / std::sqrt(var + eps) * g.flat(k) + b.flat(k);
   }
   return out;
 }
@@ -685,9 +685,9 @@ Tensor<double> host_cross_entropy(const Tensor<T>& logits, const Tensor<I>& labe
   Tensor<double> out(labels.shape());
   for (std::int64_t r = 0; r < rows; ++r) {
     long double m = -INFINITY, s = 0;
-    for (std::int64_t j = 0; j < c; ++j) m = std::max(m, static_cast<long double>(logits[r * c + j]));
-    for (std::int64_t j = 0; j < c; ++j) s += std::exp(static_cast<long double>(logits[r * c + j]) - m);
-    out[r] = static_cast<double>(std::log(s) - (static_cast<long double>(logits[r * c + labels[r]]) - m));
+    for (std::int64_t j = 0; j < c; ++j) m = std::max(m, static_cast<long double>(logits.flat(r * c + j)));
+    for (std::int64_t j = 0; j < c; ++j) s += std::exp(static_cast<long double>(logits.flat(r * c + j)) - m);
+    out.flat(r) = static_cast<double>(std::log(s) - (static_cast<long double>(logits.flat(r * c + labels.flat(r))) - m));
   }
   return out;
 }
@@ -702,7 +702,7 @@ SHARD_MPI_TEST(ArrayOps, SoftmaxCrossEntropyWithIntegerLabels) {
       const std::string w = mesh.to_string() + " " + spec.to_string();
       const Tensor<double> hl = random_tensor<double>({7, 5}, seed++) / 10.0;
       Tensor<std::int32_t> hy({7});
-      for (std::int64_t i = 0; i < 7; ++i) hy[i] = static_cast<std::int32_t>((i * 3 + seed) % 5);
+      for (std::int64_t i = 0; i < 7; ++i) hy.flat(i) = static_cast<std::int32_t>((i * 3 + seed) % 5);
       const auto logits = device_put(hl, NamedSharding(mesh, spec));
       const auto want = host_cross_entropy(hl, hy);
       const auto loss = softmax_cross_entropy_with_integer_labels(logits, device_put(hy, NamedSharding(mesh, P(X.a))));

@@ -103,13 +103,13 @@ std::vector<Tensor<double>> finite_differences(const std::function<double(const 
   for (std::size_t i = 0; i < p.size(); ++i) {
     Tensor<double> gi(p[i].shape());
     for (std::int64_t k = 0; k < p[i].size(); ++k) {
-      const double x0 = p[i][k], h = 1e-6 * std::max(1.0, std::abs(x0));
-      p[i][k] = x0 + h;
+      const double x0 = p[i].flat(k), h = 1e-6 * std::max(1.0, std::abs(x0));
+      p[i].flat(k) = x0 + h;
       const double up = f(p);
-      p[i][k] = x0 - h;
+      p[i].flat(k) = x0 - h;
       const double down = f(p);
-      p[i][k] = x0;
-      gi[k] = (up - down) / (2 * h);
+      p[i].flat(k) = x0;
+      gi.flat(k) = (up - down) / (2 * h);
     }
     g.push_back(std::move(gi));
   }
@@ -119,7 +119,7 @@ std::vector<Tensor<double>> finite_differences(const std::function<double(const 
 double max_rel_diff(const Tensor<double>& a, const Tensor<double>& b) {
   double m = 0;
   for (std::int64_t i = 0; i < a.size(); ++i)
-    m = std::max(m, std::abs(a[i] - b[i]) / std::max(1.0, std::abs(b[i])));
+    m = std::max(m, std::abs(a.flat(i) - b.flat(i)) / std::max(1.0, std::abs(b.flat(i))));
   return m;
 }
 
@@ -132,7 +132,7 @@ SHARD_MPI_TEST(Autodiff, RandomProgramsMatchFiniteDifferencesOnTensors) {
   std::mt19937_64 rng(7);
   const Tensor<std::int64_t> idx_rows(Shape{kM}, std::vector<std::int64_t>{3, 0, 4, 1, -3});
   Tensor<std::int64_t> idx_along(Shape{kM, kN});
-  for (std::int64_t i = 0; i < idx_along.size(); ++i) idx_along[i] = static_cast<std::int64_t>((i * 7 + 3) % kN);
+  for (std::int64_t i = 0; i < idx_along.size(); ++i) idx_along.flat(i) = static_cast<std::int64_t>((i * 7 + 3) % kN);
   // Every op alone, then random sequences of four.
   std::vector<std::vector<int>> programs;
   for (int op = 0; op < kOps; ++op) programs.push_back({op});
@@ -164,7 +164,7 @@ SHARD_MPI_TEST(Autodiff, RandomProgramsOnShardedArraysMatchTheTensorGradients) {
   std::mt19937_64 rng(11 + static_cast<std::uint64_t>(runtime().device_count()));
   const Tensor<std::int64_t> idx_rows(Shape{kM}, std::vector<std::int64_t>{3, 0, 4, 1, -3});
   Tensor<std::int64_t> idx_along(Shape{kM, kN});
-  for (std::int64_t i = 0; i < idx_along.size(); ++i) idx_along[i] = static_cast<std::int64_t>((i * 5 + 1) % kN);
+  for (std::int64_t i = 0; i < idx_along.size(); ++i) idx_along.flat(i) = static_cast<std::int64_t>((i * 5 + 1) % kN);
   std::uint64_t seed = 500;
   for (const auto& mesh : meshes()) {
     for (int r = 0; r < 10; ++r) {
@@ -255,7 +255,7 @@ SHARD_MPI_TEST(Autodiff, ReturnedArraysHaveStorageOfTheirOwn) {
   Tensor<double> x = small_random({2, 3}, 31);
   const Tensor<double> x_before = x;
   auto [y, fn] = vjp([](const Tensor<double>& a) { return reshape(a, {6}); }, x);
-  y[0] = 42.0;
+  y.flat(0) = 42.0;
   EXPECT_EQ(x, x_before);
   const auto [dx] = fn(Tensor<double>({6}, 1.0));
   EXPECT_EQ(dx, Tensor<double>({2, 3}, 1.0));
@@ -263,7 +263,7 @@ SHARD_MPI_TEST(Autodiff, ReturnedArraysHaveStorageOfTheirOwn) {
   const auto [va, gw] = value_and_grad(
       [](const Tensor<double>& p) { return std::make_pair(sum(p * p), reshape(p, {2, 2})); }, has_aux)(w);
   const Tensor<double> aux_before = va.second;
-  for (std::int64_t i = 0; i < w.size(); ++i) w[i] -= 0.1 * gw[i];  // a hand-written update
+  for (std::int64_t i = 0; i < w.size(); ++i) w.flat(i) -= 0.1 * gw.flat(i);  // a hand-written update
   EXPECT_EQ(va.second, aux_before);
   // The same through a differentiated shard_map whose body returns a reshape of its block.
   const Mesh mesh = make_mesh({runtime().device_count()}, {"a"});
@@ -275,7 +275,7 @@ SHARD_MPI_TEST(Autodiff, ReturnedArraysHaveStorageOfTheirOwn) {
         return shard_map(mesh, {P("a")}, {P("a")}, [](const Tensor<double>& blk) { return reshape(blk, {-1}); })(a);
       },
       xs);
-  for (auto& sh : ys.addressable_shards()) sh.data[0] = 42.0;
+  for (auto& sh : ys.addressable_shards()) sh.data.flat(0) = 42.0;
   EXPECT_EQ(xs.to_host(), xs_host);
 }
 
@@ -472,7 +472,7 @@ SHARD_MPI_TEST(Autodiff, ShardMapCollectivesTransposeLikeTheGlobalView) {
         },
         [&](const std::vector<HT>& p) {
           HT scale(Shape{m, 1});
-          for (std::int64_t r = 0; r < m; ++r) scale[r] = static_cast<double>(r / (m / n) + 1);
+          for (std::int64_t r = 0; r < m; ++r) scale.flat(r) = static_cast<double>(r / (m / n) + 1);
           return sum(p[0] * scale * p[1]) + sum(p[1] * p[1]) * static_cast<double>(n);
         },
         {x, w});
@@ -789,8 +789,8 @@ SHARD_MPI_TEST(Autodiff, LogaddexpGradients) {
   EXPECT_TRUE(std::isnan(v.item()));  // the outputs hold +inf and -inf (checked in test_tensor_ops)
   const std::vector<double> da{0, 1, 1, 1, 1, std::exp(-200.0), 0.5}, db{1, 0, 1, 1, std::exp(-200.0), 1, 0.5};
   for (int i = 0; i < 7; ++i) {
-    EXPECT_NEAR(g[0][i], da[i], 1e-15) << "d/da at " << a[i] << ", " << b[i];
-    EXPECT_NEAR(g[1][i], db[i], 1e-15) << "d/db at " << a[i] << ", " << b[i];
+    EXPECT_NEAR(g[0].flat(i), da[i], 1e-15) << "d/da at " << a.flat(i) << ", " << b.flat(i);
+    EXPECT_NEAR(g[1].flat(i), db[i], 1e-15) << "d/db at " << a.flat(i) << ", " << b.flat(i);
   }
 }
 
@@ -831,8 +831,8 @@ SHARD_MPI_TEST(Autodiff, SoftplusGradients) {
   const HT x({5}, std::vector<double>{0, 100, -100, 1000, -1000});
   const HT gx = grad([](const HT& v) { return sum(softplus(v)); })(x);
   const std::vector<double> want{0.5, 1, std::exp(-100.0), 1, 0};
-  for (int i = 0; i < 5; ++i) EXPECT_NEAR(gx[i], want[i], 1e-15 * std::max(1e-30, want[i]) + 1e-300) << x[i];
-  EXPECT_GT(gx[2], 0.0);
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(gx.flat(i), want[i], 1e-15 * std::max(1e-30, want[i]) + 1e-300) << x.flat(i);
+  EXPECT_GT(gx.flat(2), 0.0);
   // Inside a shard_map body: forward against loops, gradient against the global view. The
   // rows of x are split over 'a'; the scale s is replicated (its gradient is one psum).
   const int n = runtime().device_count();
@@ -845,7 +845,7 @@ SHARD_MPI_TEST(Autodiff, SoftplusGradients) {
   HT want_y(hx.shape());
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < 3; ++c) {
-      const double v = hx(r, c) * hs[c];
+      const double v = hx(r, c) * hs.flat(c);
       want_y(r, c) = std::max(v, 0.0) + std::log1p(std::exp(-std::abs(v)));
     }
   EXPECT_LT(max_rel_diff(y.to_host(), want_y), 1e-15);
@@ -867,10 +867,10 @@ SHARD_MPI_TEST(Autodiff, LogSigmoidGradients) {
   // The derivative is sigmoid(-x): 1/2 at 0, exp(-100) at 100, 1 at -100.
   const HT x({4}, std::vector<double>{0, 100, -100, -1000});
   const HT gx = grad([](const HT& v) { return sum(log_sigmoid(v)); })(x);
-  EXPECT_DOUBLE_EQ(gx[0], 0.5);
-  EXPECT_NEAR(gx[1], std::exp(-100.0), 1e-15 * std::exp(-100.0));
-  EXPECT_EQ(gx[2], 1.0);
-  EXPECT_EQ(gx[3], 1.0);
+  EXPECT_DOUBLE_EQ(gx.flat(0), 0.5);
+  EXPECT_NEAR(gx.flat(1), std::exp(-100.0), 1e-15 * std::exp(-100.0));
+  EXPECT_EQ(gx.flat(2), 1.0);
+  EXPECT_EQ(gx.flat(3), 1.0);
 }
 
 SHARD_MPI_TEST(Autodiff, CumsumGradients) {
@@ -914,7 +914,7 @@ SHARD_MPI_TEST(Autodiff, CumsumInsideShardMap) {
     const HT v = blk * scale;
     const HT totals = all_gather(sum(v, 0, true), "a", 0, true);  // (n, cols)
     HT before(Shape{n, 1}, 0.0);
-    for (int q = 0; q < axis_index("a"); ++q) before[q] = 1.0;
+    for (int q = 0; q < axis_index("a"); ++q) before.flat(q) = 1.0;
     return cumsum(v, 0) + sum(totals * before, 0, true);
   };
   const SA y = shard_map(mesh, {P("a"), P()}, P("a"), body)(x, s);
@@ -922,7 +922,7 @@ SHARD_MPI_TEST(Autodiff, CumsumInsideShardMap) {
   HT want(hx.shape());
   for (std::int64_t j = 0; j < cols; ++j) {
     double acc = 0;
-    for (std::int64_t i = 0; i < rows; ++i) want(i, j) = acc += hx(i, j) * hs[j];
+    for (std::int64_t i = 0; i < rows; ++i) want(i, j) = acc += hx(i, j) * hs.flat(j);
   }
   EXPECT_LT(max_rel_diff(y.to_host(), want), 1e-14);
   const HT c = spread({rows, cols}, 1603, 1.0);
@@ -982,7 +982,7 @@ SHARD_MPI_TEST(Autodiff, LayerNormGradients) {
 
 SHARD_MPI_TEST(Autodiff, SoftmaxCrossEntropyGradients) {
   Tensor<std::int32_t> labels({7});
-  for (std::int64_t i = 0; i < 7; ++i) labels[i] = static_cast<std::int32_t>((i * 2 + 1) % 5);
+  for (std::int64_t i = 0; i < 7; ++i) labels.flat(i) = static_cast<std::int32_t>((i * 2 + 1) % 5);
   const HT w = spread({7}, 1801, 1.0);
   check_gradients(
       "cross entropy",
@@ -996,7 +996,7 @@ SHARD_MPI_TEST(Autodiff, SoftmaxCrossEntropyGradients) {
     for (std::int64_t j = 0; j < 5; ++j) m = std::max(m, logits(i, j));
     for (std::int64_t j = 0; j < 5; ++j) s += std::exp(logits(i, j) - m);
     for (std::int64_t j = 0; j < 5; ++j)
-      EXPECT_NEAR(gl(i, j), w[i] * (std::exp(logits(i, j) - m) / s - (j == labels[i] ? 1.0 : 0.0)), 1e-15) << i << j;
+      EXPECT_NEAR(gl(i, j), w.flat(i) * (std::exp(logits(i, j) - m) / s - (j == labels.flat(i) ? 1.0 : 0.0)), 1e-15) << i << j;
   }
   // Large logits: finite, exact gradients (softmax of the shifted row).
   const HT big({2, 3}, std::vector<double>{1e300, 1e300, -1e300, 1e4, 1e4 - 1, 1e4 - 2});
@@ -1004,14 +1004,14 @@ SHARD_MPI_TEST(Autodiff, SoftmaxCrossEntropyGradients) {
   const HT gb = grad([&](const HT& l) { return sum(softmax_cross_entropy_with_integer_labels(l, yb)); })(big);
   const double z = 1 + std::exp(-1.0) + std::exp(-2.0);
   const std::vector<double> want{0.5 - 1, 0.5, 0, 1 / z, std::exp(-1.0) / z, std::exp(-2.0) / z - 1};
-  for (int k = 0; k < 6; ++k) EXPECT_NEAR(gb[k], want[k], 1e-15) << k;
+  for (int k = 0; k < 6; ++k) EXPECT_NEAR(gb.flat(k), want[k], 1e-15) << k;
   // Inside a shard_map body (data parallel: logits and labels split by rows), the mean loss:
   // forward against loops, gradient against the global view.
   const int n = runtime().device_count();
   const Mesh mesh = make_mesh({n}, {"a"});
   const std::int64_t rows = 2 * n;
   Tensor<std::int32_t> hy({rows});
-  for (std::int64_t i = 0; i < rows; ++i) hy[i] = static_cast<std::int32_t>((i * 3 + 2) % 5);
+  for (std::int64_t i = 0; i < rows; ++i) hy.flat(i) = static_cast<std::int32_t>((i * 3 + 2) % 5);
   const SA xl = device_put(spread({rows, 5}, 1806, 4.0), NamedSharding(mesh, P("a")));
   const auto yl = device_put(hy, NamedSharding(mesh, P("a")));
   auto body = [rows](const HT& l, const Tensor<std::int32_t>& y) {
@@ -1024,7 +1024,7 @@ SHARD_MPI_TEST(Autodiff, SoftmaxCrossEntropyGradients) {
     double m = -INFINITY, s = 0;
     for (std::int64_t j = 0; j < 5; ++j) m = std::max(m, hl(i, j));
     for (std::int64_t j = 0; j < 5; ++j) s += std::exp(hl(i, j) - m);
-    want_mean += (m + std::log(s) - hl(i, hy[i])) / static_cast<double>(rows);
+    want_mean += (m + std::log(s) - hl(i, hy.flat(i))) / static_cast<double>(rows);
   }
   EXPECT_NEAR(mean_loss.to_host().item(), want_mean, 1e-14);
   expect_same_gradients(

@@ -26,20 +26,21 @@ std::vector<Mesh> meshes() { return two_meshes(); }
 Tensor<B> random_bf16(const Shape& shape, std::uint64_t seed, double scale = 1.0) {
   const Tensor<double> d = random_tensor<double>(shape, seed);
   Tensor<B> out(shape);
-  for (std::int64_t i = 0; i < d.size(); ++i) out[i] = B(static_cast<float>(d[i] * scale / 100.0));
+  for (std::int64_t i = 0; i < d.size(); ++i) out.flat(i) = B(static_cast<float>(d.flat(i) * scale / 100.0));
   return out;
 }
 
 template <typename T>
 Tensor<double> as_double(const Tensor<T>& x) {
   Tensor<double> out(x.shape());
-  for (std::int64_t i = 0; i < x.size(); ++i) out[i] = static_cast<double>(static_cast<float>(x[i]));
+  for (std::int64_t i = 0; i < x.size(); ++i)
+    out.flat(i) = static_cast<double>(static_cast<float>(x.flat(i)));
   return out;
 }
 
 double max_abs(const Tensor<double>& x) {
   double m = 0;
-  for (std::int64_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i]));
+  for (std::int64_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x.flat(i)));
   return m;
 }
 
@@ -48,8 +49,8 @@ void expect_close(const Tensor<double>& got, const Tensor<double>& want, double 
                   const std::string& what) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   for (std::int64_t i = 0; i < got.size(); ++i)
-    if (!(std::abs(got[i] - want[i]) <= rtol * (atol + std::abs(want[i])))) {
-      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected " << want[i];
+    if (!(std::abs(got.flat(i) - want.flat(i)) <= rtol * (atol + std::abs(want.flat(i))))) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got.flat(i) << ", expected " << want.flat(i);
       return;
     }
 }
@@ -61,7 +62,7 @@ void expect_shards(const ShardedArray<B>& x, const Tensor<double>& want, double 
   for (const auto& s : x.addressable_shards()) {
     const auto ref = reference_slice(want, s.box);
     for (std::size_t i = 0; i < ref.size(); ++i) {
-      const double g = static_cast<double>(static_cast<float>(s.data[static_cast<std::int64_t>(i)]));
+      const double g = static_cast<double>(static_cast<float>(s.data.flat(static_cast<std::int64_t>(i))));
       if (!(std::abs(g - ref[i]) <= rtol * (atol + std::abs(ref[i])))) {
         ADD_FAILURE() << what << ": device " << s.device << " element " << i << " is " << g << ", expected "
                       << ref[i];
@@ -90,10 +91,10 @@ SHARD_MPI_TEST(Bfloat16, PromotionFollowsJax) {
   static_assert(std::is_same_v<decltype(mean(x)), ShardedArray<B>>);
   // x * 2.5: the scalar rounds to bfloat16 and each product once.
   const auto y = (x * 2.5).to_host();
-  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(y[i].bits, B(float(h[i]) * 2.5f).bits) << i;
+  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(y.flat(i).bits, B(float(h.flat(i)) * 2.5f).bits) << i;
   const auto z = (x + f).to_host();
   const auto hf = random_tensor<float>({4, 6}, 2);
-  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(z[i], float(h[i]) + hf[i]) << i;
+  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(z.flat(i), float(h.flat(i)) + hf.flat(i)) << i;
 }
 
 SHARD_MPI_TEST(Bfloat16, AstypeRoundsToNearestEvenAndPrints) {
@@ -103,17 +104,17 @@ SHARD_MPI_TEST(Bfloat16, AstypeRoundsToNearestEvenAndPrints) {
   // bfloat16's largest finite: rounds to infinity), a subnormal, -0.
   const float v[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, std::nanf(""), -INFINITY,
                      3.4e38f,        0x1p-130f,          -0.0f,         3.14159f};
-  for (int i = 0; i < 8; ++i) h[i] = v[i];
+  for (int i = 0; i < 8; ++i) h.flat(i) = v[i];
   const auto x = device_put(h, NamedSharding(mesh, P("a")));
   const Tensor<B> b = astype<B>(x).to_host();
   const std::uint16_t want[] = {0x3f80, 0x3f82, 0x7fc0, 0xff80, 0x7f80, 0x0008, 0x8000, 0x4049};
   for (int i = 0; i < 8; ++i) {
     if (i == 2) continue;
-    EXPECT_EQ(b[i].bits, want[i]) << i;
+    EXPECT_EQ(b.flat(i).bits, want[i]) << i;
   }
-  EXPECT_TRUE(isnan(b[2]));
+  EXPECT_TRUE(isnan(b.flat(2)));
   const Tensor<float> back = astype<float>(astype<B>(x)).to_host();
-  EXPECT_EQ(back[7], 3.140625f);
+  EXPECT_EQ(back.flat(7), 3.140625f);
   const std::string s =
       to_string(astype<B>(device_put(Tensor<float>({3}, std::vector<float>{1.5f, -2.0f, 3.14159f}),
                                      NamedSharding(mesh, P())))
@@ -132,26 +133,30 @@ SHARD_MPI_TEST(Bfloat16, ElementwiseAndRowOpsComputeInFloat32) {
       const auto x = device_put(h, NamedSharding(mesh, spec));
       const std::string where = mesh.to_string() + " " + spec.to_string();
       Tensor<double> want(shape);
-      for (std::int64_t i = 0; i < d.size(); ++i) want[i] = std::exp(d[i]);
+      for (std::int64_t i = 0; i < d.size(); ++i) want.flat(i) = std::exp(d.flat(i));
       expect_shards(exp(x), want, 8e-3, 0, "exp " + where);
-      for (std::int64_t i = 0; i < d.size(); ++i) want[i] = std::tanh(d[i]);
+      for (std::int64_t i = 0; i < d.size(); ++i) want.flat(i) = std::tanh(d.flat(i));
       expect_shards(tanh(x), want, 8e-3, 1e-3, "tanh " + where);
       for (std::int64_t i = 0; i < d.size(); ++i)
-        want[i] = 0.5 * d[i] * (1 + std::tanh(0.7978845608028654 * (d[i] + 0.044715 * d[i] * d[i] * d[i])));
+        want.flat(i) =
+            0.5 * d.flat(i) *
+            (1 + std::tanh(0.7978845608028654 * (d.flat(i) + 0.044715 * d.flat(i) * d.flat(i) * d.flat(i))));
       expect_shards(gelu(x), want, 8e-3, 1e-2, "gelu " + where);
       // softmax over the last dim and standardize: rows computed in float32, rounded once.
       Tensor<double> sm(shape), st(shape);
       for (std::int64_t r = 0; r < shape[0]; ++r) {
         double m = -INFINITY, s = 0, mu = 0, var = 0;
-        for (std::int64_t c = 0; c < shape[1]; ++c) m = std::max(m, d[r * shape[1] + c]);
-        for (std::int64_t c = 0; c < shape[1]; ++c) s += std::exp(d[r * shape[1] + c] - m);
+        for (std::int64_t c = 0; c < shape[1]; ++c) m = std::max(m, d.flat(r * shape[1] + c));
+        for (std::int64_t c = 0; c < shape[1]; ++c) s += std::exp(d.flat(r * shape[1] + c) - m);
         for (std::int64_t c = 0; c < shape[1]; ++c)
-          sm[r * shape[1] + c] = std::exp(d[r * shape[1] + c] - m) / s;
-        for (std::int64_t c = 0; c < shape[1]; ++c) mu += d[r * shape[1] + c] / static_cast<double>(shape[1]);
+          sm.flat(r * shape[1] + c) = std::exp(d.flat(r * shape[1] + c) - m) / s;
         for (std::int64_t c = 0; c < shape[1]; ++c)
-          var += (d[r * shape[1] + c] - mu) * (d[r * shape[1] + c] - mu) / static_cast<double>(shape[1]);
+          mu += d.flat(r * shape[1] + c) / static_cast<double>(shape[1]);
         for (std::int64_t c = 0; c < shape[1]; ++c)
-          st[r * shape[1] + c] = (d[r * shape[1] + c] - mu) / std::sqrt(var + 1e-5);
+          var += (d.flat(r * shape[1] + c) - mu) * (d.flat(r * shape[1] + c) - mu) /
+                 static_cast<double>(shape[1]);
+        for (std::int64_t c = 0; c < shape[1]; ++c)
+          st.flat(r * shape[1] + c) = (d.flat(r * shape[1] + c) - mu) / std::sqrt(var + 1e-5);
       }
       // Within a few bfloat16 roundings (the sharded forms compose max, exp, sum and divide).
       expect_shards(softmax(x, -1), sm, 2e-2, 1e-2, "softmax " + where);
@@ -161,7 +166,7 @@ SHARD_MPI_TEST(Bfloat16, ElementwiseAndRowOpsComputeInFloat32) {
       const auto y = device_put(h2, NamedSharding(mesh, spec));
       const auto q = (x / (abs(y) + 1)).to_host();
       for (std::int64_t i = 0; i < h.size(); ++i)
-        EXPECT_EQ(q[i].bits, B(float(h[i]) / float(B(std::abs(float(h2[i])) + 1.0f))).bits)
+        EXPECT_EQ(q.flat(i).bits, B(float(h.flat(i)) / float(B(std::abs(float(h2.flat(i))) + 1.0f))).bits)
             << where << " " << i;
     }
   }
@@ -173,12 +178,12 @@ SHARD_MPI_TEST(Bfloat16, ReductionsAccumulateInFloat32) {
     // 2000 values near 1: a bfloat16 accumulator would stop at 256 (256 + 1 rounds to 256).
     Tensor<B> h({2000});
     const Tensor<double> r = random_tensor<double>({2000}, seed++);
-    for (std::int64_t i = 0; i < h.size(); ++i) h[i] = B(static_cast<float>(1.0 + r[i] / 400.0));
+    for (std::int64_t i = 0; i < h.size(); ++i) h.flat(i) = B(static_cast<float>(1.0 + r.flat(i) / 400.0));
     const Tensor<double> d = as_double(h);
     double total = 0, mx = -INFINITY;
     for (std::int64_t i = 0; i < d.size(); ++i) {
-      total += d[i];
-      mx = std::max(mx, d[i]);
+      total += d.flat(i);
+      mx = std::max(mx, d.flat(i));
     }
     for (const auto& spec : {P("a"), P()}) {
       const auto x = device_put(h, NamedSharding(mesh, spec));
@@ -192,8 +197,8 @@ SHARD_MPI_TEST(Bfloat16, ReductionsAccumulateInFloat32) {
     const Tensor<double> d2 = as_double(h2);
     Tensor<double> want({5});
     for (std::int64_t i = 0; i < 5; ++i) {
-      want[i] = 0;
-      for (std::int64_t j = 0; j < 300; ++j) want[i] += d2[i * 300 + j];
+      want.flat(i) = 0;
+      for (std::int64_t j = 0; j < 300; ++j) want.flat(i) += d2.flat(i * 300 + j);
     }
     for (const auto& spec : {P(None, "a"), P("a", None)})
       expect_shards(sum(device_put(h2, NamedSharding(mesh, spec)), {1}), want, 8e-3, 1.0,
@@ -212,14 +217,14 @@ SHARD_MPI_TEST(Bfloat16, ProductsAndAttentionMatchAFloat64Reference) {
       for (std::int64_t j = 0; j < n; ++j) {
         double s = 0, a = 0;
         for (std::int64_t q = 0; q < k; ++q) {
-          s += da[i * k + q] * db[q * n + j];
-          a += std::abs(da[i * k + q] * db[q * n + j]);
+          s += da.flat(i * k + q) * db.flat(q * n + j);
+          a += std::abs(da.flat(i * k + q) * db.flat(q * n + j));
         }
-        want[i * n + j] = s;
-        mag[i * n + j] = a;
+        want.flat(i * n + j) = s;
+        mag.flat(i * n + j) = a;
       }
     double scale = 0;
-    for (std::int64_t i = 0; i < mag.size(); ++i) scale = std::max(scale, mag[i]);
+    for (std::int64_t i = 0; i < mag.size(); ++i) scale = std::max(scale, mag.flat(i));
     // The Tensor view: float32 accumulation rounded once.
     expect_close(as_double(matmul(ha, hb)), want, 8e-3, scale, "Tensor matmul");
     for (const auto& [pa, pb] : std::vector<std::pair<PartitionSpec, PartitionSpec>>{
@@ -278,8 +283,8 @@ SHARD_MPI_TEST(Bfloat16, CollectivesSumInFloat32AndMoveTwoBytes) {
   for (std::int64_t r = 0; r < 3; ++r)
     for (std::int64_t c = 0; c < 8; ++c) {
       double s = 0;
-      for (int dev = 0; dev < n; ++dev) s += d[(dev * 3 + r) * 8 + c];
-      want[r * 8 + c] = static_cast<double>(float(B(static_cast<float>(s))));
+      for (int dev = 0; dev < n; ++dev) s += d.flat((dev * 3 + r) * 8 + c);
+      want.flat(r * 8 + c) = static_cast<double>(float(B(static_cast<float>(s))));
     }
   expect_shards(total, want, 4e-3, 1.0, "psum");
   const auto mx =
@@ -287,8 +292,8 @@ SHARD_MPI_TEST(Bfloat16, CollectivesSumInFloat32AndMoveTwoBytes) {
   for (std::int64_t r = 0; r < 3; ++r)
     for (std::int64_t c = 0; c < 8; ++c) {
       double m = -INFINITY;
-      for (int dev = 0; dev < n; ++dev) m = std::max(m, d[(dev * 3 + r) * 8 + c]);
-      want[r * 8 + c] = m;
+      for (int dev = 0; dev < n; ++dev) m = std::max(m, d.flat((dev * 3 + r) * 8 + c));
+      want.flat(r * 8 + c) = m;
     }
   expect_shards(mx, want, 0, 1.0, "pmax");
   // all_gather and ppermute move the bits: exact, 2 bytes per element.
@@ -296,7 +301,7 @@ SHARD_MPI_TEST(Bfloat16, CollectivesSumInFloat32AndMoveTwoBytes) {
   const auto g = shard_map(mesh, P("x", None), P(None, None),
                            [](const Tensor<B>& blk) { return all_gather_invariant(blk, "x", 0, true); })(x);
   const Tensor<B> gh = g.to_host();
-  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(gh[i].bits, h[i].bits) << i;
+  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(gh.flat(i).bits, h.flat(i).bits) << i;
   if (runtime().process_count() > 1) {
     EXPECT_LE(comm_stats().get("all_gather").bytes, static_cast<std::int64_t>(h.size() * 2));
   }
@@ -307,7 +312,8 @@ SHARD_MPI_TEST(Bfloat16, CollectivesSumInFloat32AndMoveTwoBytes) {
   })(x);
   const Tensor<B> sh = shifted.to_host();
   for (int dev = 0; dev < n; ++dev)
-    for (std::int64_t e = 0; e < 24; ++e) EXPECT_EQ(sh[((dev + 1) % n) * 24 + e].bits, h[dev * 24 + e].bits);
+    for (std::int64_t e = 0; e < 24; ++e)
+      EXPECT_EQ(sh.flat(((dev + 1) % n) * 24 + e).bits, h.flat(dev * 24 + e).bits);
 }
 
 SHARD_MPI_TEST(Bfloat16, RandomDrawsAreTheSameOnEveryMesh) {
@@ -321,16 +327,16 @@ SHARD_MPI_TEST(Bfloat16, RandomDrawsAreTheSameOnEveryMesh) {
     }
   double s = 0;
   for (std::int64_t i = 0; i < draws[0].size(); ++i) {
-    const float v = draws[0][i];
+    const float v = draws[0].flat(i);
     EXPECT_TRUE(v >= -2.0f && v < 3.0f) << v;
     s += v;
-    for (const auto& d : draws) EXPECT_EQ(d[i].bits, draws[0][i].bits);
+    for (const auto& d : draws) EXPECT_EQ(d.flat(i).bits, draws[0].flat(i).bits);
   }
   EXPECT_NEAR(s / static_cast<double>(draws[0].size()), 0.5, 0.25);
   const Tensor<B> z = random::normal<B>(key, Shape{4000}, NamedSharding(meshes().front(), P("a"))).to_host();
   double m = 0, v2 = 0;
-  for (std::int64_t i = 0; i < z.size(); ++i) m += float(z[i]) / 4000.0;
-  for (std::int64_t i = 0; i < z.size(); ++i) v2 += (float(z[i]) - m) * (float(z[i]) - m) / 4000.0;
+  for (std::int64_t i = 0; i < z.size(); ++i) m += float(z.flat(i)) / 4000.0;
+  for (std::int64_t i = 0; i < z.size(); ++i) v2 += (float(z.flat(i)) - m) * (float(z.flat(i)) - m) / 4000.0;
   EXPECT_NEAR(m, 0.0, 0.06);
   EXPECT_NEAR(std::sqrt(v2), 1.0, 0.06);
 }
@@ -344,16 +350,16 @@ SHARD_MPI_TEST(Bfloat16, NpyAndCheckpointsRoundTripOntoAnotherMesh) {
   io::save_npy(x, npy);
   const auto y = io::load_npy<B>(npy, NamedSharding(ms.back(), P(None, "b")));
   const Tensor<B> yh = y.to_host();
-  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(yh[i].bits, h[i].bits) << i;
+  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(yh.flat(i).bits, h.flat(i).bits) << i;
   // bfloat16 and float32 load from each other's files ('<V2' as JAX writes bfloat16, '<f4'):
   // into float32 exactly, into bfloat16 rounded to nearest even; other dtypes do not.
   const Tensor<float> yf = io::load_npy<float>(npy, NamedSharding(ms.back(), P("a", None))).to_host();
-  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(yf[i], float(h[i])) << i;
+  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(yf.flat(i), float(h.flat(i))) << i;
   const Tensor<float> hf4 = random_tensor<float>({7, 5}, 79);
   const std::string npy_f4 = (dir.path() / "f4.npy").string();
   io::save_npy(device_put(hf4, NamedSharding(ms.back(), P(None, "b"))), npy_f4);
   const Tensor<B> yb = io::load_npy<B>(npy_f4, NamedSharding(ms.front(), P("a", "b"))).to_host();
-  for (std::int64_t i = 0; i < hf4.size(); ++i) EXPECT_EQ(yb[i].bits, B(hf4[i]).bits) << i;
+  for (std::int64_t i = 0; i < hf4.size(); ++i) EXPECT_EQ(yb.flat(i).bits, B(hf4.flat(i)).bits) << i;
   expect_error<IoError>([&] { (void)io::load_npy<double>(npy, NamedSharding(ms.back(), P())); },
                         {"<V2", "bfloat16"});
   expect_error<IoError>(
@@ -373,13 +379,13 @@ SHARD_MPI_TEST(Bfloat16, NpyAndCheckpointsRoundTripOntoAnotherMesh) {
   EXPECT_EQ(man.entry("w").dtype, "bfloat16");
   const Tensor<B> wb =
       load_checkpoint_array<B>(path, man, "w", NamedSharding(ms.back(), P("b", "a"))).to_host();
-  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(wb[i].bits, h[i].bits) << i;
+  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(wb.flat(i).bits, h.flat(i).bits) << i;
   const Tensor<float> wf =
       load_checkpoint_array<float>(path, man, "w", NamedSharding(ms.back(), P())).to_host();
-  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(wf[i], float(h[i])) << i;
+  for (std::int64_t i = 0; i < h.size(); ++i) EXPECT_EQ(wf.flat(i), float(h.flat(i))) << i;
   const Tensor<B> fb =
       load_checkpoint_array<B>(path, man, "f", NamedSharding(ms.back(), P("a", None))).to_host();
-  for (std::int64_t i = 0; i < hf.size(); ++i) EXPECT_EQ(fb[i].bits, B(hf[i]).bits) << i;
+  for (std::int64_t i = 0; i < hf.size(); ++i) EXPECT_EQ(fb.flat(i).bits, B(hf.flat(i)).bits) << i;
   expect_error<ValueError>(
       [&] { (void)load_checkpoint_array<std::int32_t>(path, man, "w", NamedSharding(ms.back(), P())); },
       {"bfloat16", "int32"});
@@ -393,14 +399,14 @@ SHARD_MPI_TEST(Bfloat16, MixedPrecisionGradientsMatchFloat64FiniteDifferences) {
                        w2 = random_tensor<double>({16, 4}, 92);
   auto scaled = [](const Tensor<double>& t, double s) {
     Tensor<double> out(t.shape());
-    for (std::int64_t i = 0; i < t.size(); ++i) out[i] = t[i] * s;
+    for (std::int64_t i = 0; i < t.size(); ++i) out.flat(i) = t.flat(i) * s;
     return out;
   };
   const Tensor<double> xs = scaled(x64, 0.01), w1s = scaled(w1, 0.003), w2s = scaled(w2, 0.003);
   auto loss64 = [&](const Tensor<double>& a, const Tensor<double>& b) {
     const Tensor<double> y = matmul(gelu(matmul(xs, a)), b);
     double s = 0;
-    for (std::int64_t i = 0; i < y.size(); ++i) s += y[i] * y[i];
+    for (std::int64_t i = 0; i < y.size(); ++i) s += y.flat(i) * y.flat(i);
     return s / 100.0;
   };
   for (const auto& mesh : meshes()) {
@@ -423,14 +429,15 @@ SHARD_MPI_TEST(Bfloat16, MixedPrecisionGradientsMatchFloat64FiniteDifferences) {
       for (std::int64_t i = 0; i < w.size(); ++i) {
         const double eps = 1e-6;
         Tensor<double> up = w, dn = w;
-        up[i] += eps;
-        dn[i] -= eps;
-        fd[i] = which == 0 ? (loss64(up, w2s) - loss64(dn, w2s)) / (2 * eps)
-                           : (loss64(w1s, up) - loss64(w1s, dn)) / (2 * eps);
-        gmax = std::max(gmax, std::abs(fd[i]));
+        up.flat(i) += eps;
+        dn.flat(i) -= eps;
+        fd.flat(i) = which == 0 ? (loss64(up, w2s) - loss64(dn, w2s)) / (2 * eps)
+                                : (loss64(w1s, up) - loss64(w1s, dn)) / (2 * eps);
+        gmax = std::max(gmax, std::abs(fd.flat(i)));
       }
       for (std::int64_t i = 0; i < w.size(); ++i)
-        ASSERT_NEAR(g[i], fd[i], 0.05 * gmax) << mesh.to_string() << " W" << which + 1 << " element " << i;
+        ASSERT_NEAR(g.flat(i), fd.flat(i), 0.05 * gmax)
+            << mesh.to_string() << " W" << which + 1 << " element " << i;
     }
   }
 }
@@ -448,8 +455,8 @@ SHARD_MPI_TEST(Bfloat16, GradientsOfBfloat16ParametersSumInFloat32) {
     Tensor<double> want({6, 3});
     for (std::int64_t i = 0; i < 6; ++i) {
       double s = 0;
-      for (std::int64_t r = 0; r < 2 * n; ++r) s += static_cast<double>(float(hx[r * 6 + i]));
-      for (std::int64_t j = 0; j < 3; ++j) want[i * 3 + j] = s;
+      for (std::int64_t r = 0; r < 2 * n; ++r) s += static_cast<double>(float(hx.flat(r * 6 + i)));
+      for (std::int64_t j = 0; j < 3; ++j) want.flat(i * 3 + j) = s;
     }
     const auto gm = grad([&](const ShardedArray<B>& wp) {
       return shard_map(mesh, {P("a", None), P()}, P(), [](const Tensor<B>& xb, const Tensor<B>& wb) {

@@ -31,11 +31,11 @@ void check(int q, const Shape& as, const Shape& bs, std::uint64_t seed, int pane
   const NamedSharding s(mesh, P("r", "c"));
   const Tensor<double> ha = random_tensor<double>(as, seed), hb = random_tensor<double>(bs, seed + 1);
   Tensor<T> ta(as), tb(bs);
-  for (std::int64_t i = 0; i < ta.size(); ++i) ta[i] = static_cast<T>(ha[i]);
-  for (std::int64_t i = 0; i < tb.size(); ++i) tb[i] = static_cast<T>(hb[i]);
+  for (std::int64_t i = 0; i < ta.size(); ++i) ta.flat(i) = static_cast<T>(ha.flat(i));
+  for (std::int64_t i = 0; i < tb.size(); ++i) tb.flat(i) = static_cast<T>(hb.flat(i));
   Tensor<double> da(as), db(bs);  // the reference uses exactly the values T can hold
-  for (std::int64_t i = 0; i < ta.size(); ++i) da[i] = static_cast<double>(ta[i]);
-  for (std::int64_t i = 0; i < tb.size(); ++i) db[i] = static_cast<double>(tb[i]);
+  for (std::int64_t i = 0; i < ta.size(); ++i) da.flat(i) = static_cast<double>(ta.flat(i));
+  for (std::int64_t i = 0; i < tb.size(); ++i) db.flat(i) = static_cast<double>(tb.flat(i));
   const Tensor<double> ref = host_product(da, db);
   const auto c = linalg::cannon(device_put(ta, s), device_put(tb, s), linalg::CannonOptions{panels, overlap});
   EXPECT_EQ(c.spec(), P("r", "c"));

@@ -96,7 +96,7 @@ struct Model {
   /// Weights that differ per step, so a load shows which step it came from.
   Tensor<float> w_for(std::int64_t step) const {
     Tensor<float> t = w;
-    t[0] = static_cast<float>(step);
+    t.flat(0) = static_cast<float>(step);
     return t;
   }
 };

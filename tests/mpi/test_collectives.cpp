@@ -39,7 +39,7 @@ std::int64_t ravel(const Shape& idx, const Shape& shape) {
 template <typename T, typename F>
 Tensor<T> build(const Shape& shape, F f) {
   Tensor<T> out(shape);
-  for (std::int64_t k = 0; k < out.size(); ++k) out[k] = f(unravel(k, shape));
+  for (std::int64_t k = 0; k < out.size(); ++k) out.flat(k) = f(unravel(k, shape));
   return out;
 }
 
@@ -52,7 +52,7 @@ Tensor<T> concat(const std::vector<Tensor<T>>& xs, int dim) {
   return build<T>(s, [&](Shape i) {
     const Tensor<T>& x = xs[static_cast<std::size_t>(i[dim] / e)];
     i[dim] %= e;
-    return x[ravel(i, x.shape())];
+    return x.flat(ravel(i, x.shape()));
   });
 }
 
@@ -64,7 +64,7 @@ Tensor<T> stack_ref(const std::vector<Tensor<T>>& xs, int dim) {
   return build<T>(s, [&](Shape i) {
     const Tensor<T>& x = xs[static_cast<std::size_t>(i[dim])];
     i.erase(i.begin() + dim);
-    return x[ravel(i, x.shape())];
+    return x.flat(ravel(i, x.shape()));
   });
 }
 
@@ -78,7 +78,7 @@ Tensor<T> piece(const Tensor<T>& x, int dim, int n, int k, bool tiled) {
   return build<T>(s, [&](Shape i) {
     if (tiled) i[dim] += k * e;
     if (!tiled) i.insert(i.begin() + dim, k);
-    return x[ravel(i, x.shape())];
+    return x.flat(ravel(i, x.shape()));
   });
 }
 
@@ -89,8 +89,8 @@ Tensor<T> reduce(const std::vector<Tensor<T>>& xs, Op op) {
   Tensor<T> out = xs[0];
   for (std::size_t j = 1; j < xs.size(); ++j)
     for (std::int64_t i = 0; i < out.size(); ++i) {
-      const T a = out[i], b = xs[j][i];
-      out[i] = op == Op::kMax ? std::max(a, b) : op == Op::kMin ? std::min(a, b) : static_cast<T>(a + b);
+      const T a = out.flat(i), b = xs[j].flat(i);
+      out.flat(i) = op == Op::kMax ? std::max(a, b) : op == Op::kMin ? std::min(a, b) : static_cast<T>(a + b);
     }
   if (op == Op::kMean)
     for (auto& v : out) v = static_cast<T>(v / static_cast<T>(xs.size()));  // integers truncate
@@ -190,7 +190,7 @@ template <typename T>
 Tensor<T> derive(const Tensor<T>& block, const Shape& shape, int salt) {
   Tensor<T> out(shape);
   for (std::int64_t k = 0; k < out.size(); ++k)
-    out[k] = static_cast<T>(block[(k * 5 + salt) % block.size()] + static_cast<T>(salt % 7));
+    out.flat(k) = static_cast<T>(block.flat((k * 5 + salt) % block.size()) + static_cast<T>(salt % 7));
   return out;
 }
 
@@ -202,10 +202,10 @@ void expect_match(const Tensor<T>& got, const Tensor<T>& ref, bool sums, const s
   if constexpr (is_floating_v<T>) tol = sums ? tol_for<T>(2e-3, 1e-10, 8.0) : 0.0;  // bfloat16: ulp(1000) is 8
   std::int64_t bad = 0, first = 0;
   for (std::int64_t k = 0; k < got.size(); ++k)
-    if (std::abs(static_cast<double>(got[k]) - static_cast<double>(ref[k])) > tol && bad++ == 0) first = k;
+    if (std::abs(static_cast<double>(got.flat(k)) - static_cast<double>(ref.flat(k))) > tol && bad++ == 0) first = k;
   EXPECT_EQ(bad, 0) << what << ": first mismatch at flat index " << first << ": got "
-                    << (bad ? static_cast<double>(got[first]) : 0.0) << ", expected "
-                    << (bad ? static_cast<double>(ref[first]) : 0.0);
+                    << (bad ? static_cast<double>(got.flat(first)) : 0.0) << ", expected "
+                    << (bad ? static_cast<double>(ref.flat(first)) : 0.0);
 }
 
 // ---------------------------------------------------------------- cases
@@ -480,9 +480,9 @@ SHARD_MPI_TEST(Collectives, LargeSumsOnEveryAxis) {
         double worst = 0;
         for (std::int64_t i = 0; i < len; ++i) {
           double want = 0;
-          for (int e : members) want += host[e * len + i];
-          worst = std::max(worst, std::abs(got[d * len + i] - want) / std::max(1.0, std::abs(want)));
-          worst = std::max(worst, std::abs(got_mean[d * len + i] - 2.0 * want / members.size()) /
+          for (int e : members) want += host.flat(e * len + i);
+          worst = std::max(worst, std::abs(got.flat(d * len + i) - want) / std::max(1.0, std::abs(want)));
+          worst = std::max(worst, std::abs(got_mean.flat(d * len + i) - 2.0 * want / members.size()) /
                                       std::max(1.0, std::abs(want)));
         }
         EXPECT_LT(worst, 1e-12) << "len " << len << " axes " << axes.to_string() << " device " << d;
@@ -519,15 +519,15 @@ SHARD_MPI_TEST(Collectives, LargeScattersAndGathersOnEveryAxis) {
         for (std::int64_t i = 0; i < chunk; ++i)
           for (std::int64_t j = 0; j < cols; ++j) {
             double want = 0;
-            for (int e : members) want += host[((e * rows) + pos * chunk + i) * cols + j];
-            const double got = scattered[((d * chunk) + i) * cols + j];
+            for (int e : members) want += host.flat(((e * rows) + pos * chunk + i) * cols + j);
+            const double got = scattered.flat(((d * chunk) + i) * cols + j);
             worst = std::max(worst, std::abs(got - want) / std::max(1.0, std::abs(want)));
           }
         EXPECT_LT(worst, 1e-12) << "psum_scatter cols " << cols << " axes " << axes.to_string() << " device " << d;
         std::int64_t wrong = 0;
         for (std::int64_t p = 0; p < g; ++p)
           for (std::int64_t i = 0; i < rows * cols; ++i)
-            wrong += gathered[(d * g * rows + p * rows) * cols + i] != host[members[p] * rows * cols + i];
+            wrong += gathered.flat((d * g * rows + p * rows) * cols + i) != host.flat(members[p] * rows * cols + i);
         EXPECT_EQ(wrong, 0) << "all_gather cols " << cols << " axes " << axes.to_string() << " device " << d;
       }
     }
@@ -625,7 +625,7 @@ SHARD_MPI_TEST(Collectives, ResultsThroughOutSpecs) {
     const std::vector<ShardedArray<double>> out{out0, out1};
     const Tensor<double> sum = build<double>({shape[0], 3}, [&](const Shape& i) {
       double s = 0;
-      for (std::int64_t j = 0; j < f[1]; ++j) s += host[ravel({i[0], 3 * j + i[1]}, shape)];
+      for (std::int64_t j = 0; j < f[1]; ++j) s += host.flat(ravel({i[0], 3 * j + i[1]}, shape));
       return s;
     });
     expect_match(out[0].to_host(), sum, true, mesh.to_string() + " psum over 'b' with out_spec P('a', None)");
@@ -710,9 +710,9 @@ SHARD_MPI_TEST(Collectives, IntegerPmeanIsFloating) {
   const int n = runtime().device_count();
   const Mesh mesh = make_mesh({n}, {"p"});
   Tensor<std::int32_t> h({n});
-  for (int i = 0; i < n; ++i) h[i] = 3 * i + 1 - (i % 2) * 7;
+  for (int i = 0; i < n; ++i) h.flat(i) = 3 * i + 1 - (i % 2) * 7;
   std::int64_t total = 0;
-  for (int i = 0; i < n; ++i) total += h[i];
+  for (int i = 0; i < n; ++i) total += h.flat(i);
   const auto x = device_put(h, NamedSharding(mesh, P("p")));
   const auto [m32, m64, any, all] = shard_map(mesh, {P("p")}, {P(), P(), P(), P()}, [](const Tensor<std::int32_t>& b) {
     const Tensor<std::int64_t> b64 = astype<std::int64_t>(b);
@@ -721,12 +721,12 @@ SHARD_MPI_TEST(Collectives, IntegerPmeanIsFloating) {
   })(x);
   static_assert(std::is_same_v<decltype(m32), const ShardedArray<float>>);
   static_assert(std::is_same_v<decltype(m64), const ShardedArray<double>>);
-  EXPECT_FLOAT_EQ(m32.to_host()[0], static_cast<float>(static_cast<double>(total) / n));
-  EXPECT_DOUBLE_EQ(m64.to_host()[0], static_cast<double>(total) / n);
+  EXPECT_FLOAT_EQ(m32.to_host().flat(0), static_cast<float>(static_cast<double>(total) / n));
+  EXPECT_DOUBLE_EQ(m64.to_host().flat(0), static_cast<double>(total) / n);
   bool want_any = false;
-  for (int i = 0; i < n; ++i) want_any = want_any || h[i] > 2;
-  EXPECT_EQ(any.to_host()[0], want_any);
-  EXPECT_TRUE(all.to_host()[0]);
+  for (int i = 0; i < n; ++i) want_any = want_any || h.flat(i) > 2;
+  EXPECT_EQ(any.to_host().flat(0), want_any);
+  EXPECT_TRUE(all.to_host().flat(0));
   expect_error<ValueError>([&] { (void)shard_map(mesh, P("p"), P(), [](const Tensor<std::int32_t>& b) {
                              return psum(b > 0, "p").reshaped({});
                            })(x); },
@@ -739,7 +739,7 @@ SHARD_MPI_TEST(Pmap, NormalizeLikeTheJaxDocs) {
   for (const int m : {n, n - 1}) {  // all devices, then all but the last: a rank may sit out
     if (m < 1) continue;
     Tensor<float> host({m});
-    for (int i = 0; i < m; ++i) host[i] = static_cast<float>(i);
+    for (int i = 0; i < m; ++i) host.flat(i) = static_cast<float>(i);
     const auto out = pmap([](const Tensor<float>& x) { return x / psum(x, "p"); }, "p")(host);  // x: the 0-d x[i]
     EXPECT_EQ(out.shape(), Shape{m});
     const Tensor<float> h = out.to_host();
@@ -747,7 +747,7 @@ SHARD_MPI_TEST(Pmap, NormalizeLikeTheJaxDocs) {
     if (m == 1) continue;                                     // 0 / 0
     const float total = static_cast<float>(m * (m - 1) / 2);  // 28 with 8 devices
     for (int i = 0; i < m; ++i)
-      EXPECT_FLOAT_EQ(h[i], static_cast<float>(i) / total) << "element " << i << " of " << m;
+      EXPECT_FLOAT_EQ(h.flat(i), static_cast<float>(i) / total) << "element " << i << " of " << m;
   }
 }
 

@@ -43,27 +43,27 @@ double host_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 SHARD_MPI_TEST(CustomVjp, StableFunctionAndChosenKinkOnTensors) {
   HT x = random_tensor<double>({7, 3}, 41);
   for (auto& v : x) v *= 40.0;  // some far in the tails, where the naive forms overflow
-  x[0] = 800.0;
-  x[1] = -800.0;
+  x.flat(0) = 800.0;
+  x.flat(1) = -800.0;
   const auto sp = stable_softplus();
   const auto [value, g] = value_and_grad([&](const HT& p) { return sum(sp(p) * 1.5); })(x);
   double host = 0;
   for (std::int64_t i = 0; i < x.size(); ++i) {
-    host += 1.5 * (std::max(x[i], 0.0) + std::log1p(std::exp(-std::abs(x[i]))));
-    EXPECT_NEAR(g[i], 1.5 * host_sigmoid(x[i]), 1e-12) << i;
+    host += 1.5 * (std::max(x.flat(i), 0.0) + std::log1p(std::exp(-std::abs(x.flat(i)))));
+    EXPECT_NEAR(g.flat(i), 1.5 * host_sigmoid(x.flat(i)), 1e-12) << i;
   }
-  EXPECT_NEAR(value[0], host, 1e-9 * std::abs(host));
-  EXPECT_TRUE(std::isfinite(g[0]) && std::isfinite(g[1]));
+  EXPECT_NEAR(value.flat(0), host, 1e-9 * std::abs(host));
+  EXPECT_TRUE(std::isfinite(g.flat(0)) && std::isfinite(g.flat(1)));
 
   HT z = random_tensor<double>({9}, 42);
-  z[2] = 0.0;
-  z[5] = 0.0;
+  z.flat(2) = 0.0;
+  z.flat(5) = 0.0;
   const auto r = relu_one_at_zero();
   const HT gz = grad([&](const HT& p) { return sum(r(p)); })(z);
-  for (std::int64_t i = 0; i < z.size(); ++i) EXPECT_EQ(gz[i], z[i] >= 0.0 ? 1.0 : 0.0) << i;
+  for (std::int64_t i = 0; i < z.size(); ++i) EXPECT_EQ(gz.flat(i), z.flat(i) >= 0.0 ? 1.0 : 0.0) << i;
   // Without custom_vjp the tie gets JAX's 1/2: the rule above is what changed it.
   const HT gmax = grad([&](const HT& p) { return sum(maximum(p, 0.0)); })(z);
-  EXPECT_EQ(gmax[2], 0.5);
+  EXPECT_EQ(gmax.flat(2), 0.5);
 }
 
 SHARD_MPI_TEST(CustomVjp, TwoArgumentsAndAnIntegerConstant) {
@@ -80,16 +80,16 @@ SHARD_MPI_TEST(CustomVjp, TwoArgumentsAndAnIntegerConstant) {
       });
   const HT a = random_tensor<double>({4, 5}, 51), b = random_tensor<double>({4, 5}, 52);
   Tensor<std::int32_t> k({4, 5});
-  for (std::int64_t i = 0; i < k.size(); ++i) k[i] = static_cast<std::int32_t>(i % 5) - 2;
+  for (std::int64_t i = 0; i < k.size(); ++i) k.flat(i) = static_cast<std::int32_t>(i % 5) - 2;
   const HT w = random_tensor<double>({4, 5}, 53);
   const auto grads = grad([&](const std::vector<HT>& p, const Tensor<std::int32_t>& kk) {
     return sum(tanh(f(p[0], p[1], kk)) * w);
   })(std::vector<HT>{a, b}, k);
   for (std::int64_t i = 0; i < a.size(); ++i) {
-    const double y = a[i] * b[i] * k[i];
-    const double dy = (1 - std::tanh(y) * std::tanh(y)) * w[i];
-    EXPECT_NEAR(grads[0][i], dy * b[i] * k[i], 1e-12);
-    EXPECT_NEAR(grads[1][i], dy * a[i] * k[i], 1e-12);
+    const double y = a.flat(i) * b.flat(i) * k.flat(i);
+    const double dy = (1 - std::tanh(y) * std::tanh(y)) * w.flat(i);
+    EXPECT_NEAR(grads[0].flat(i), dy * b.flat(i) * k.flat(i), 1e-12);
+    EXPECT_NEAR(grads[1].flat(i), dy * a.flat(i) * k.flat(i), 1e-12);
   }
 }
 
@@ -100,7 +100,7 @@ SHARD_MPI_TEST(CustomVjp, GlobalViewOnRandomSpecsEqualsTheHost) {
   const HT hw = random_tensor<double>({7, 5}, 63);
   const HT hg = grad([&](const HT& p) { return sum(sp(p * 3.0) * hw); })(hx);
   for (std::int64_t i = 0; i < hx.size(); ++i)
-    EXPECT_NEAR(hg[i], 3.0 * hw[i] * host_sigmoid(3.0 * hx[i]), 1e-12);
+    EXPECT_NEAR(hg.flat(i), 3.0 * hw.flat(i) * host_sigmoid(3.0 * hx.flat(i)), 1e-12);
   for (const Mesh& mesh : abc_meshes(runtime().device_count())) {
     std::vector<PartitionSpec> specs;  // x's: a fixed-seed sample, every spec in the slow tier
     for (int trial = 0; trial < 3; ++trial) specs.push_back(random_spec(mesh, 2, rng));
@@ -111,7 +111,8 @@ SHARD_MPI_TEST(CustomVjp, GlobalViewOnRandomSpecsEqualsTheHost) {
       const SA g = grad([&](const SA& p) { return sum(sp(p * 3.0) * w); })(x);
       EXPECT_EQ(g.sharding(), x.sharding());
       const HT got = g.to_host();
-      for (std::int64_t i = 0; i < hx.size(); ++i) EXPECT_NEAR(got[i], hg[i], 1e-12) << s.spec().to_string();
+      for (std::int64_t i = 0; i < hx.size(); ++i)
+        EXPECT_NEAR(got.flat(i), hg.flat(i), 1e-12) << s.spec().to_string();
     }
   }
 }
@@ -141,16 +142,17 @@ SHARD_MPI_TEST(CustomVjp, InsideADifferentiatedShardMap) {
   std::vector<double> host_gw(3, 0.0);
   for (std::int64_t i = 0; i < hx.shape()[0]; ++i)
     for (std::int64_t j = 0; j < 3; ++j) {
-      const double t = std::tanh(hx[i * 3 + j] * hw[j]);
-      EXPECT_NEAR(gx[i * 3 + j], (1 - t * t) * hw[j], 1e-12);
-      host_gw[j] += (1 - t * t) * hx[i * 3 + j];
+      const double t = std::tanh(hx.flat(i * 3 + j) * hw.flat(j));
+      EXPECT_NEAR(gx.flat(i * 3 + j), (1 - t * t) * hw.flat(j), 1e-12);
+      host_gw[j] += (1 - t * t) * hx.flat(i * 3 + j);
     }
-  for (std::int64_t j = 0; j < 3; ++j) EXPECT_NEAR(gw[j], host_gw[j], 1e-10);
+  for (std::int64_t j = 0; j < 3; ++j) EXPECT_NEAR(gw.flat(j), host_gw[j], 1e-10);
 
   // A psum inside fwd makes the custom output invariant: it may be returned under P().
-  const auto total = custom_vjp([](const HT& xb) { return psum(sum(xb), "d"); },
-                                [](const HT& xb) { return std::make_pair(psum(sum(xb), "d"), xb.shape()); },
-                                [](const Shape& s, const HT& ct) { return std::make_tuple(HT(s, ct[0])); });
+  const auto total =
+      custom_vjp([](const HT& xb) { return psum(sum(xb), "d"); },
+                 [](const HT& xb) { return std::make_pair(psum(sum(xb), "d"), xb.shape()); },
+                 [](const Shape& s, const HT& ct) { return std::make_tuple(HT(s, ct.flat(0))); });
   const auto g2 = grad([&](const SA& p) {
     return sum(shard_map(mesh, P("d"), P(), [&](const HT& xb) { return total(xb) * 2.0; })(p));
   })(x);
@@ -173,7 +175,7 @@ SHARD_MPI_TEST(CustomVjp, PrimalWhenNotDifferentiatedAndBadCotangents) {
   const HT y = f(x);
   EXPECT_EQ(primal_calls, 1);
   EXPECT_EQ(fwd_calls, 0);
-  for (std::int64_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], 2.0 * x[i]);
+  for (std::int64_t i = 0; i < x.size(); ++i) EXPECT_EQ(y.flat(i), 2.0 * x.flat(i));
   const HT g = grad([&](const HT& p) { return sum(f(p)); })(x);
   EXPECT_EQ(fwd_calls, 1);
   for (double v : g) EXPECT_EQ(v, 2.0);
@@ -197,7 +199,7 @@ SHARD_MPI_TEST(CustomVjp, PrimalWhenNotDifferentiatedAndBadCotangents) {
   const HT ys = shard_map(mesh, P("d"), P("d"), [&](const HT& v) { return h(v); })(xs).to_host();
   EXPECT_EQ(body_primal.load(), static_cast<int>(mesh.local_device_ids().size()));
   EXPECT_EQ(body_fwd.load(), 0);
-  for (std::int64_t i = 0; i < hx.size(); ++i) EXPECT_EQ(ys[i], 2.0 * hx[i]);
+  for (std::int64_t i = 0; i < hx.size(); ++i) EXPECT_EQ(ys.flat(i), 2.0 * hx.flat(i));
 
   const auto bad =
       custom_vjp([](const HT& x) { return x * 2.0; }, [](const HT& x) { return std::make_pair(x * 2.0, 0); },

@@ -86,9 +86,9 @@ SHARD_MPI_TEST(GroupShared, EveryDeviceReadsItsGroupAfterTheBarrier) {
             for (int i = 0; i < buf.size(); ++i) {
               const Tensor<double> expect = contribution(group[static_cast<std::size_t>(i)], round, count);
               for (std::int64_t k = 0; k < count; ++k) {
-                EXPECT_EQ(buf.slot(i)[k], expect[k]) << mesh.to_string() << " slot " << i << " round " << round;
-                sum[k] += buf.slot(i)[k];
-                host_sum[k] += expect[k];
+                EXPECT_EQ(buf.slot(i)[k], expect.flat(k)) << mesh.to_string() << " slot " << i << " round " << round;
+                sum.flat(k) += buf.slot(i)[k];
+                host_sum.flat(k) += expect.flat(k);
               }
             }
             EXPECT_TRUE(sum == host_sum);
@@ -113,9 +113,9 @@ SHARD_MPI_TEST(GroupShared, DevicesWriteTheirRowsOfTheStackedArray) {
   shard_map(mesh, {P("a")}, {P("a")}, [&](DeviceContext& ctx, const Tensor<double>& b) {
         const auto buf = ctx.group_shared<double>("a", count, "test.stacked");
         double* all = buf.stacked();
-        for (std::int64_t r = buf.index(); r < total; r += n) all[r] = host[r];
+        for (std::int64_t r = buf.index(); r < total; r += n) all[r] = host.flat(r);
         buf.barrier();
-        for (std::int64_t r = 0; r < total; ++r) EXPECT_EQ(all[r], host[r]) << "row " << r;
+        for (std::int64_t r = 0; r < total; ++r) EXPECT_EQ(all[r], host.flat(r)) << "row " << r;
         buf.barrier();
         return b;
       })(x);

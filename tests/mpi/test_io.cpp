@@ -243,7 +243,7 @@ sys.exit(1 if bad else 0)
   EXPECT_TRUE(from_root(ok)) << "numpy disagrees with Shard's files (see rank 0's output)";
   // And Shard reads what numpy wrote.
   Tensor<double> want({5, 7});
-  for (std::int64_t i = 0; i < 35; ++i) want[i] = static_cast<double>(i) * 0.5 - 3;
+  for (std::int64_t i = 0; i < 35; ++i) want.flat(i) = static_cast<double>(i) * 0.5 - 3;
   const auto y = io::load_npy<double>(dir.file("from_numpy.npy"), NamedSharding(mesh, P("b", "a")));
   EXPECT_TRUE(equals_host(y, want));
 }
@@ -260,7 +260,7 @@ SHARD_MPI_TEST(Npy, ChecksumIgnoresLayoutAndSeesOneElement) {
   EXPECT_NE(io::checksum(device_put(host.reshaped({6, 11}), NamedSharding(m1, P("a")))), base);
   for (std::int64_t i : {std::int64_t{0}, std::int64_t{37}, std::int64_t{65}}) {
     Tensor<double> changed = host;
-    changed[i] = std::nextafter(changed[i], 1e9);  // one bit of one element
+    changed.flat(i) = std::nextafter(changed.flat(i), 1e9);  // one bit of one element
     EXPECT_NE(io::checksum(device_put(changed, NamedSharding(m2, P("a", "b")))), base) << i;
   }
 }

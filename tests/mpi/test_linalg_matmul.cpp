@@ -34,8 +34,8 @@ std::pair<Tensor<T>, Tensor<double>> operand(const Shape& shape, std::uint64_t s
   Tensor<T> t(shape);
   Tensor<double> d(shape);
   for (std::int64_t i = 0; i < t.size(); ++i) {
-    t[i] = static_cast<T>(r[i]);
-    d[i] = static_cast<double>(t[i]);
+    t.flat(i) = static_cast<T>(r.flat(i));
+    d.flat(i) = static_cast<double>(t.flat(i));
   }
   return {t, d};
 }

@@ -23,9 +23,9 @@ Tensor<T> host_matmul(const Tensor<T>& a, const Tensor<T>& b) {
       for (std::int64_t col = 0; col < n; ++col) {
         double s = 0;
         for (std::int64_t q = 0; q < k; ++q)
-          s += static_cast<double>(a[i * m * k + r * k + q]) *
-               static_cast<double>(b[(b.rank() > 2 ? i * k * n : 0) + q * n + col]);
-        c[i * m * n + r * n + col] = static_cast<T>(s);
+          s += static_cast<double>(a.flat(i * m * k + r * k + q)) *
+               static_cast<double>(b.flat((b.rank() > 2 ? i * k * n : 0) + q * n + col));
+        c.flat(i * m * n + r * n + col) = static_cast<T>(s);
       }
   return c;
 }
@@ -35,8 +35,8 @@ Tensor<T> host_matmul(const Tensor<T>& a, const Tensor<T>& b) {
 template <typename T>
 Tensor<double> host_abs_matmul(const Tensor<T>& a, const Tensor<T>& b) {
   Tensor<double> da(a.shape()), db(b.shape());
-  for (std::int64_t i = 0; i < a.size(); ++i) da[i] = std::abs(static_cast<double>(a[i]));
-  for (std::int64_t i = 0; i < b.size(); ++i) db[i] = std::abs(static_cast<double>(b[i]));
+  for (std::int64_t i = 0; i < a.size(); ++i) da.flat(i) = std::abs(static_cast<double>(a.flat(i)));
+  for (std::int64_t i = 0; i < b.size(); ++i) db.flat(i) = std::abs(static_cast<double>(b.flat(i)));
   return host_matmul(da, db);
 }
 
@@ -51,7 +51,7 @@ void expect_close(const ShardedArray<T>& c, const Tensor<T>& ref, const std::str
     ASSERT_EQ(static_cast<std::int64_t>(want.size()), s.data.size()) << what;
     for (std::size_t i = 0; i < want.size(); ++i) {
       const double w = static_cast<double>(want[i]);
-      const double got = static_cast<double>(s.data[static_cast<std::int64_t>(i)]);
+      const double got = static_cast<double>(s.data.flat(static_cast<std::int64_t>(i)));
       const double scale = mag[i];
       if (std::abs(got - w) > tol * (1 + std::abs(w) + scale)) {
         ADD_FAILURE() << what << " device " << s.device << " element " << i << ": " << got << " vs " << w;

@@ -31,7 +31,7 @@ SHARD_MPI_TEST(Memory, FromCallbackAllocatesOnlyLocalShards) {
   const std::int64_t rss_before = peak_rss_bytes();
   const auto a = from_callback<double>(shape, s, [](const Box& b) {
     Tensor<double> t(b.extent);
-    for (std::int64_t i = 0; i < t.size(); ++i) t[i] = static_cast<double>(b.offset[0] * 3 + i % 977) * 0.5;
+    for (std::int64_t i = 0; i < t.size(); ++i) t.flat(i) = static_cast<double>(b.offset[0] * 3 + i % 977) * 0.5;
     return t;
   });
   const std::int64_t tensor_peak = tensor_memory_stats().peak_bytes - live_before;
@@ -42,7 +42,7 @@ SHARD_MPI_TEST(Memory, FromCallbackAllocatesOnlyLocalShards) {
       << "peak RSS grew by " << rss_growth << " bytes for " << local_bytes << " bytes of shards (global array "
       << global_bytes << " bytes)";
   // The data is right: spot-check the first element of every local shard.
-  for (const auto& sh : a.addressable_shards()) EXPECT_EQ(sh.data[0], static_cast<double>(sh.box.offset[0] * 3) * 0.5);
+  for (const auto& sh : a.addressable_shards()) EXPECT_EQ(sh.data.flat(0), static_cast<double>(sh.box.offset[0] * 3) * 0.5);
   if (rt.process_index() == 0)
     std::printf("[ shard    ] global %.0f MiB, per rank %.0f MiB (1/%d), peak RSS growth %.1f MiB\n",
                 static_cast<double>(global_bytes) / (1 << 20), static_cast<double>(local_bytes) / (1 << 20),

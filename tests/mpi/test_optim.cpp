@@ -46,11 +46,11 @@ struct Reference {
     const double lr = c.lr(t);
     for (std::size_t i = 0; i < w.size(); ++i)
       for (std::int64_t k = 0; k < w[i].size(); ++k) {
-        double& wk = w[i][k];
-        double& m = s0[i][k];
-        double& v = s1[i][k];
+        double& wk = w[i].flat(k);
+        double& m = s0[i].flat(k);
+        double& v = s1[i].flat(k);
         if (c.kind == Optimizer::Kind::kSgd) {
-          const double gk = g[i][k] * scale + c.weight_decay * wk;
+          const double gk = g[i].flat(k) * scale + c.weight_decay * wk;
           if (c.momentum == 0) {
             wk -= lr * gk;
             continue;
@@ -59,7 +59,7 @@ struct Reference {
           wk -= lr * (c.nesterov ? gk + c.momentum * m : m);
         } else {
           const bool decoupled = c.kind == Optimizer::Kind::kAdamW;
-          const double gk = g[i][k] * scale + (decoupled ? 0 : c.weight_decay * wk);
+          const double gk = g[i].flat(k) * scale + (decoupled ? 0 : c.weight_decay * wk);
           m = c.b1 * m + (1 - c.b1) * gk;
           v = c.b2 * v + (1 - c.b2) * gk * gk;
           const double mh = m / (1 - std::pow(c.b1, t + 1)), vh = v / (1 - std::pow(c.b2, t + 1));
@@ -72,7 +72,7 @@ struct Reference {
 
 double max_rel_diff(const Tensor<double>& a, const Tensor<double>& b) {
   double m = 0;
-  for (std::int64_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]) / std::max(1.0, std::abs(b[i])));
+  for (std::int64_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a.flat(i) - b.flat(i)) / std::max(1.0, std::abs(b.flat(i))));
   return m;
 }
 
@@ -165,7 +165,7 @@ SHARD_MPI_TEST(Optim, WeightDecayMaskDecaysOnlyWhatItAccepts) {
   auto st = opt.init(p);
   opt.update(p, g, st);
   const Tensor<double> w = p[0].to_host(), b = p[1].to_host();
-  for (std::int64_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], before[0][i] * (1 - 0.1 * 0.5), 1e-14 * std::abs(before[0][i]));
+  for (std::int64_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w.flat(i), before[0].flat(i) * (1 - 0.1 * 0.5), 1e-14 * std::abs(before[0].flat(i)));
   EXPECT_EQ(b, before[1]);
 }
 
@@ -253,14 +253,14 @@ SHARD_MPI_TEST(Optim, ApplyIfFiniteSkipsANonFiniteUpdateOnEveryRank) {
     auto state = opt.init(w);
     // One NaN in one device's block (the last device's, wherever it lives): nothing changes.
     Tensor<double> hg = random_tensor<double>(hw.shape(), 6);
-    hg[hg.size() - 1] = std::nan("");
+    hg.flat(hg.size() - 1) = std::nan("");
     const std::vector<ShardedArray<double>> bad{device_put(hg, NamedSharding(mesh, P("data")))};
     EXPECT_TRUE(std::isnan(opt.update(w, bad, state)));
     EXPECT_EQ(state.step, 0);
     EXPECT_EQ(max_rel_diff(w[0].to_host(), hw), 0.0);
     for (const auto& [name, a] : state.arrays) EXPECT_EQ(max_rel_diff(a.to_host(), Tensor<double>(hw.shape(), 0.0)), 0.0) << name;
     // A finite gradient then updates as usual.
-    hg[hg.size() - 1] = 0.5;
+    hg.flat(hg.size() - 1) = 0.5;
     const std::vector<ShardedArray<double>> good{device_put(hg, NamedSharding(mesh, P("data")))};
     EXPECT_TRUE(std::isfinite(opt.update(w, good, state)));
     EXPECT_EQ(state.step, 1);

@@ -27,8 +27,8 @@ Tensor<T> host_matmul(const Tensor<T>& a, const Tensor<T>& b) {
     for (std::int64_t col = 0; col < n; ++col) {
       double s = 0;
       for (std::int64_t q = 0; q < k; ++q)
-        s += static_cast<double>(a[r * k + q]) * static_cast<double>(b[q * n + col]);
-      c[r * n + col] = static_cast<T>(s);
+        s += static_cast<double>(a.flat(r * k + q)) * static_cast<double>(b.flat(q * n + col));
+      c.flat(r * n + col) = static_cast<T>(s);
     }
   return c;
 }
@@ -37,7 +37,8 @@ template <typename T>
 Tensor<T> host_transpose(const Tensor<T>& a) {
   Tensor<T> t(Shape{a.shape()[1], a.shape()[0]});
   for (std::int64_t i = 0; i < a.shape()[0]; ++i)
-    for (std::int64_t j = 0; j < a.shape()[1]; ++j) t[j * a.shape()[0] + i] = a[i * a.shape()[1] + j];
+    for (std::int64_t j = 0; j < a.shape()[1]; ++j)
+      t.flat(j * a.shape()[0] + i) = a.flat(i * a.shape()[1] + j);
   return t;
 }
 
@@ -52,7 +53,7 @@ void expect_close(const ShardedArray<T>& c, const Tensor<T>& ref, const std::str
     ASSERT_EQ(static_cast<std::int64_t>(want.size()), s.data.size()) << what;
     for (std::size_t i = 0; i < want.size(); ++i) {
       const double w = static_cast<double>(want[i]),
-                   got = static_cast<double>(s.data[static_cast<std::int64_t>(i)]);
+                   got = static_cast<double>(s.data.flat(static_cast<std::int64_t>(i)));
       if (std::abs(got - w) > tol * (1 + std::abs(w))) {
         ADD_FAILURE() << what << " device " << s.device << " element " << i << ": " << got << " vs " << w;
         return;

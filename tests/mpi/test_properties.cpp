@@ -286,7 +286,7 @@ Tensor<T> host_zip(const Tensor<T>& a, const Tensor<T>& b, F f) {
   Tensor<T> r(out);
   Shape idx(out.size(), 0);
   for (std::int64_t i = 0; i < r.size(); ++i, next_index(idx, out))
-    r[i] = f(a[broadcast_offset(a.shape(), idx)], b[broadcast_offset(b.shape(), idx)]);
+    r.flat(i) = f(a.flat(broadcast_offset(a.shape(), idx)), b.flat(broadcast_offset(b.shape(), idx)));
   return r;
 }
 
@@ -313,11 +313,11 @@ Tensor<T> host_reduce(const Tensor<T>& x, const std::vector<int>& dims_in, bool 
     std::int64_t o = 0;
     for (int d = 0, k = 0; d < x.rank(); ++d)
       if (!contains(dims, d)) o = o * out[k++] + idx[d];
-    sum[o] += x[i];
-    mx[o] = std::max(mx[o], x[i]);
+    sum[o] += x.flat(i);
+    mx[o] = std::max(mx[o], x.flat(i));
   }
   Tensor<T> r(out);
-  for (std::int64_t o = 0; o < r.size(); ++o) r[o] = is_max ? mx[o] : static_cast<T>(sum[o]);
+  for (std::int64_t o = 0; o < r.size(); ++o) r.flat(o) = is_max ? mx[o] : static_cast<T>(sum[o]);
   return r;
 }
 
@@ -328,8 +328,8 @@ Tensor<T> host_matmul(const Tensor<T>& a, const Tensor<T>& b) {
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < n; ++j) {
       long double acc = 0;
-      for (std::int64_t l = 0; l < k; ++l) acc += static_cast<long double>(a[i * k + l]) * b[l * n + j];
-      c[i * n + j] = static_cast<T>(acc);
+      for (std::int64_t l = 0; l < k; ++l) acc += static_cast<long double>(a.flat(i * k + l)) * b.flat(l * n + j);
+      c.flat(i * n + j) = static_cast<T>(acc);
     }
   return c;
 }
@@ -394,9 +394,9 @@ void check_shards(const ShardedArray<T>& r, const Mesh& mesh, const Tensor<T>& w
     }
     const auto v = reference_slice(want, ref);
     for (std::size_t e = 0; e < v.size(); ++e)
-      if (!close(s.data[static_cast<std::int64_t>(e)], v[e], atol)) {
+      if (!close(s.data.flat(static_cast<std::int64_t>(e)), v[e], atol)) {
         err << "\n  " << what << ": device " << local[i] << " box " << to_string(ref) << " element " << e
-            << ": got " << std::setprecision(17) << +s.data[static_cast<std::int64_t>(e)] << ", want " << +v[e]
+            << ": got " << std::setprecision(17) << +s.data.flat(static_cast<std::int64_t>(e)) << ", want " << +v[e]
             << " (tolerance " << atol << ")";
         break;
       }
@@ -554,8 +554,8 @@ void run_case(const Case& c, const Mesh& mesh, Stats& stats, std::ostream& err) 
       return;
     Tensor<T> want(hx.shape());
     for (std::int64_t i = 0; i < hx.size(); ++i) {
-      if constexpr (std::is_floating_point_v<T>) want[i] = std::exp(static_cast<T>(hx[i] * static_cast<T>(0.0625)));
-      else want[i] = hx[i] < 0 ? static_cast<T>(-hx[i]) : hx[i];
+      if constexpr (std::is_floating_point_v<T>) want.flat(i) = std::exp(static_cast<T>(hx.flat(i) * static_cast<T>(0.0625)));
+      else want.flat(i) = hx.flat(i) < 0 ? static_cast<T>(-hx.flat(i)) : hx.flat(i);
     }
     double atol = 0;
     if constexpr (std::is_floating_point_v<T>) atol = 4 * e * std::exp(100.0 / 16);  // a few ulp of the largest

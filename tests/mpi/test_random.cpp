@@ -83,7 +83,7 @@ Tensor<std::int64_t> naive_bits(rnd::Key k, const Shape& shape) {
     std::uint32_t y0 = 0, y1 = 0;
     rnd::threefry2x32(k, static_cast<std::uint32_t>(static_cast<std::uint64_t>(i) >> 32),
                       static_cast<std::uint32_t>(i), y0, y1);
-    t[i] = y0 ^ y1;
+    t.flat(i) = y0 ^ y1;
   }
   return t;
 }
@@ -189,7 +189,7 @@ SHARD_MPI_TEST(Random, SplitKeysGiveDifferentArrays) {
     for (std::size_t j = i + 1; j < children.size(); ++j)
       EXPECT_FALSE(children[i] == children[j]) << i << " " << j;
     std::int64_t equal = 0;
-    for (std::int64_t e = 0; e < p.size(); ++e) equal += children[i][e] == p[e];
+    for (std::int64_t e = 0; e < p.size(); ++e) equal += children[i].flat(e) == p.flat(e);
     EXPECT_EQ(equal, 0) << i;  // 133 independent 52-bit draws: no coincidences
   }
   // split(k)[i] is fold_in(k, i) (JAX's partitionable split), so the arrays agree too.

@@ -549,7 +549,7 @@ std::int64_t peak_extra(const ShardedArray<double>& x, const NamedSharding& to, 
   for (const auto& s : y.addressable_shards()) {
     for (std::int64_t i = 0; i < s.data.size(); ++i) {
       const std::int64_t r = s.box.offset[0] + i / s.box.extent[1], c = s.box.offset[1] + i % s.box.extent[1];
-      wrong += s.data[i] != static_cast<double>(r * cols + c);
+      wrong += s.data.flat(i) != static_cast<double>(r * cols + c);
     }
   }
   EXPECT_EQ(wrong, 0) << what;
@@ -566,7 +566,7 @@ SHARD_MPI_TEST(Reshard, PeakMemoryStaysNearOwnShards) {
   auto value = [cols](const Box& b) {
     Tensor<double> t(b.extent);
     for (std::int64_t i = 0; i < t.size(); ++i)
-      t[i] = static_cast<double>((b.offset[0] + i / b.extent[1]) * cols + b.offset[1] + i % b.extent[1]);
+      t.flat(i) = static_cast<double>((b.offset[0] + i / b.extent[1]) * cols + b.offset[1] + i % b.extent[1]);
     return t;
   };
   // Even rows: all_to_all; one row fewer: uneven blocks, the general path.

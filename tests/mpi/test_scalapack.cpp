@@ -65,8 +65,8 @@ const Tensor<double>& to_double(const Tensor<double>& t) { return t; }
 double rel_diff(const Tensor<double>& x, const Tensor<double>& y) {
   double num = 0, den = 0;
   for (std::int64_t i = 0; i < y.size(); ++i) {
-    num += (x[i] - y[i]) * (x[i] - y[i]);
-    den += y[i] * y[i];
+    num += (x.flat(i) - y.flat(i)) * (x.flat(i) - y.flat(i));
+    den += y.flat(i) * y.flat(i);
   }
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
 }
@@ -228,9 +228,9 @@ Tensor<double> host_solve(const Tensor<double>& a, const Tensor<double>& b) {
   const int n = static_cast<int>(a.shape()[0]), nrhs = static_cast<int>(b.shape()[1]);
   Tensor<double> at(Shape{n, n}), bt(Shape{std::max(1, nrhs), n}, 0.0);  // column-major copies
   for (int i = 0; i < n; ++i)
-    for (int j = 0; j < n; ++j) at[j * n + i] = a(i, j);
+    for (int j = 0; j < n; ++j) at.flat(j * n + i) = a(i, j);
   for (int i = 0; i < n; ++i)
-    for (int j = 0; j < nrhs; ++j) bt[j * n + i] = b(i, j);
+    for (int j = 0; j < nrhs; ++j) bt.flat(j * n + i) = b(i, j);
   std::vector<int> ipiv(static_cast<std::size_t>(std::max(1, n)));
   int info = 0;
   const int lda = std::max(1, n);
@@ -238,7 +238,7 @@ Tensor<double> host_solve(const Tensor<double>& a, const Tensor<double>& b) {
   EXPECT_EQ(info, 0);
   Tensor<double> x(Shape{n, nrhs});
   for (int i = 0; i < n; ++i)
-    for (int j = 0; j < nrhs; ++j) x(i, j) = bt[j * n + i];
+    for (int j = 0; j < nrhs; ++j) x(i, j) = bt.flat(j * n + i);
   return x;
 }
 
@@ -258,7 +258,7 @@ void check_solve(const Mesh& mesh, const PartitionSpec& pa, const PartitionSpec&
   // Relative residual ||A X - B|| / (||A|| ||X|| + ||B||) and the distance to host LAPACK's X.
   const Tensor<double> ax = host_gemm(da, hx);
   double res = 0, na = 0, nx = 0, nb = 0;
-  for (std::int64_t i = 0; i < db.size(); ++i) res += (ax[i] - db[i]) * (ax[i] - db[i]), nb += db[i] * db[i];
+  for (std::int64_t i = 0; i < db.size(); ++i) res += (ax.flat(i) - db.flat(i)) * (ax.flat(i) - db.flat(i)), nb += db.flat(i) * db.flat(i);
   for (auto v : da) na += v * v;
   for (auto v : hx) nx += v * v;
   EXPECT_LE(std::sqrt(res) / (std::sqrt(na) * std::sqrt(nx) + std::sqrt(nb)), tol<T>()) << what;

@@ -103,9 +103,9 @@ TYPED_TEST(ShardedArrayTyped, ZerosFullArange) {
   const auto f = full<TypeParam>(shape, TypeParam(7), s).to_host();
   const auto r = arange<TypeParam>(shape, s).to_host();
   for (std::int64_t i = 0; i < num_elements(shape); ++i) {
-    EXPECT_EQ(z[i], TypeParam(0));
-    EXPECT_EQ(f[i], TypeParam(7));
-    EXPECT_EQ(r[i], static_cast<TypeParam>(i));
+    EXPECT_EQ(z.flat(i), TypeParam(0));
+    EXPECT_EQ(f.flat(i), TypeParam(7));
+    EXPECT_EQ(r.flat(i), static_cast<TypeParam>(i));
   }
 }
 

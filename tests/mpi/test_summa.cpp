@@ -16,8 +16,8 @@ void check(const Mesh& mesh, const Shape& as, const Shape& bs, std::uint64_t see
   const NamedSharding s(mesh, P("r", "c"));
   const Tensor<double> ha = random_tensor<double>(as, seed), hb = random_tensor<double>(bs, seed + 1);
   Tensor<T> ta(as), tb(bs);
-  for (std::int64_t i = 0; i < ta.size(); ++i) ta[i] = static_cast<T>(ha[i]);
-  for (std::int64_t i = 0; i < tb.size(); ++i) tb[i] = static_cast<T>(hb[i]);
+  for (std::int64_t i = 0; i < ta.size(); ++i) ta.flat(i) = static_cast<T>(ha.flat(i));
+  for (std::int64_t i = 0; i < tb.size(); ++i) tb.flat(i) = static_cast<T>(hb.flat(i));
   Tensor<double> ref({as[0], bs[1]}, 0.0);
   for (std::int64_t i = 0; i < as[0]; ++i)
     for (std::int64_t k = 0; k < as[1]; ++k)

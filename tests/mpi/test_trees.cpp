@@ -88,7 +88,7 @@ model::SModel place(const model::HModel& h, const Mesh& mesh, std::mt19937_64& r
 double max_diff(const Tensor<double>& a, const Tensor<double>& b) {
   EXPECT_EQ(a.shape(), b.shape());
   double m = 0;
-  for (std::int64_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  for (std::int64_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a.flat(i) - b.flat(i)));
   return m;
 }
 
@@ -179,16 +179,16 @@ SHARD_MPI_TEST(Trees, ArgnumsDifferentiatesSeveralArgumentsEachKeepingItsShardin
   Tensor<double> r({kRows, 3}), dw({kIn, 3}, 0.0), dx({kRows, kIn}, 0.0), db({3}, 0.0);
   for (int i = 0; i < kRows; ++i)
     for (int j = 0; j < 3; ++j) {
-      double s = hb[j];
-      for (int k = 0; k < kIn; ++k) s += hx[i * kIn + k] * hw[k * 3 + j];
-      r[i * 3 + j] = 2 * s;
+      double s = hb.flat(j);
+      for (int k = 0; k < kIn; ++k) s += hx.flat(i * kIn + k) * hw.flat(k * 3 + j);
+      r.flat(i * 3 + j) = 2 * s;
     }
   for (int i = 0; i < kRows; ++i)
     for (int j = 0; j < 3; ++j) {
-      db[j] += r[i * 3 + j];
+      db.flat(j) += r.flat(i * 3 + j);
       for (int k = 0; k < kIn; ++k) {
-        dw[k * 3 + j] += hx[i * kIn + k] * r[i * 3 + j];
-        dx[i * kIn + k] += r[i * 3 + j] * hw[k * 3 + j];
+        dw.flat(k * 3 + j) += hx.flat(i * kIn + k) * r.flat(i * 3 + j);
+        dx.flat(i * kIn + k) += r.flat(i * 3 + j) * hw.flat(k * 3 + j);
       }
     }
   for (const Mesh& mesh : meshes()) {
@@ -209,7 +209,7 @@ SHARD_MPI_TEST(Trees, ArgnumsDifferentiatesSeveralArgumentsEachKeepingItsShardin
     EXPECT_EQ(gx.sharding(), x.sharding());
     EXPECT_LT(max_diff(gx.to_host(), dx), 1e-14) << mesh.to_string();
     double want = 0;
-    for (std::int64_t i = 0; i < r.size(); ++i) want += r[i] * r[i] / 4;
+    for (std::int64_t i = 0; i < r.size(); ++i) want += r.flat(i) * r.flat(i) / 4;
     EXPECT_NEAR(value.item(), want, 1e-14);
     // A tree argument among plain ones, with has_aux.
     const std::map<std::string, ShardedArray<double>> params = {{"w", w}, {"b", b}};

@@ -32,7 +32,7 @@ struct Hypot : shard::Primitive {
   Tensor<T> kernel(const Tensor<T>& a, const Tensor<T>& b) const {
     Tensor<T> out(shard::broadcast_shapes(a.shape(), b.shape()));
     const Tensor<T> ab = shard::broadcast_to(a, out.shape()), bb = shard::broadcast_to(b, out.shape());
-    for (std::int64_t i = 0; i < out.size(); ++i) out[i] = std::hypot(ab[i], bb[i]);
+    for (std::int64_t i = 0; i < out.size(); ++i) out.flat(i) = std::hypot(ab.flat(i), bb.flat(i));
     return out;
   }
   template <ArrayLike X>
@@ -62,7 +62,7 @@ struct RowSumSquares : shard::Primitive {
     s.pop_back();
     Tensor<T> out(s, T(0));
     for (std::int64_t i = 0; i < out.size(); ++i)
-      for (std::int64_t j = 0; j < n; ++j) out[i] += x[i * n + j] * x[i * n + j];
+      for (std::int64_t j = 0; j < n; ++j) out.flat(i) += x.flat(i * n + j) * x.flat(i * n + j);
     return out;
   }
   template <ArrayLike X>
@@ -85,7 +85,7 @@ struct Cube : shard::Primitive {
   template <Dtype T>
   Tensor<T> kernel(const Tensor<T>& x) const {
     Tensor<T> out(x.shape());
-    for (std::int64_t i = 0; i < x.size(); ++i) out[i] = x[i] * x[i] * x[i];
+    for (std::int64_t i = 0; i < x.size(); ++i) out.flat(i) = x.flat(i) * x.flat(i) * x.flat(i);
     return out;
   }
 };
@@ -104,7 +104,7 @@ double tol(double v, double rel = 1e-12) { return rel * (1 + std::abs(v)); }
 double host_row_ss(const HT& x, std::int64_t i) {
   const std::int64_t n = x.shape().back();
   double s = 0;
-  for (std::int64_t j = 0; j < n; ++j) s += x[i * n + j] * x[i * n + j];
+  for (std::int64_t j = 0; j < n; ++j) s += x.flat(i * n + j) * x.flat(i * n + j);
   return s;
 }
 
@@ -114,7 +114,8 @@ SHARD_MPI_TEST(UserPrimitive, TensorViewValuesAndGradients) {
   ASSERT_EQ(h.shape(), (Shape{5, 3}));
   for (std::int64_t i = 0; i < 5; ++i)
     for (std::int64_t j = 0; j < 3; ++j)
-      EXPECT_NEAR(h[i * 3 + j], std::hypot(a[i * 3 + j], b[j]), tol(std::hypot(a[i * 3 + j], b[j]), 1e-14));
+      EXPECT_NEAR(h.flat(i * 3 + j), std::hypot(a.flat(i * 3 + j), b.flat(j)),
+                  tol(std::hypot(a.flat(i * 3 + j), b.flat(j)), 1e-14));
   const HT w = random_tensor<double>({5, 3}, 13);
   const auto f = [&](const std::vector<HT>& p) { return sum(bind(user::Hypot{}, p[0], p[1]) * w); };
   const auto g = grad(f)(std::vector<HT>{a, b});
@@ -122,31 +123,36 @@ SHARD_MPI_TEST(UserPrimitive, TensorViewValuesAndGradients) {
   auto host = [&](const HT& aa, const HT& bb) {
     double s = 0;
     for (std::int64_t i = 0; i < 5; ++i)
-      for (std::int64_t j = 0; j < 3; ++j) s += std::hypot(aa[i * 3 + j], bb[j]) * w[i * 3 + j];
+      for (std::int64_t j = 0; j < 3; ++j)
+        s += std::hypot(aa.flat(i * 3 + j), bb.flat(j)) * w.flat(i * 3 + j);
     return s;
   };
   const double eps = 1e-6;
   for (std::int64_t k = 0; k < a.size(); ++k) {
     HT ap = a, am = a;
-    ap[k] += eps;
-    am[k] -= eps;
-    EXPECT_NEAR(g[0][k], (host(ap, b) - host(am, b)) / (2 * eps), 1e-6 * (1 + std::abs(g[0][k]))) << k;
+    ap.flat(k) += eps;
+    am.flat(k) -= eps;
+    EXPECT_NEAR(g[0].flat(k), (host(ap, b) - host(am, b)) / (2 * eps), 1e-6 * (1 + std::abs(g[0].flat(k))))
+        << k;
   }
   for (std::int64_t k = 0; k < b.size(); ++k) {
     HT bp = b, bm = b;
-    bp[k] += eps;
-    bm[k] -= eps;
-    EXPECT_NEAR(g[1][k], (host(a, bp) - host(a, bm)) / (2 * eps), 1e-6 * (1 + std::abs(g[1][k]))) << k;
+    bp.flat(k) += eps;
+    bm.flat(k) -= eps;
+    EXPECT_NEAR(g[1].flat(k), (host(a, bp) - host(a, bm)) / (2 * eps), 1e-6 * (1 + std::abs(g[1].flat(k))))
+        << k;
   }
   const HT x = random_tensor<double>({4, 7}, 14);
   const HT r = bind(user::RowSumSquares{}, x);
   ASSERT_EQ(r.shape(), (Shape{4}));
-  for (std::int64_t i = 0; i < 4; ++i) EXPECT_NEAR(r[i], host_row_ss(x, i), tol(host_row_ss(x, i), 1e-13));
+  for (std::int64_t i = 0; i < 4; ++i)
+    EXPECT_NEAR(r.flat(i), host_row_ss(x, i), tol(host_row_ss(x, i), 1e-13));
   const HT v = random_tensor<double>({4}, 15);
   const HT gx = grad([&](const HT& p) { return sum(bind(user::RowSumSquares{}, p) * v); })(x);
   for (std::int64_t i = 0; i < 4; ++i)
     for (std::int64_t j = 0; j < 7; ++j)
-      EXPECT_NEAR(gx[i * 7 + j], 2 * x[i * 7 + j] * v[i], tol(2 * x[i * 7 + j] * v[i], 1e-13));
+      EXPECT_NEAR(gx.flat(i * 7 + j), 2 * x.flat(i * 7 + j) * v.flat(i),
+                  tol(2 * x.flat(i * 7 + j) * v.flat(i), 1e-13));
 }
 
 SHARD_MPI_TEST(UserPrimitive, GlobalViewOnRandomSpecsEqualsTheHost) {
@@ -165,13 +171,15 @@ SHARD_MPI_TEST(UserPrimitive, GlobalViewOnRandomSpecsEqualsTheHost) {
       EXPECT_EQ(h.sharding(), a.sharding()) << what;  // the first committed operand decides
       const HT got = h.to_host();
       for (std::int64_t i = 0; i < ha.size(); ++i)
-        EXPECT_NEAR(got[i], std::hypot(ha[i], hb[i]), tol(std::hypot(ha[i], hb[i]), 1e-14)) << what;
+        EXPECT_NEAR(got.flat(i), std::hypot(ha.flat(i), hb.flat(i)),
+                    tol(std::hypot(ha.flat(i), hb.flat(i)), 1e-14))
+            << what;
       // The reduced factor: a psum over the axes that split the last dim, the rows stay split.
       const SA r = bind(user::RowSumSquares{}, a);
       EXPECT_EQ(r.sharding().spec()[0], a.sharding().spec()[0]) << what;
       const HT rh = r.to_host();
       for (std::int64_t i = 0; i < 7; ++i)
-        EXPECT_NEAR(rh[i], host_row_ss(ha, i), tol(host_row_ss(ha, i), 1e-13)) << what;
+        EXPECT_NEAR(rh.flat(i), host_row_ss(ha, i), tol(host_row_ss(ha, i), 1e-13)) << what;
       // Gradients through both, in the global view.
       const SA w = device_put(hw, NamedSharding(mesh, random_spec(mesh, 1, rng)));
       const auto g = grad([&](const std::vector<SA>& p) {
@@ -182,9 +190,13 @@ SHARD_MPI_TEST(UserPrimitive, GlobalViewOnRandomSpecsEqualsTheHost) {
       for (std::int64_t i = 0; i < 7; ++i)
         for (std::int64_t j = 0; j < 5; ++j) {
           const std::int64_t k = i * 5 + j;
-          const double hy = std::hypot(ha[k], hb[k]);
-          EXPECT_NEAR(ga[k], 2 * hy * hw[i] * ha[k] / hy, tol(2 * hy * hw[i] * ha[k] / hy, 1e-12)) << what;
-          EXPECT_NEAR(gb[k], 2 * hy * hw[i] * hb[k] / hy, tol(2 * hy * hw[i] * hb[k] / hy, 1e-12)) << what;
+          const double hy = std::hypot(ha.flat(k), hb.flat(k));
+          EXPECT_NEAR(ga.flat(k), 2 * hy * hw.flat(i) * ha.flat(k) / hy,
+                      tol(2 * hy * hw.flat(i) * ha.flat(k) / hy, 1e-12))
+              << what;
+          EXPECT_NEAR(gb.flat(k), 2 * hy * hw.flat(i) * hb.flat(k) / hy,
+                      tol(2 * hy * hw.flat(i) * hb.flat(k) / hy, 1e-12))
+              << what;
         }
     }
   }
@@ -210,10 +222,10 @@ SHARD_MPI_TEST(UserPrimitive, InsideADifferentiatedShardMap) {
   std::vector<double> host_gy(3, 0.0);
   for (std::int64_t i = 0; i < hx.shape()[0]; ++i)
     for (std::int64_t j = 0; j < 3; ++j) {
-      EXPECT_NEAR(gx[i * 3 + j], 2 * hx[i * 3 + j], tol(2 * hx[i * 3 + j], 1e-12));
-      host_gy[j] += 2 * hy[j];
+      EXPECT_NEAR(gx.flat(i * 3 + j), 2 * hx.flat(i * 3 + j), tol(2 * hx.flat(i * 3 + j), 1e-12));
+      host_gy[j] += 2 * hy.flat(j);
     }
-  for (std::int64_t j = 0; j < 3; ++j) EXPECT_NEAR(gy[j], host_gy[j], tol(host_gy[j], 1e-10));
+  for (std::int64_t j = 0; j < 3; ++j) EXPECT_NEAR(gy.flat(j), host_gy[j], tol(host_gy[j], 1e-10));
   // Without the psum the body's output varies over 'd': the forward vma check raises.
   EXPECT_THROW(shard_map(mesh, {P("d"), P()}, {P()},
                          [&](const HT& xb, const HT& yb) {
@@ -251,7 +263,7 @@ SHARD_MPI_TEST(UserPrimitive, ErrorsNameTheCallersLine) {
   // No vjp(): it runs, and differentiating it raises (JAX: no differentiation rule).
   const HT c = bind(user::Cube{}, a);
   for (std::int64_t i = 0; i < a.size(); ++i)
-    EXPECT_NEAR(c[i], a[i] * a[i] * a[i], tol(a[i] * a[i] * a[i], 1e-14));
+    EXPECT_NEAR(c.flat(i), a.flat(i) * a.flat(i) * a.flat(i), tol(a.flat(i) * a.flat(i) * a.flat(i), 1e-14));
   EXPECT_THROW(grad([](const HT& p) { return sum(bind(user::Cube{}, p)); })(a), ValueError);
   // A malformed rule.
   EXPECT_THROW(FactorRule("ij,jk->iz"), ValueError);

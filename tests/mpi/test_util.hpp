@@ -60,9 +60,9 @@ Tensor<std::int64_t> host_argmax(const Tensor<T>& x, int dim) {
     std::int64_t o = 0;
     for (int d = 0, k = 0; d < x.rank(); ++d)
       if (d != dim) o = o * out[k++] + idx[d];
-    if (r[o] < 0 || x[i] > best[o]) {  // strictly greater: the first index wins ties
-      r[o] = idx[dim];
-      best[o] = x[i];
+    if (r.flat(o) < 0 || x.flat(i) > best[o]) {  // strictly greater: the first index wins ties
+      r.flat(o) = idx[dim];
+      best[o] = x.flat(i);
     }
   }
   return r;
@@ -172,7 +172,7 @@ std::vector<T> reference_slice(const Tensor<T>& host, const Box& box) {
   for (std::int64_t i = 0; i < n; ++i) {
     std::int64_t off = 0;
     for (std::size_t d = 0; d < idx.size(); ++d) off += (box.offset[d] + idx[d]) * st[d];
-    out.push_back(host[off]);
+    out.push_back(host.flat(off));
     for (int d = static_cast<int>(idx.size()) - 1; d >= 0; --d) {
       if (++idx[d] < box.extent[d]) break;
       idx[d] = 0;
@@ -190,7 +190,7 @@ Tensor<T> reference_block(const Tensor<T>& host, const Box& box) {
   for (std::int64_t i = 0; i < out.size(); ++i) {
     std::int64_t off = 0;
     for (std::size_t d = 0; d < idx.size(); ++d) off += (box.offset[d] + idx[d]) * st[d];
-    out[i] = host[off];
+    out.flat(i) = host.flat(off);
     for (int d = static_cast<int>(idx.size()) - 1; d >= 0; --d) {
       if (++idx[d] < box.extent[d]) break;
       idx[d] = 0;
@@ -212,7 +212,7 @@ MaxError max_error(const ShardedArray<T>& c, const Tensor<double>& ref) {
     e.boxes_ok = e.boxes_ok && sh.box == reference_box(c.mesh(), c.spec(), c.shape(), sh.device);
     const auto want = reference_slice(ref, sh.box);
     for (std::size_t i = 0; i < want.size(); ++i) {
-      e.err = std::max(e.err, std::abs(static_cast<double>(sh.data[static_cast<std::int64_t>(i)]) - want[i]));
+      e.err = std::max(e.err, std::abs(static_cast<double>(sh.data.flat(static_cast<std::int64_t>(i))) - want[i]));
       e.norm = std::max(e.norm, std::abs(want[i]));
     }
   }

@@ -49,7 +49,7 @@ SHARD_MPI_TEST(Vma, AForgottenPsumRaisesOnEveryRank) {
                 "'x'");
   // The fixed program: psum, or name the axis.
   const SA total = shard_map(mesh, P("x"), P(), [](const HT& b) { return psum(sum(b), "x"); })(x);
-  EXPECT_NEAR(total.to_host()[0], host_sum(host), 1e-9);
+  EXPECT_NEAR(total.to_host().flat(0), host_sum(host), 1e-9);
   const SA parts = shard_map(mesh, P("x"), P("x"), [](const HT& b) { return reshape(sum(b), Shape{1}); })(x);
   EXPECT_EQ(parts.shape(), (Shape{n}));
   EXPECT_NEAR(host_sum(parts.to_host()), host_sum(host), 1e-9);
@@ -74,7 +74,8 @@ SHARD_MPI_TEST(Vma, EachRuleOnATwoAxisMesh) {
 
   // Invariant inputs and what is made from them alone may be returned replicated.
   const SA w2 = shard_map(mesh, P(), P(), [](const HT& v) { return exp(v) * 2.0 + v; })(w);
-  for (std::int64_t i = 0; i < 3; ++i) EXPECT_NEAR(w2.to_host()[i], std::exp(hw[i]) * 2.0 + hw[i], 1e-12);
+  for (std::int64_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(w2.to_host().flat(i), std::exp(hw.flat(i)) * 2.0 + hw.flat(i), 1e-12);
 
   // x varies over {a, b}; a psum over 'b' leaves 'a'.
   expect_varies(
@@ -116,17 +117,17 @@ SHARD_MPI_TEST(Vma, EachRuleOnATwoAxisMesh) {
       shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return psum(psum(sum(v), "a"), "b"); })(x);
   const SA s3 =
       shard_map(mesh, P("a", "b"), P(), [](const HT& v) { return pmean(pmean(sum(v), "b"), "a"); })(x);
-  EXPECT_NEAR(s1.to_host()[0], host_sum(hx), 1e-9);
-  EXPECT_NEAR(s2.to_host()[0], host_sum(hx), 1e-9);
-  EXPECT_NEAR(s3.to_host()[0], host_sum(hx) / (a * b), 1e-9);
+  EXPECT_NEAR(s1.to_host().flat(0), host_sum(hx), 1e-9);
+  EXPECT_NEAR(s2.to_host().flat(0), host_sum(hx), 1e-9);
+  EXPECT_NEAR(s3.to_host().flat(0), host_sum(hx) / (a * b), 1e-9);
   // Naming the remaining axis in the out_spec is the other fix: rows summed over 'b' stay split over 'a'.
   const SA rows =
       shard_map(mesh, P("a", "b"), P("a"), [](const HT& v) { return psum(sum(v, Dims{1}), "b"); })(x);
   const HT hr = rows.to_host();
   for (std::int64_t i = 0; i < hx.shape()[0]; ++i) {
     double r = 0;
-    for (std::int64_t j = 0; j < hx.shape()[1]; ++j) r += hx[i * hx.shape()[1] + j];
-    EXPECT_NEAR(hr[i], r, 1e-9);
+    for (std::int64_t j = 0; j < hx.shape()[1]; ++j) r += hx.flat(i * hx.shape()[1] + j);
+    EXPECT_NEAR(hr.flat(i), r, 1e-9);
   }
 }
 
@@ -149,7 +150,7 @@ SHARD_MPI_TEST(Vma, ListsAndIntegers) {
                                 [](const HT& v) { return psum(sum(astype<std::int64_t>(v > 0.0)), "x"); })(x);
   std::int64_t host_count = 0;
   for (double v : x.to_host()) host_count += v > 0.0;
-  EXPECT_EQ(counts.to_host()[0], host_count);
+  EXPECT_EQ(counts.to_host().flat(0), host_count);
 }
 
 // jax.lax.all_gather_invariant: the gathered array is invariant, so it may leave under P();
@@ -170,7 +171,8 @@ SHARD_MPI_TEST(Vma, AllGatherInvariantAndItsTranspose) {
   const HT hs = stacked.to_host();
   for (std::int64_t r = 0; r < 2; ++r)
     for (std::int64_t d = 0; d < n; ++d)
-      for (std::int64_t c = 0; c < 3; ++c) EXPECT_EQ(hs[(r * n + d) * 3 + c], host[(d * 2 + r) * 3 + c]);
+      for (std::int64_t c = 0; c < 3; ++c)
+        EXPECT_EQ(hs.flat((r * n + d) * 3 + c), host.flat((d * 2 + r) * 3 + c));
   // d/dx sum(all_gather_invariant(x) * w) = w (every device's chunk), tiled and untiled.
   const SA g = grad([&](const SA& p) {
     return sum(shard_map(mesh, {P("x"), P()}, {P()}, [](const HT& b, const HT& wv) {
@@ -217,7 +219,7 @@ SHARD_MPI_TEST(Vma, CollectivesOfInvariantValuesVary) {
     })(c, W));
   })(w);
   const HT hg = g.to_host();
-  for (std::int64_t i = 0; i < hc.size(); ++i) EXPECT_NEAR(hg[i], n * hc[i], 1e-12) << i;
+  for (std::int64_t i = 0; i < hc.size(); ++i) EXPECT_NEAR(hg.flat(i), n * hc.flat(i), 1e-12) << i;
 }
 
 // Ops whose derivative is not defined still run in a body that nothing differentiates: the vma
@@ -237,8 +239,8 @@ SHARD_MPI_TEST(Vma, UndifferentiableOpsRunInAPlainBody) {
     for (std::int64_t j = 0; j < 2; ++j)
       for (std::int64_t m = 0; m < 4; ++m) {
         double r = 0;
-        for (std::int64_t k = 0; k < 3; ++k) r += ha[i * 3 + k] * hb[(j * 3 + k) * 4 + m];
-        EXPECT_NEAR(ho[(i * 2 + j) * 4 + m], r, 1e-12);
+        for (std::int64_t k = 0; k < 3; ++k) r += ha.flat(i * 3 + k) * hb.flat((j * 3 + k) * 4 + m);
+        EXPECT_NEAR(ho.flat((i * 2 + j) * 4 + m), r, 1e-12);
       }
 }
 

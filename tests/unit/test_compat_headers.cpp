@@ -57,8 +57,8 @@ TEST(CompatHeaders, UnqualifiedBfloat16UnderUsingNamespaceShard) {
   EXPECT_EQ(float(x), 3.140625f);
   Tensor<bfloat16> t({3}, std::vector<bfloat16>{bfloat16(1.5f), bfloat16(-2.0f), x});
   const Tensor<float> wide = astype<float>(t * 2);
-  EXPECT_EQ(wide[0], 3.0f);
-  EXPECT_EQ(wide[2], 6.28125f);
+  EXPECT_EQ(wide.flat(0), 3.0f);
+  EXPECT_EQ(wide.flat(2), 6.28125f);
   static_assert(std::is_same_v<decltype(t + Tensor<float>({3}, 1.0f)), Tensor<float>>);
   EXPECT_STREQ(dtype_name<bfloat16>(), "bfloat16");
 }

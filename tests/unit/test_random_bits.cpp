@@ -122,7 +122,7 @@ TEST(RandomKeys, SplitFoldInSymmetry) {
 TEST(RandomBits, MatchesJaxPartitionable) {
   const auto scalar = bits_box(key(0), Shape{}, full_box(Shape{}));
   ASSERT_EQ(scalar.size(), 1);
-  EXPECT_EQ(scalar[0], 4070199207);
+  EXPECT_EQ(scalar.flat(0), 4070199207);
   const auto four = bits_box(key(10), Shape{4}, full_box(Shape{4}));
   const std::vector<std::int64_t> expected = {169096361, 1572511259, 2689743692, 2228103506};
   EXPECT_EQ(std::vector<std::int64_t>(four.begin(), four.end()), expected);
@@ -132,7 +132,7 @@ TEST(RandomBits, MatchesJaxPartitionable) {
 TEST(RandomUniform, MatchesJaxFloat32) {
   const auto u = uniform_box<float>(key(51), Shape{4}, full_box(Shape{4}));
   const float expected[4] = {0.471269f, 0.12344253f, 0.17550635f, 0.5663593f};
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(u[i], expected[i]) << i;
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(u.flat(i), expected[i]) << i;
 }
 
 // The bit recipe of jax.random.uniform: float32 from (y0 ^ y1) >> 9, float64 from
@@ -145,16 +145,16 @@ TEST(RandomUniform, MantissaRecipe) {
   const auto b = bits_box(k, shape, full_box(shape));
   for (std::uint32_t i = 0; i < 150; ++i) {
     const Words w = tf(k, 0, i);
-    EXPECT_EQ(b[i], static_cast<std::int64_t>(w.y0 ^ w.y1));
+    EXPECT_EQ(b.flat(i), static_cast<std::int64_t>(w.y0 ^ w.y1));
     const std::uint32_t fb = ((w.y0 ^ w.y1) >> 9) | 0x3F800000u;
     float fv;
     std::memcpy(&fv, &fb, 4);
-    EXPECT_EQ(f[i], fv - 1.0f) << i;
+    EXPECT_EQ(f.flat(i), fv - 1.0f) << i;
     const std::uint64_t db =
         (((static_cast<std::uint64_t>(w.y0) << 32) | w.y1) >> 12) | 0x3FF0000000000000ull;
     double dv;
     std::memcpy(&dv, &db, 8);
-    EXPECT_EQ(d[i], dv - 1.0) << i;
+    EXPECT_EQ(d.flat(i), dv - 1.0) << i;
   }
 }
 
@@ -163,8 +163,8 @@ TEST(RandomUniform, ScaledRangeIsHalfOpenAndClamped) {
   const auto d = uniform_box<double>(key(3), shape, full_box(shape), -3.0, 5.0);
   const auto u = uniform_box<double>(key(3), shape, full_box(shape));
   for (std::int64_t i = 0; i < 1000; ++i) {
-    EXPECT_EQ(d[i], std::max(-3.0, u[i] * 8.0 + -3.0));
-    EXPECT_TRUE(d[i] >= -3.0 && d[i] < 5.0) << d[i];
+    EXPECT_EQ(d.flat(i), std::max(-3.0, u.flat(i) * 8.0 + -3.0));
+    EXPECT_TRUE(d.flat(i) >= -3.0 && d.flat(i) < 5.0) << d.flat(i);
   }
   const auto f = uniform_box<float>(key(3), shape, full_box(shape), 10.0f, 15.0f);
   for (float v : f) EXPECT_TRUE(v >= 10.0f && v < 15.0f) << v;
@@ -236,7 +236,7 @@ TEST(RandomBoxes, CounterHighWordBeyondTwoToThe32) {
   const auto got = bits_box(k, flat, across);
   EXPECT_EQ(std::vector<std::int64_t>(got.begin(), got.end()), naive_bits(k, flat, across));
   const Words at = tf(k, 1, 2);  // index 2^32 + 2 is element 7 of the box
-  EXPECT_EQ(got[7], static_cast<std::int64_t>(at.y0 ^ at.y1));
+  EXPECT_EQ(got.flat(7), static_cast<std::int64_t>(at.y0 ^ at.y1));
   const Shape rows{3, two32};
   const Box corner{{0, two32 - 4}, {3, 4}};  // one run per row, rows 2^32 apart
   const auto r = bits_box(k, rows, corner);
@@ -247,8 +247,8 @@ TEST(RandomBoxes, CounterHighWordBeyondTwoToThe32) {
   EXPECT_EQ(std::vector<std::int64_t>(m.begin(), m.end()), naive_bits(k, pairs, merged));
   const auto mu = uniform_box<double>(k, pairs, merged);
   const Words w = tf(k, 1, 1);  // index 2^32 + 1 is the last element
-  EXPECT_EQ(mu[3], uniform_box<double>(k, Shape{two32 + 2}, Box{{two32 + 1}, {1}})[0]);
-  EXPECT_EQ(m[3], static_cast<std::int64_t>(w.y0 ^ w.y1));
+  EXPECT_EQ(mu.flat(3), uniform_box<double>(k, Shape{two32 + 2}, Box{{two32 + 1}, {1}}).flat(0));
+  EXPECT_EQ(m.flat(3), static_cast<std::int64_t>(w.y0 ^ w.y1));
 }
 
 TEST(RandomBoxes, BadBoxThrows) {
@@ -364,8 +364,8 @@ TEST(RandomNormal, IsSqrt2ErfinvOfJaxUniform) {
   const auto nf = normal_box<float>(k, shape, full_box(shape));
   const double sqrt2 = std::sqrt(2.0);
   for (std::int64_t i = 0; i < 2000; ++i) {
-    EXPECT_EQ(nd[i], sqrt2 * erfinv(ud[i])) << i;
-    EXPECT_EQ(nf[i], static_cast<float>(sqrt2 * erfinv(static_cast<double>(uf[i])))) << i;
+    EXPECT_EQ(nd.flat(i), sqrt2 * erfinv(ud.flat(i))) << i;
+    EXPECT_EQ(nf.flat(i), static_cast<float>(sqrt2 * erfinv(static_cast<double>(uf.flat(i))))) << i;
   }
 }
 
@@ -460,7 +460,7 @@ TEST(RandomPermutation, IsAPermutationAndDependsOnTheKey) {
   EXPECT_FALSE(a == b);
   EXPECT_FALSE(a == c);
   std::int64_t fixed = 0;
-  for (std::int64_t i = 0; i < 1000; ++i) fixed += a[i] == i;
+  for (std::int64_t i = 0; i < 1000; ++i) fixed += a.flat(i) == i;
   EXPECT_LT(fixed, 8);  // a uniform permutation has ~1 fixed point
   EXPECT_THROW(permutation(key(1), -1), ValueError);
 }
@@ -489,7 +489,7 @@ TEST(RandomPermutation, PositionsAreUniform) {
   for (int t = 0; t < trials; ++t) {
     const auto p = permutation(fold_in(key(5), static_cast<std::uint32_t>(t)), n);
     for (int i = 0; i < n; ++i)
-      if (p[i] == 0) ++where[i];
+      if (p.flat(i) == 0) ++where[i];
   }
   const double expected = static_cast<double>(trials) / n;
   double chi2 = 0;

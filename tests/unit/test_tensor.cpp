@@ -50,7 +50,7 @@ TEST(Tensor, ZeroDimensional) {
   EXPECT_FALSE(s.empty());
   EXPECT_EQ(s(), 2.5);
   s() = -1.0;
-  EXPECT_EQ(s[0], -1.0);
+  EXPECT_EQ(s.flat(0), -1.0);
   EXPECT_THROW(s(0), ShapeError);
 }
 
@@ -58,7 +58,7 @@ TEST(Tensor, FillAndValues) {
   const Tensor<std::int64_t> f({2, 3}, std::int64_t{7});
   for (auto v : f) EXPECT_EQ(v, 7);
   const Tensor<int> v({2, 3}, iota_values(6, 10));
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(v[i], 10 + i);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(v.flat(i), 10 + i);
   EXPECT_THROW(Tensor<int>({2, 3}, iota_values(5)), ShapeError);
   EXPECT_THROW(Tensor<int>({2, 3}, iota_values(7)), ShapeError);
 }
@@ -69,7 +69,7 @@ TEST(Tensor, MultiIndexIsRowMajor) {
     for (int j = 0; j < 4; ++j)
       for (int k = 0; k < 5; ++k) EXPECT_EQ(t(i, j, k), (i * 4 + j) * 5 + k);
   t(2, 1, 3) = -5;
-  EXPECT_EQ(t[(2 * 4 + 1) * 5 + 3], -5);
+  EXPECT_EQ(t.flat((2 * 4 + 1) * 5 + 3), -5);
   const Tensor<int>& ct = t;
   EXPECT_EQ(ct(2, 1, 3), -5);
   EXPECT_THROW(t(1, 2), ShapeError);
@@ -90,11 +90,11 @@ TEST(Tensor, CopyIsDeep) {
   c = a;  // copy assignment
   EXPECT_EQ(c.shape(), (Shape{4, 3}));
   EXPECT_NE(c.data(), a.data());
-  c[0] = 55;
-  EXPECT_EQ(a[0], 0);
+  c.flat(0) = 55;
+  EXPECT_EQ(a.flat(0), 0);
   const Tensor<int>& self = c;
   c = self;  // self-assignment keeps the contents
-  EXPECT_EQ(c[0], 55);
+  EXPECT_EQ(c.flat(0), 55);
   EXPECT_EQ(c.size(), 12);
 }
 
@@ -133,7 +133,7 @@ TEST(Tensor, SliceMatchesLoop) {
   EXPECT_TRUE(t.slice(full_box(t.shape())) == t);
   const Tensor<int> one = t.slice(Box{{3, 4, 5}, {1, 1, 1}});
   EXPECT_EQ(one.size(), 1);
-  EXPECT_EQ(one[0], 119);
+  EXPECT_EQ(one.flat(0), 119);
   const Tensor<int> none = t.slice(Box{{2, 0, 0}, {0, 5, 6}});
   EXPECT_EQ(none.shape(), (Shape{0, 5, 6}));
   EXPECT_TRUE(none.empty());
@@ -204,11 +204,11 @@ TEST(Tensor, LargeBuffersStartOnACacheLine) {
         for (int k = 0; k < 3; ++k) {
           ts.emplace_back(Shape{n});
           EXPECT_EQ(reinterpret_cast<std::uintptr_t>(ts.back().data()) % 64, 0u) << n << " doubles";
-          for (std::int64_t i = 0; i < n; ++i) ts.back()[i] = static_cast<double>(i * (k + 3) % 1009) - 500.5;
+          for (std::int64_t i = 0; i < n; ++i) ts.back().flat(i) = static_cast<double>(i * (k + 3) % 1009) - 500.5;
         }
         for (int k = 0; k < 3; ++k)
           for (std::int64_t i = 0; i < n; i += 97)
-            ASSERT_EQ(ts[static_cast<std::size_t>(k)][i], static_cast<double>(i * (k + 3) % 1009) - 500.5);
+            ASSERT_EQ(ts[static_cast<std::size_t>(k)].flat(i), static_cast<double>(i * (k + 3) % 1009) - 500.5);
       }
     }
     release_cached_tensor_memory();

@@ -64,7 +64,7 @@ Tensor<R> ref_zip(const Tensor<A>& a, const Tensor<B>& b, F f) {
   const Shape out = bshape(a.shape(), b.shape());
   Tensor<R> r(out);
   Shape idx(out.size(), 0);
-  for (std::int64_t i = 0; i < r.size(); ++i, next(idx, out)) r[i] = static_cast<R>(f(a[at(a.shape(), idx)], b[at(b.shape(), idx)]));
+  for (std::int64_t i = 0; i < r.size(); ++i, next(idx, out)) r.flat(i) = static_cast<R>(f(a.flat(at(a.shape(), idx)), b.flat(at(b.shape(), idx))));
   return r;
 }
 
@@ -73,13 +73,13 @@ void expect_near(const Tensor<T>& got, const Tensor<U>& want, double rtol, const
   ASSERT_EQ(got.shape(), want.shape()) << what;
   std::int64_t bad = 0, first = -1;
   for (std::int64_t i = 0; i < got.size(); ++i) {
-    const double g = static_cast<double>(got[i]), w = static_cast<double>(want[i]);
+    const double g = static_cast<double>(got.flat(i)), w = static_cast<double>(want.flat(i));
     const bool ok = (std::isnan(g) && std::isnan(w)) || g == w || std::abs(g - w) <= rtol * std::max(1.0, std::abs(w));
     if (!ok && bad++ == 0) first = i;
   }
   EXPECT_EQ(bad, 0) << what << ": first mismatch at " << first << ": got "
-                    << (first >= 0 ? static_cast<double>(got[first]) : 0) << " want "
-                    << (first >= 0 ? static_cast<double>(want[first]) : 0);
+                    << (first >= 0 ? static_cast<double>(got.flat(first)) : 0) << " want "
+                    << (first >= 0 ? static_cast<double>(want.flat(first)) : 0);
 }
 
 template <typename T>
@@ -126,10 +126,10 @@ TEST(TensorOpsPromotion, JaxLattice) {
   static_assert(std::is_same_v<decltype(i32 < f32), Tensor<bool>>);
   static_assert(std::is_same_v<decltype(where(b, i32, 1.5)), Tensor<double>>);
   static_assert(std::is_same_v<decltype(matmul(i32.reshaped({1, 2}), f32.reshaped({2, 1}))), Tensor<float>>);
-  EXPECT_EQ((i32 + f32)[0], 2.f);
-  EXPECT_EQ((b + 1)[1], 2);
+  EXPECT_EQ((i32 + f32).flat(0), 2.f);
+  EXPECT_EQ((b + 1).flat(1), 2);
   const Tensor<std::int32_t> seven({1}, 7);
-  EXPECT_FLOAT_EQ((seven / 2)[0], 3.5f);
+  EXPECT_FLOAT_EQ((seven / 2).flat(0), 3.5f);
 }
 
 // The one dtype list (SHARD_DTYPE_TABLE) and what is derived from it.
@@ -263,7 +263,7 @@ TEST(TensorOps, UnaryMathMatchesLibm) {
   };
   for (const auto& [name, got, got_f, in, f] : cases) {
     Tensor<double> want(in->shape());
-    for (std::int64_t i = 0; i < want.size(); ++i) want[i] = f((*in)[i]);
+    for (std::int64_t i = 0; i < want.size(); ++i) want.flat(i) = f((*in).flat(i));
     expect_near(got, want, 1e-14, std::string(name) + " float64");
     if (std::string(name) != "round" && std::string(name) != "floor" && std::string(name) != "ceil")
       expect_near(got_f, want, 3e-6, std::string(name) + " float32");
@@ -292,23 +292,23 @@ TEST(TensorOps, WhereAndClip) {
     Tensor<double> want(out);
     Shape idx(out.size(), 0);
     for (std::int64_t i = 0; i < want.size(); ++i, next(idx, out))
-      want[i] = c[at(sa, idx)] ? a[at(sa, idx)] : static_cast<double>(b[at(sb, idx)]);
+      want.flat(i) = c.flat(at(sa, idx)) ? a.flat(at(sa, idx)) : static_cast<double>(b.flat(at(sb, idx)));
     expect_near(w, want, 0, "where " + to_string(sa) + " " + to_string(sb));
   }
   const Tensor<float> x = rnd<float>({50}, 39);
   const auto y = clip(x, -2.0f, 3.0f);
-  for (std::int64_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], std::min(std::max(x[i], -2.0f), 3.0f));
+  for (std::int64_t i = 0; i < x.size(); ++i) EXPECT_EQ(y.flat(i), std::min(std::max(x.flat(i), -2.0f), 3.0f));
   const auto z = where(x > 0.f, 1, 0);  // two scalars: an int32 array of the condition's shape
   static_assert(std::is_same_v<decltype(z), const Tensor<std::int32_t>>);
-  for (std::int64_t i = 0; i < x.size(); ++i) EXPECT_EQ(z[i], x[i] > 0 ? 1 : 0);
+  for (std::int64_t i = 0; i < x.size(); ++i) EXPECT_EQ(z.flat(i), x.flat(i) > 0 ? 1 : 0);
   // Large arrays with each operand a scalar (the fast paths): nothing past a scalar is read.
   const Tensor<float> big = rnd<float>({200000}, 40), other = rnd<float>({200000}, 41);
   const Tensor<bool> cb = big > 0.f;
   const auto s1 = where(cb, 2.5f, other), s2 = where(cb, other, -1.5f), s3 = where(cb, 2.5f, -1.5f);
   for (std::int64_t i = 0; i < big.size(); ++i) {
-    EXPECT_EQ(s1[i], cb[i] ? 2.5f : other[i]);
-    EXPECT_EQ(s2[i], cb[i] ? other[i] : -1.5f);
-    EXPECT_EQ(s3[i], cb[i] ? 2.5f : -1.5f);
+    EXPECT_EQ(s1.flat(i), cb.flat(i) ? 2.5f : other.flat(i));
+    EXPECT_EQ(s2.flat(i), cb.flat(i) ? other.flat(i) : -1.5f);
+    EXPECT_EQ(s3.flat(i), cb.flat(i) ? 2.5f : -1.5f);
   }
 }
 
@@ -340,12 +340,12 @@ Tensor<double> ref_reduce(const Tensor<double>& x, std::vector<int> dims, Reduce
       if (!red) o = o * out[k++] + idx[d];
       else if (keepdims) ++k;
     }
-    double& v = r[o];
+    double& v = r.flat(o);
     switch (kind) {
-      case ReduceKind::kMax: v = std::max(v, x[i]); break;
-      case ReduceKind::kMin: v = std::min(v, x[i]); break;
-      case ReduceKind::kProd: v *= x[i]; break;
-      default: v += x[i];
+      case ReduceKind::kMax: v = std::max(v, x.flat(i)); break;
+      case ReduceKind::kMin: v = std::min(v, x.flat(i)); break;
+      case ReduceKind::kProd: v *= x.flat(i); break;
+      default: v += x.flat(i);
     }
   }
   if (kind == ReduceKind::kMean)
@@ -417,8 +417,8 @@ TEST(TensorOps, Float32SumIsAccurate) {
   const Tensor<float> s0 = sum(rows, 0);
   for (int j = 0; j < 3; ++j) {
     double r = 0;
-    for (std::int64_t i = 0; i < n / 3; ++i) r += rows[i * 3 + j];
-    EXPECT_LT(std::abs(s0[j] - r) / r, 1e-6) << "column " << j;
+    for (std::int64_t i = 0; i < n / 3; ++i) r += rows.flat(i * 3 + j);
+    EXPECT_LT(std::abs(s0.flat(j) - r) / r, 1e-6) << "column " << j;
   }
   const Tensor<float> v = vdot(x, x);
   double rv = 0;
@@ -437,8 +437,8 @@ Tensor<double> ref_cumsum(const Tensor<T>& x, int dim, bool reverse = false) {
   for (std::int64_t i = 0; i < x.size(); ++i, next(idx, sh)) {
     long double acc = 0;
     const std::int64_t lo = reverse ? idx[dim] : 0, hi = reverse ? sh[dim] : idx[dim] + 1;
-    for (std::int64_t j = lo; j < hi; ++j) acc += static_cast<long double>(x[i + (j - idx[dim]) * st[dim]]);
-    r[i] = static_cast<double>(acc);
+    for (std::int64_t j = lo; j < hi; ++j) acc += static_cast<long double>(x.flat(i + (j - idx[dim]) * st[dim]));
+    r.flat(i) = static_cast<double>(acc);
   }
   return r;
 }
@@ -474,8 +474,8 @@ TEST(TensorOps, Cumsum) {
   const auto cf = cumsum(xf, 0);
   double acc = 0, worst = 0;
   for (std::int64_t i = 0; i < xf.size(); ++i) {
-    acc += static_cast<double>(xf[i]);
-    worst = std::max(worst, std::abs(cf[i] - acc) / acc);
+    acc += static_cast<double>(xf.flat(i));
+    worst = std::max(worst, std::abs(cf.flat(i) - acc) / acc);
   }
   EXPECT_LT(worst, 1e-7);
   // Empty dims, size-1 dims, a 0-d array (axis=None gives shape (1,)), bad axes.
@@ -505,8 +505,8 @@ Tensor<double> ref_matmul(const Tensor<double>& a, const Tensor<double>& b) {
     for (std::int64_t i = 0; i < m; ++i)
       for (std::int64_t j = 0; j < n; ++j) {
         double s = 0;
-        for (std::int64_t l = 0; l < k; ++l) s += a[at(ab, idx) * m * k + i * k + l] * b[at(bb, idx) * k * n + l * n + j];
-        c[(q * m + i) * n + j] = s;
+        for (std::int64_t l = 0; l < k; ++l) s += a.flat(at(ab, idx) * m * k + i * k + l) * b.flat(at(bb, idx) * k * n + l * n + j);
+        c.flat((q * m + i) * n + j) = s;
       }
   return c;
 }
@@ -535,8 +535,8 @@ TYPED_TEST(TensorOpsTyped, MatmulBatchedAndVectors) {
     for (std::int64_t p = 0; p < 2; ++p)
       for (std::int64_t j = 0; j < 3; ++j) {
         double s = 0;
-        for (std::int64_t l = 0; l < 4; ++l) s += static_cast<double>(w[i * 4 + l]) * static_cast<double>(b3[(p * 4 + l) * 3 + j]);
-        EXPECT_NEAR(d[(i * 2 + p) * 3 + j], s, 1e-4);
+        for (std::int64_t l = 0; l < 4; ++l) s += static_cast<double>(w.flat(i * 4 + l)) * static_cast<double>(b3.flat((p * 4 + l) * 3 + j));
+        EXPECT_NEAR(d.flat((i * 2 + p) * 3 + j), s, 1e-4);
       }
   EXPECT_THROW((void)matmul(w, w), ShapeError);
   EXPECT_THROW((void)matmul(Tensor<T>(Shape{}, T(1)), w), ShapeError);
@@ -641,8 +641,8 @@ TEST(TensorOps, ConcatenateStackTake) {
   const auto e = take(table, idx, 0);
   ASSERT_EQ(e.shape(), (Shape{2, 3, 4}));
   for (int p = 0; p < 6; ++p) {
-    const int r = idx[p] < 0 ? idx[p] + 10 : idx[p];
-    for (int j = 0; j < 4; ++j) EXPECT_EQ(e[p * 4 + j], table(r, j));
+    const int r = idx.flat(p) < 0 ? idx.flat(p) + 10 : idx.flat(p);
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(e.flat(p * 4 + j), table(r, j));
   }
   const auto cols = take(table, Tensor<std::int64_t>({2}, std::vector<std::int64_t>{3, 1}), 1);
   ASSERT_EQ(cols.shape(), (Shape{10, 2}));
@@ -652,7 +652,7 @@ TEST(TensorOps, ConcatenateStackTake) {
   const Tensor<std::int32_t> labels({10, 1}, std::vector<std::int32_t>{0, 1, 2, 3, 0, 1, 2, 3, 3, 0});
   const auto picked = take_along_axis(table, labels, 1);
   ASSERT_EQ(picked.shape(), (Shape{10, 1}));
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(picked[i], table(i, labels[i]));
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(picked.flat(i), table(i, labels.flat(i)));
   const auto oh = one_hot(Tensor<std::int32_t>({3}, std::vector<std::int32_t>{2, 0, 1}), 4);
   static_assert(std::is_same_v<decltype(oh), const Tensor<float>>);
   EXPECT_EQ(oh, Tensor<float>({3, 4}, std::vector<float>{0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0}));
@@ -664,22 +664,22 @@ TEST(TensorOps, GeluAndStandardize) {
   const Tensor<float> xf = rnd<float>({3, 4}, 94, -4, 4);
   static_assert(std::is_same_v<decltype(gelu(xf)), Tensor<float>>);
   for (std::int64_t i = 0; i < x.size(); ++i) {
-    const double v = x[i];
-    EXPECT_NEAR(ga[i], 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))), 1e-14);
-    EXPECT_NEAR(ge[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-14);
+    const double v = x.flat(i);
+    EXPECT_NEAR(ga.flat(i), 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))), 1e-14);
+    EXPECT_NEAR(ge.flat(i), 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-14);
   }
   // float32: tanh and gelu's rational tanh (XLA's) within a few ulp of the double formulas,
   // and gelu's derivative (its VJP's kernel) against a central difference in double.
   const Tensor<float> wide = rnd<float>({2000}, 95, -10, 10);
   const auto tf = tanh(wide), gf = gelu(wide), dg = unary(wide, UnaryOp::kGeluGrad);
   for (std::int64_t i = 0; i < wide.size(); ++i) {
-    const double v = wide[i];
+    const double v = wide.flat(i);
     auto g = [](double u) { return 0.5 * u * (1 + std::tanh(std::sqrt(2 / M_PI) * (u + 0.044715 * u * u * u))); };
-    EXPECT_NEAR(tf[i], std::tanh(v), 4e-7 * std::abs(std::tanh(v)) + 1e-12) << v;
-    EXPECT_NEAR(gf[i], g(v), 1e-6 * std::max(1.0, std::abs(v))) << v;
-    EXPECT_NEAR(dg[i], (g(v + 1e-5) - g(v - 1e-5)) / 2e-5, 1e-5) << v;  // float32: 1 - t^2 cancels for |x| > 4
+    EXPECT_NEAR(tf.flat(i), std::tanh(v), 4e-7 * std::abs(std::tanh(v)) + 1e-12) << v;
+    EXPECT_NEAR(gf.flat(i), g(v), 1e-6 * std::max(1.0, std::abs(v))) << v;
+    EXPECT_NEAR(dg.flat(i), (g(v + 1e-5) - g(v - 1e-5)) / 2e-5, 1e-5) << v;  // float32: 1 - t^2 cancels for |x| > 4
   }
-  EXPECT_TRUE(std::isnan(tanh(Tensor<float>({1}, NAN))[0]));
+  EXPECT_TRUE(std::isnan(tanh(Tensor<float>({1}, NAN)).flat(0)));
   const auto s = standardize(x, 1, 1e-5);
   for (int i = 0; i < 5; ++i) {
     double m = 0, var = 0;
@@ -699,13 +699,13 @@ TEST(TensorOps, SoftmaxFamily) {
     double m = -INFINITY, s = 0;
     for (int j = 0; j < 7; ++j) m = std::max(m, static_cast<double>(x(i, j)));
     for (int j = 0; j < 7; ++j) s += std::exp(x(i, j) - m);
-    EXPECT_NEAR(lse[i], m + std::log(s), 1e-4);
+    EXPECT_NEAR(lse.flat(i), m + std::log(s), 1e-4);
     for (int j = 0; j < 7; ++j) {
       EXPECT_NEAR(sm(i, j), std::exp(x(i, j) - m) / s, 1e-6);
       EXPECT_NEAR(lsm(i, j), x(i, j) - m - std::log(s), 1e-4);
     }
   }
-  EXPECT_EQ(lse[3], -INFINITY);
+  EXPECT_EQ(lse.flat(3), -INFINITY);
   for (int j = 0; j < 7; ++j) EXPECT_TRUE(std::isnan(sm(3, j)));  // an all -inf row: nan, as in JAX
   EXPECT_EQ(logsumexp(x, {}, true).shape(), (Shape{1, 1}));
   EXPECT_EQ(softmax(x, 0).shape(), x.shape());
@@ -746,7 +746,7 @@ Tensor<double> attention_reference(const Tensor<E>& q, const Tensor<E>& k, const
     const auto& sh = x.shape();
     const std::size_t d = sh.size() == 3 ? 0 : 1;
     const std::int64_t L = sh[d], M = sh[d + 1], D = sh[d + 2];
-    return static_cast<double>(x[((b * L + t) * M + n) * D + h]);
+    return static_cast<double>(x.flat(((b * L + t) * M + n) * D + h));
   };
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t n = 0; n < N; ++n) {
@@ -766,7 +766,7 @@ Tensor<double> attention_reference(const Tensor<E>& q, const Tensor<E>& k, const
         for (std::int64_t h = 0; h < H; ++h) {
           double acc = 0;
           for (std::int64_t j = 0; j < S; ++j) acc += w[j] / tot * at(v, b, j, kh, h);
-          out[((b * T + i) * N + n) * H + h] = acc;
+          out.flat(((b * T + i) * N + n) * H + h) = acc;
         }
       }
     }
@@ -794,13 +794,13 @@ TEST(TensorOps, DotProductAttentionMatchesItsDefinition) {
     const auto got = dot_product_attention(q, k, v, c.causal);
     const auto want = attention_reference(q, k, v, c.causal, scale);
     ASSERT_EQ(got.shape(), q.shape()) << name;
-    for (std::int64_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << name << " at " << i;
+    for (std::int64_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got.flat(i), want.flat(i), 1e-12) << name << " at " << i;
     // An explicit scale; float32 within rounding of the double definition.
     const auto g2 = dot_product_attention(q, k, v, c.causal, 0.7);
     const auto w2 = attention_reference(q, k, v, c.causal, 0.7);
-    for (std::int64_t i = 0; i < g2.size(); ++i) ASSERT_NEAR(g2[i], w2[i], 1e-12) << name << " scale 0.7";
+    for (std::int64_t i = 0; i < g2.size(); ++i) ASSERT_NEAR(g2.flat(i), w2.flat(i), 1e-12) << name << " scale 0.7";
     const auto gf = dot_product_attention(astype<float>(q), astype<float>(k), astype<float>(v), c.causal);
-    for (std::int64_t i = 0; i < gf.size(); ++i) ASSERT_NEAR(gf[i], want[i], 2e-5) << name << " float32";
+    for (std::int64_t i = 0; i < gf.size(); ++i) ASSERT_NEAR(gf.flat(i), want.flat(i), 2e-5) << name << " float32";
   }
   // (T, N, H) operands: the same as a batch of one.
   const auto q3 = rnd<double>({6, 2, 4}, 401, -1, 1), k3 = rnd<double>({5, 1, 4}, 402, -1, 1),
@@ -808,10 +808,10 @@ TEST(TensorOps, DotProductAttentionMatchesItsDefinition) {
   const auto o3 = dot_product_attention(q3, k3, v3, true);
   const auto r3 = attention_reference(q3, k3, v3, true, 0.5);
   ASSERT_EQ(o3.shape(), q3.shape());
-  for (std::int64_t i = 0; i < o3.size(); ++i) EXPECT_NEAR(o3[i], r3[i], 1e-12);
+  for (std::int64_t i = 0; i < o3.size(); ++i) EXPECT_NEAR(o3.flat(i), r3.flat(i), 1e-12);
   // Causal: the first position sees only itself, so its output is v's first row.
   for (std::int64_t n = 0; n < 2; ++n)
-    for (std::int64_t h = 0; h < 4; ++h) EXPECT_DOUBLE_EQ(o3[n * 4 + h], v3[h]);
+    for (std::int64_t h = 0; h < 4; ++h) EXPECT_DOUBLE_EQ(o3.flat(n * 4 + h), v3.flat(h));
   // Bad shapes name the operands.
   const auto q4 = rnd<double>({1, 4, 4, 2}, 404, -1, 1), k4 = rnd<double>({1, 4, 3, 2}, 405, -1, 1);
   EXPECT_THROW(dot_product_attention(q4, k4, k4), ShapeError);                                 // 4 heads, 3 kv heads
@@ -867,12 +867,12 @@ TEST(TensorOps, Logaddexp) {
   const std::vector<double> want{1000 + std::log(2.0), -1000 + std::log1p(std::exp(-1.0)), -inf, 3, inf, inf, inf,
                                  nan, 1e300 + std::log(2.0)};
   for (int i = 0; i < 9; ++i) {
-    if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(e[i])) << i;
-    else EXPECT_DOUBLE_EQ(e[i], want[i]) << i << ": " << ea[i] << ", " << eb[i];
+    if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(e.flat(i))) << i;
+    else EXPECT_DOUBLE_EQ(e.flat(i), want[i]) << i << ": " << ea.flat(i) << ", " << eb.flat(i);
   }
   const auto ef = logaddexp(Tensor<float>({2}, std::vector<float>{88.f, -INFINITY}), 88.f);
-  EXPECT_FLOAT_EQ(ef[0], 88.f + std::log(2.f));  // exp(88) * 2 overflows float32
-  EXPECT_EQ(ef[1], 88.f);
+  EXPECT_FLOAT_EQ(ef.flat(0), 88.f + std::log(2.f));  // exp(88) * 2 overflows float32
+  EXPECT_EQ(ef.flat(1), 88.f);
 }
 
 TEST(TensorOps, Softplus) {
@@ -884,7 +884,7 @@ TEST(TensorOps, Softplus) {
   const Tensor<float> xf = rnd<float>({50}, 212, -80, 80);
   const auto sf = softplus(xf);
   static_assert(std::is_same_v<decltype(sf), const Tensor<float>>);
-  for (std::int64_t i = 0; i < xf.size(); ++i) EXPECT_NEAR(sf[i], ref(xf[i]), 2e-7 * std::max(1.0, ref(xf[i]))) << xf[i];
+  for (std::int64_t i = 0; i < xf.size(); ++i) EXPECT_NEAR(sf.flat(i), ref(xf.flat(i)), 2e-7 * std::max(1.0, ref(xf.flat(i)))) << xf.flat(i);
   static_assert(std::is_same_v<decltype(softplus(Tensor<std::int32_t>({2}, 1))), Tensor<float>>);
   static_assert(std::is_same_v<decltype(softplus(Tensor<std::int64_t>({2}, 1))), Tensor<double>>);
   expect_near(softplus(Tensor<bool>({2}, std::vector<bool>{true, false})),
@@ -892,17 +892,17 @@ TEST(TensorOps, Softplus) {
   // Extremes: no overflow, no early 0, no precision lost near 0 (log1p), infinities and nan.
   const double inf = std::numeric_limits<double>::infinity();
   const auto e = softplus(Tensor<double>({8}, std::vector<double>{100, -100, 1000, -1000, 1e-20, inf, -inf, NAN}));
-  EXPECT_EQ(e[0], 100.0);
-  EXPECT_NEAR(e[1], std::exp(-100.0), 1e-15 * std::exp(-100.0));
-  EXPECT_EQ(e[2], 1000.0);
-  EXPECT_EQ(e[3], 0.0);
-  EXPECT_DOUBLE_EQ(e[4], std::log(2.0));
-  EXPECT_EQ(e[5], inf);
-  EXPECT_EQ(e[6], 0.0);
-  EXPECT_TRUE(std::isnan(e[7]));
+  EXPECT_EQ(e.flat(0), 100.0);
+  EXPECT_NEAR(e.flat(1), std::exp(-100.0), 1e-15 * std::exp(-100.0));
+  EXPECT_EQ(e.flat(2), 1000.0);
+  EXPECT_EQ(e.flat(3), 0.0);
+  EXPECT_DOUBLE_EQ(e.flat(4), std::log(2.0));
+  EXPECT_EQ(e.flat(5), inf);
+  EXPECT_EQ(e.flat(6), 0.0);
+  EXPECT_TRUE(std::isnan(e.flat(7)));
   const auto ef = softplus(Tensor<float>({2}, std::vector<float>{100.f, -100.f}));
-  EXPECT_EQ(ef[0], 100.f);
-  EXPECT_NEAR(ef[1], 3.72e-44f, 3e-45f);  // a float32 subnormal: exp(-100)
+  EXPECT_EQ(ef.flat(0), 100.f);
+  EXPECT_NEAR(ef.flat(1), 3.72e-44f, 3e-45f);  // a float32 subnormal: exp(-100)
 }
 
 TEST(TensorOps, LogSigmoid) {
@@ -910,23 +910,23 @@ TEST(TensorOps, LogSigmoid) {
   auto ref = [](double v) { return static_cast<double>(-std::log1p(std::exp(-static_cast<long double>(v)))); };
   const Tensor<double> x = rnd<double>({3, 11}, 221, -60, 60);
   const auto r = log_sigmoid(x);
-  for (std::int64_t i = 0; i < x.size(); ++i) EXPECT_NEAR(r[i], ref(x[i]), 1e-15 * std::max(1.0, std::abs(ref(x[i])))) << x[i];
+  for (std::int64_t i = 0; i < x.size(); ++i) EXPECT_NEAR(r.flat(i), ref(x.flat(i)), 1e-15 * std::max(1.0, std::abs(ref(x.flat(i))))) << x.flat(i);
   const Tensor<float> xf = rnd<float>({40}, 222, -80, 80);
   const auto rf = log_sigmoid(xf);
   static_assert(std::is_same_v<decltype(rf), const Tensor<float>>);
   for (std::int64_t i = 0; i < xf.size(); ++i)
-    EXPECT_NEAR(rf[i], ref(xf[i]), 2e-7 * std::max(1.0, std::abs(ref(xf[i])))) << xf[i];
+    EXPECT_NEAR(rf.flat(i), ref(xf.flat(i)), 2e-7 * std::max(1.0, std::abs(ref(xf.flat(i))))) << xf.flat(i);
   static_assert(std::is_same_v<decltype(log_sigmoid(Tensor<std::int32_t>({2}, 1))), Tensor<float>>);
   expect_near(log_sigmoid(Tensor<bool>({2}, std::vector<bool>{true, false})),
               Tensor<double>({2}, std::vector<double>{ref(1), ref(0)}), 1e-7, "log_sigmoid of bool");
   const double inf = std::numeric_limits<double>::infinity();
   const auto e = log_sigmoid(Tensor<double>({6}, std::vector<double>{-100, 100, -1000, 0, inf, -inf}));
-  EXPECT_EQ(e[0], -100.0);
-  EXPECT_NEAR(e[1], -std::exp(-100.0), 1e-15 * std::exp(-100.0));
-  EXPECT_EQ(e[2], -1000.0);
-  EXPECT_DOUBLE_EQ(e[3], -std::log(2.0));
-  EXPECT_EQ(e[4], 0.0);
-  EXPECT_EQ(e[5], -inf);
+  EXPECT_EQ(e.flat(0), -100.0);
+  EXPECT_NEAR(e.flat(1), -std::exp(-100.0), 1e-15 * std::exp(-100.0));
+  EXPECT_EQ(e.flat(2), -1000.0);
+  EXPECT_DOUBLE_EQ(e.flat(3), -std::log(2.0));
+  EXPECT_EQ(e.flat(4), 0.0);
+  EXPECT_EQ(e.flat(5), -inf);
 }
 
 TEST(TensorOps, LayerNorm) {
@@ -941,7 +941,7 @@ TEST(TensorOps, LayerNorm) {
       for (int k = 0; k < 6; ++k) m += x(i, j, k) / 6;
       for (int k = 0; k < 6; ++k) var += (x(i, j, k) - m) * (x(i, j, k) - m) / 6;
       for (int k = 0; k < 6; ++k)
-        EXPECT_NEAR(y(i, j, k), (x(i, j, k) - m) / std::sqrt(var + 1e-5) * g[k] + b[k], 1e-12) << i << j << k;
+        EXPECT_NEAR(y(i, j, k), (x(i, j, k) - m) / std::sqrt(var + 1e-5) * g.flat(k) + b.flat(k), 1e-12) << i << j << k;
     }
   // Along a middle axis: a (D,) gain and bias lie along it; a full-shape (D, T) gain broadcasts.
   const Tensor<double> z = rnd<double>({2, 5, 3}, 234, -5, 5);
@@ -956,9 +956,9 @@ TEST(TensorOps, LayerNorm) {
       for (int j = 0; j < 5; ++j) var += (z(i, j, k) - m) * (z(i, j, k) - m) / 5;
       for (int j = 0; j < 5; ++j) {
         const double s = (z(i, j, k) - m) / std::sqrt(var + 1e-3);
-        EXPECT_NEAR(y1(i, j, k), s * g5[j] + b5[j], 1e-12);
-        EXPECT_NEAR(yn(i, j, k), s * g5[j] + b5[j], 1e-12);
-        EXPECT_NEAR(yf(i, j, k), s * g53(j, k) + b5[j], 1e-12);
+        EXPECT_NEAR(y1(i, j, k), s * g5.flat(j) + b5.flat(j), 1e-12);
+        EXPECT_NEAR(yn(i, j, k), s * g5.flat(j) + b5.flat(j), 1e-12);
+        EXPECT_NEAR(yf(i, j, k), s * g53(j, k) + b5.flat(j), 1e-12);
       }
     }
   // A constant row normalises to 0 (epsilon keeps it finite): the output is the bias.
@@ -967,7 +967,7 @@ TEST(TensorOps, LayerNorm) {
   const Tensor<float> bf = rnd<float>({4}, 239, -1, 1);
   const auto yc = layer_norm(c, rnd<float>({4}, 240, 0.5, 2), bf);
   static_assert(std::is_same_v<decltype(yc), const Tensor<float>>);
-  for (int k = 0; k < 4; ++k) EXPECT_EQ(yc(1, k), bf[k]);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(yc(1, k), bf.flat(k));
   // Promotion: int32 x with float32 parameters is float32; float32 x with float64 gain is float64.
   static_assert(std::is_same_v<decltype(layer_norm(Tensor<std::int32_t>({2, 4}, 1), bf, bf)), Tensor<float>>);
   static_assert(std::is_same_v<decltype(layer_norm(c, Tensor<double>({4}, 1.0), bf)), Tensor<double>>);
@@ -983,9 +983,9 @@ Tensor<double> ref_cross_entropy(const Tensor<T>& logits, const Tensor<I>& label
   Tensor<double> out(labels.shape());
   for (std::int64_t r = 0; r < rows; ++r) {
     long double m = -INFINITY, s = 0;
-    for (std::int64_t j = 0; j < c; ++j) m = std::max(m, static_cast<long double>(logits[r * c + j]));
-    for (std::int64_t j = 0; j < c; ++j) s += std::exp(static_cast<long double>(logits[r * c + j]) - m);
-    out[r] = static_cast<double>(std::log(s) - (static_cast<long double>(logits[r * c + labels[r]]) - m));
+    for (std::int64_t j = 0; j < c; ++j) m = std::max(m, static_cast<long double>(logits.flat(r * c + j)));
+    for (std::int64_t j = 0; j < c; ++j) s += std::exp(static_cast<long double>(logits.flat(r * c + j)) - m);
+    out.flat(r) = static_cast<double>(std::log(s) - (static_cast<long double>(logits.flat(r * c + labels.flat(r))) - m));
   }
   return out;
 }
@@ -1014,9 +1014,9 @@ TEST(TensorOps, SoftmaxCrossEntropyWithIntegerLabels) {
   const Tensor<std::int32_t> ybig({3}, std::vector<std::int32_t>{1, 1, 2});
   const auto lb = softmax_cross_entropy_with_integer_labels(big, ybig);
   const double e1 = std::exp(-1.0), e2 = std::exp(-2.0), h = std::exp(-0.5);
-  EXPECT_NEAR(lb[0], 1 + std::log(1 + e1 + e2), 2e-7);
-  EXPECT_NEAR(lb[1], std::log(1 + 3 * h), 2e-7);
-  EXPECT_NEAR(lb[2], 1 + std::log(1 + e1 + e2), 2e-7);
+  EXPECT_NEAR(lb.flat(0), 1 + std::log(1 + e1 + e2), 2e-7);
+  EXPECT_NEAR(lb.flat(1), std::log(1 + 3 * h), 2e-7);
+  EXPECT_NEAR(lb.flat(2), 1 + std::log(1 + e1 + e2), 2e-7);
   // Shapes that do not line up, labels out of range, a bad axis.
   EXPECT_THROW((void)softmax_cross_entropy_with_integer_labels(logits, Tensor<std::int32_t>({6, 1}, 0)), ShapeError);
   EXPECT_THROW((void)softmax_cross_entropy_with_integer_labels(logits, Tensor<std::int32_t>({9}, 0)), ShapeError);

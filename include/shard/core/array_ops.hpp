@@ -489,7 +489,7 @@ template <Dtype R>
 Tensor<R> causal_bias(std::int64_t t, std::int64_t s) {
   Tensor<R> m(Shape{t, s}, R(0));
   for (std::int64_t i = 0; i < t; ++i)
-    for (std::int64_t j = i + 1; j < s; ++j) m[i * s + j] = -std::numeric_limits<R>::infinity();
+    for (std::int64_t j = i + 1; j < s; ++j) m.flat(i * s + j) = -std::numeric_limits<R>::infinity();
   return m;
 }
 }  // namespace detail

@@ -166,12 +166,12 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
   T* end() { return data_ + size_; }
   const T* begin() const { return data_; }
   const T* end() const { return data_ + size_; }
-  /// The element at a flat row-major position (a block's raw access; numpy-style indexing
-  /// that returns sub-arrays is slice() / `x[{...}]` in tensor_ops.hpp).
-  T& operator[](std::int64_t flat) { return data_[flat]; }
-  const T& operator[](std::int64_t flat) const { return data_[flat]; }
+  /// The element at a flat row-major position (numpy's x.flat[i]; a block's raw access).
+  T& flat(std::int64_t i) { return data_[i]; }
+  const T& flat(std::int64_t i) const { return data_[i]; }
+  /// numpy's x[i]: row i, the first dim dropped (a new tensor, as ShardedArray's x[i]).
+  Tensor operator[](std::int64_t i) const = delete;  // (step 1: every flat use moves to flat(i))
   /// numpy's basic indexing, x[{1, Slice(2, 5)}]: a new tensor (tensor_ops.hpp's slice()).
-  /// A lone integer in braces, x[{3}], is the flat element above, not row 3: use slice(x, {3}).
   Tensor operator[](std::initializer_list<Index> index) const;
   /// The one element of a size-1 tensor (numpy's item()); ShapeError otherwise.
   T item() const {

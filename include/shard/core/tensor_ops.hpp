@@ -207,7 +207,7 @@ Tensor<T> arange(T stop) {
   return arange<T>(T(0), stop, T(1));
 }
 
-/// The in-class spelling of slice(): x[{1, Slice(2, 5)}].
+/// The in-class spellings of slice(): x[i] (row i) and x[{1, Slice(2, 5)}].
 template <typename T>
 Tensor<T> Tensor<T>::operator[](std::initializer_list<Index> index) const {
   return shard::slice(*this, std::vector<Index>(index));

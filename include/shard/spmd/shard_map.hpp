@@ -71,19 +71,19 @@ class DeviceContext {
   /// Scalar forms: psum(3.0, "a").
   template <Scalar S>
   S psum(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
-    return static_cast<S>(psum(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where)[0]);
+    return static_cast<S>(psum(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where).flat(0));
   }
   template <Scalar S>
   float_of_t<scalar_dtype_t<S>> pmean(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
-    return pmean(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where)[0];
+    return pmean(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where).flat(0);
   }
   template <Scalar S>
   S pmax(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
-    return static_cast<S>(pmax(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where)[0]);
+    return static_cast<S>(pmax(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where).flat(0));
   }
   template <Scalar S>
   S pmin(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
-    return static_cast<S>(pmin(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where)[0]);
+    return static_cast<S>(pmin(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where).flat(0));
   }
 
   /// Untiled: stacks the N blocks along a new dim `dim`; tiled: concatenates along `dim`.
