@@ -60,6 +60,27 @@ std::int64_t bytes_sent() { return comm_stats().total().bytes; }
 
 // ---------------------------------------------------------------- elementwise, mixed dtypes
 
+SHARD_MPI_TEST(ArrayOps, RowIndexingMeansTheSameInBothViews) {
+  // numpy's x[i] is row i (the first dim dropped) on a Tensor as on a ShardedArray; the flat
+  // element is t.flat(i).
+  const Mesh mesh = make_mesh({runtime().device_count()}, {"a"});
+  const std::int64_t n = runtime().device_count();
+  const Tensor<double> h = random_tensor<double>({2 * n, 3, 2}, 61);
+  const auto x = device_put(h, NamedSharding(mesh, P("a")));
+  for (std::int64_t i : {std::int64_t{0}, std::int64_t{1}, 2 * n - 1, std::int64_t{-1}, -2 * n}) {
+    const Tensor<double> row = h[i];
+    EXPECT_EQ(row.shape(), (Shape{3, 2}));
+    const std::int64_t r = i < 0 ? i + 2 * n : i;
+    for (std::int64_t k = 0; k < 6; ++k) EXPECT_EQ(row.flat(k), h.flat(r * 6 + k)) << i;
+    EXPECT_EQ(x[i].to_host(), row) << i;
+    EXPECT_EQ(h[{i}], row);
+    EXPECT_EQ(h[i][1], (Tensor<double>(Shape{2}, {h.flat(r * 6 + 2), h.flat(r * 6 + 3)})));
+  }
+  EXPECT_EQ(h.flat(7), h(1, 0, 1));
+  expect_error<Error>([&] { (void)h[2 * n]; }, {"out of"});
+  expect_error<Error>([&] { (void)x[2 * n]; }, {"out of"});
+}
+
 SHARD_MPI_TEST(ArrayOps, MixedDtypesPromoteAsInJax) {
   std::uint64_t seed = 1;
   for (const auto& mesh : meshes()) {

@@ -170,7 +170,7 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
   T& flat(std::int64_t i) { return data_[i]; }
   const T& flat(std::int64_t i) const { return data_[i]; }
   /// numpy's x[i]: row i, the first dim dropped (a new tensor, as ShardedArray's x[i]).
-  Tensor operator[](std::int64_t i) const = delete;  // (step 1: every flat use moves to flat(i))
+  Tensor operator[](std::int64_t i) const;
   /// numpy's basic indexing, x[{1, Slice(2, 5)}]: a new tensor (tensor_ops.hpp's slice()).
   Tensor operator[](std::initializer_list<Index> index) const;
   /// The one element of a size-1 tensor (numpy's item()); ShapeError otherwise.
