@@ -14,3 +14,10 @@ foreach(_src IN LISTS _shard_compile_fail)
                    ${_shard_compile_fail_flags})
   set_tests_properties(compile_fail.${_name} PROPERTIES TIMEOUT 120 LABELS compile_fail)
 endforeach()
+
+# scripts.examples: every C++ example in README.md, docs/*.md and the headers' leading
+# comments compiles (tests/check_examples.py; "// given: ..." lines name what a fragment assumes).
+add_test(NAME scripts.examples
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_examples.py ${CMAKE_CXX_COMPILER}
+                 ${CMAKE_CURRENT_BINARY_DIR}/examples ${_shard_compile_fail_flags})
+set_tests_properties(scripts.examples PROPERTIES TIMEOUT 300 LABELS scripts)

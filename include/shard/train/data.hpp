@@ -2,6 +2,8 @@
 /// \file Data loading for language models: windows of a token stream as sharded batches, each
 /// device building only its own block (as a tf.data / grain pipeline sharded by process would).
 ///
+///   // given: Mesh mesh = make_mesh({rt.device_count(), 1}, {"data", "model"});
+///   // given: std::vector<std::uint8_t> tokens; std::uint64_t seed = 0; std::int64_t step = 0, batch = 8, context = 64;
 ///   auto offsets = data::random_window_offsets(seed, step, batch, tokens.size(), context);
 ///   auto [x, y] = data::token_windows(tokens, offsets, context, NamedSharding(mesh, P("data", "model")));
 ///

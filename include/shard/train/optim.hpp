@@ -2,6 +2,8 @@
 /// \file shard::optim: optimizers that update sharded parameters in place (optax's sgd, adam,
 /// adamw, its schedules and clip_by_global_norm, with PyTorch's in-place update).
 ///
+///   // given: std::map<std::string, ShardedArray<float>> params; ShardedArray<float> batch;
+///   // given: auto loss_fn = [](const auto& p, const auto& b) { return mean(matmul(b, p.at("w"))); };
 ///   auto opt = optim::adam(optim::warmup_cosine_decay(0.0, 1e-3, 100, 10000)).clip_by_global_norm(1.0);
 ///   auto state = opt.init(params);                 // sharded like the parameters
 ///   auto [loss, grads] = value_and_grad(loss_fn)(params, batch);

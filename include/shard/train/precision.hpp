@@ -6,11 +6,14 @@
 /// cotangent back, so gradients reach the optimizer in the parameter dtype), and what must be
 /// precise (the loss, its log-softmax) is cast to the output dtype.
 ///
+///     // given: std::vector<ShardedArray<float>> params; ShardedArray<float> x;
+///     // given: ShardedArray<std::int32_t> y;
+///     // given: auto model = [](const auto& p, const auto& x) { return matmul(astype<bfloat16>(x), p[0]); };
 ///     using Policy = shard::MixedBfloat16;                      // float32 / bfloat16 / float32
 ///     auto loss = [&](const std::vector<ShardedArray<float>>& params) {
 ///       const auto p = Policy::cast_to_compute(params);         // std::vector<ShardedArray<bfloat16>>
 ///       const auto logits = Policy::cast_to_output(model(p, x)); // float32
-///       return cross_entropy(logits, y);
+///       return mean(softmax_cross_entropy_with_integer_labels(logits, y));
 ///     };
 ///     auto [l, grads] = shard::value_and_grad(loss)(params);     // grads: float32, like params
 ///

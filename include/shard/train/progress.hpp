@@ -4,8 +4,10 @@
 /// every `every` steps (and at the end) when stdout is a file or a pipe. Prints only where
 /// it is enabled (rank 0, typically): nothing here communicates.
 ///
+///   // given: const std::int64_t steps = 100; double tokens_per_s = 0, seconds_per_step = 0;
 ///   shard::ProgressBar bar("train", steps, "tok/s", rt.process_index() == 0);
-///   for (...) bar.update(step + 1, tokens_per_s, "loss 1.234");
+///   for (std::int64_t step = 0; step < steps; ++step)
+///     bar.update(step + 1, tokens_per_s, seconds_per_step, "loss 1.234");
 ///   bar.finish();
 
 #include <chrono>
