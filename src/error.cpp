@@ -58,7 +58,7 @@ bool in_library_build(std::string_view file) {
   return (!src.empty() && file.starts_with(src)) || file.starts_with(include);
 }
 
-bool is_user_file(const std::source_location& where, std::string_view header) {
+bool is_user_file(const shard::source_location& where, std::string_view header) {
   const std::string_view file = where.file_name();
   if (where.line() == 0 || file.empty()) return false;
   const std::string_view headers = directory_of(header);  // <include>/shard/ as the caller's TU saw it
@@ -66,7 +66,7 @@ bool is_user_file(const std::source_location& where, std::string_view header) {
   return !in_library_build(file);
 }
 
-std::string site_text(const std::source_location& where, const char* api) {
+std::string site_text(const shard::source_location& where, const char* api) {
   std::string s = cat(where.file_name(), ":", where.line());
   if (api && *api) s += cat(", in shard::", api);
   return s;
@@ -76,7 +76,7 @@ std::string site_text(const std::source_location& where, const char* api) {
 
 bool CallScope::from_user() const { return is_user_file(where_, header_); }
 
-std::string user_call_site(const std::source_location& where) {
+std::string user_call_site(const shard::source_location& where) {
   const CallScope* top = CallScope::innermost();
   if (is_user_file(where, top ? top->header_name() : "")) return site_text(where, nullptr);
   for (const CallScope* s = top; s; s = s->previous())

@@ -2,6 +2,7 @@
 /// \file Typed exceptions. Every message starts with "[rank r] " (the MPI rank that raised
 /// it, or "[rank ?]" before MPI is up) and names what is wrong and how to fix it.
 
+#include <cstdint>
 #include <exception>
 #include <source_location>
 #include <sstream>
@@ -10,6 +11,37 @@
 #include <utility>
 
 namespace shard {
+
+/// std::source_location where the standard library has it; otherwise (clang 14 on libstdc++
+/// 12, whose <source_location> needs a builtin that compiler lacks) the same interface from the
+/// compilers' __builtin_FILE / __builtin_LINE / __builtin_FUNCTION, so the library builds there
+/// too. Every public call that names its caller's line takes one, defaulted to current().
+#if defined(__cpp_lib_source_location)
+using source_location = std::source_location;
+#else
+class source_location {
+ public:
+  static constexpr source_location current(const char* file = __builtin_FILE(),
+                                           const char* function = __builtin_FUNCTION(),
+                                           std::uint_least32_t line = __builtin_LINE()) noexcept {
+    source_location s;
+    s.file_ = file;
+    s.function_ = function;
+    s.line_ = line;
+    return s;
+  }
+  constexpr source_location() noexcept = default;
+  constexpr const char* file_name() const noexcept { return file_; }
+  constexpr const char* function_name() const noexcept { return function_; }
+  constexpr std::uint_least32_t line() const noexcept { return line_; }
+  constexpr std::uint_least32_t column() const noexcept { return 0; }
+
+ private:
+  const char* file_ = "";
+  const char* function_ = "";
+  std::uint_least32_t line_ = 0;
+};
+#endif
 
 /// Base of every exception Shard throws. A message raised while a public call made from the
 /// user's code is in progress ends with that call's place: "... (at main.cpp:42, in
@@ -76,15 +108,15 @@ class CollectiveMismatchError : public ValueError {
 namespace detail {
 
 /// One public call in progress on this thread: what the user called and where (a
-/// std::source_location defaulted at the user's call). Scopes nest; an error message names the
+/// source_location defaulted at the user's call). Scopes nest; an error message names the
 /// innermost one made from a file outside Shard's headers and sources (an op called inside an
 /// optimizer names the optimizer's call; one called in a shard_map body names the body's line).
 /// Costs two thread-local stores; operators (a + b) cannot take a location and leave the
 /// enclosing scope in place.
 class CallScope {
  public:
-  CallScope(const char* api, const std::source_location& where) noexcept
-      : api_(api), where_(where), header_(std::source_location::current().file_name()), previous_(top()) {
+  CallScope(const char* api, const shard::source_location& where) noexcept
+      : api_(api), where_(where), header_(shard::source_location::current().file_name()), previous_(top()) {
     top() = this;
   }
   ~CallScope() { top() = previous_; }
@@ -92,7 +124,7 @@ class CallScope {
   CallScope& operator=(const CallScope&) = delete;
 
   const char* api() const { return api_; }
-  const std::source_location& where() const { return where_; }
+  const shard::source_location& where() const { return where_; }
   const CallScope* previous() const { return previous_; }
   const char* header_name() const { return header_; }
   /// Whether the call was made from the user's code (not from Shard's own headers or sources).
@@ -106,7 +138,7 @@ class CallScope {
     return t;
   }
   const char* api_;
-  std::source_location where_;
+  shard::source_location where_;
   const char* header_;  // this header's path as the including translation unit sees it
   const CallScope* previous_;
 };
@@ -114,7 +146,7 @@ class CallScope {
 /// "main.cpp:42, in shard::matmul" for the innermost user call in progress on this thread
 /// (`where` first when it is itself in user code), or "" when there is none. The user's file
 /// as its compiler named it; never a path of Shard's build.
-std::string user_call_site(const std::source_location& where = {});
+std::string user_call_site(const shard::source_location& where = {});
 
 /// The "[rank r] " prefix for messages of this process (MPI world rank; "?" before init).
 std::string rank_prefix();

@@ -371,7 +371,7 @@ std::string to_string(const ShardedArray<T>& x, const PrintOptions& o) {
 }
 
 template <Dtype T>
-void print(const ShardedArray<T>& x, const PrintOptions& o, std::source_location where) {
+void print(const ShardedArray<T>& x, const PrintOptions& o, shard::source_location where) {
   const detail::CallScope scope("print", where);
   const std::string s = to_string(x, o);
   if (x.mesh().topology().process_index == 0) std::printf("%s\n", s.c_str());
@@ -385,7 +385,7 @@ void print(const Tensor<T>& x, const PrintOptions& o) {
 #define SHARD_INSTANTIATE_PRINT(T)                                              \
   template std::string to_string<T>(const Tensor<T>&, const PrintOptions&);    \
   template std::string to_string<T>(const ShardedArray<T>&, const PrintOptions&); \
-  template void print<T>(const ShardedArray<T>&, const PrintOptions&, std::source_location); \
+  template void print<T>(const ShardedArray<T>&, const PrintOptions&, shard::source_location); \
   template void print<T>(const Tensor<T>&, const PrintOptions&);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_PRINT)
 #undef SHARD_INSTANTIATE_PRINT

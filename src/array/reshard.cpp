@@ -268,7 +268,7 @@ ShardedArray<T> relabel(const ShardedArray<T>& x, const NamedSharding& to) {
 }  // namespace
 
 template <typename T>
-ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to, std::source_location where) {
+ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to, shard::source_location where) {
   const detail::CallScope scope("reshard", where);
   return detail::bind_at(prim::Reshard{{}, &to}, where, x);
 }
@@ -306,7 +306,7 @@ ShardedArray<T> prim::Reshard::sharded(const ShardedArray<T>& x) const {
 }
 
 #define SHARD_INSTANTIATE_RESHARD(T)                                                \
-  template ShardedArray<T> reshard<T>(const ShardedArray<T>&, const NamedSharding&, std::source_location); \
+  template ShardedArray<T> reshard<T>(const ShardedArray<T>&, const NamedSharding&, shard::source_location); \
   template ShardedArray<T> prim::Reshard::sharded<T>(const ShardedArray<T>&) const;
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_RESHARD)
 #undef SHARD_INSTANTIATE_RESHARD

@@ -160,12 +160,12 @@ struct ToHost : Primitive {
 }  // namespace
 
 template <typename T>
-Tensor<T> ShardedArray<T>::to_host(std::source_location where) const {
+Tensor<T> ShardedArray<T>::to_host(shard::source_location where) const {
   return shard::bind(ToHost{}, *this, where);
 }
 
 template <typename T>
-T ShardedArray<T>::item(std::source_location where) const {
+T ShardedArray<T>::item(shard::source_location where) const {
   const detail::CallScope scope("item", where);
   if (empty()) raise<ValueError>("item(): the array is empty (default-constructed and never assigned an array)");
   if (size() != 1)
@@ -182,7 +182,7 @@ T ShardedArray<T>::item(std::source_location where) const {
 }
 
 template <typename T>
-Tensor<T> ShardedArray<T>::gather(int root, std::source_location where) const {
+Tensor<T> ShardedArray<T>::gather(int root, shard::source_location where) const {
   const detail::CallScope scope("gather", where);
   const auto& comm = world();
   if (root < 0 || root >= comm.size())
@@ -203,7 +203,7 @@ Tensor<T> ShardedArray<T>::gather(int root, std::source_location where) const {
 }
 
 template <typename T>
-ShardedArray<T> device_put(const Tensor<T>& host, const NamedSharding& sharding, std::source_location where) {
+ShardedArray<T> device_put(const Tensor<T>& host, const NamedSharding& sharding, shard::source_location where) {
   const detail::CallScope scope("device_put", where);
   const Shape& shape = host.shape();
   // A shape the sharding does not fit (wrong ndim, say) on some ranks: the error on every rank.
@@ -275,7 +275,7 @@ ShardedArray<T> arange(const Shape& shape, const NamedSharding& sharding) {
 
 #define SHARD_INSTANTIATE_ARRAY(T)                                                                           \
   template class ShardedArray<T>;                                                                            \
-  template ShardedArray<T> device_put<T>(const Tensor<T>&, const NamedSharding&, std::source_location);                            \
+  template ShardedArray<T> device_put<T>(const Tensor<T>&, const NamedSharding&, shard::source_location);                            \
   template ShardedArray<T> from_callback<T>(const Shape&, const NamedSharding&,                              \
                                             const std::function<Tensor<T>(const Box&)>&);                    \
   template ShardedArray<T> generate<T>(const Shape&, const NamedSharding&,                                   \

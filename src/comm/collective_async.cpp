@@ -161,7 +161,7 @@ void start_bf16_sum(PendingPsum::State& st, PendingPsum::State::Part& part, cons
 template <typename T>
 PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
                             std::vector<Tensor<T>>& blocks, std::int64_t r0, std::int64_t r1, bool bf16,
-                            const std::source_location& where) {
+                            const shard::source_location& where) {
   if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
     raise<ValueError>("start_psum_rows: float32 and float64 only");
   } else {
@@ -225,7 +225,7 @@ PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, const std
 #define SHARD_INSTANTIATE_ASYNC(T)                                                                     \
   template PendingPsum start_psum_rows<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&, \
                                           std::vector<Tensor<T>>&, std::int64_t, std::int64_t, bool,   \
-                                          const std::source_location&);
+                                          const shard::source_location&);
 SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_ASYNC)
 #undef SHARD_INSTANTIATE_ASYNC
 

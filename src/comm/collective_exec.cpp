@@ -135,7 +135,7 @@ void record_in_process(const CollectiveSpec& s, std::size_t members) {
 template <typename T>
 void run_reduce(const Mesh& mesh, const CollectiveSpec& s, const DeviceGroup& g, const std::vector<Member>& m,
                 std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs, bool shared_ok,
-                const std::source_location& where) {
+                const shard::source_location& where) {
   Tensor<T> acc = std::move(ins[m[0].local]);
   for (std::size_t i = 1; i < m.size(); ++i) combine(acc, ins[m[i].local], s.op);
   if (!g.comm.is_null() && shared_ok && shared_pays(s.kind, acc.bytes())) {
@@ -222,7 +222,7 @@ void run_all_gather(const CollectiveSpec& s, const DeviceGroup& g, const std::ve
 template <typename T>
 void run_psum_scatter(const Mesh& mesh, const CollectiveSpec& s, const DeviceGroup& g, const std::vector<Member>& m,
                       std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs, bool shared_ok,
-                      const std::source_location& where) {
+                      const shard::source_location& where) {
   const Topology& topo = mesh.topology();
   Tensor<T> acc = std::move(ins[m[0].local]);
   for (std::size_t i = 1; i < m.size(); ++i) combine(acc, ins[m[i].local], ReduceKind::kSum);
@@ -509,7 +509,7 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
 
 template <typename T>
 void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
-                        std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs, const std::source_location& where) {
+                        std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs, const shard::source_location& where) {
   const ScopedTime timed(TimeKind::kCommunication);
   if constexpr (std::is_same_v<T, bfloat16>) {
     if (s.kind == CollectiveKind::kReduce || s.kind == CollectiveKind::kPsumScatter) {
@@ -557,7 +557,7 @@ void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::ve
 template <typename T>
 void execute_gather_like(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
                          const std::vector<const Tensor<T>*>& ins, std::vector<Tensor<T>>& outs,
-                         const std::source_location& where) {
+                         const shard::source_location& where) {
   if (s.kind != CollectiveKind::kAllGather && s.kind != CollectiveKind::kAllToAll)
     raise<ValueError>("execute_gather_like: ", s.name, " consumes its inputs; use execute_collective");
   const ScopedTime timed(TimeKind::kCommunication);
@@ -577,7 +577,7 @@ void execute_gather_like(const Mesh& mesh, const CollectiveSpec& s, const std::v
 
 template <typename T>
 void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
-                                 const std::vector<Tensor<T>*>& blocks, const std::source_location& where) {
+                                 const std::vector<Tensor<T>*>& blocks, const shard::source_location& where) {
   if (s.kind != CollectiveKind::kAllGather || !s.tiled || s.dim != 0)
     raise<ValueError>("execute_all_gather_in_place: ", s.name, " must be a tiled all_gather over dim 0");
   const ScopedTime timed(TimeKind::kCommunication);
@@ -642,11 +642,11 @@ T* collective_staging(const Mesh& mesh, const CollectiveSpec& s, const std::vect
 #define SHARD_INSTANTIATE_EXEC(T)                                                                          \
   template void execute_gather_like<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,                \
                                        const std::vector<const Tensor<T>*>&, std::vector<Tensor<T>>&,            \
-                                       const std::source_location&);                                             \
+                                       const shard::source_location&);                                             \
   template void execute_collective<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,                 \
-                                      std::vector<Tensor<T>>&, std::vector<Tensor<T>>&, const std::source_location&); \
+                                      std::vector<Tensor<T>>&, std::vector<Tensor<T>>&, const shard::source_location&); \
   template void execute_all_gather_in_place<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,        \
-                                               const std::vector<Tensor<T>*>&, const std::source_location&);       \
+                                               const std::vector<Tensor<T>*>&, const shard::source_location&);       \
   template T* collective_staging<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_EXEC)
 #undef SHARD_INSTANTIATE_EXEC

@@ -389,12 +389,12 @@ bool spans_world(const Mesh& mesh) {
 /// different axes use different group communicators, so only this one can see that they
 /// disagree).
 void guard_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
-                      const std::source_location& where) {
+                      const shard::source_location& where) {
   if (devices.empty()) return;  // this rank holds no device of the mesh
   raise_if_poisoned();
   MeshComms& comms = mesh.comms();
   const long seq = comms.next_sequence();
-  const std::source_location& site = where;
+  const shard::source_location& site = where;
   const bool world = spans_world(mesh);
   // The arrival messages come before any communicator creation (which waits for every rank
   // inside MPI): under the watchdog always, under the check until the mesh's guard
@@ -413,7 +413,7 @@ void guard_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vect
                                    mismatch_text(g, o.descriptions));
 }
 
-void check_world_transfer(const CollectiveSpec& s, const std::source_location& where) {
+void check_world_transfer(const CollectiveSpec& s, const shard::source_location& where) {
   raise_if_poisoned();
   if (g_world.comm.is_null() || g_world.ranks.size() < 2) return;
   if (collective_watchdog_on())
@@ -608,7 +608,7 @@ void configure_collective_guard_from_env(bool& check, double& timeout_seconds) {
 }
 
 void shared_window_barrier(const Mesh& mesh, const SharedWindow& w, const std::string& name,
-                           const std::source_location& where) {
+                           const shard::source_location& where) {
   const DeviceGroup& g = mesh.comms().groups(w.axes).front();
   if (g.devices.size() == 1) {  // a group of one device: nothing to wait for
     mesh.comms().sync_windows(w.axes);
@@ -643,7 +643,7 @@ double g_abort_grace = 5.0;
 double abort_grace_seconds() { return g_abort_grace; }
 void set_abort_grace_seconds(double seconds) { g_abort_grace = seconds; }
 
-std::string call_site_text(const std::source_location& where) {
+std::string call_site_text(const shard::source_location& where) {
   std::string site = user_call_site(where);
   return site.empty() ? std::string("inside Shard (no call from user code in progress)") : site;
 }

@@ -10,6 +10,7 @@
 #include "shard/comm/detail/collective.hpp"
 #include "shard/comm/detail/collective_guard.hpp"
 #include "shard/comm/detail/mesh_comms.hpp"
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/mpi/communicator.hpp"
 
 namespace shard::detail {
@@ -17,10 +18,10 @@ namespace shard::detail {
 /// Before a collective: the watchdog's arrival messages and the consistency check (each only
 /// when on), on the communicator of all the mesh's ranks. `devices`: this rank's devices in it.
 void guard_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
-                      const std::source_location& where);
+                      const shard::source_location& where);
 
 /// The consistency check of a transfer over every rank of the world (the world's exchange).
-void check_world_transfer(const CollectiveSpec& s, const std::source_location& where);
+void check_world_transfer(const CollectiveSpec& s, const shard::source_location& where);
 /// The Runtime's world as a group (not owned). RuntimeError without a Runtime.
 const DeviceGroup& world_device_group();
 

@@ -69,7 +69,7 @@ SharedWindow& next_shared_window(const Mesh& mesh, const CollectiveSpec& s, std:
 /// block; in a larger group each sums its 1/n of the elements over the slots into slot 0 and,
 /// after another barrier, copies the sum. Slot order either way: the same bits on every rank.
 template <typename T>
-void shared_reduce(const Mesh& mesh, const CollectiveSpec& s, Tensor<T>& acc, const std::source_location& where) {
+void shared_reduce(const Mesh& mesh, const CollectiveSpec& s, Tensor<T>& acc, const shard::source_location& where) {
   SharedWindow& w = next_shared_window(mesh, s, acc.bytes());
   const std::int64_t len = acc.size();
   std::memcpy(window_slot<T>(w, w.index), acc.data(), acc.bytes());
@@ -96,7 +96,7 @@ void shared_reduce(const Mesh& mesh, const CollectiveSpec& s, Tensor<T>& acc, co
 /// slot order) into `out`.
 template <typename T>
 void shared_psum_scatter(const Mesh& mesh, const CollectiveSpec& s, int pos, const Tensor<T>& acc, Tensor<T>& out,
-                         const std::source_location& where) {
+                         const shard::source_location& where) {
   SharedWindow& w = next_shared_window(mesh, s, acc.bytes());
   if (acc.data() != window_slot<T>(w, pos))  // else written there already (collective_staging)
     std::memcpy(window_slot<T>(w, pos), acc.data(), acc.bytes());
@@ -118,9 +118,9 @@ void shared_psum_scatter(const Mesh& mesh, const CollectiveSpec& s, int pos, con
 }
 
 #define SHARD_INSTANTIATE_SHARED(T)                                                                               \
-  template void shared_reduce<T>(const Mesh&, const CollectiveSpec&, Tensor<T>&, const std::source_location&);     \
+  template void shared_reduce<T>(const Mesh&, const CollectiveSpec&, Tensor<T>&, const shard::source_location&);     \
   template void shared_psum_scatter<T>(const Mesh&, const CollectiveSpec&, int, const Tensor<T>&, Tensor<T>&,      \
-                                       const std::source_location&);
+                                       const shard::source_location&);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_SHARED)
 #undef SHARD_INSTANTIATE_SHARED
 

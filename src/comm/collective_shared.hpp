@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <source_location>
 
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/comm/detail/collective.hpp"
 #include "shard/comm/group_shared.hpp"
 #include "shard/core/tensor.hpp"
@@ -48,11 +49,11 @@ T* window_slot(const SharedWindow& w, int slot) {
 
 /// psum of acc over the group, in place.
 template <typename T>
-void shared_reduce(const Mesh& mesh, const CollectiveSpec& s, Tensor<T>& acc, const std::source_location& where);
+void shared_reduce(const Mesh& mesh, const CollectiveSpec& s, Tensor<T>& acc, const shard::source_location& where);
 
 /// psum_scatter over dim 0 of acc into out (this rank's chunk, at group position pos).
 template <typename T>
 void shared_psum_scatter(const Mesh& mesh, const CollectiveSpec& s, int pos, const Tensor<T>& acc, Tensor<T>& out,
-                         const std::source_location& where);
+                         const shard::source_location& where);
 
 }  // namespace shard::detail

@@ -20,7 +20,7 @@ std::string trimmed(std::string_view s) {
 
 }  // namespace
 
-std::string located(const char* op, const std::source_location&) {
+std::string located(const char* op, const shard::source_location&) {
   // The user's line is added by the Error itself (detail::CallScope): never a library path here.
   return op;
 }
@@ -75,7 +75,7 @@ bool FactorRule::Factors::has_reduced() const {
 }
 
 FactorRule::Factors FactorRule::expand(const std::vector<const Shape*>& shapes, const char* op,
-                                       const std::source_location& where) const {
+                                       const shard::source_location& where) const {
   if (shapes.size() != operands_.size())
     raise<ValueError>(located(op, where), ": takes ", operands_.size(), " operands (rule '", text_,
                       "'), got ", shapes.size());

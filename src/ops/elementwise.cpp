@@ -251,7 +251,7 @@ KernelVjp<X, X> Axpy<S>::vjp(const VjpNeed&, const X&, const X& x, const X& y) c
 }  // namespace prim
 
 namespace {
-constexpr std::source_location kLibrary{};  // the public functions below have no caller's line yet
+constexpr shard::source_location kLibrary{};  // the public functions below have no caller's line yet
 }  // namespace
 
 // ---------------------------------------------------------------- the public functions, both views

@@ -36,20 +36,20 @@ Algorithm choose_algorithm(const Shape& a_shape, const NamedSharding& a, const S
 }
 
 namespace {
-constexpr std::source_location kLibrary{};  // the public functions below have no caller's line yet
+constexpr shard::source_location kLibrary{};  // the public functions below have no caller's line yet
 }  // namespace
 
 // ---------------------------------------------------------------- matmul
 
 template <Dtype T>
-Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b, std::source_location where) {
+Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b, shard::source_location where) {
   const detail::CallScope scope("matmul", where);
   return detail::bind_at(prim::Matmul{}, where, a, b);
 }
 
 template <typename T>
 ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out,
-                       Algorithm algorithm, std::source_location where) {
+                       Algorithm algorithm, shard::source_location where) {
   const detail::CallScope scope("matmul", where);
   if (!(a.mesh() == b.mesh())) {  // B on another mesh over the same devices: spelled on A's if it can be
     detail::check_same_devices(a.mesh(), b.mesh(), "matmul");
@@ -178,9 +178,9 @@ ShardedArray<T> vdot(const ShardedArray<T>& a, const ShardedArray<T>& b) {
 }
 
 #define SHARD_INSTANTIATE(T)                                                                            \
-  template Tensor<T> matmul<T>(const Tensor<T>&, const Tensor<T>&, std::source_location);                 \
+  template Tensor<T> matmul<T>(const Tensor<T>&, const Tensor<T>&, shard::source_location);                 \
   template ShardedArray<T> matmul<T>(const ShardedArray<T>&, const ShardedArray<T>&, const NamedSharding*, \
-                                     Algorithm, std::source_location);                                    \
+                                     Algorithm, shard::source_location);                                    \
   template Tensor<T> vdot<T>(const Tensor<T>&, const Tensor<T>&);                                         \
   template ShardedArray<T> vdot<T>(const ShardedArray<T>&, const ShardedArray<T>&);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE)

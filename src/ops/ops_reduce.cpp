@@ -88,7 +88,7 @@ ShardedArray<std::int64_t> prim::ArgReduce<T>::sharded(const ShardedArray<T>& a)
 }
 
 namespace {
-constexpr std::source_location kLibrary{};
+constexpr shard::source_location kLibrary{};
 }  // namespace
 
 template <Dtype T>

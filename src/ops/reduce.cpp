@@ -193,7 +193,7 @@ ShardedArray<T> prim::PrefixSum<T>::sharded(const ShardedArray<T>& a) const {
 
 namespace {
 
-constexpr std::source_location kLibrary{};
+constexpr shard::source_location kLibrary{};
 
 /// The primitive of reduce(x, kind, dims, keepdims), with the checks every view makes.
 template <Dtype T>

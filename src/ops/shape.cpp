@@ -85,126 +85,127 @@ KernelVjp<X, X> Take::vjp(const VjpNeed&, const X&, const X& x, const I& indices
 // ---------------------------------------------------------------- the public functions, both views
 
 template <Dtype T>
-Tensor<T> reshape(const Tensor<T>& x, Shape shape, std::source_location where) {
+Tensor<T> reshape(const Tensor<T>& x, Shape shape, shard::source_location where) {
   const detail::CallScope scope("reshape", where);
   return detail::bind_at(prim::Reshape{{}, std::move(shape)}, where, x);
 }
 template <Dtype T>
-ShardedArray<T> reshape(const ShardedArray<T>& x, Shape shape, std::source_location where) {
+ShardedArray<T> reshape(const ShardedArray<T>& x, Shape shape, shard::source_location where) {
   const detail::CallScope scope("reshape", where);
   return detail::bind_at(prim::Reshape{{}, std::move(shape)}, where, x);
 }
 template <Dtype T>
-Tensor<T> expand_dims(const Tensor<T>& x, int axis, std::source_location where) {
+Tensor<T> expand_dims(const Tensor<T>& x, int axis, shard::source_location where) {
   const detail::CallScope scope("expand_dims", where);
   return detail::bind_at(prim::ExpandDims{{}, axis}, where, x);
 }
 template <Dtype T>
-ShardedArray<T> expand_dims(const ShardedArray<T>& x, int axis, std::source_location where) {
+ShardedArray<T> expand_dims(const ShardedArray<T>& x, int axis, shard::source_location where) {
   const detail::CallScope scope("expand_dims", where);
   return detail::bind_at(prim::ExpandDims{{}, axis}, where, x);
 }
 template <Dtype T>
-Tensor<T> squeeze(const Tensor<T>& x, const Dims& dims, std::source_location where) {
+Tensor<T> squeeze(const Tensor<T>& x, const Dims& dims, shard::source_location where) {
   const detail::CallScope scope("squeeze", where);
   return detail::bind_at(prim::Squeeze{{}, dims}, where, x);
 }
 template <Dtype T>
-ShardedArray<T> squeeze(const ShardedArray<T>& x, const Dims& dims, std::source_location where) {
+ShardedArray<T> squeeze(const ShardedArray<T>& x, const Dims& dims, shard::source_location where) {
   const detail::CallScope scope("squeeze", where);
   return detail::bind_at(prim::Squeeze{{}, dims}, where, x);
 }
 template <Dtype T>
-Tensor<T> transpose(const Tensor<T>& x, std::vector<int> perm, std::source_location where) {
+Tensor<T> transpose(const Tensor<T>& x, std::vector<int> perm, shard::source_location where) {
   const detail::CallScope scope("transpose", where);
   return detail::bind_at(prim::Transpose{{}, std::move(perm)}, where, x);
 }
 template <Dtype T>
-ShardedArray<T> transpose(const ShardedArray<T>& x, std::vector<int> perm, std::source_location where) {
+ShardedArray<T> transpose(const ShardedArray<T>& x, std::vector<int> perm, shard::source_location where) {
   const detail::CallScope scope("transpose", where);
   return detail::bind_at(prim::Transpose{{}, std::move(perm)}, where, x);
 }
 template <Dtype T>
-Tensor<T> broadcast_to(const Tensor<T>& x, const Shape& shape, std::source_location where) {
+Tensor<T> broadcast_to(const Tensor<T>& x, const Shape& shape, shard::source_location where) {
   const detail::CallScope scope("broadcast_to", where);
   return detail::bind_at(prim::BroadcastTo{{}, shape}, where, x);
 }
 template <Dtype T>
-Tensor<T> slice(const Tensor<T>& x, const std::vector<Index>& index, std::source_location where) {
+Tensor<T> slice(const Tensor<T>& x, const std::vector<Index>& index, shard::source_location where) {
   const detail::CallScope scope("slice", where);
   return detail::bind_at(prim::SliceOp{{}, index}, where, x);
 }
 template <Dtype T>
-ShardedArray<T> slice(const ShardedArray<T>& x, const std::vector<Index>& index, std::source_location where) {
+ShardedArray<T> slice(const ShardedArray<T>& x, const std::vector<Index>& index,
+                      shard::source_location where) {
   const detail::CallScope scope("slice", where);
   return detail::bind_at(prim::SliceOp{{}, index}, where, x);
 }
 template <Dtype T>
-Tensor<T> concatenate(const std::vector<Tensor<T>>& xs, int axis, std::source_location where) {
+Tensor<T> concatenate(const std::vector<Tensor<T>>& xs, int axis, shard::source_location where) {
   const detail::CallScope scope("concatenate", where);
   return detail::bind_list_at(prim::Concatenate{{}, axis}, where, xs);
 }
 template <Dtype T>
-ShardedArray<T> concatenate(const std::vector<ShardedArray<T>>& xs, int axis, std::source_location where) {
+ShardedArray<T> concatenate(const std::vector<ShardedArray<T>>& xs, int axis, shard::source_location where) {
   const detail::CallScope scope("concatenate", where);
   return detail::bind_list_at(prim::Concatenate{{}, axis}, where, xs);
 }
 template <Dtype T>
-Tensor<T> stack(const std::vector<Tensor<T>>& xs, int axis, std::source_location where) {
+Tensor<T> stack(const std::vector<Tensor<T>>& xs, int axis, shard::source_location where) {
   const detail::CallScope scope("stack", where);
   return detail::bind_list_at(prim::Stack{{}, axis}, where, xs);
 }
 template <Dtype T>
-ShardedArray<T> stack(const std::vector<ShardedArray<T>>& xs, int axis, std::source_location where) {
+ShardedArray<T> stack(const std::vector<ShardedArray<T>>& xs, int axis, shard::source_location where) {
   const detail::CallScope scope("stack", where);
   return detail::bind_list_at(prim::Stack{{}, axis}, where, xs);
 }
 template <Dtype T, Dtype I>
-Tensor<T> take(const Tensor<T>& x, const Tensor<I>& indices, int axis, std::source_location where) {
+Tensor<T> take(const Tensor<T>& x, const Tensor<I>& indices, int axis, shard::source_location where) {
   const detail::CallScope scope("take", where);
   return detail::bind_at(prim::Take{{}, axis, false}, where, x, indices);
 }
 template <Dtype T, Dtype I>
 ShardedArray<T> take(const ShardedArray<T>& x, const ShardedArray<I>& indices, int axis,
-                     std::source_location where) {
+                     shard::source_location where) {
   const detail::CallScope scope("take", where);
   return detail::bind_at(prim::Take{{}, axis, false}, where, x, indices);
 }
 template <Dtype T, Dtype I>
 Tensor<T> take_along_axis(const Tensor<T>& x, const Tensor<I>& indices, int axis,
-                          std::source_location where) {
+                          shard::source_location where) {
   const detail::CallScope scope("take_along_axis", where);
   return detail::bind_at(prim::Take{{}, axis, true}, where, x, indices);
 }
 template <Dtype T, Dtype I>
 ShardedArray<T> take_along_axis(const ShardedArray<T>& x, const ShardedArray<I>& indices, int axis,
-                                std::source_location where) {
+                                shard::source_location where) {
   const detail::CallScope scope("take_along_axis", where);
   return detail::bind_at(prim::Take{{}, axis, true}, where, x, indices);
 }
 
-#define SHARD_INSTANTIATE_SHAPE(V, T)                                                   \
-  template V<T> reshape<T>(const V<T>&, Shape, std::source_location);                   \
-  template V<T> expand_dims<T>(const V<T>&, int, std::source_location);                 \
-  template V<T> squeeze<T>(const V<T>&, const Dims&, std::source_location);             \
-  template V<T> transpose<T>(const V<T>&, std::vector<int>, std::source_location);      \
-  template V<T> slice<T>(const V<T>&, const std::vector<Index>&, std::source_location); \
-  template V<T> concatenate<T>(const std::vector<V<T>>&, int, std::source_location);    \
-  template V<T> stack<T>(const std::vector<V<T>>&, int, std::source_location);
+#define SHARD_INSTANTIATE_SHAPE(V, T)                                                     \
+  template V<T> reshape<T>(const V<T>&, Shape, shard::source_location);                   \
+  template V<T> expand_dims<T>(const V<T>&, int, shard::source_location);                 \
+  template V<T> squeeze<T>(const V<T>&, const Dims&, shard::source_location);             \
+  template V<T> transpose<T>(const V<T>&, std::vector<int>, shard::source_location);      \
+  template V<T> slice<T>(const V<T>&, const std::vector<Index>&, shard::source_location); \
+  template V<T> concatenate<T>(const std::vector<V<T>>&, int, shard::source_location);    \
+  template V<T> stack<T>(const std::vector<V<T>>&, int, shard::source_location);
 #define SHARD_INSTANTIATE_SHAPE_BOTH(T)    \
   SHARD_INSTANTIATE_SHAPE(Tensor, T)       \
   SHARD_INSTANTIATE_SHAPE(ShardedArray, T) \
-  template Tensor<T> broadcast_to<T>(const Tensor<T>&, const Shape&, std::source_location);
+  template Tensor<T> broadcast_to<T>(const Tensor<T>&, const Shape&, shard::source_location);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_SHAPE_BOTH)
 #undef SHARD_INSTANTIATE_SHAPE_BOTH
 #undef SHARD_INSTANTIATE_SHAPE
-#define SHARD_INSTANTIATE_TAKE(T, I)                                                                       \
-  template Tensor<T> take<T, I>(const Tensor<T>&, const Tensor<I>&, int, std::source_location);            \
-  template ShardedArray<T> take<T, I>(const ShardedArray<T>&, const ShardedArray<I>&, int,                 \
-                                      std::source_location);                                               \
-  template Tensor<T> take_along_axis<T, I>(const Tensor<T>&, const Tensor<I>&, int, std::source_location); \
-  template ShardedArray<T> take_along_axis<T, I>(const ShardedArray<T>&, const ShardedArray<I>&, int,      \
-                                                 std::source_location);
+#define SHARD_INSTANTIATE_TAKE(T, I)                                                                         \
+  template Tensor<T> take<T, I>(const Tensor<T>&, const Tensor<I>&, int, shard::source_location);            \
+  template ShardedArray<T> take<T, I>(const ShardedArray<T>&, const ShardedArray<I>&, int,                   \
+                                      shard::source_location);                                               \
+  template Tensor<T> take_along_axis<T, I>(const Tensor<T>&, const Tensor<I>&, int, shard::source_location); \
+  template ShardedArray<T> take_along_axis<T, I>(const ShardedArray<T>&, const ShardedArray<I>&, int,        \
+                                                 shard::source_location);
 SHARD_FOR_EACH_DTYPE_PAIR(ALL, INT, SHARD_INSTANTIATE_TAKE)
 #undef SHARD_INSTANTIATE_TAKE
 

@@ -175,7 +175,7 @@ bool group_shared_available(const Mesh& mesh, const SpecEntry& axes) {
 }
 
 template <typename T>
-Tensor<T> DeviceContext::run(detail::CollectiveSpec spec, Tensor<T> x, const std::source_location& where) {
+Tensor<T> DeviceContext::run(detail::CollectiveSpec spec, Tensor<T> x, const shard::source_location& where) {
   x.detach_if_aliased();  // reductions work in place; an autodiff residual keeps the old values
   spec.dtype = dtype_name<T>();
   const Mesh& m = mesh();
@@ -197,7 +197,7 @@ Tensor<T> DeviceContext::run(detail::CollectiveSpec spec, Tensor<T> x, const std
 }
 
 template <typename T>
-Tensor<T> DeviceContext::psum(Tensor<T> x, const Axes& axes, std::source_location where) {
+Tensor<T> DeviceContext::psum(Tensor<T> x, const Axes& axes, shard::source_location where) {
   const detail::CallScope scope("psum", where);
   if (auto* tape = detail::recording_tape_for(x)) {
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "psum");
@@ -209,7 +209,7 @@ Tensor<T> DeviceContext::psum(Tensor<T> x, const Axes& axes, std::source_locatio
   return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
-Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, std::source_location where) {
+Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, shard::source_location where) {
   const detail::CallScope scope("pmean", where);
   if constexpr (is_floating_v<T>) {
     if (auto* tape = detail::recording_tape_for(x)) {
@@ -232,7 +232,7 @@ Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, std::s
   }
 }
 template <typename T>
-Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes, std::source_location where) {
+Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes, shard::source_location where) {
   const detail::CallScope scope("pmax", where);
   if (auto* tape = detail::recording_tape_for(x)) {
     if constexpr (FloatDtype<T>)
@@ -247,7 +247,7 @@ Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes, std::source_locatio
   return run(std::move(spec), std::move(x), where);
 }
 template <typename T>
-Tensor<T> DeviceContext::pmin(Tensor<T> x, const Axes& axes, std::source_location where) {
+Tensor<T> DeviceContext::pmin(Tensor<T> x, const Axes& axes, shard::source_location where) {
   const detail::CallScope scope("pmin", where);
   if (auto* tape = detail::recording_tape_for(x)) {
     if constexpr (FloatDtype<T>)
@@ -272,7 +272,7 @@ Tensor<T> view_of(const Tensor<T>& x) {
 
 template <typename T>
 Tensor<T> DeviceContext::all_gather(Tensor<T>&& x, const Axes& axes, int dim, bool tiled,
-                                    std::source_location where) {
+                                    shard::source_location where) {
   const detail::CallScope scope("all_gather", where);
   if (detail::varying_collective_tape(x)) return all_gather(static_cast<const Tensor<T>&>(x), axes, dim, tiled, where);
   auto spec = detail::all_gather_spec(mesh(), axes, x.shape(), dim, tiled);  // before x is moved from
@@ -280,7 +280,7 @@ Tensor<T> DeviceContext::all_gather(Tensor<T>&& x, const Axes& axes, int dim, bo
 }
 template <typename T>
 Tensor<T> DeviceContext::all_gather(const Tensor<T>& x, const Axes& axes, int dim, bool tiled,
-                                    std::source_location where) {
+                                    shard::source_location where) {
   const detail::CallScope scope("all_gather", where);
   if (auto* tape = detail::varying_collective_tape(x)) {  // transpose: psum_scatter
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "all_gather");
@@ -292,7 +292,7 @@ Tensor<T> DeviceContext::all_gather(const Tensor<T>& x, const Axes& axes, int di
 }
 template <typename T>
 Tensor<T> DeviceContext::all_gather_invariant(const Tensor<T>& x, const Axes& axes, int dim, bool tiled,
-                                              std::source_location where) {
+                                              shard::source_location where) {
   const detail::CallScope scope("all_gather_invariant", where);
   if (auto* tape = detail::recording_tape_for(x)) {  // transpose: this device's own chunk
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "all_gather_invariant");
@@ -315,7 +315,7 @@ Tensor<T> DeviceContext::all_gather_invariant(const Tensor<T>& x, const Axes& ax
 }
 template <typename T>
 Tensor<T> DeviceContext::psum_scatter(Tensor<T> x, const Axes& axes, int dim, bool tiled,
-                                      std::source_location where) {
+                                      shard::source_location where) {
   const detail::CallScope scope("psum_scatter", where);
   if (auto* tape = detail::varying_collective_tape(x)) {  // transpose: all_gather
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "psum_scatter");
@@ -329,7 +329,7 @@ Tensor<T> DeviceContext::psum_scatter(Tensor<T> x, const Axes& axes, int dim, bo
 }
 template <typename T>
 Tensor<T> DeviceContext::all_to_all(Tensor<T>&& x, const Axes& axes, int split_dim, int concat_dim, bool tiled,
-                                    std::source_location where) {
+                                    shard::source_location where) {
   const detail::CallScope scope("all_to_all", where);
   if (detail::varying_collective_tape(x))
     return all_to_all(static_cast<const Tensor<T>&>(x), axes, split_dim, concat_dim, tiled, where);
@@ -338,7 +338,7 @@ Tensor<T> DeviceContext::all_to_all(Tensor<T>&& x, const Axes& axes, int split_d
 }
 template <typename T>
 Tensor<T> DeviceContext::all_to_all(const Tensor<T>& x, const Axes& axes, int split_dim, int concat_dim, bool tiled,
-                                    std::source_location where) {
+                                    shard::source_location where) {
   const detail::CallScope scope("all_to_all", where);
   if (auto* tape = detail::varying_collective_tape(x)) {  // transpose: split and concat swapped
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "all_to_all");
@@ -353,7 +353,7 @@ Tensor<T> DeviceContext::all_to_all(const Tensor<T>& x, const Axes& axes, int sp
 }
 template <typename T>
 Tensor<T> DeviceContext::ppermute(Tensor<T>&& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
-                                  std::source_location where) {
+                                  shard::source_location where) {
   const detail::CallScope scope("ppermute", where);
   if (detail::varying_collective_tape(x)) return ppermute(static_cast<const Tensor<T>&>(x), axes, std::move(perm), where);
   auto spec = detail::ppermute_spec(mesh(), axes, x.shape(), std::move(perm));  // before x is moved from
@@ -361,7 +361,7 @@ Tensor<T> DeviceContext::ppermute(Tensor<T>&& x, const Axes& axes, std::vector<s
 }
 template <typename T>
 Tensor<T> DeviceContext::ppermute(const Tensor<T>& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
-                                  std::source_location where) {
+                                  shard::source_location where) {
   const detail::CallScope scope("ppermute", where);
   if (auto* tape = detail::varying_collective_tape(x)) {  // transpose: the inverse permutation
     const std::uint32_t m = detail::axes_mask(mesh(), axes, "ppermute");
@@ -609,7 +609,7 @@ namespace {
 template <typename T>
 ShardedArray<T> run_on_shards(const ShardedArray<T>& x, const detail::CollectiveSpec& spec,
                               const NamedSharding& out_sharding, const Shape& out_shape,
-                              const std::source_location& where) {
+                              const shard::source_location& where) {
   std::vector<Tensor<T>> ins, outs;
   std::vector<int> devices;
   for (const auto& s : x.addressable_shards()) {
@@ -626,7 +626,7 @@ ShardedArray<T> run_on_shards(const ShardedArray<T>& x, const detail::Collective
 }  // namespace
 
 template <typename T>
-ShardedArray<T> psum(const ShardedArray<T>& x, const Axes& axes, std::source_location where) {
+ShardedArray<T> psum(const ShardedArray<T>& x, const Axes& axes, shard::source_location where) {
   const detail::CallScope scope("psum", where);
   for (const auto& a : axes.axes())
     for (const auto& used : x.spec().axes())
@@ -640,7 +640,7 @@ ShardedArray<T> psum(const ShardedArray<T>& x, const Axes& axes, std::source_loc
 }
 
 template <typename T>
-ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis, std::source_location where) {
+ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis, shard::source_location where) {
   const detail::CallScope scope("all_gather", where);
   const PartitionSpec& spec = x.spec();
   for (int d = 0; d < spec.size(); ++d) {
@@ -660,28 +660,28 @@ ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis, st
 }
 
 #define SHARD_INSTANTIATE_SPMD(T)                                                                              \
-  template Tensor<T> DeviceContext::psum<T>(Tensor<T>, const Axes&, std::source_location);                     \
-  template Tensor<float_of_t<T>> DeviceContext::pmean<T>(Tensor<T>, const Axes&, std::source_location);        \
-  template Tensor<T> DeviceContext::pmax<T>(Tensor<T>, const Axes&, std::source_location);                     \
-  template Tensor<T> DeviceContext::pmin<T>(Tensor<T>, const Axes&, std::source_location);                     \
-  template Tensor<T> DeviceContext::all_gather<T>(Tensor<T>&&, const Axes&, int, bool, std::source_location);  \
+  template Tensor<T> DeviceContext::psum<T>(Tensor<T>, const Axes&, shard::source_location);                     \
+  template Tensor<float_of_t<T>> DeviceContext::pmean<T>(Tensor<T>, const Axes&, shard::source_location);        \
+  template Tensor<T> DeviceContext::pmax<T>(Tensor<T>, const Axes&, shard::source_location);                     \
+  template Tensor<T> DeviceContext::pmin<T>(Tensor<T>, const Axes&, shard::source_location);                     \
+  template Tensor<T> DeviceContext::all_gather<T>(Tensor<T>&&, const Axes&, int, bool, shard::source_location);  \
   template Tensor<T> DeviceContext::all_gather<T>(const Tensor<T>&, const Axes&, int, bool,                     \
-                                                  std::source_location);                                       \
+                                                  shard::source_location);                                       \
   template Tensor<T> DeviceContext::all_gather_invariant<T>(const Tensor<T>&, const Axes&, int, bool,           \
-                                                            std::source_location);                             \
-  template Tensor<T> DeviceContext::psum_scatter<T>(Tensor<T>, const Axes&, int, bool, std::source_location);  \
+                                                            shard::source_location);                             \
+  template Tensor<T> DeviceContext::psum_scatter<T>(Tensor<T>, const Axes&, int, bool, shard::source_location);  \
   template Tensor<T> DeviceContext::all_to_all<T>(Tensor<T>&&, const Axes&, int, int, bool,                    \
-                                                  std::source_location);                                       \
+                                                  shard::source_location);                                       \
   template Tensor<T> DeviceContext::all_to_all<T>(const Tensor<T>&, const Axes&, int, int, bool,               \
-                                                  std::source_location);                                       \
+                                                  shard::source_location);                                       \
   template Tensor<T> DeviceContext::ppermute<T>(Tensor<T>&&, const Axes&, std::vector<std::pair<int, int>>,     \
-                                                std::source_location);                                         \
+                                                shard::source_location);                                         \
   template Tensor<T> DeviceContext::ppermute<T>(const Tensor<T>&, const Axes&, std::vector<std::pair<int, int>>, \
-                                                std::source_location);                                         \
+                                                shard::source_location);                                         \
   template ShardedArray<T> detail::prepare_argument<T>(const Mesh&, const PartitionSpec&, const ShardedArray<T>&, \
                                                        std::size_t);                                           \
-  template ShardedArray<T> psum<T>(const ShardedArray<T>&, const Axes&, std::source_location);                 \
-  template ShardedArray<T> all_gather<T>(const ShardedArray<T>&, const std::string&, std::source_location);
+  template ShardedArray<T> psum<T>(const ShardedArray<T>&, const Axes&, shard::source_location);                 \
+  template ShardedArray<T> all_gather<T>(const ShardedArray<T>&, const std::string&, shard::source_location);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_SPMD)
 
 }  // namespace shard

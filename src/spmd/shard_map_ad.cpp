@@ -27,7 +27,7 @@ std::string mask_names(std::uint32_t m, const Mesh& mesh) {
 }  // namespace
 
 void raise_output_varies(std::size_t j, const PartitionSpec& spec, std::uint32_t extra, const Mesh& mesh,
-                         bool differentiated, const std::source_location& where) {
+                         bool differentiated, const shard::source_location& where) {
   raise<ValueError>(
       "shard_map", differentiated ? " (differentiated)" : "", " called at ", where.file_name(), ":",
       where.line(), ": output ", j, " has out_spec ", spec.to_string(), ", which omits mesh axis ",

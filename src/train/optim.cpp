@@ -269,7 +269,7 @@ GradSharding Optimizer::grad_sharding() const {
 }
 
 template <typename T>
-State<T> Optimizer::init(const std::vector<ShardedArray<T>>& params, std::source_location where) const {
+State<T> Optimizer::init(const std::vector<ShardedArray<T>>& params, shard::source_location where) const {
   const detail::CallScope scope("Optimizer::init", where);
   static_assert(FloatDtype<T>, "optimizers update float32 or float64 parameters");
   State<T> s;
@@ -282,7 +282,7 @@ State<T> Optimizer::init(const std::vector<ShardedArray<T>>& params, std::source
 
 template <typename T>
 double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector<ShardedArray<T>>& grads,
-                         State<T>& state, std::source_location where) const {
+                         State<T>& state, shard::source_location where) const {
   const detail::CallScope scope("Optimizer::update", where);
   const detail::ScopedTime timed(detail::TimeKind::kOptimizer);
   if (grads.size() != params.size())
@@ -378,9 +378,9 @@ void State<T>::load(const std::string& checkpoint_path, const CheckpointManifest
 #define SHARD_INSTANTIATE_OPTIM(T)                                                                                 \
   template struct State<T>;                                                                                        \
   template double global_norm<T>(const std::vector<ShardedArray<T>>&);                                             \
-  template State<T> Optimizer::init<T>(const std::vector<ShardedArray<T>>&, std::source_location) const;           \
+  template State<T> Optimizer::init<T>(const std::vector<ShardedArray<T>>&, shard::source_location) const;           \
   template double Optimizer::update<T>(std::vector<ShardedArray<T>>&, const std::vector<ShardedArray<T>>&, State<T>&,  \
-                                       std::source_location) const;
+                                       shard::source_location) const;
 SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_OPTIM)
 #undef SHARD_INSTANTIATE_OPTIM
 

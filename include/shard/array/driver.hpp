@@ -33,6 +33,7 @@
 #include "shard/core/primitive.hpp"
 #include "shard/core/tensor.hpp"
 #include "shard/core/trace.hpp"
+#include "shard/error.hpp"  // shard::source_location
 
 namespace shard {
 
@@ -184,12 +185,13 @@ template <typename P, typename... X>
 using bind_result_t = typename decltype(bind_result_of<P, X...>())::type;
 
 template <typename P, ArrayLike... X>
-bind_result_t<P, X...> bind_at(const P& p, const std::source_location& where, const X&... xs);
+bind_result_t<P, X...> bind_at(const P& p, const shard::source_location& where, const X&... xs);
 
 /// The record step of a one-operand primitive whose result has another dtype (astype): the
 /// operand is the differentiable one when both dtypes are floating.
 template <typename P, ArrayLike X>
-bind_result_t<P, X> record_conversion(Tape& tape, const P& p, const std::source_location& where, const X& x) {
+bind_result_t<P, X> record_conversion(Tape& tape, const P& p, const shard::source_location& where,
+                                      const X& x) {
   using Out = bind_result_t<P, X>;
   Out out = paused([&] { return bind_at(p, where, x); });
   const std::uint32_t vma = vma_of(x, tape);
@@ -209,13 +211,14 @@ bind_result_t<P, X> record_conversion(Tape& tape, const P& p, const std::source_
 }
 
 template <typename P, ArrayLike... X>
-bind_result_t<P, X...> record_same(Tape& tape, const P& p, const std::source_location& where, const X&... xs);
+bind_result_t<P, X...> record_same(Tape& tape, const P& p, const shard::source_location& where,
+                                   const X&... xs);
 
 /// The record step: the op with recording paused, then its VJP on the tape. The operands of the
 /// result's type are the differentiable ones (in order, what vjp() returns cotangents for);
 /// the others (a where's condition) give their vma only.
 template <typename P, ArrayLike... X>
-bind_result_t<P, X...> record_primitive(Tape& tape, const P& p, const std::source_location& where,
+bind_result_t<P, X...> record_primitive(Tape& tape, const P& p, const shard::source_location& where,
                                         const X&... xs) {
   using Out = bind_result_t<P, X...>;
   if constexpr (sizeof...(X) == 1 && !(std::is_same_v<X, Out> && ...) && FloatDtype<elem_t<Out>>)
@@ -226,7 +229,7 @@ bind_result_t<P, X...> record_primitive(Tape& tape, const P& p, const std::sourc
 
 /// record_primitive for a result of the differentiable operands' type.
 template <typename P, ArrayLike... X>
-bind_result_t<P, X...> record_same(Tape& tape, const P& p, const std::source_location& where,
+bind_result_t<P, X...> record_same(Tape& tape, const P& p, const shard::source_location& where,
                                    const X&... xs) {
   using Out = bind_result_t<P, X...>;
   auto run = [&]() -> Out {
@@ -313,10 +316,10 @@ bool all_like(const ShardedArray<T0>& x, const ShardedArray<T>&... xs) {
 }
 
 template <typename P, Dtype... T>
-auto run_factored(const P& p, const std::source_location& where, const ShardedArray<T>&... xs);
+auto run_factored(const P& p, const shard::source_location& where, const ShardedArray<T>&... xs);
 
 template <typename P, Dtype... T>
-auto run_sharded(const P& p, const std::source_location& where, const ShardedArray<T>&... xs) {
+auto run_sharded(const P& p, const shard::source_location& where, const ShardedArray<T>&... xs) {
   const auto& first = std::get<0>(std::forward_as_tuple(xs...));
   if constexpr (sizeof...(T) > 1) {
     (
@@ -336,7 +339,7 @@ auto run_sharded(const P& p, const std::source_location& where, const ShardedArr
 }
 
 template <typename P, Dtype... T>
-auto run_factored(const P& p, const std::source_location& where, const ShardedArray<T>&... xs) {
+auto run_factored(const P& p, const shard::source_location& where, const ShardedArray<T>&... xs) {
   using R = kernel_result_t<P, T...>;
   const auto& first = std::get<0>(std::forward_as_tuple(xs...));
   const FactorRule& rule = p.rule();
@@ -364,7 +367,7 @@ void check_not_empty(const X& x, const char* op) {
 }
 
 template <typename P, ArrayLike... X>
-bind_result_t<P, X...> bind_at(const P& p, const std::source_location& where, const X&... xs) {
+bind_result_t<P, X...> bind_at(const P& p, const shard::source_location& where, const X&... xs) {
   static_assert(std::is_base_of_v<Primitive, P>, "shard::bind: a primitive derives from shard::Primitive");
   (check_not_empty(xs, p.name()), ...);
   if (Tape* tape = recording_tape_for(xs...)) return record_primitive(*tape, p, where, xs...);
@@ -383,7 +386,7 @@ bind_result_t<P, X...> bind_at(const P& p, const std::source_location& where, co
 /// sharded(xs) on ShardedArrays, vjp(out, xs) for the cotangents of all of them (required: a
 /// list primitive without vjp() does not compile, where bind() raises when differentiated).
 template <typename P, ArrayLike X>
-X bind_list_at(const P& p, const std::source_location& where, const std::vector<X>& xs) {
+X bind_list_at(const P& p, const shard::source_location& where, const std::vector<X>& xs) {
   static_assert(std::is_base_of_v<Primitive, P>, "shard::bind: a primitive derives from shard::Primitive");
   if (xs.empty()) raise<ValueError>(located(p.name(), where), ": need at least one array");
   if (Tape* tape = recording_tape_for_list(xs)) {
@@ -415,12 +418,13 @@ X bind_list_at(const P& p, const std::source_location& where, const std::vector<
 /// Runs primitive `p` on its operands (Tensors or ShardedArrays; core/primitive.hpp says what
 /// a primitive gives). Errors name the caller's line.
 template <typename P, ArrayLike X>
-auto bind(const P& p, const X& x, std::source_location where = std::source_location::current()) {
+auto bind(const P& p, const X& x, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("bind", where);
   return detail::bind_at(p, where, x);
 }
 template <typename P, ArrayLike X, ArrayLike Y>
-auto bind(const P& p, const X& x, const Y& y, std::source_location where = std::source_location::current()) {
+auto bind(const P& p, const X& x, const Y& y,
+          shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("bind", where);
   return detail::bind_at(p, where, x, y);
 }
@@ -428,13 +432,13 @@ auto bind(const P& p, const X& x, const Y& y, std::source_location where = std::
 /// kernel(xs) on Tensors, sharded(xs) on ShardedArrays, vjp(out, xs) for their cotangents).
 template <typename P, ArrayLike X>
 X bind_list(const P& p, const std::vector<X>& xs,
-            std::source_location where = std::source_location::current()) {
+            shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("bind", where);
   return detail::bind_list_at(p, where, xs);
 }
 template <typename P, ArrayLike X, ArrayLike Y, ArrayLike Z>
 auto bind(const P& p, const X& x, const Y& y, const Z& z,
-          std::source_location where = std::source_location::current()) {
+          shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("bind", where);
   return detail::bind_at(p, where, x, y, z);
 }

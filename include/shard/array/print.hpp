@@ -8,6 +8,7 @@
 #include <source_location>
 #include <string>
 
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/array/sharded_array.hpp"
 #include "shard/core/tensor.hpp"
 
@@ -47,7 +48,7 @@ std::ostream& operator<<(std::ostream& os, const ShardedArray<T>& x) {
 /// (collective over all ranks for a ShardedArray; call it on every rank).
 template <Dtype T>
 void print(const ShardedArray<T>& x, const PrintOptions& options = {},
-           std::source_location where = std::source_location::current());
+           shard::source_location where = shard::source_location::current());
 template <Dtype T>
 void print(const Tensor<T>& x, const PrintOptions& options = {});
 

@@ -8,6 +8,7 @@
 #include <source_location>
 #include <vector>
 
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/core/dtype.hpp"
 #include "shard/core/primitive.hpp"
 #include "shard/core/trace.hpp"
@@ -59,7 +60,7 @@ ReshardPlan reshard_plan(const ShardedArray<T>& x, const NamedSharding& to) {
 /// Collective over all ranks: x with sharding `to` (any mesh over x's devices), following reshard_plan.
 /// Peak extra memory per rank: its new shards plus one send and one receive buffer.
 template <typename T>
-ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to, std::source_location where = std::source_location::current());
+ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to, shard::source_location where = shard::source_location::current());
 
 namespace prim {
 
@@ -87,17 +88,17 @@ struct Reshard : Primitive {
 
 /// JAX's name for the same operation.
 template <typename T>
-ShardedArray<T> with_sharding_constraint(const ShardedArray<T>& x, const NamedSharding& to, std::source_location where = std::source_location::current()) {
+ShardedArray<T> with_sharding_constraint(const ShardedArray<T>& x, const NamedSharding& to, shard::source_location where = shard::source_location::current()) {
   return reshard(x, to, where);
 }
 
 /// jax.device_put of an array that is already placed: a reshard.
 template <typename T>
-ShardedArray<T> device_put(const ShardedArray<T>& x, const NamedSharding& to, std::source_location where = std::source_location::current()) {
+ShardedArray<T> device_put(const ShardedArray<T>& x, const NamedSharding& to, shard::source_location where = shard::source_location::current()) {
   return reshard(x, to, where);
 }
 template <typename T>
-ShardedArray<T> device_put(const ShardedArray<T>& x, const PositionalSharding& to, std::source_location where = std::source_location::current()) {
+ShardedArray<T> device_put(const ShardedArray<T>& x, const PositionalSharding& to, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("device_put", where);
   return reshard(x, to.to_named(x.ndim()), where);
 }
@@ -108,14 +109,14 @@ ShardedArray<T> device_put(const ShardedArray<T>& x, const PositionalSharding& t
 /// its members' types (so its leaves must already be ShardedArrays: a reshard of each).
 template <typename Tree>
   requires(!ArrayLike<Tree>)
-auto device_put(const Tree& tree, const NamedSharding& to, std::source_location where = std::source_location::current()) {
+auto device_put(const Tree& tree, const NamedSharding& to, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("device_put", where);
   return tree_map([&](const auto& leaf) { return device_put(leaf, to, where); }, tree);
 }
 
 /// reshard / with_sharding_constraint to a PositionalSharding, converted for x's rank.
 template <typename T>
-ShardedArray<T> reshard(const ShardedArray<T>& x, const PositionalSharding& to, std::source_location where = std::source_location::current()) {
+ShardedArray<T> reshard(const ShardedArray<T>& x, const PositionalSharding& to, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("reshard", where);
   return reshard(x, to.to_named(x.ndim()), where);
 }
@@ -134,7 +135,7 @@ void check_same_devices(const Mesh& a, const Mesh& b, const std::string& what);
 }  // namespace detail
 
 #define SHARD_DECLARE_RESHARD(T) \
-  extern template ShardedArray<T> reshard<T>(const ShardedArray<T>&, const NamedSharding&, std::source_location);
+  extern template ShardedArray<T> reshard<T>(const ShardedArray<T>&, const NamedSharding&, shard::source_location);
 SHARD_FOR_EACH_DTYPE(SHARD_DECLARE_RESHARD)
 #undef SHARD_DECLARE_RESHARD
 

@@ -11,6 +11,7 @@
 #include <source_location>
 #include <vector>
 
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/core/array_methods.hpp"
 #include "shard/core/box.hpp"
 #include "shard/core/detail/ad_value.hpp"
@@ -82,16 +83,16 @@ class ShardedArray : public detail::ArrayMethods<ShardedArray, T> {
 
   /// Collective over all ranks: every rank receives the whole array (MPI_Allgatherv of the
   /// primary copy of each box). The one operation that builds the global array everywhere.
-  Tensor<T> to_host(std::source_location where = std::source_location::current()) const;
+  Tensor<T> to_host(shard::source_location where = shard::source_location::current()) const;
   /// Collective over all ranks: rank `root` receives the whole array (MPI_Gatherv); the
   /// other ranks get an empty tensor.
-  Tensor<T> gather(int root = 0, std::source_location where = std::source_location::current()) const;
+  Tensor<T> gather(int root = 0, shard::source_location where = shard::source_location::current()) const;
   /// numpy's / JAX's item(): the one element of a size-1 array, read locally (no
   /// communication, so `if (rank == 0) loss.item()` is fine). A 0-d array is replicated on every
   /// device of its mesh; a size-1 array must be too (ValueError naming its sharding otherwise:
   /// use to_host().item()). ValueError on a rank that holds no device of the array's mesh, and
   /// ShapeError unless the array has exactly one element.
-  T item(std::source_location where = std::source_location::current()) const;
+  T item(shard::source_location where = shard::source_location::current()) const;
 
  private:
   struct AliasTag {};
@@ -111,11 +112,11 @@ class ShardedArray : public detail::ArrayMethods<ShardedArray, T> {
 /// Collective over all ranks (a metadata check only): every local device copies its box of
 /// `host`. Every rank must pass a host array of the same shape; otherwise ShapeError on every rank.
 template <typename T>
-ShardedArray<T> device_put(const Tensor<T>& host, const NamedSharding& sharding, std::source_location where = std::source_location::current());
+ShardedArray<T> device_put(const Tensor<T>& host, const NamedSharding& sharding, shard::source_location where = shard::source_location::current());
 
 /// device_put with a PositionalSharding, converted for the array's rank (to_named(rank)).
 template <typename T>
-ShardedArray<T> device_put(const Tensor<T>& host, const PositionalSharding& sharding, std::source_location where = std::source_location::current()) {
+ShardedArray<T> device_put(const Tensor<T>& host, const PositionalSharding& sharding, shard::source_location where = shard::source_location::current()) {
   return device_put(host, sharding.to_named(host.rank()), where);
 }
 
@@ -145,7 +146,7 @@ ShardedArray<T> arange(const Shape& shape, const NamedSharding& sharding);
 
 #define SHARD_DECLARE_ARRAY(T)                                                                         \
   extern template class ShardedArray<T>;                                                               \
-  extern template ShardedArray<T> device_put<T>(const Tensor<T>&, const NamedSharding&, std::source_location); \
+  extern template ShardedArray<T> device_put<T>(const Tensor<T>&, const NamedSharding&, shard::source_location); \
   extern template ShardedArray<T> from_callback<T>(const Shape&, const NamedSharding&,                 \
                                                    const std::function<Tensor<T>(const Box&)>&);       \
   extern template ShardedArray<T> generate<T>(const Shape&, const NamedSharding&,                      \

@@ -58,6 +58,7 @@
 #include <utility>
 #include <vector>
 
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/core/detail/tape.hpp"
 #include "shard/core/tree.hpp"
 #include "shard/autodiff/detail/ad_node.hpp"
@@ -378,7 +379,7 @@ auto run_value_and_grad_argnums(const F& f, const GradSharding& gs, const Args&.
 /// 'data' as well is one psum_scatter instead of a psum (ZeRO; Optimizer::grad_sharding).
 template <typename F>
 auto value_and_grad(F f, GradSharding grad_sharding = {},
-          std::source_location where = std::source_location::current()) {
+          shard::source_location where = shard::source_location::current()) {
   return [f = std::move(f), gs = std::move(grad_sharding), where](const auto& params, const auto&... args) {
     const detail::CallScope scope("grad", where);
     return detail::run_value_and_grad<false>(f, gs, params, args...);
@@ -387,7 +388,7 @@ auto value_and_grad(F f, GradSharding grad_sharding = {},
 /// With has_aux: f returns std::pair(value, aux); the result is ((value, aux), grads).
 template <typename F>
 auto value_and_grad(F f, HasAux, GradSharding grad_sharding = {},
-          std::source_location where = std::source_location::current()) {
+          shard::source_location where = shard::source_location::current()) {
   return [f = std::move(f), gs = std::move(grad_sharding), where](const auto& params, const auto&... args) {
     const detail::CallScope scope("grad", where);
     return detail::run_value_and_grad<true>(f, gs, params, args...);
@@ -396,7 +397,7 @@ auto value_and_grad(F f, HasAux, GradSharding grad_sharding = {},
 /// jax.grad(f)(params, args...): d f / d params.
 template <typename F>
 auto grad(F f, GradSharding grad_sharding = {},
-          std::source_location where = std::source_location::current()) {
+          shard::source_location where = shard::source_location::current()) {
   return [f = std::move(f), gs = std::move(grad_sharding), where](const auto& params, const auto&... args) {
     const detail::CallScope scope("grad", where);
     return detail::run_value_and_grad<false>(f, gs, params, args...).second;
@@ -405,7 +406,7 @@ auto grad(F f, GradSharding grad_sharding = {},
 /// With has_aux: (grads, aux).
 template <typename F>
 auto grad(F f, HasAux, GradSharding grad_sharding = {},
-          std::source_location where = std::source_location::current()) {
+          shard::source_location where = shard::source_location::current()) {
   return [f = std::move(f), gs = std::move(grad_sharding), where](const auto& params, const auto&... args) {
     const detail::CallScope scope("grad", where);
     auto r = detail::run_value_and_grad<true>(f, gs, params, args...);
@@ -418,7 +419,7 @@ auto grad(F f, HasAux, GradSharding grad_sharding = {},
 /// std::tuple of them in argnums' order. `grad(f, argnums<0>)` is `grad(f)`.
 template <typename F, std::size_t... I>
 auto value_and_grad(F f, Argnums<I...>, GradSharding grad_sharding = {},
-          std::source_location where = std::source_location::current()) {
+          shard::source_location where = shard::source_location::current()) {
   return [f = std::move(f), gs = std::move(grad_sharding), where](const auto&... args) {
     const detail::CallScope scope("grad", where);
     return detail::run_value_and_grad_argnums<false, I...>(f, gs, args...);
@@ -426,7 +427,7 @@ auto value_and_grad(F f, Argnums<I...>, GradSharding grad_sharding = {},
 }
 template <typename F, std::size_t... I>
 auto value_and_grad(F f, HasAux, Argnums<I...>, GradSharding grad_sharding = {},
-          std::source_location where = std::source_location::current()) {
+          shard::source_location where = shard::source_location::current()) {
   return [f = std::move(f), gs = std::move(grad_sharding), where](const auto&... args) {
     const detail::CallScope scope("grad", where);
     return detail::run_value_and_grad_argnums<true, I...>(f, gs, args...);
@@ -434,7 +435,7 @@ auto value_and_grad(F f, HasAux, Argnums<I...>, GradSharding grad_sharding = {},
 }
 template <typename F, std::size_t... I>
 auto grad(F f, Argnums<I...>, GradSharding grad_sharding = {},
-          std::source_location where = std::source_location::current()) {
+          shard::source_location where = shard::source_location::current()) {
   return [f = std::move(f), gs = std::move(grad_sharding), where](const auto&... args) {
     const detail::CallScope scope("grad", where);
     return detail::run_value_and_grad_argnums<false, I...>(f, gs, args...).second;
@@ -442,7 +443,7 @@ auto grad(F f, Argnums<I...>, GradSharding grad_sharding = {},
 }
 template <typename F, std::size_t... I>
 auto grad(F f, HasAux, Argnums<I...>, GradSharding grad_sharding = {},
-          std::source_location where = std::source_location::current()) {
+          shard::source_location where = shard::source_location::current()) {
   return [f = std::move(f), gs = std::move(grad_sharding), where](const auto&... args) {
     const detail::CallScope scope("grad", where);
     auto r = detail::run_value_and_grad_argnums<true, I...>(f, gs, args...);

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/sharding/mesh.hpp"
 #include "shard/sharding/partition_spec.hpp"
 
@@ -52,7 +53,7 @@ struct SharedWindow {
 /// MPI_Win_sync, a barrier of the window's group (under SHARD_CHECK_COLLECTIVES and
 /// SHARD_COLLECTIVE_TIMEOUT like any collective), MPI_Win_sync.
 void shared_window_barrier(const Mesh& mesh, const SharedWindow& w, const std::string& name,
-                           const std::source_location& where);
+                           const shard::source_location& where);
 }  // namespace detail
 
 /// Collective over the mesh's ranks (cached): whether group-shared memory over `axes` is
@@ -86,7 +87,7 @@ class GroupShared {
   /// Collective over the group: every device's writes before it are visible to every device
   /// after it. Between two barriers, an element that one device writes is neither read nor
   /// written by another (e.g. each writes its own slot, or its own rows of stacked()).
-  void barrier(std::source_location where = std::source_location::current()) const {
+  void barrier(shard::source_location where = shard::source_location::current()) const {
     detail::shared_window_barrier(*mesh_, *w_, name_, where);
   }
 

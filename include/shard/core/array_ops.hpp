@@ -178,17 +178,17 @@ auto operator-(const X& a) {
 
 #define SHARD_BINARY_FUNCTION(name, code)                                                                 \
   template <ArrayLike X, ArrayLike Y>                                                                     \
-  auto name(const X& a, const Y& b, std::source_location where = std::source_location::current()) {                                                                     \
+  auto name(const X& a, const Y& b, shard::source_location where = shard::source_location::current()) {                                                                     \
     const detail::CallScope scope(#name, where);                                                       \
     return detail::binary_promoted(a, b, code);                                                           \
   }                                                                                                       \
   template <ArrayLike X, Scalar S>                                                                        \
-  auto name(const X& a, S s, std::source_location where = std::source_location::current()) {                                                                            \
+  auto name(const X& a, S s, shard::source_location where = shard::source_location::current()) {                                                                            \
     const detail::CallScope scope(#name, where);                                                       \
     return detail::binary_scalar(a, s, code, false);                                                      \
   }                                                                                                       \
   template <ArrayLike X, Scalar S>                                                                        \
-  auto name(S s, const X& a, std::source_location where = std::source_location::current()) {                                                                            \
+  auto name(S s, const X& a, shard::source_location where = shard::source_location::current()) {                                                                            \
     const detail::CallScope scope(#name, where);                                                       \
     return detail::binary_scalar(a, s, code, true);                                                       \
   }
@@ -209,7 +209,7 @@ SHARD_BINARY_FUNCTION(logical_or, BinaryOp::kOr)
 SHARD_BINARY_FUNCTION(logical_xor, BinaryOp::kXor)
 #undef SHARD_BINARY_FUNCTION
 template <ArrayLike X, ArrayLike Y>
-auto divide(const X& a, const Y& b, std::source_location where = std::source_location::current()) {
+auto divide(const X& a, const Y& b, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("divide", where);
   return a / b;
 }
@@ -230,17 +230,17 @@ auto operator^(const X& a, const Y& b) {
 
 #define SHARD_COMPARE(sym, name, code)                                                                    \
   template <ArrayLike X, ArrayLike Y>                                                                     \
-  auto name(const X& a, const Y& b, std::source_location where = std::source_location::current()) {                                                                     \
+  auto name(const X& a, const Y& b, shard::source_location where = shard::source_location::current()) {                                                                     \
     const detail::CallScope scope(#name, where);                                                       \
     return detail::compare_promoted(a, b, code);                                                          \
   }                                                                                                       \
   template <ArrayLike X, Scalar S>                                                                        \
-  auto name(const X& a, S s, std::source_location where = std::source_location::current()) {                                                                            \
+  auto name(const X& a, S s, shard::source_location where = shard::source_location::current()) {                                                                            \
     const detail::CallScope scope(#name, where);                                                       \
     return detail::compare_scalar(a, s, code, false);                                                     \
   }                                                                                                       \
   template <ArrayLike X, Scalar S>                                                                        \
-  auto name(S s, const X& a, std::source_location where = std::source_location::current()) {                                                                            \
+  auto name(S s, const X& a, shard::source_location where = shard::source_location::current()) {                                                                            \
     const detail::CallScope scope(#name, where);                                                       \
     return detail::compare_scalar(a, s, code, true);                                                      \
   }
@@ -276,7 +276,7 @@ SHARD_COMPARE_OPERATOR(>=, greater_equal)
 /// Ops that keep the type (bool only where it means something: abs, square, sign of bool are errors).
 #define SHARD_UNARY_SAME(name, code)    \
   template <ArrayLike X>                \
-  auto name(const X& x, std::source_location where = std::source_location::current()) {               \
+  auto name(const X& x, shard::source_location where = shard::source_location::current()) {               \
     const detail::CallScope scope(#name, where); \
     return unary(x, code);              \
   }
@@ -293,7 +293,7 @@ SHARD_UNARY_SAME(round, UnaryOp::kRound)
 /// Transcendental ops: integers and bool are converted to float_of_t first, as in JAX.
 #define SHARD_UNARY_FLOAT(name, code)                                   \
   template <ArrayLike X>                                                \
-  auto name(const X& x, std::source_location where = std::source_location::current()) {                                               \
+  auto name(const X& x, shard::source_location where = shard::source_location::current()) {                                               \
     const detail::CallScope scope(#name, where); \
     return unary(as_dtype<float_of_t<elem_t<X>>>(x), code);             \
   }
@@ -312,19 +312,19 @@ SHARD_UNARY_FLOAT(erf, UnaryOp::kErf)
 #undef SHARD_UNARY_FLOAT
 /// Elementwise tests of floating values (integers are always finite and never nan).
 template <ArrayLike X>
-auto isnan(const X& x, std::source_location where = std::source_location::current()) {
+auto isnan(const X& x, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("isnan", where);
   return not_equal(x, x);
 }
 template <ArrayLike X>
-auto isfinite(const X& x, std::source_location where = std::source_location::current()) {
+auto isfinite(const X& x, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("isfinite", where);
   using R = float_of_t<elem_t<X>>;
   return less(abs(as_dtype<R>(x)), std::numeric_limits<R>::infinity());
 }
 /// Logical not of a bool array (any other type is compared with 0 first).
 template <ArrayLike X>
-auto logical_not(const X& x, std::source_location where = std::source_location::current()) {
+auto logical_not(const X& x, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("logical_not", where);
   return unary(as_dtype<bool>(x), UnaryOp::kNot);
 }
@@ -383,7 +383,7 @@ auto where_dtype() {
 /// scalars and promote like a binary op (a scalar is weak); a non-bool cond means cond != 0.
 template <ArrayLike C, typename A, typename B>
   requires((ArrayLike<A> || Scalar<A>) && (ArrayLike<B> || Scalar<B>))
-auto where(const C& cond, const A& a, const B& b, std::source_location site = std::source_location::current()) {
+auto where(const C& cond, const A& a, const B& b, shard::source_location site = shard::source_location::current()) {
   const detail::CallScope scope("where", site);  // (a parameter named `where` would hide this function)
   using R = decltype(detail::where_dtype<A, B>());
   const auto& at = detail::anchor(cond, a, b);
@@ -392,7 +392,7 @@ auto where(const C& cond, const A& a, const B& b, std::source_location site = st
 
 /// min(max(x, lo), hi) (numpy's clip); lo and hi are arrays or scalars.
 template <ArrayLike X, typename L, typename H>
-auto clip(const X& x, const L& lo, const H& hi, std::source_location where = std::source_location::current()) {
+auto clip(const X& x, const L& lo, const H& hi, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("clip", where);
   return minimum(maximum(x, lo), hi);
 }
@@ -402,39 +402,39 @@ auto clip(const X& x, const L& lo, const H& hi, std::source_location where = std
 /// Sums (bool sums to int32). Floating sums accumulate pairwise, float32 in float64, locally
 /// and (ShardedArray) across devices: error like numpy's, independent of the mesh.
 template <ArrayLike X>
-auto sum(const X& x, const Dims& dims = {}, bool keepdims = false, std::source_location where = std::source_location::current()) {
+auto sum(const X& x, const Dims& dims = {}, bool keepdims = false, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("sum", where);
   return reduce(as_dtype<sum_t<elem_t<X>>>(x), ReduceKind::kSum, dims, keepdims);
 }
 /// Means are floating (float_of_t) for every input type, as in JAX.
 template <ArrayLike X>
-auto mean(const X& x, const Dims& dims = {}, bool keepdims = false, std::source_location where = std::source_location::current()) {
+auto mean(const X& x, const Dims& dims = {}, bool keepdims = false, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("mean", where);
   return reduce(as_dtype<float_of_t<elem_t<X>>>(x), ReduceKind::kMean, dims, keepdims);
 }
 template <ArrayLike X>
-auto max(const X& x, const Dims& dims = {}, bool keepdims = false, std::source_location where = std::source_location::current()) {
+auto max(const X& x, const Dims& dims = {}, bool keepdims = false, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("max", where);
   return reduce(x, ReduceKind::kMax, dims, keepdims);
 }
 template <ArrayLike X>
-auto min(const X& x, const Dims& dims = {}, bool keepdims = false, std::source_location where = std::source_location::current()) {
+auto min(const X& x, const Dims& dims = {}, bool keepdims = false, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("min", where);
   return reduce(x, ReduceKind::kMin, dims, keepdims);
 }
 template <ArrayLike X>
-auto prod(const X& x, const Dims& dims = {}, bool keepdims = false, std::source_location where = std::source_location::current()) {
+auto prod(const X& x, const Dims& dims = {}, bool keepdims = false, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("prod", where);
   return reduce(as_dtype<sum_t<elem_t<X>>>(x), ReduceKind::kProd, dims, keepdims);
 }
 /// Logical reductions (numpy's any/all): true where some/every element is non-zero.
 template <ArrayLike X>
-auto any(const X& x, const Dims& dims = {}, bool keepdims = false, std::source_location where = std::source_location::current()) {
+auto any(const X& x, const Dims& dims = {}, bool keepdims = false, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("any", where);
   return reduce(as_dtype<bool>(x), ReduceKind::kMax, dims, keepdims);
 }
 template <ArrayLike X>
-auto all(const X& x, const Dims& dims = {}, bool keepdims = false, std::source_location where = std::source_location::current()) {
+auto all(const X& x, const Dims& dims = {}, bool keepdims = false, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("all", where);
   return reduce(as_dtype<bool>(x), ReduceKind::kMin, dims, keepdims);
 }
@@ -444,14 +444,14 @@ auto all(const X& x, const Dims& dims = {}, bool keepdims = false, std::source_l
 /// JAX); floating prefix sums accumulate in float64. A ShardedArray keeps its sharding: a split
 /// axis costs one all_gather of the blocks' totals (prefix_sum in ops.hpp), never the blocks.
 template <ArrayLike X>
-auto cumsum(const X& x, int axis, std::source_location where = std::source_location::current()) {
+auto cumsum(const X& x, int axis, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("cumsum", where);
   return prefix_sum(as_dtype<sum_t<elem_t<X>>>(x), axis, false);
 }
 /// jnp.cumsum(x) (axis=None): of the flattened array, cumsum(reshape(x, {-1}), 0) (a
 /// ShardedArray is flattened by reshape's rule first).
 template <ArrayLike X>
-auto cumsum(const X& x, std::source_location where = std::source_location::current()) {
+auto cumsum(const X& x, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("cumsum", where);
   return cumsum(reshape(x, Shape{-1}), 0);
 }
@@ -499,7 +499,7 @@ Tensor<R> causal_bias(std::int64_t t, std::int64_t s) {
 /// numpy's matmul: 1-D operands are promoted to matrices and the added dim removed again;
 /// leading (batch) dims broadcast. OpenBLAS for float32/float64.
 template <ArrayLike X, ArrayLike Y>
-auto matmul(const X& a, const Y& b, std::source_location where = std::source_location::current()) {
+auto matmul(const X& a, const Y& b, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("matmul", where);
   using R = promote_t<elem_t<X>, elem_t<Y>>;
   return matmul(detail::in_view_of<R>(a, b), detail::in_view_of<R>(b, a));
@@ -507,7 +507,7 @@ auto matmul(const X& a, const Y& b, std::source_location where = std::source_loc
 /// numpy's dot: a scalar operand multiplies; b 1-D contracts the last dims; otherwise the
 /// last dim of a with the second-to-last of b (b 2-D; for N-D operands use matmul).
 template <ArrayLike X, ArrayLike Y>
-auto dot(const X& a, const Y& b, std::source_location where = std::source_location::current()) {
+auto dot(const X& a, const Y& b, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("dot", where);
   using R = promote_t<elem_t<X>, elem_t<Y>>;
   return dot(detail::in_view_of<R>(a, b), detail::in_view_of<R>(b, a));
@@ -515,7 +515,7 @@ auto dot(const X& a, const Y& b, std::source_location where = std::source_locati
 /// The sum of the elementwise products of the flattened operands (0-d), accumulated in
 /// float64 for float32.
 template <ArrayLike X, ArrayLike Y>
-auto vdot(const X& a, const Y& b, std::source_location where = std::source_location::current()) {
+auto vdot(const X& a, const Y& b, shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("vdot", where);
   using R = promote_t<elem_t<X>, elem_t<Y>>;
   return vdot(detail::in_view_of<R>(a, b), detail::in_view_of<R>(b, a));

@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "shard/core/box.hpp"
+#include "shard/error.hpp"  // shard::source_location
 
 namespace shard {
 
@@ -93,7 +94,7 @@ class FactorRule {
   };
   /// Throws ShapeError naming `op` and the caller's line when the ranks or sizes do not fit.
   Factors expand(const std::vector<const Shape*>& shapes, const char* op,
-                 const std::source_location& where) const;
+                 const shard::source_location& where) const;
 
  private:
   struct Term {
@@ -110,6 +111,6 @@ class FactorRule {
 struct Primitive {};
 
 /// "op (called at file:line)": how an error names the call site.
-std::string located(const char* op, const std::source_location& where);
+std::string located(const char* op, const shard::source_location& where);
 
 }  // namespace shard

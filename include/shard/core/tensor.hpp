@@ -17,6 +17,7 @@
 #include <source_location>
 #include <vector>
 
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/core/array_methods.hpp"
 #include "shard/core/box.hpp"
 #include "shard/core/detail/ad_value.hpp"
@@ -57,7 +58,7 @@ void tensor_free(void* p, std::size_t bytes) noexcept;
 template <typename T>
 class Tensor;
 template <Dtype T>
-Tensor<T> reshape(const Tensor<T>& x, Shape shape, std::source_location where = std::source_location::current());
+Tensor<T> reshape(const Tensor<T>& x, Shape shape, shard::source_location where = shard::source_location::current());
 
 /// jax.Array's methods (x.sum(), x.mean(1), x.max(), x.min(), x.reshape({2, -1}), x.transpose())
 /// come from detail::ArrayMethods (array_methods.hpp), shared with ShardedArray.

@@ -12,6 +12,7 @@
 #include <source_location>
 #include <vector>
 
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/core/array_ops.hpp"
 #include "shard/core/index.hpp"
 #include "shard/core/shape_ops.hpp"
@@ -110,7 +111,7 @@ Tensor<std::int64_t> argmax(const Tensor<T>& x);
 template <Dtype T>
 Tensor<std::int64_t> argmin(const Tensor<T>& x);
 template <Dtype T>
-Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b, std::source_location where = std::source_location::current());
+Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b, shard::source_location where = shard::source_location::current());
 template <Dtype T>
 Tensor<T> dot(const Tensor<T>& a, const Tensor<T>& b);
 template <Dtype T>
@@ -141,37 +142,37 @@ Tensor<U> astype_kernel(const Tensor<T>& x) {
 
 /// The same elements in another shape; one dim may be -1 (inferred). ShapeError if the sizes differ.
 template <Dtype T>
-Tensor<T> reshape(const Tensor<T>& x, Shape shape, std::source_location where);
+Tensor<T> reshape(const Tensor<T>& x, Shape shape, shard::source_location where);
 template <Dtype T>
 Tensor<T> reshape(Tensor<T>&& x, Shape shape);
 /// Permutes the dims (reverses them when perm is empty).
 template <Dtype T>
-Tensor<T> transpose(const Tensor<T>& x, std::vector<int> perm = {}, std::source_location where = std::source_location::current());
+Tensor<T> transpose(const Tensor<T>& x, std::vector<int> perm = {}, shard::source_location where = shard::source_location::current());
 /// A new dim of size 1 at `axis` (of the result).
 template <Dtype T>
-Tensor<T> expand_dims(const Tensor<T>& x, int axis, std::source_location where = std::source_location::current());
+Tensor<T> expand_dims(const Tensor<T>& x, int axis, shard::source_location where = shard::source_location::current());
 /// Drops size-1 dims (all of them for Dims()); ShapeError for a listed dim of another size.
 template <Dtype T>
-Tensor<T> squeeze(const Tensor<T>& x, const Dims& dims = {}, std::source_location where = std::source_location::current());
+Tensor<T> squeeze(const Tensor<T>& x, const Dims& dims = {}, shard::source_location where = shard::source_location::current());
 /// numpy's broadcast_to (a copy).
 template <Dtype T>
-Tensor<T> broadcast_to(const Tensor<T>& x, const Shape& shape, std::source_location where = std::source_location::current());
+Tensor<T> broadcast_to(const Tensor<T>& x, const Shape& shape, shard::source_location where = shard::source_location::current());
 /// numpy's basic indexing: x[i], x[a:b:c, ...] (a copy).
 template <Dtype T>
-Tensor<T> slice(const Tensor<T>& x, const std::vector<Index>& index, std::source_location where = std::source_location::current());
+Tensor<T> slice(const Tensor<T>& x, const std::vector<Index>& index, shard::source_location where = shard::source_location::current());
 /// Joins along an existing `axis` (shapes must agree elsewhere).
 template <Dtype T>
-Tensor<T> concatenate(const std::vector<Tensor<T>>& xs, int axis = 0, std::source_location where = std::source_location::current());
+Tensor<T> concatenate(const std::vector<Tensor<T>>& xs, int axis = 0, shard::source_location where = shard::source_location::current());
 /// Joins along a new `axis` (all shapes equal).
 template <Dtype T>
-Tensor<T> stack(const std::vector<Tensor<T>>& xs, int axis = 0, std::source_location where = std::source_location::current());
+Tensor<T> stack(const std::vector<Tensor<T>>& xs, int axis = 0, shard::source_location where = shard::source_location::current());
 /// numpy's take: x.shape[:axis] + indices.shape + x.shape[axis+1:], elements x[.., idx, ..];
 /// negative indices count from the end; ShapeError naming the index when out of range.
 template <Dtype T, Dtype I>
-Tensor<T> take(const Tensor<T>& x, const Tensor<I>& indices, int axis = 0, std::source_location where = std::source_location::current());
+Tensor<T> take(const Tensor<T>& x, const Tensor<I>& indices, int axis = 0, shard::source_location where = shard::source_location::current());
 /// numpy's take_along_axis: indices of x's rank, broadcasting on the other dims.
 template <Dtype T, Dtype I>
-Tensor<T> take_along_axis(const Tensor<T>& x, const Tensor<I>& indices, int axis, std::source_location where = std::source_location::current());
+Tensor<T> take_along_axis(const Tensor<T>& x, const Tensor<I>& indices, int axis, shard::source_location where = shard::source_location::current());
 // ---------------------------------------------------------------- creation
 
 template <Dtype T>

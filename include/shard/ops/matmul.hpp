@@ -21,6 +21,7 @@
 /// layout uses the rules above (`matmul_by_rules`). `Algorithm` forces one (linalg.hpp,
 /// scalapack.hpp); a forced algorithm raises a clear error where its layout cannot run.
 
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/array/driver.hpp"
 #include "shard/array/reshard.hpp"
 #include "shard/array/sharded_array.hpp"
@@ -52,11 +53,11 @@ Algorithm choose_algorithm(const Shape& a_shape, const NamedSharding& a, const S
 template <typename T>
 ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const NamedSharding* out = nullptr,
                        Algorithm algorithm = Algorithm::kAuto,
-                       std::source_location where = std::source_location::current());
+                       shard::source_location where = shard::source_location::current());
 
 template <typename T>
 ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, Algorithm algorithm,
-                       std::source_location where = std::source_location::current()) {
+                       shard::source_location where = shard::source_location::current()) {
   return matmul(a, b, nullptr, algorithm, where);
 }
 

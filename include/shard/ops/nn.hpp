@@ -119,7 +119,7 @@ auto softmax(const X& x, int axis = -1) {
   using R = float_of_t<elem_t<X>>;
   const auto& xf = as_dtype<R>(x);
   if constexpr (detail::is_tensor_v<X>) {
-    return detail::bind_at(prim::Softmax{{}, axis}, std::source_location{}, xf);  // one pass a row
+    return detail::bind_at(prim::Softmax{{}, axis}, shard::source_location{}, xf);  // one pass a row
   } else {
     const auto e = exp(xf - max(xf, axis, true));
     return e / sum(e, axis, true);
@@ -200,7 +200,7 @@ auto standardize(const X& x, int axis = -1, double epsilon = 1e-5) {
   using R = float_of_t<elem_t<X>>;
   const auto& xf = as_dtype<R>(x);
   if constexpr (detail::is_tensor_v<X>) {
-    return detail::bind_at(prim::Standardize{{}, axis, epsilon}, std::source_location{},
+    return detail::bind_at(prim::Standardize{{}, axis, epsilon}, shard::source_location{},
                            xf);  // one pass a row
   } else {
     const auto centred = xf - mean(xf, axis, true);
@@ -283,7 +283,7 @@ auto dot_product_attention(const X& query, const Y& key, const Z& value, bool is
   const auto head = q.shape().empty() ? std::int64_t{0} : q.shape().back();
   const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head));
   if constexpr (detail::is_tensor_v<X>) {
-    return detail::bind_at(prim::Attention{{}, s, is_causal}, std::source_location{}, q, k, v);
+    return detail::bind_at(prim::Attention{{}, s, is_causal}, shard::source_location{}, q, k, v);
   } else {
     using A = std::decay_t<decltype(q)>;
     const auto& qs = q.shape();

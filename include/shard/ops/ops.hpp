@@ -28,6 +28,7 @@
 #include <source_location>
 #include <vector>
 
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/core/array_ops.hpp"
 #include "shard/array/reshard.hpp"
 #include "shard/array/sharded_array.hpp"
@@ -124,43 +125,43 @@ ShardedArray<std::int64_t> argmin(const ShardedArray<T>& a);
 /// Local: permutes the dims (reverses them when perm is empty); spec entries move with their
 /// dims, so no data moves between devices.
 template <Dtype T>
-ShardedArray<T> transpose(const ShardedArray<T>& a, std::vector<int> perm = {}, std::source_location where = std::source_location::current());
+ShardedArray<T> transpose(const ShardedArray<T>& a, std::vector<int> perm = {}, shard::source_location where = shard::source_location::current());
 /// The same elements in another shape (one dim may be -1). Local when each group of merged
 /// or split dims is sharded only on its major dim and the shards stay whole rows of the
 /// result (the major result dim of the group takes the axes); otherwise that group's dims are
 /// first gathered over their axes (only those dims: never the whole array unless the whole
 /// array is one group) and the group comes out replicated.
 template <Dtype T>
-ShardedArray<T> reshape(const ShardedArray<T>& a, Shape shape, std::source_location where = std::source_location::current());
+ShardedArray<T> reshape(const ShardedArray<T>& a, Shape shape, shard::source_location where = shard::source_location::current());
 /// Local: a new dim of size 1 (spec None there).
 template <Dtype T>
-ShardedArray<T> expand_dims(const ShardedArray<T>& a, int axis, std::source_location where = std::source_location::current());
+ShardedArray<T> expand_dims(const ShardedArray<T>& a, int axis, shard::source_location where = shard::source_location::current());
 /// Drops size-1 dims (all of them for Dims()); a sharded size-1 dim is gathered first.
 template <Dtype T>
-ShardedArray<T> squeeze(const ShardedArray<T>& a, const Dims& dims = {}, std::source_location where = std::source_location::current());
+ShardedArray<T> squeeze(const ShardedArray<T>& a, const Dims& dims = {}, shard::source_location where = shard::source_location::current());
 /// numpy's basic indexing: x[i] drops a dim, slices keep it. The result keeps the spec of the
 /// kept dims (an indexed dim's axes become replication); the devices that need elements they
 /// do not hold receive exactly those (one exchange of box intersections, none when the
 /// sliced dims are not sharded). Collective over all ranks when anything moves.
 template <Dtype T>
-ShardedArray<T> slice(const ShardedArray<T>& a, const std::vector<Index>& index, std::source_location where = std::source_location::current());
+ShardedArray<T> slice(const ShardedArray<T>& a, const std::vector<Index>& index, shard::source_location where = shard::source_location::current());
 /// Joins along an existing `axis`; the result takes the first array's sharding, and each
 /// device receives the parts of its box it does not hold.
 template <Dtype T>
-ShardedArray<T> concatenate(const std::vector<ShardedArray<T>>& xs, int axis = 0, std::source_location where = std::source_location::current());
+ShardedArray<T> concatenate(const std::vector<ShardedArray<T>>& xs, int axis = 0, shard::source_location where = shard::source_location::current());
 /// Joins along a new `axis` (spec None there).
 template <Dtype T>
-ShardedArray<T> stack(const std::vector<ShardedArray<T>>& xs, int axis = 0, std::source_location where = std::source_location::current());
+ShardedArray<T> stack(const std::vector<ShardedArray<T>>& xs, int axis = 0, shard::source_location where = shard::source_location::current());
 /// numpy's take along `axis` (embedding lookup, label gather): the result is sharded as
 /// x.spec[:axis] + indices' spec + x.spec[axis+1:] (indices lose axes x's other dims use).
 /// When x's `axis` dim is sharded (a vocabulary-parallel table), each device takes the rows
 /// it holds (zeros elsewhere) and one psum over those axes completes the rows.
 template <Dtype T, Dtype I>
-ShardedArray<T> take(const ShardedArray<T>& x, const ShardedArray<I>& indices, int axis = 0, std::source_location where = std::source_location::current());
+ShardedArray<T> take(const ShardedArray<T>& x, const ShardedArray<I>& indices, int axis = 0, shard::source_location where = shard::source_location::current());
 /// numpy's take_along_axis (indices of x's rank, lined up with x on the other dims). A sharded
 /// `axis` dim is handled like take's: masked local picks, one psum over its axes.
 template <Dtype T, Dtype I>
-ShardedArray<T> take_along_axis(const ShardedArray<T>& x, const ShardedArray<I>& indices, int axis, std::source_location where = std::source_location::current());
+ShardedArray<T> take_along_axis(const ShardedArray<T>& x, const ShardedArray<I>& indices, int axis, shard::source_location where = shard::source_location::current());
 
 // ---------------------------------------------------------------- products
 

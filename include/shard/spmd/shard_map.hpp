@@ -56,33 +56,33 @@ class DeviceContext {
   int local_index() const { return local_; }
 
   template <typename T>
-  Tensor<T> psum(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current());
+  Tensor<T> psum(Tensor<T> x, const Axes& axes, shard::source_location where = shard::source_location::current());
   /// The mean over the devices; integer and bool inputs give a floating result (float_of_t),
   /// as in JAX: the sum is exact, then divided.
   template <typename T>
   Tensor<float_of_t<T>> pmean(Tensor<T> x, const Axes& axes,
-                              std::source_location where = std::source_location::current());
+                              shard::source_location where = shard::source_location::current());
   /// pmax / pmin of bool arrays are a logical or / and.
   template <typename T>
-  Tensor<T> pmax(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current());
+  Tensor<T> pmax(Tensor<T> x, const Axes& axes, shard::source_location where = shard::source_location::current());
   template <typename T>
-  Tensor<T> pmin(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current());
+  Tensor<T> pmin(Tensor<T> x, const Axes& axes, shard::source_location where = shard::source_location::current());
 
   /// Scalar forms: psum(3.0, "a").
   template <Scalar S>
-  S psum(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  S psum(S x, const Axes& axes, shard::source_location where = shard::source_location::current()) {
     return static_cast<S>(psum(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where).flat(0));
   }
   template <Scalar S>
-  float_of_t<scalar_dtype_t<S>> pmean(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  float_of_t<scalar_dtype_t<S>> pmean(S x, const Axes& axes, shard::source_location where = shard::source_location::current()) {
     return pmean(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where).flat(0);
   }
   template <Scalar S>
-  S pmax(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  S pmax(S x, const Axes& axes, shard::source_location where = shard::source_location::current()) {
     return static_cast<S>(pmax(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where).flat(0));
   }
   template <Scalar S>
-  S pmin(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+  S pmin(S x, const Axes& axes, shard::source_location where = shard::source_location::current()) {
     return static_cast<S>(pmin(Tensor<scalar_dtype_t<S>>(Shape{}, static_cast<scalar_dtype_t<S>>(x)), axes, where).flat(0));
   }
 
@@ -91,37 +91,37 @@ class DeviceContext {
   /// lies (not copied first) and stays unchanged; an rvalue's buffer is released afterwards.
   template <typename T>
   Tensor<T> all_gather(Tensor<T>&& x, const Axes& axes, int dim = 0, bool tiled = false,
-                       std::source_location where = std::source_location::current());
+                       shard::source_location where = shard::source_location::current());
   template <typename T>
   Tensor<T> all_gather(const Tensor<T>& x, const Axes& axes, int dim = 0, bool tiled = false,
-                       std::source_location where = std::source_location::current());
+                       shard::source_location where = shard::source_location::current());
   /// jax.lax.all_gather_invariant: the same values as all_gather, but the result is invariant
   /// over `axes` (every device holds the same gathered array), so it may be returned under an
   /// out_spec that omits them; its transpose takes each device's own chunk (no communication).
   template <typename T>
   Tensor<T> all_gather_invariant(const Tensor<T>& x, const Axes& axes, int dim = 0, bool tiled = false,
-                                 std::source_location where = std::source_location::current());
+                                 shard::source_location where = shard::source_location::current());
   /// Untiled: x.shape[dim] == N, returns psum(x)[axis_index] along dim (dim removed);
   /// tiled: N divides x.shape[dim], returns this device's chunk of psum(x) (dim kept).
   template <typename T>
   Tensor<T> psum_scatter(Tensor<T> x, const Axes& axes, int dim = 0, bool tiled = false,
-                         std::source_location where = std::source_location::current());
+                         shard::source_location where = shard::source_location::current());
   /// Splits split_dim into N chunks, sends chunk j to device j, and concatenates (tiled) or
   /// stacks (untiled, x.shape[split_dim] == N) the received chunks along concat_dim.
   template <typename T>
   Tensor<T> all_to_all(Tensor<T>&& x, const Axes& axes, int split_dim, int concat_dim, bool tiled = false,
-                       std::source_location where = std::source_location::current());
+                       shard::source_location where = shard::source_location::current());
   template <typename T>
   Tensor<T> all_to_all(const Tensor<T>& x, const Axes& axes, int split_dim, int concat_dim, bool tiled = false,
-                       std::source_location where = std::source_location::current());
+                       shard::source_location where = shard::source_location::current());
   /// Sends x from axis index src to dst for each (src, dst) pair (no repeated src or dst);
   /// a device that is no one's destination gets zeros.
   template <typename T>
   Tensor<T> ppermute(Tensor<T>&& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
-                     std::source_location where = std::source_location::current());
+                     shard::source_location where = shard::source_location::current());
   template <typename T>
   Tensor<T> ppermute(const Tensor<T>& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
-                     std::source_location where = std::source_location::current());
+                     shard::source_location where = shard::source_location::current());
 
   /// Group-shared memory over `axes` (group_shared.hpp): the buffer `name` with `count`
   /// elements per device of the group. Collective over the group on first use (then cached);
@@ -136,7 +136,7 @@ class DeviceContext {
   detail::SharedWindow& shared_window(const Axes& axes, std::size_t bytes, const std::string& name);
 
   template <typename T>
-  Tensor<T> run(detail::CollectiveSpec spec, Tensor<T> x, const std::source_location& where);
+  Tensor<T> run(detail::CollectiveSpec spec, Tensor<T> x, const shard::source_location& where);
 
   std::shared_ptr<detail::SpmdState> state_;
   int local_;
@@ -152,52 +152,52 @@ DeviceContext& device_context();
 /// jax.lax's collectives as free functions of the enclosing body's context, so a body reads
 /// like JAX: `return x / psum(x, "p");`. Same semantics as the DeviceContext methods.
 template <Dtype T>
-Tensor<T> psum(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current()) {
+Tensor<T> psum(Tensor<T> x, const Axes& axes, shard::source_location where = shard::source_location::current()) {
   return device_context().psum(std::move(x), axes, where);
 }
 template <Dtype T>
-Tensor<float_of_t<T>> pmean(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current()) {
+Tensor<float_of_t<T>> pmean(Tensor<T> x, const Axes& axes, shard::source_location where = shard::source_location::current()) {
   return device_context().pmean(std::move(x), axes, where);
 }
 template <Dtype T>
-Tensor<T> pmax(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current()) {
+Tensor<T> pmax(Tensor<T> x, const Axes& axes, shard::source_location where = shard::source_location::current()) {
   return device_context().pmax(std::move(x), axes, where);
 }
 template <Dtype T>
-Tensor<T> pmin(Tensor<T> x, const Axes& axes, std::source_location where = std::source_location::current()) {
+Tensor<T> pmin(Tensor<T> x, const Axes& axes, shard::source_location where = shard::source_location::current()) {
   return device_context().pmin(std::move(x), axes, where);
 }
 template <Scalar S>
-S psum(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+S psum(S x, const Axes& axes, shard::source_location where = shard::source_location::current()) {
   return device_context().psum(x, axes, where);
 }
 template <Scalar S>
-float_of_t<scalar_dtype_t<S>> pmean(S x, const Axes& axes, std::source_location where = std::source_location::current()) {
+float_of_t<scalar_dtype_t<S>> pmean(S x, const Axes& axes, shard::source_location where = shard::source_location::current()) {
   return device_context().pmean(x, axes, where);
 }
 template <Dtype T>
 Tensor<T> all_gather(const Tensor<T>& x, const Axes& axes, int dim = 0, bool tiled = false,
-                     std::source_location where = std::source_location::current()) {
+                     shard::source_location where = shard::source_location::current()) {
   return device_context().all_gather(x, axes, dim, tiled, where);
 }
 template <Dtype T>
 Tensor<T> all_gather_invariant(const Tensor<T>& x, const Axes& axes, int dim = 0, bool tiled = false,
-                               std::source_location where = std::source_location::current()) {
+                               shard::source_location where = shard::source_location::current()) {
   return device_context().all_gather_invariant(x, axes, dim, tiled, where);
 }
 template <Dtype T>
 Tensor<T> psum_scatter(Tensor<T> x, const Axes& axes, int dim = 0, bool tiled = false,
-                       std::source_location where = std::source_location::current()) {
+                       shard::source_location where = shard::source_location::current()) {
   return device_context().psum_scatter(std::move(x), axes, dim, tiled, where);
 }
 template <Dtype T>
 Tensor<T> all_to_all(const Tensor<T>& x, const Axes& axes, int split_dim, int concat_dim, bool tiled = false,
-                     std::source_location where = std::source_location::current()) {
+                     shard::source_location where = shard::source_location::current()) {
   return device_context().all_to_all(x, axes, split_dim, concat_dim, tiled, where);
 }
 template <Dtype T>
 Tensor<T> ppermute(const Tensor<T>& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
-                   std::source_location where = std::source_location::current()) {
+                   shard::source_location where = shard::source_location::current()) {
   return device_context().ppermute(x, axes, std::move(perm), where);
 }
 /// jax.lax.axis_index / axis_size of the enclosing body.
@@ -245,7 +245,7 @@ namespace detail {
 /// Where a shard_map was called and what its arguments are ("float32(8, 6) P('a', None), block
 /// (4, 6)"): the line an error raised inside a body gets, with the device it ran on.
 struct BodySite {
-  std::source_location where;
+  shard::source_location where;
   std::vector<std::string> arguments;
 };
 std::exception_ptr run_bodies(const Mesh& mesh, const std::function<void(DeviceContext&)>& body,
@@ -409,7 +409,7 @@ template <std::size_t N, std::size_t M, typename F>
 class ShardMapped {
  public:
   ShardMapped(Mesh mesh, std::array<SpecTree, N> in, std::array<SpecTree, M> out, F f, ShardMapOptions options = {},
-              std::source_location where = std::source_location::current())
+              shard::source_location where = shard::source_location::current())
       : mesh_(std::move(mesh)),
         in_(std::move(in)),
         out_(std::move(out)),
@@ -589,7 +589,7 @@ class ShardMapped {
   std::array<SpecTree, M> out_;
   F f_;
   ShardMapOptions options_;
-  std::source_location where_;
+  shard::source_location where_;
 };
 
 /// jax.experimental.shard_map: `shard_map(mesh, {P("data"), P()}, {P()}, f)(x, w)` runs
@@ -604,34 +604,34 @@ class ShardMapped {
 /// Collective over all ranks; with k devices per rank the body runs on k threads.
 template <std::size_t N, std::size_t M, typename F>
 auto shard_map(const Mesh& mesh, const SpecTree (&in_specs)[N], const SpecTree (&out_specs)[M], F f,
-               ShardMapOptions options = {}, std::source_location where = std::source_location::current()) {
+               ShardMapOptions options = {}, shard::source_location where = shard::source_location::current()) {
   return ShardMapped<N, M, F>(mesh, std::to_array(in_specs), std::to_array(out_specs), std::move(f), options, where);
 }
 /// One in_spec (or one out_spec) may be given without braces.
 template <std::size_t M, typename F, std::same_as<PartitionSpec> S>
 auto shard_map(const Mesh& mesh, const S& in_spec, const SpecTree (&out_specs)[M], F f, ShardMapOptions options = {},
-               std::source_location where = std::source_location::current()) {
+               shard::source_location where = shard::source_location::current()) {
   return ShardMapped<1, M, F>(mesh, {SpecTree(in_spec)}, std::to_array(out_specs), std::move(f), options, where);
 }
 template <std::size_t N, typename F, std::same_as<PartitionSpec> S>
 auto shard_map(const Mesh& mesh, const SpecTree (&in_specs)[N], const S& out_spec, F f, ShardMapOptions options = {},
-               std::source_location where = std::source_location::current()) {
+               shard::source_location where = shard::source_location::current()) {
   return ShardMapped<N, 1, F>(mesh, std::to_array(in_specs), {SpecTree(out_spec)}, std::move(f), options, where);
 }
 template <typename F, std::same_as<PartitionSpec> S1, std::same_as<PartitionSpec> S2>
 auto shard_map(const Mesh& mesh, const S1& in_spec, const S2& out_spec, F f, ShardMapOptions options = {},
-               std::source_location where = std::source_location::current()) {
+               shard::source_location where = shard::source_location::current()) {
   return ShardMapped<1, 1, F>(mesh, {SpecTree(in_spec)}, {SpecTree(out_spec)}, std::move(f), options, where);
 }
 
 /// Collective over the mesh: sums an array over mesh axes its spec does not use (partial
 /// sums living on the replicas along those axes); the result keeps x's sharding.
 template <typename T>
-ShardedArray<T> psum(const ShardedArray<T>& x, const Axes& axes, std::source_location where = std::source_location::current());
+ShardedArray<T> psum(const ShardedArray<T>& x, const Axes& axes, shard::source_location where = shard::source_location::current());
 /// Collective over all ranks: replicates x along mesh axis `axis` (the spec loses that axis):
 /// one all_gather over the axis when it is the minor axis of its entry and the dims divide
 /// evenly, otherwise the reshard that moves only the missing pieces.
 template <typename T>
-ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis, std::source_location where = std::source_location::current());
+ShardedArray<T> all_gather(const ShardedArray<T>& x, const std::string& axis, shard::source_location where = shard::source_location::current());
 
 }  // namespace shard

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/core/tree.hpp"
 #include "shard/io/checkpoint.hpp"
 #include "shard/array/sharded_array.hpp"
@@ -111,20 +112,20 @@ class Optimizer {
   /// The state for `params`: zeros sharded like each parameter (and over the state axis).
   /// Local (no communication).
   template <typename T>
-  State<T> init(const std::vector<ShardedArray<T>>& params, std::source_location where = std::source_location::current()) const;
+  State<T> init(const std::vector<ShardedArray<T>>& params, shard::source_location where = shard::source_location::current()) const;
   /// One update of `params` in place from `grads`. Returns the gradients' global norm when
   /// clipping or with apply_if_finite (else 0). Collective over all ranks when clipping, with
   /// apply_if_finite or with a state axis.
   template <typename T>
   double update(std::vector<ShardedArray<T>>& params, const std::vector<ShardedArray<T>>& grads,
-                State<T>& state, std::source_location where = std::source_location::current()) const;
+                State<T>& state, shard::source_location where = shard::source_location::current()) const;
 
   /// The same for any parameter tree (shard/core/tree.hpp: one ShardedArray, a std::map of
   /// them, a SHARD_TREE struct, nested; all leaves of one dtype): the state's arrays follow the
   /// tree's leaves in its visiting order. update checks that `grads` has the structure of
   /// `params` (ValueError naming the first difference) and replaces the leaves in place.
   template <typename Tree>
-  auto init(const Tree& params, std::source_location where = std::source_location::current()) const {
+  auto init(const Tree& params, shard::source_location where = shard::source_location::current()) const {
     using A = tree_leaf_t<Tree>;
     if constexpr (!detail::is_sharded_v<A>) {
       static_assert(detail::is_sharded_v<A>,
@@ -137,7 +138,7 @@ class Optimizer {
   }
   template <typename Tree, typename S>
   double update(Tree& params, const Tree& grads, S& state,
-                std::source_location where = std::source_location::current()) const {
+                shard::source_location where = shard::source_location::current()) const {
     using A = tree_leaf_t<Tree>;
     if constexpr (!detail::is_sharded_v<A>) {
       static_assert(detail::is_sharded_v<A>,

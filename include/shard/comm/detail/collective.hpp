@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/core/array_ops.hpp"
 #include "shard/core/box.hpp"
 #include "shard/sharding/mesh.hpp"
@@ -59,14 +60,14 @@ CollectiveSpec ppermute_spec(const Mesh& mesh, const SpecEntry& axes, const Shap
 template <typename T>
 void execute_collective(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices,
                         std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs,
-                        const std::source_location& where = std::source_location::current());
+                        const shard::source_location& where = shard::source_location::current());
 
 /// The same for all_gather and all_to_all, which only read their inputs: the blocks are
 /// used in place (no copy of the caller's shards).
 template <typename T>
 void execute_gather_like(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices,
                          const std::vector<const Tensor<T>*>& ins, std::vector<Tensor<T>>& outs,
-                         const std::source_location& where = std::source_location::current());
+                         const shard::source_location& where = shard::source_location::current());
 
 /// A tiled all_gather over dim 0 in place: each block (spec.out_shape) holds its device's
 /// chunk (spec.in_shape) at the device's group position along dim 0, and receives the other
@@ -75,7 +76,7 @@ void execute_gather_like(const Mesh& mesh, const CollectiveSpec& spec, const std
 template <typename T>
 void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices,
                                  const std::vector<Tensor<T>*>& blocks,
-                                 const std::source_location& where = std::source_location::current());
+                                 const shard::source_location& where = shard::source_location::current());
 
 /// Where this rank may write its block (spec.in_shape) of the collective `spec` for its one
 /// device `devices` before calling execute_collective(spec) with that block, so that the
@@ -99,7 +100,7 @@ class PendingPsum;
 template <typename T>
 PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices,
                             std::vector<Tensor<T>>& blocks, std::int64_t r0, std::int64_t r1, bool bf16 = false,
-                            const std::source_location& where = std::source_location::current());
+                            const shard::source_location& where = shard::source_location::current());
 
 /// A psum started by start_psum_rows: wait() completes the transfers and hands the sum to every
 /// local member of each group.
@@ -125,7 +126,7 @@ class PendingPsum {
   template <typename T>
   friend PendingPsum start_psum_rows(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
                                      std::vector<Tensor<T>>&, std::int64_t, std::int64_t, bool,
-                                     const std::source_location&);
+                                     const shard::source_location&);
 
  public:
   struct State;  // collective_exec.cpp

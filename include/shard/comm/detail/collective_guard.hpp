@@ -161,7 +161,7 @@ void set_abort_grace_seconds(double seconds);
 /// Where a collective was called, for the consistency check's messages: the user's file:line
 /// (detail::user_call_site: `where` when it is in user code, else the innermost public call in
 /// progress), or "inside Shard" when no user call is in progress. Never a path of Shard's build.
-std::string call_site_text(const std::source_location& where);
+std::string call_site_text(const shard::source_location& where);
 
 }  // namespace detail
 }  // namespace shard

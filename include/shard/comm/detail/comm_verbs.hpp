@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/comm/detail/collective.hpp"
 #include "shard/comm/detail/mesh_comms.hpp"
 #include "shard/sharding/mesh.hpp"
@@ -29,7 +30,7 @@ namespace shard::detail {
 struct CommOp {
   std::string kind;  ///< CommStats kind and the first word of messages: "reshard", "gather", "cannon"
   std::string what;  ///< what it moves, e.g. "float64(8, 8) to NamedSharding(...)": fingerprinted
-  std::source_location where = std::source_location::current();
+  shard::source_location where = shard::source_location::current();
 };
 
 /// The Runtime's world as a group (ranks 0..n-1). Requires a Runtime.

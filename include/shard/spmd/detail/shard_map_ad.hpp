@@ -11,6 +11,7 @@
 
 #include "shard/array/sharded_array.hpp"
 #include "shard/core/detail/tape.hpp"
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/sharding/partition_spec.hpp"
 
 namespace shard::detail {
@@ -21,7 +22,7 @@ std::uint32_t spec_axes_mask(const Mesh& mesh, const PartitionSpec& spec);
 /// naming the shard_map's call site.
 [[noreturn]] void raise_output_varies(std::size_t j, const PartitionSpec& spec, std::uint32_t extra,
                                       const Mesh& mesh, bool differentiated,
-                                      const std::source_location& where);
+                                      const shard::source_location& where);
 
 /// The device tapes of a shard_map body (one per local device): each value there carries the
 /// mesh axes it varies over (JAX's vma), so an output whose out_spec omits an axis it varies
@@ -33,7 +34,7 @@ std::uint32_t spec_axes_mask(const Mesh& mesh, const PartitionSpec& spec);
 /// assembled into the arguments' cotangents (sharded as their in_specs, as in JAX). Without an
 /// outer tape (`outer` null) no node is made: the tapes only carry the vma forward.
 struct ShardMapAd final : NodeBase {
-  ShardMapAd(const Mesh& m, Tape* outer_tape, std::source_location call_site)
+  ShardMapAd(const Mesh& m, Tape* outer_tape, shard::source_location call_site)
       : NodeBase("shard_map"), mesh(m), outer(outer_tape), where(call_site) {
     const std::size_t n = m.local_device_ids().size();
     for (std::size_t li = 0; li < n; ++li) {
@@ -84,7 +85,7 @@ struct ShardMapAd final : NodeBase {
 
   Mesh mesh;
   Tape* outer;  ///< null: the forward vma check only
-  std::source_location where;
+  shard::source_location where;
   std::vector<std::unique_ptr<Tape>> tapes;
   std::vector<Arg> args;
   std::vector<std::vector<std::shared_ptr<NodeBase>>> leaves;  // [device][argument]
