@@ -63,6 +63,7 @@ bool is_user_file(const shard::source_location& where, std::string_view header) 
   if (where.line() == 0 || file.empty()) return false;
   const std::string_view headers = directory_of(header);  // <include>/shard/ as the caller's TU saw it
   if (!headers.empty() && file.starts_with(headers)) return false;
+  if (file.starts_with("/usr/include/") || file.starts_with("/usr/lib/")) return false;  // std::make_shared, emplace...
   return !in_library_build(file);
 }
 

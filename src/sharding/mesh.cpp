@@ -196,7 +196,8 @@ bool Mesh::operator==(const Mesh& other) const {
          state_->devices == other.state_->devices && state_->topology == other.state_->topology;
 }
 
-Mesh make_mesh(const std::vector<int>& shape, const std::vector<std::string>& axis_names) {
+Mesh make_mesh(const std::vector<int>& shape, const std::vector<std::string>& axis_names, shard::source_location where) {
+  const detail::CallScope scope("make_mesh", where);
   return make_mesh(shape, axis_names, Runtime::current().topology());
 }
 

@@ -6,7 +6,9 @@
 
 namespace shard {
 
-NamedSharding::NamedSharding(Mesh mesh, PartitionSpec spec) : mesh_(std::move(mesh)), spec_(std::move(spec)) {
+NamedSharding::NamedSharding(Mesh mesh, PartitionSpec spec, shard::source_location where)
+    : mesh_(std::move(mesh)), spec_(std::move(spec)) {
+  const detail::CallScope scope("NamedSharding", where);
   for (int dim = 0; dim < spec_.size(); ++dim) {
     std::vector<int> axes;
     for (const auto& name : spec_[dim].axes()) {

@@ -91,6 +91,15 @@ SHARD_MPI_TEST(CallSites, NamedOpsNameTheirLine) {
   expect_site<Error>([&] { (void)device_put(h, NamedSharding(mesh, P("a", None, None))); }, {here(line)});
   line = __LINE__ + 1;
   expect_site<Error>([&] { (void)psum(a, "a"); }, {here(line), "shard::psum"});
+  // The constructors a newcomer meets first.
+  line = __LINE__ + 1;
+  expect_site<ShardingError>([&] { (void)NamedSharding(mesh, P("model")); }, {here(line), "'model'"});
+  line = __LINE__ + 3;
+  expect_site<ShardingError>(
+      [&] {
+        (void)make_mesh({n + 1, 2}, {"a", "b"});
+      },
+      {here(line), "shard::make_mesh"});
 }
 
 SHARD_MPI_TEST(CallSites, BodyErrorsNameTheBodyTheDeviceAndTheGlobalShapes) {

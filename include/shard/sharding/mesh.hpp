@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "shard/core/device.hpp"
+#include "shard/error.hpp"  // shard::source_location
 
 namespace shard {
 
@@ -81,7 +82,8 @@ class Mesh {
 /// Collective over no one (metadata only): a mesh of all the Runtime's devices with the
 /// given shape, ordered so that the devices of one rank, then of one host, are contiguous
 /// and so sit on the minor (fastest varying) axes, like JAX's create_hybrid_device_mesh.
-Mesh make_mesh(const std::vector<int>& shape, const std::vector<std::string>& axis_names);
+Mesh make_mesh(const std::vector<int>& shape, const std::vector<std::string>& axis_names,
+               shard::source_location where = shard::source_location::current());
 /// The same on an explicit topology.
 Mesh make_mesh(const std::vector<int>& shape, const std::vector<std::string>& axis_names,
                const Topology& topology);

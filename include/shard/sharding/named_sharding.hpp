@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "shard/error.hpp"  // shard::source_location
 #include "shard/core/box.hpp"
 #include "shard/sharding/mesh.hpp"
 #include "shard/sharding/partition_spec.hpp"
@@ -17,7 +18,7 @@ class NamedSharding {
  public:
   /// Validates the spec against the mesh (unknown axis, axis used twice); throws
   /// ShardingError naming the rank, the spec and the mesh axes.
-  NamedSharding(Mesh mesh, PartitionSpec spec);
+  NamedSharding(Mesh mesh, PartitionSpec spec, shard::source_location where = shard::source_location::current());
   /// An empty sharding (an empty mesh): what a default-constructed ShardedArray holds.
   NamedSharding() = default;
 
