@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "check_on.hpp"
 #include "mpi_test.hpp"
 #include "shard/comm/detail/collective_guard.hpp"
 #include "shard/train/optim.hpp"
@@ -49,18 +50,6 @@ void expect_site(F&& fn, std::vector<std::string> needles) {
   EXPECT_EQ(what.find(".hpp:"), std::string::npos) << what;
   EXPECT_EQ(what.find("src/"), std::string::npos) << what;
 }
-
-class CheckOn {
- public:
-  CheckOn() : check_(detail::collective_check_on()), timeout_(detail::collective_timeout()) {
-    detail::set_collective_guard(true, timeout_);
-  }
-  ~CheckOn() { detail::set_collective_guard(check_, timeout_); }
-
- private:
-  bool check_;
-  double timeout_;
-};
 
 Mesh mesh_1d() { return make_mesh({runtime().device_count()}, {"a"}); }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "check_on.hpp"
 #include "mpi_test.hpp"
 #include "shard/comm/comm_stats.hpp"
 #include "shard/comm/detail/collective_guard.hpp"
@@ -15,19 +16,6 @@
 
 namespace shard::testing {
 namespace {
-
-/// Turns the check on for one test (every rank does the same), restoring the setting after.
-class CheckOn {
- public:
-  CheckOn() : check_(detail::collective_check_on()), timeout_(detail::collective_timeout()) {
-    detail::set_collective_guard(true, timeout_);
-  }
-  ~CheckOn() { detail::set_collective_guard(check_, timeout_); }
-
- private:
-  bool check_;
-  double timeout_;
-};
 
 int rank() { return runtime().process_index(); }
 
