@@ -9,6 +9,8 @@
 #   scripts.format            C++ files follow .clang-format (tests/check_format.sh)
 #   scripts.docs              README.md and docs/ keep true: links, named scripts and apps, the API
 #                             tables' shard:: names, the README's first program (tests/check_docs.sh)
+#   scripts.batching_rules    every primitive of the op table has a batching rule (vmap)
+#                             (tests/check_batching_rules.py)
 #   scripts.layers            includes point down the layers, no library file past 700 lines, no
 #                             build outputs tracked (tests/check_layers.sh)
 
@@ -59,6 +61,11 @@ set_tests_properties(scripts.dtype_list PROPERTIES TIMEOUT 30 LABELS scripts)
 # lines or a tracked build output fails (tests/check_layers.sh).
 add_test(NAME scripts.docs COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_docs.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(scripts.docs PROPERTIES TIMEOUT 60 LABELS scripts)
+
+# Every primitive of the op table has a batching rule (vmap): tests/check_batching_rules.py.
+add_test(NAME scripts.batching_rules COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_batching_rules.py
+                                              ${PROJECT_SOURCE_DIR})
+set_tests_properties(scripts.batching_rules PROPERTIES TIMEOUT 30 LABELS scripts)
 
 add_test(NAME scripts.layers COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_layers.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(scripts.layers PROPERTIES TIMEOUT 30 LABELS scripts)

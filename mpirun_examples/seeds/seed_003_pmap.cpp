@@ -1,5 +1,6 @@
-// Seed 003, "Parallel computing": the convolution example run through pmap (the vmap and jit
-// cells are left out: Shard has no vmap). Needs at least 3 devices, e.g. mpirun -n 3 seed_003_pmap.
+// Seed 003, "Parallel computing": the convolution example, written once for one example, batched
+// with vmap and run across devices with pmap (the jit cell is left out: Shard has no jit yet).
+// Needs at least 3 devices, e.g. mpirun -n 3 seed_003_pmap.
 
 #include <cstdio>
 
@@ -22,6 +23,9 @@ int main(int argc, char** argv) {
     // xs = jnp.stack([x, x, x]); ws = jnp.stack([w, w, w])
     const Tensor<std::int32_t> xs = stack<std::int32_t>({x, x, x});
     const Tensor<float> ws = stack<float>({w, w, w});
+    // vconvolve = jax.vmap(convolve); vconvolve(xs, ws)
+    const auto vconvolve = vmap(convolve);
+    print(vconvolve(xs, ws));
     // jax.pmap(convolve)(xs, ws)
     print(pmap(convolve)(xs, ws));
     return 0;

@@ -3,6 +3,11 @@
 
 #include "shard/array/driver.hpp"
 
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <string>
+
 #include "array/plan_cache.hpp"
 #include "shard/error.hpp"
 
@@ -85,6 +90,30 @@ CollectiveSpec closing_spec(const SpecEntry& axes, ReduceKind op, const NamedSha
   Shape block = out.shard_shape(out_shape);
   for (const auto& a : axes.axes()) block[scatter_dim] *= out.mesh().axis_size(a);
   return psum_scatter_spec(out.mesh(), axes, block, scatter_dim, true);
+}
+
+void raise_escaped_batch(const char* op) {
+  raise<ValueError>("vmap: ", op,
+                    ": an operand is a batched value of a vmap that has returned (it escaped the vmapped "
+                    "function: stored in a variable outside it, or captured by a lambda that outlives it); "
+                    "return it from the function instead, and vmap gives it back with its batch dim");
+}
+
+void raise_no_batch_rule(const char* op) {
+  raise<ValueError>("vmap: the primitive '", op,
+                    "' has no batching rule; give it a batch() member (ops/batching.hpp), or pass "
+                    "VmapOptions{.loop_fallback = true} to run it as a loop over the examples");
+}
+
+void note_loop_fallback(const char* op, std::int64_t size) {
+  static std::mutex mutex;
+  static std::set<std::string> told;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (!told.insert(op).second) return;
+  std::fprintf(
+      stderr,
+      "vmap: '%s' has no batching rule: running it as a loop over the %lld examples (loop_fallback)\n", op,
+      static_cast<long long>(size));
 }
 
 }  // namespace shard::detail

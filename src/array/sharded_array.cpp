@@ -155,6 +155,12 @@ struct ToHost : Primitive {
       return cotangents<ShardedArray<T>>(device_put(ct, s));
     };
   }
+  /// Batching: the physical array to the host, the batch dim where it was.
+  template <typename T>
+  BatchOut<Tensor<T>> batch(const shard::source_location& where, std::int64_t,
+                            const BatchArg<ShardedArray<T>>& a) const {
+    return {detail::bind_at(ToHost{}, where, a.x), a.bdim};
+  }
 };
 
 }  // namespace

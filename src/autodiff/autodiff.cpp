@@ -7,12 +7,8 @@
 
 namespace shard::detail {
 
-namespace {
-std::atomic<std::uint64_t> g_next_tape{1};
-}  // namespace
-
 Tape::Tape(bool device_view, std::uint64_t parent)
-    : id_(g_next_tape.fetch_add(1, std::memory_order_relaxed)), parent_(parent), device_view_(device_view) {}
+    : id_(next_transform_id()), parent_(parent), device_view_(device_view) {}
 
 void Tape::backward(bool keep) {
   Pause pause;

@@ -187,7 +187,8 @@ KernelVjp<X, X> Unary::vjp(const VjpNeed&, const X& out, const X& x) const {
     case UnaryOp::kGelu:
       return with_x([](const X& ct, const X& x) {
         if constexpr (detail::is_tensor_v<X>) {
-          if (!detail::traced(ct, x)) return detail::gelu_vjp(x, ct);  // one pass
+          if (!detail::traced(ct, x) && !ct.batch() && !x.batch())
+            return detail::gelu_vjp(x, ct);  // one pass
         }
         return ct * unary(x, UnaryOp::kGeluGrad);
       });

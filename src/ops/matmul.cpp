@@ -105,7 +105,8 @@ Cotangents<X> matmul_cotangents(const X& ct, const VjpNeed& need, const std::opt
   X c2 = ct.alias();
   if (a1) c2 = expand_dims(c2, c2.ndim() - (b1 ? 0 : 1));
   if (b1) c2 = expand_dims(c2, -1);
-  if (!a1 && !b1 && as.size() == 2 && bs.size() == 2) {  // the common case: no transpose copies
+  const bool batched = ct.batch() || (ak && ak->batch()) || (bk && bk->batch());  // vmap: ops that batch
+  if (!a1 && !b1 && as.size() == 2 && bs.size() == 2 && !batched) {  // the common case: no transpose copies
     if constexpr (detail::is_sharded_v<X>) {
       // Each product lands where its input's node keeps the cotangent; a parameter's gradient
       // leaves its psum over the contracting axes running behind the backward pass where it can.

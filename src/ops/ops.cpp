@@ -68,6 +68,12 @@ struct Uncommitted : Primitive {
       return cotangents<Tensor<T>>(shards.empty() ? Tensor<T>(shape, T(0)) : shards.front().data.alias());
     };
   }
+  /// Batching: the physical tensor lifted (its memory shared), the batch dim where it was.
+  template <Dtype T>
+  BatchOut<ShardedArray<T>> batch(const shard::source_location& where, std::int64_t,
+                                  const BatchArg<Tensor<T>>& a) const {
+    return {bind_at(Uncommitted{{}, mesh, true}, where, a.x), a.bdim};
+  }
 };
 
 }  // namespace

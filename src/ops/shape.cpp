@@ -30,10 +30,19 @@ KernelVjp<X, X> BroadcastTo::vjp(const VjpNeed&, const X&, const X& x) const {
   return [s = x.shape()](const X& ct, const VjpNeed&) { return cotangents<X>(detail::unbroadcast(ct, s)); };
 }
 
+/// The sharding a node keeps of a ShardedArray primal (null for a Tensor).
+template <typename X>
+const NamedSharding* sharding_of(const detail::NodeMeta<X>& m) {
+  if constexpr (detail::is_sharded_v<X>)
+    return &m.sharding;
+  else
+    return nullptr;
+}
+
 template <ArrayLike X>
 KernelVjp<X, X> SliceOp::vjp(const VjpNeed&, const X&, const X& x) const {
   return [xm = detail::NodeMeta<X>(x), index = index](const X& ct, const VjpNeed&) {
-    return cotangents<X>(detail::slice_transpose(ct, xm, index));
+    return cotangents<X>(detail::bind_at(SliceTranspose{{}, xm.shape, sharding_of(xm), index}, {}, ct));
   };
 }
 
@@ -75,8 +84,8 @@ template <ArrayLike X, ArrayLike I>
 KernelVjp<X, X> Take::vjp(const VjpNeed&, const X&, const X& x, const I& indices) const {
   return [xm = detail::NodeMeta<X>(x), ik = detail::keep(indices), axis = axis, along = along](
              const X& ct, const VjpNeed&) {
-    return cotangents<X>(along ? detail::take_along_axis_transpose(ct, ik, xm, axis)
-                               : detail::take_transpose(ct, ik, xm, axis));
+    return cotangents<X>(
+        detail::bind_at(TakeTranspose{{}, xm.shape, sharding_of(xm), axis, along}, {}, ct, ik));
   };
 }
 

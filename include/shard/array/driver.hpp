@@ -14,6 +14,7 @@
 ///
 /// The Tensor view is the same with one block and no plan.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -187,6 +188,74 @@ using bind_result_t = typename decltype(bind_result_of<P, X...>())::type;
 template <typename P, ArrayLike... X>
 bind_result_t<P, X...> bind_at(const P& p, const shard::source_location& where, const X&... xs);
 
+// vmap's step: the primitive's batching rule (a member batch(), ops/batching.hpp) on the physical
+// arrays of the operands batched at `level`.
+/// The logical shape and sharding of a batched value made from `physical`.
+template <typename X>
+X make_batched(X physical, int bdim, std::uint64_t level) {
+  if (bdim < 0) return physical;
+  Shape shape = physical.shape();
+  shape.erase(shape.begin() + bdim);
+  if constexpr (is_tensor_v<X>) {
+    return X::batched_value(std::move(shape), std::make_shared<Batched<X>>(level, bdim, std::move(physical)));
+  } else {
+    std::vector<SpecEntry> entries = physical.spec().entries();
+    if (bdim < static_cast<int>(entries.size())) entries.erase(entries.begin() + bdim);
+    NamedSharding sharding(physical.mesh(), PartitionSpec(std::move(entries)));
+    const bool committed = physical.committed();
+    return X::batched_value(std::move(shape), std::move(sharding), committed,
+                            std::make_shared<Batched<X>>(level, bdim, std::move(physical)));
+  }
+}
+
+template <typename P, typename... A>
+concept HasBatchRule = requires(const P& p, const shard::source_location& w, std::int64_t n, const A&... a) {
+  p.batch(w, n, a...);
+};
+
+/// ValueError: a batched value reached an op after its vmap returned.
+[[noreturn]] void raise_escaped_batch(const char* op);
+/// NotImplementedError-like ValueError: the primitive has no batching rule.
+[[noreturn]] void raise_no_batch_rule(const char* op);
+/// Says once per primitive name on stderr that a loop runs instead of a batching rule.
+void note_loop_fallback(const char* op, std::int64_t size);
+
+/// The loop over the examples for a primitive without a batching rule (ops/batching.hpp).
+template <typename P, typename... A>
+auto batch_by_loop(const P& p, const shard::source_location& where, std::int64_t size, const A&... a);
+
+/// x as an operand of a batching rule at `level`.
+template <typename X>
+BatchArg<X> batch_arg(const X& x, std::uint64_t level) {
+  int bdim = -1;
+  const X& phys = physical_at(x, level, bdim);
+  return BatchArg<X>{phys, bdim};
+}
+
+template <typename P, ArrayLike... X>
+bind_result_t<P, X...> batch_primitive(const P& p, const shard::source_location& where, std::uint64_t level,
+                                       const X&... xs) {
+  const BatchFrame* frame = batch_frame(level);
+  if (!frame) raise_escaped_batch(p.name());
+  const std::int64_t size = frame->size;
+  if constexpr (HasBatchRule<P, BatchArg<X>...>) {
+    auto out = p.batch(where, size, batch_arg(xs, level)...);
+    return make_batched(std::move(out.value), out.bdim, level);
+  } else {
+    if (!frame->loop_fallback) raise_no_batch_rule(p.name());
+    auto out = batch_by_loop(p, where, size, batch_arg(xs, level)...);
+    return make_batched(std::move(out.value), out.bdim, level);
+  }
+}
+
+template <typename P, ArrayLike X>
+X batch_list_primitive(const P& p, const shard::source_location& where, std::uint64_t level,
+                       const std::vector<X>& xs);
+/// forward_vjp of a primitive on batched operands under a tape (vmap(grad(f))): the batched
+/// primitive's forward_vjp on the physical arrays, its VJP mapping batched cotangents.
+template <typename P, ArrayLike... X>
+auto batch_forward_vjp(const P& p, const VjpNeed& need, std::uint64_t level, const X&... xs);
+
 /// The record step of a one-operand primitive whose result has another dtype (astype): the
 /// operand is the differentiable one when both dtypes are floating.
 template <typename P, ArrayLike X>
@@ -257,8 +326,12 @@ bind_result_t<P, X...> record_same(Tape& tape, const P& p, const shard::source_l
         if (differentiable_on(*ins[i], tape)) need.bits |= std::uint64_t{1} << i;
       if constexpr (HasForwardVjp<P, X...>) {
         // A kernel that keeps what its VJP reads as it runs (softmax's output, attention's
-        // probabilities): the result and the VJP from one call.
-        auto [out, vjp] = paused([&] { return p.forward_vjp(need, xs...); });
+        // probabilities): the result and the VJP from one call (batched inside vmap).
+        auto [out, vjp] = paused([&] {
+          if (const std::uint64_t level = top_batch_level(xs...))
+            return batch_forward_vjp(p, need, level, xs...);
+          return p.forward_vjp(need, xs...);
+        });
         return record_vjp<Out, Out>(tape, p.name(), std::move(out), inputs, std::move(vjp), vma, 0,
                                     linear_local_of<P>());
       } else if constexpr (HasVjp<P, Out, X...>) {
@@ -366,11 +439,22 @@ void check_not_empty(const X& x, const char* op) {
                         "array); assign one before using it");
 }
 
+/// The primitives bound on this thread so far (each bind, also those a batching rule or a VJP
+/// makes): what the tests compare between a vmapped program at two batch sizes.
+inline thread_local std::uint64_t t_bind_calls = 0;
+inline std::uint64_t bind_calls() { return t_bind_calls; }
+
 template <typename P, ArrayLike... X>
 bind_result_t<P, X...> bind_at(const P& p, const shard::source_location& where, const X&... xs) {
   static_assert(std::is_base_of_v<Primitive, P>, "shard::bind: a primitive derives from shard::Primitive");
+  ++t_bind_calls;
   (check_not_empty(xs, p.name()), ...);
-  if (Tape* tape = recording_tape_for(xs...)) return record_primitive(*tape, p, where, xs...);
+  Tape* tape = recording_tape_for(xs...);
+  // The innermost transformation handles the op first: a vmap level newer than the tape (or no
+  // tape) batches it; a tape newer than every batch level records it (vmap(grad(f))).
+  if (const std::uint64_t level = top_batch_level(xs...); level && (!tape || tape->id() < level))
+    return batch_primitive(p, where, level, xs...);
+  if (tape) return record_primitive(*tape, p, where, xs...);
   if constexpr (MovesAcross<P, X...>) {
     return p.across(xs...);
   } else if constexpr ((is_tensor_v<X> && ...)) {
@@ -388,8 +472,13 @@ bind_result_t<P, X...> bind_at(const P& p, const shard::source_location& where, 
 template <typename P, ArrayLike X>
 X bind_list_at(const P& p, const shard::source_location& where, const std::vector<X>& xs) {
   static_assert(std::is_base_of_v<Primitive, P>, "shard::bind: a primitive derives from shard::Primitive");
+  ++t_bind_calls;
   if (xs.empty()) raise<ValueError>(located(p.name(), where), ": need at least one array");
-  if (Tape* tape = recording_tape_for_list(xs)) {
+  std::uint64_t level = 0;
+  for (const auto& x : xs) level = std::max(level, top_batch_level(x));
+  Tape* list_tape = recording_tape_for_list(xs);
+  if (level && (!list_tape || list_tape->id() < level)) return batch_list_primitive(p, where, level, xs);
+  if (Tape* tape = list_tape) {
     X out = paused([&] { return bind_list_at(p, where, xs); });
     std::vector<const X*> ins;
     ins.reserve(xs.size());

@@ -3,6 +3,7 @@
 /// or another mesh over those devices in any shape or order), moving the fewest bytes (JAX's
 /// with_sharding_constraint / device_put of a committed array).
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <source_location>
@@ -81,6 +82,27 @@ struct Reshard : Primitive {
   template <typename X>
   detail::KernelVjp<X, X> vjp(const VjpNeed&, const X&, const X&) const {
     return [](const X& ct, const VjpNeed&) { return cotangents<X>(ct.alias()); };
+  }
+  /// Batching: `to` for the example's dims; the batch dim keeps its own sharding (a mesh axis
+  /// the batch is split over: vmap's spmd_axis_name) unless `to` uses that axis.
+  template <Dtype T>
+  BatchOut<Tensor<T>> batch(const shard::source_location&, std::int64_t, const BatchArg<Tensor<T>>& a) const {
+    return {a.x.alias(), a.bdim};
+  }
+  template <Dtype T>
+  BatchOut<ShardedArray<T>> batch(const shard::source_location& where, std::int64_t,
+                                  const BatchArg<ShardedArray<T>>& a) const {
+    std::vector<SpecEntry> e = to->spec().entries();
+    if (static_cast<int>(e.size()) < a.bdim) e.resize(static_cast<std::size_t>(a.bdim));
+    SpecEntry keep;
+    if (a.bdim < a.x.spec().size() && to->mesh() == a.x.mesh()) {
+      keep = a.x.spec()[a.bdim];
+      const auto used = to->spec().axes();
+      for (const auto& ax : keep.axes())
+        if (std::find(used.begin(), used.end(), ax) != used.end()) keep = SpecEntry();
+    }
+    e.insert(e.begin() + a.bdim, keep);
+    return {reshard(a.x, NamedSharding(to->mesh(), PartitionSpec(std::move(e))), where), a.bdim};
   }
 };
 

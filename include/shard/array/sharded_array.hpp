@@ -15,6 +15,7 @@
 #include "shard/core/array_methods.hpp"
 #include "shard/core/box.hpp"
 #include "shard/core/detail/ad_value.hpp"
+#include "shard/core/detail/batch.hpp"
 #include "shard/core/dtype.hpp"
 #include "shard/core/index.hpp"
 #include "shard/sharding/named_sharding.hpp"
@@ -67,6 +68,20 @@ class ShardedArray : public detail::ArrayMethods<ShardedArray, T> {
   /// Autodiff's record of this array (null unless a tape tracks it; autodiff.hpp).
   const std::shared_ptr<detail::AdValue>& ad() const { return ad_; }
   void set_ad(std::shared_ptr<detail::AdValue> ad) { ad_ = std::move(ad); }
+  /// vmap's record of this array (null unless it is a batched value inside vmap:
+  /// core/detail/batch.hpp). A batched value reports its per-example shape and sharding and
+  /// holds no shards.
+  const std::shared_ptr<const detail::BatchBase>& batch() const { return batch_; }
+  /// A batched value of per-example shape and sharding (vmap's internals).
+  static ShardedArray batched_value(Shape shape, NamedSharding sharding, bool committed,
+                                    std::shared_ptr<const detail::BatchBase> record) {
+    ShardedArray a;
+    a.shape_ = std::move(shape);
+    a.sharding_ = std::move(sharding);
+    a.committed_ = committed;
+    a.batch_ = std::move(record);
+    return a;
+  }
 
   /// numpy's x[i] (the first dim dropped) and x[{i, Slice(a, b), ...}]: sharded results,
   /// collective over all ranks when elements move (ops.hpp's slice()).
@@ -75,8 +90,16 @@ class ShardedArray : public detail::ArrayMethods<ShardedArray, T> {
 
   /// The shards of this process's devices (JAX's addressable_shards), in mesh order; a
   /// device whose box is empty has a zero-size shard.
-  const std::vector<Shard<T>>& addressable_shards() const { return shards_; }
-  std::vector<Shard<T>>& addressable_shards() { return shards_; }
+  const std::vector<Shard<T>>& addressable_shards() const {
+    if (batch_) [[unlikely]]
+      detail::raise_batched_access("addressable_shards()");
+    return shards_;
+  }
+  std::vector<Shard<T>>& addressable_shards() {
+    if (batch_) [[unlikely]]
+      detail::raise_batched_access("addressable_shards()");
+    return shards_;
+  }
   /// The shard of a local device; throws ValueError if the device is not local or not in the mesh.
   const Shard<T>& shard_of(int device_id) const;
   Shard<T>& shard_of(int device_id);
@@ -97,7 +120,7 @@ class ShardedArray : public detail::ArrayMethods<ShardedArray, T> {
  private:
   struct AliasTag {};
   ShardedArray(const ShardedArray& o, AliasTag)
-      : shape_(o.shape_), sharding_(o.sharding_), committed_(o.committed_), ad_(o.ad_) {
+      : shape_(o.shape_), sharding_(o.sharding_), committed_(o.committed_), ad_(o.ad_), batch_(o.batch_) {
     shards_.reserve(o.shards_.size());
     for (const auto& s : o.shards_) shards_.push_back(Shard<T>{s.device, s.box, s.data.alias()});
   }
@@ -107,6 +130,7 @@ class ShardedArray : public detail::ArrayMethods<ShardedArray, T> {
   std::vector<Shard<T>> shards_;
   bool committed_ = true;
   std::shared_ptr<detail::AdValue> ad_;
+  std::shared_ptr<const detail::BatchBase> batch_;
 };
 
 /// Collective over all ranks (a metadata check only): every local device copies its box of

@@ -49,8 +49,13 @@
 ///     Tensor view then skips the rule's check);
 ///   - `static constexpr bool linear_local`: a linear op without communication (the transpose
 ///     of pvary passes through its node).
-/// Room for what the next transformations add: a batching rule (vmap) and a fusion class (jit)
-/// are members of the same struct.
+///   - `batch(where, size, args...)`: the batching rule (vmap; ops/batching.hpp): each argument a
+///     `BatchArg<X>` (the operand's physical array and its batch dim, -1 when not batched), the
+///     result a `BatchOut<X>` (the physical result and its batch dim), written with ops on the
+///     physical arrays; `batch_list(where, rank, xs)` for a list primitive (every operand with the
+///     batch dim first). Every primitive of the library has one (tests/check_batching_rules.py);
+///     without one a primitive raises under vmap, or runs as a loop when the vmap asks for it.
+/// Room for what jit adds: a fusion class is a member of the same struct.
 
 #include <cstdint>
 #include <source_location>

@@ -21,6 +21,7 @@
 #include "shard/core/array_methods.hpp"
 #include "shard/core/box.hpp"
 #include "shard/core/detail/ad_value.hpp"
+#include "shard/core/detail/batch.hpp"
 #include "shard/core/detail/tape.hpp"
 #include "shard/core/dtype.hpp"
 #include "shard/core/index.hpp"
@@ -106,6 +107,7 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
     t.size_ = size_;
     t.data_ = data_;
     t.ad_ = ad_;
+    t.batch_ = batch_;
     if (!data_) return t;
     if (!owned_ && !shared_) {  // a borrow stays a borrow: the caller keeps that memory alive
       t.owned_ = false;
@@ -117,7 +119,11 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
     return t;
   }
 
-  Tensor(const Tensor& other) : shape_(other.shape_), ad_(other.ad_) {
+  Tensor(const Tensor& other) : shape_(other.shape_), ad_(other.ad_), batch_(other.batch_) {
+    if (batch_) {  // a batched value (vmap) holds no elements: its record is shared
+      size_ = other.size_;
+      return;
+    }
     allocate();
     if (size_) std::memcpy(data_, other.data_, bytes());
   }
@@ -127,7 +133,8 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
         data_(std::exchange(other.data_, nullptr)),
         owned_(std::exchange(other.owned_, true)),
         shared_(std::move(other.shared_)),
-        ad_(std::move(other.ad_)) {
+        ad_(std::move(other.ad_)),
+        batch_(std::move(other.batch_)) {
     other.shape_ = Shape{0};
   }
   Tensor& operator=(const Tensor& other) {
@@ -143,6 +150,7 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
       owned_ = std::exchange(other.owned_, true);
       shared_ = std::move(other.shared_);
       ad_ = std::move(other.ad_);
+      batch_ = std::move(other.batch_);
     }
     return *this;
   }
@@ -151,6 +159,17 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
   /// Autodiff's record of this tensor (null unless a tape tracks it; autodiff.hpp).
   const std::shared_ptr<detail::AdValue>& ad() const { return ad_; }
   void set_ad(std::shared_ptr<detail::AdValue> ad) { ad_ = std::move(ad); }
+  /// vmap's record of this tensor (null unless it is a batched value inside vmap:
+  /// core/detail/batch.hpp). A batched value reports its per-example shape and has no elements.
+  const std::shared_ptr<const detail::BatchBase>& batch() const { return batch_; }
+  /// A batched value of per-example shape `shape` (vmap's internals: core/detail/batch.hpp).
+  static Tensor batched_value(Shape shape, std::shared_ptr<const detail::BatchBase> record) {
+    Tensor t;
+    t.shape_ = std::move(shape);
+    t.size_ = num_elements(t.shape_);
+    t.batch_ = std::move(record);
+    return t;
+  }
 
   const Shape& shape() const { return shape_; }
   int rank() const { return static_cast<int>(shape_.size()); }
@@ -161,15 +180,22 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
   std::size_t bytes() const { return static_cast<std::size_t>(size_) * sizeof(T); }
   bool empty() const { return size_ == 0; }
 
-  T* data() { return data_; }
-  const T* data() const { return data_; }
-  T* begin() { return data_; }
-  T* end() { return data_ + size_; }
-  const T* begin() const { return data_; }
-  const T* end() const { return data_ + size_; }
+  /// The elements (row-major). ValueError for a batched value inside vmap (it has none).
+  T* data() {
+    check_elements("data()");
+    return data_;
+  }
+  const T* data() const {
+    check_elements("data()");
+    return data_;
+  }
+  T* begin() { return data(); }
+  T* end() { return data() + size_; }
+  const T* begin() const { return data(); }
+  const T* end() const { return data() + size_; }
   /// The element at a flat row-major position (numpy's x.flat[i]; a block's raw access).
-  T& flat(std::int64_t i) { return data_[i]; }
-  const T& flat(std::int64_t i) const { return data_[i]; }
+  T& flat(std::int64_t i) { return data()[i]; }
+  const T& flat(std::int64_t i) const { return data()[i]; }
   /// numpy's x[i]: row i, the first dim dropped (a new tensor, as ShardedArray's x[i]).
   Tensor operator[](std::int64_t i) const;
   /// numpy's basic indexing, x[{1, Slice(2, 5)}]: a new tensor (tensor_ops.hpp's slice()).
@@ -177,23 +203,23 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
   /// The one element of a size-1 tensor (numpy's item()); ShapeError otherwise.
   T item() const {
     if (size_ != 1) detail::tensor_shape_error(Shape{}, shape_, "Tensor::item (needs exactly one element)");
-    return data_[0];
+    return data()[0];
   }
 
   /// Element at a multi-index (one index per dim; none for 0-d).
   template <typename... I>
   T& operator()(I... idx) {
-    return data_[offset_of({static_cast<std::int64_t>(idx)...})];
+    return data()[offset_of({static_cast<std::int64_t>(idx)...})];
   }
   template <typename... I>
   const T& operator()(I... idx) const {
-    return data_[offset_of({static_cast<std::int64_t>(idx)...})];
+    return data()[offset_of({static_cast<std::int64_t>(idx)...})];
   }
 
   /// The sub-block `box` (coordinates relative to this tensor) as a new tensor.
   Tensor slice(const Box& box) const {
     Tensor out(box.extent);
-    copy_box(data_, shape_, Shape(shape_.size(), 0), out.data_, box.extent, box.offset, box, sizeof(T));
+    copy_box(data(), shape_, Shape(shape_.size(), 0), out.data_, box.extent, box.offset, box, sizeof(T));
     return out;
   }
 
@@ -201,7 +227,7 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
   /// autodiff records a tensor it tracks, this is reshape() (recorded).
   Tensor reshaped(Shape shape) && {
     if (num_elements(shape) != size_) detail::tensor_shape_error(shape_, shape, "Tensor::reshaped");
-    if (detail::traced(*this)) return shard::reshape(static_cast<const Tensor&>(*this), std::move(shape));
+    if (batch_ || detail::traced(*this)) return shard::reshape(static_cast<const Tensor&>(*this), std::move(shape));
     Tensor out(std::move(*this));
     out.shape_ = std::move(shape);
     out.ad_.reset();
@@ -209,7 +235,7 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
   }
   /// A reshaped copy (inside a differentiated function shard::reshape shares the memory).
   Tensor reshaped(Shape shape) const& {
-    if (detail::traced(*this)) return shard::reshape(*this, std::move(shape));
+    if (batch_ || detail::traced(*this)) return shard::reshape(*this, std::move(shape));
     return Tensor(*this).reshaped(std::move(shape));
   }
 
@@ -227,10 +253,14 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
 
   /// Same shape and bit-identical elements.
   bool operator==(const Tensor& other) const {
-    return shape_ == other.shape_ && (size_ == 0 || std::memcmp(data_, other.data_, bytes()) == 0);
+    return shape_ == other.shape_ && (size_ == 0 || std::memcmp(data(), other.data(), bytes()) == 0);
   }
 
  private:
+  void check_elements(const char* what) const {
+    if (batch_) [[unlikely]]
+      detail::raise_batched_access(what);
+  }
   std::int64_t offset_of(std::initializer_list<std::int64_t> idx) const {
     if (idx.size() != shape_.size()) detail::tensor_index_error(shape_, idx.size());
     std::int64_t off = 0;
@@ -248,6 +278,7 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
     data_ = nullptr;
     size_ = 0;
     owned_ = true;
+    batch_.reset();
   }
 
   Shape shape_;
@@ -256,6 +287,7 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
   bool owned_ = true;
   mutable std::shared_ptr<detail::SharedBuffer> shared_;  // set once the storage is aliased
   std::shared_ptr<detail::AdValue> ad_;
+  std::shared_ptr<const detail::BatchBase> batch_;
 };
 
 }  // namespace shard

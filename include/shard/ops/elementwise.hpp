@@ -4,7 +4,8 @@
 /// by side; `shard::binary`, `unary`, `compare`, `where` and `axpy` of both views bind them
 /// (array/driver.hpp). Their sharding rule is numpy broadcasting, "...,...->...": the result
 /// follows the first committed operand with the result's shape, the others line up with it
-/// (ops.hpp documents the rule).
+/// (ops.hpp documents the rule). Their batching rule is the same broadcasting with the batch dim
+/// first (detail::batch_elementwise, ops/batching.hpp).
 
 #include <optional>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "shard/core/array_ops.hpp"
 #include "shard/core/primitive.hpp"
 #include "shard/core/tensor_ops.hpp"
+#include "shard/ops/batching.hpp"
 
 namespace shard {
 
@@ -60,6 +62,10 @@ struct Binary : Primitive {
   static constexpr bool kernel_validates = true;
   const char* name() const { return detail::binary_op_name(op); }
   static const FactorRule& rule() { return detail::elementwise_rule(2); }
+  template <typename... A>
+  auto batch(const shard::source_location& where, std::int64_t, const A&... a) const {
+    return detail::batch_elementwise(*this, where, a...);
+  }
   template <Dtype T>
   Tensor<T> kernel(const Tensor<T>& a, const Tensor<T>& b) const {
     return detail::binary_kernel(a, b, op);
@@ -77,6 +83,10 @@ struct BinaryScalar : Primitive {
   static constexpr bool kernel_validates = true;
   const char* name() const { return detail::binary_op_name(op); }
   static const FactorRule& rule() { return detail::elementwise_rule(1); }
+  template <typename... A>
+  auto batch(const shard::source_location& where, std::int64_t, const A&... a) const {
+    return detail::batch_elementwise(*this, where, a...);
+  }
   Tensor<S> kernel(const Tensor<S>& a) const { return detail::binary_kernel(a, s, op, scalar_first); }
   template <ArrayLike X>
   KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& a) const;
@@ -87,6 +97,10 @@ struct Compare : Primitive {
   static constexpr bool kernel_validates = true;
   const char* name() const { return "compare"; }
   static const FactorRule& rule() { return detail::elementwise_rule(2); }
+  template <typename... A>
+  auto batch(const shard::source_location& where, std::int64_t, const A&... a) const {
+    return detail::batch_elementwise(*this, where, a...);
+  }
   template <Dtype T>
   Tensor<bool> kernel(const Tensor<T>& a, const Tensor<T>& b) const {
     return detail::compare_kernel(a, b, op);
@@ -101,6 +115,10 @@ struct CompareScalar : Primitive {
   static constexpr bool kernel_validates = true;
   const char* name() const { return "compare"; }
   static const FactorRule& rule() { return detail::elementwise_rule(1); }
+  template <typename... A>
+  auto batch(const shard::source_location& where, std::int64_t, const A&... a) const {
+    return detail::batch_elementwise(*this, where, a...);
+  }
   Tensor<bool> kernel(const Tensor<S>& a) const { return detail::compare_kernel(a, s, op, scalar_first); }
 };
 
@@ -109,6 +127,10 @@ struct Unary : Primitive {
   static constexpr bool kernel_validates = true;
   const char* name() const { return detail::unary_op_name(op); }
   static const FactorRule& rule() { return detail::elementwise_rule(1); }
+  template <typename... A>
+  auto batch(const shard::source_location& where, std::int64_t, const A&... a) const {
+    return detail::batch_elementwise(*this, where, a...);
+  }
   template <Dtype T>
   Tensor<T> kernel(const Tensor<T>& x) const {
     return detail::unary_kernel(x, op);
@@ -123,6 +145,10 @@ struct Where : Primitive {
   static constexpr bool kernel_validates = true;
   const char* name() const { return "where"; }
   static const FactorRule& rule() { return detail::elementwise_rule(3); }
+  template <typename... A>
+  auto batch(const shard::source_location& where, std::int64_t, const A&... a) const {
+    return detail::batch_elementwise(*this, where, a...);
+  }
   template <Dtype T>
   Tensor<T> kernel(const Tensor<T>& a, const Tensor<T>& b, const Tensor<bool>& cond) const {
     return detail::where_kernel(cond, a, b);
@@ -137,6 +163,10 @@ struct Astype : Primitive {
   static constexpr bool kernel_validates = true;
   const char* name() const { return "astype"; }
   static const FactorRule& rule() { return detail::elementwise_rule(1); }
+  template <typename... A>
+  auto batch(const shard::source_location& where, std::int64_t, const A&... a) const {
+    return detail::batch_elementwise(*this, where, a...);
+  }
   template <Dtype T>
   Tensor<U> kernel(const Tensor<T>& x) const {
     return detail::astype_kernel<U>(x);
@@ -154,6 +184,10 @@ struct Axpy : Primitive {
   static constexpr bool kernel_validates = true;
   const char* name() const { return "axpy"; }
   static const FactorRule& rule() { return detail::elementwise_rule(2); }
+  template <typename... A>
+  auto batch(const shard::source_location& where, std::int64_t, const A&... a) const {
+    return detail::batch_elementwise(*this, where, a...);
+  }
   Tensor<S> kernel(const Tensor<S>& x, const Tensor<S>& y) const;
   template <ArrayLike X>
   KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& x, const X& y) const;

@@ -25,6 +25,7 @@
 #include "shard/array/driver.hpp"
 #include "shard/array/reshard.hpp"
 #include "shard/array/sharded_array.hpp"
+#include "shard/ops/batching.hpp"
 #include "shard/core/primitive.hpp"
 #include "shard/core/tensor_ops.hpp"
 #include "shard/linalg/algorithm.hpp"
@@ -82,6 +83,48 @@ struct Matmul : Primitive {
   ShardedArray<T> sharded(const ShardedArray<T>& a, const ShardedArray<T>& b) const;
   template <ArrayLike X>
   KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& a, const X& b) const;
+  /// Batching: the batch dim becomes a leading batch dim of the product. An unbatched right
+  /// operand stays as it is (A[.., M, K] @ B[K, N]); an unbatched left one is moved right by
+  /// transposing (a @ b_n = (b_n^T @ a^T)^T); otherwise both operands are brought to the same
+  /// leading dims (the batch first, the examples' leading dims broadcast). A batched vector is a
+  /// one-row (one-column) matrix whose dim is dropped after.
+  template <ArrayLike X>
+  BatchOut<X> batch(const shard::source_location& where, std::int64_t size, const BatchArg<X>& a,
+                    const BatchArg<X>& b) const {
+    const Matmul plain{{}, nullptr, algorithm};
+    if (!b.batched() && b.rank() <= 2)  // (N, k) @ (k, n) is every example's (k) @ (k, n): one gemm
+      return {detail::bind_at(plain, where, detail::batch_first(a), b.x), 0};
+    if (!a.batched() && a.rank() <= 2) {
+      X B = detail::batch_first(b);
+      if (b.rank() == 1) B = expand_dims(B, 2, where);   // (N, k, 1)
+      X bt = swapaxes(B, -1, -2);                        // (N, ..., n, k)
+      X at = a.rank() == 1 ? reshape(a.x, Shape{a.x.shape()[0], 1}, where) : swapaxes(a.x, -1, -2);
+      X out = swapaxes(detail::bind_at(plain, where, bt, at), -1, -2);  // (N, ..., m, n)
+      if (a.rank() == 1) out = squeeze(out, Dims(-2), where);
+      if (b.rank() == 1) out = squeeze(out, Dims(-1), where);
+      return {std::move(out), 0};
+    }
+    // Both with leading dims: (N, *lead, m, k) @ (N, *lead, k, n).
+    Shape ea = a.shape(), eb = b.shape();
+    const bool va = ea.size() == 1, vb = eb.size() == 1;
+    if (va) ea.insert(ea.begin(), 1);
+    if (vb) eb.push_back(1);
+    const Shape lead = broadcast_shapes(Shape(ea.begin(), ea.end() - 2), Shape(eb.begin(), eb.end() - 2));
+    auto full = [&](const BatchArg<X>& v, const Shape& e) {
+      Shape target{size};
+      target.insert(target.end(), lead.begin(), lead.end());
+      target.insert(target.end(), e.end() - 2, e.end());
+      Shape padded(target.size() - e.size(), 1);
+      if (v.batched()) padded[0] = size;
+      padded.insert(padded.end(), e.begin(), e.end());
+      X x = reshape(detail::batch_first(v), padded, where);
+      return x.shape() == target ? x : detail::broadcast_like_shape(x, target);
+    };
+    X out = detail::bind_at(plain, where, full(a, ea), full(b, eb));
+    if (vb) out = squeeze(out, Dims(-1), where);
+    if (va) out = squeeze(out, Dims(vb ? -1 : -2), where);
+    return {std::move(out), 0};
+  }
 };
 
 /// numpy's vdot: the sum of the products of two arrays' elements (any shapes of one size; a
@@ -97,6 +140,15 @@ struct Vdot : Primitive {
   ShardedArray<T> sharded(const ShardedArray<T>& a, const ShardedArray<T>& b) const;
   template <ArrayLike X>
   KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& a, const X& b) const;
+  /// Batching: each example flattened, the products summed along the flattened dim.
+  template <ArrayLike X>
+  BatchOut<X> batch(const shard::source_location& where, std::int64_t size, const BatchArg<X>& a,
+                    const BatchArg<X>& b) const {
+    auto flat = [&](const BatchArg<X>& v) {
+      return v.batched() ? reshape(detail::batch_first(v), Shape{size, -1}, where) : reshape(v.x, Shape{-1}, where);
+    };
+    return {reduce(binary(flat(a), flat(b), BinaryOp::kMul), ReduceKind::kSum, Dims(-1), false), 0};
+  }
 };
 
 }  // namespace prim

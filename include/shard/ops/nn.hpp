@@ -22,6 +22,7 @@
 #include "shard/core/tensor_ops.hpp"
 #include "shard/core/trace.hpp"
 #include "shard/error.hpp"
+#include "shard/ops/batching.hpp"
 
 namespace shard {
 
@@ -48,6 +49,12 @@ struct Softmax : Primitive {
     };
     return {std::move(y), std::move(vjp)};
   }
+  /// Batching: the same primitive along the axis past the batch dim.
+  Softmax batched(int rank) const { return Softmax{{}, detail::past_batch(axis, rank, name())}; }
+  template <typename... A>
+  auto batch(const shard::source_location& where, std::int64_t size, const A&... a) const {
+    return detail::batch_shifted(*this, where, size, a...);
+  }
 };
 
 /// (x - mean) / sqrt(var + epsilon) along `axis`; its VJP reads the result and 1/std.
@@ -71,6 +78,13 @@ struct Standardize : Primitive {
     };
     return {std::move(y), std::move(vjp)};
   }
+  Standardize batched(int rank) const {
+    return Standardize{{}, detail::past_batch(axis, rank, name()), epsilon};
+  }
+  template <typename... A>
+  auto batch(const shard::source_location& where, std::int64_t size, const A&... a) const {
+    return detail::batch_shifted(*this, where, size, a...);
+  }
 };
 
 /// dot_product_attention on (B, T, N, H) blocks; its VJP reads the operands and the
@@ -78,16 +92,35 @@ struct Standardize : Primitive {
 struct Attention : Primitive {
   double scale;
   bool causal;
+  /// Leading dims merged into B first (a batched attention under vmap: (N, B, T, N, H)).
+  int lead = 0;
   static constexpr bool kernel_validates = true;
   const char* name() const { return "dot_product_attention"; }
   template <Dtype T>
   Tensor<T> kernel(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v) const {
+    if (lead) return unmerge(bare().kernel(merged(q), merged(k), merged(v)), q.shape());
     return detail::fused_attention(q, k, v, scale, causal);
   }
   template <Dtype T>
-  std::pair<Tensor<T>, KernelVjp<Tensor<T>, Tensor<T>>> forward_vjp(const VjpNeed&, const Tensor<T>& q,
+  std::pair<Tensor<T>, KernelVjp<Tensor<T>, Tensor<T>>> forward_vjp(const VjpNeed& need, const Tensor<T>& q,
                                                                     const Tensor<T>& k,
                                                                     const Tensor<T>& v) const {
+    if (lead) {
+      auto [out, vjp] = bare().forward_vjp(need, merged(q), merged(k), merged(v));
+      KernelVjp<Tensor<T>, Tensor<T>> outer = [vjp = std::move(vjp), this_ = *this, qs = q.shape(),
+                                               ks = k.shape(),
+                                               vs = v.shape()](const Tensor<T>& ct, const VjpNeed& n) {
+        Cotangents<Tensor<T>> c = vjp(this_.merged(ct), n);
+        const Shape* shapes[3] = {&qs, &ks, &vs};
+        for (std::size_t i = 0; i < c.size() && i < 3; ++i)
+          if (c[i]) {
+            Tensor<T> u = this_.unmerge(std::move(*c[i]), *shapes[i]);
+            c[i] = std::move(u);
+          }
+        return c;
+      };
+      return {unmerge(std::move(out), q.shape()), std::move(outer)};
+    }
     Tensor<T> probs;
     Tensor<T> out = detail::fused_attention(q, k, v, scale, causal, &probs);
     KernelVjp<Tensor<T>, Tensor<T>> vjp = [qk = detail::keep(q), kk = detail::keep(k), vk = detail::keep(v),
@@ -97,6 +130,34 @@ struct Attention : Primitive {
       return cotangents<Tensor<T>>(std::move(dq), std::move(dk), std::move(dv));
     };
     return {std::move(out), std::move(vjp)};
+  }
+  /// Batching: (T, N, H) examples make the batch B; (B, T, N, H) examples have it merged into B
+  /// (the kernel's blocks are (B, T, N, H)).
+  Attention batched(int rank) const { return Attention{{}, scale, causal, rank == 3 ? lead : lead + 1}; }
+  template <typename... A>
+  auto batch(const shard::source_location& where, std::int64_t size, const A&... a) const {
+    return detail::batch_shifted(*this, where, size, a...);
+  }
+
+ private:
+  Attention bare() const { return Attention{{}, scale, causal, 0}; }
+  /// x with its first lead + 1 dims merged (a copy-free reshape of a contiguous block).
+  template <Dtype T>
+  Tensor<T> merged(const Tensor<T>& x) const {
+    if (x.ndim() < lead + 4)
+      raise<ShapeError>("dot_product_attention: operands are (B, T, N, H) per example; got shape ",
+                        to_string(x.shape()));
+    Shape s(x.shape().begin() + lead, x.shape().end());
+    for (int d = 0; d < lead; ++d) s[0] *= x.shape()[d];
+    return reshape(x, s);
+  }
+  /// y (merged B) with the leading dims of `like` back.
+  template <Dtype T>
+  Tensor<T> unmerge(Tensor<T> y, const Shape& like) const {
+    Shape s(like.begin(), like.begin() + lead);
+    s.insert(s.end(), y.shape().begin(), y.shape().end());
+    s[lead] = like[lead];
+    return std::move(y).reshaped(s);
   }
 };
 

@@ -20,6 +20,7 @@
 #include "shard/core/array_ops.hpp"
 #include "shard/core/primitive.hpp"
 #include "shard/core/tensor_ops.hpp"
+#include "shard/ops/batching.hpp"
 #include "shard/ops/elementwise.hpp"
 #include "shard/ops/ops.hpp"
 
@@ -75,6 +76,15 @@ struct Reduce : Primitive {
   Tensor<T> finalize(const Tensor<Partial>& combined) const;
   template <ArrayLike X>
   KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& x) const;
+  /// Batching: the same reduction of the physical array over the dims past the batch dim.
+  template <ArrayLike X>
+  BatchOut<X> batch(const shard::source_location&, std::int64_t, const BatchArg<X>& a) const {
+    X x = detail::batch_first(a);
+    if (dims.empty()) return {std::move(x), 0};  // a 0-d operand: nothing to reduce
+    std::vector<int> d;
+    for (int k : dims) d.push_back(k + 1);
+    return {reduce(x, kind, Dims(d), keepdims), 0};
+  }
 };
 
 /// Inclusive prefix sums along `axis` (from the end when reverse). Its rule is the identity;
@@ -95,6 +105,10 @@ struct PrefixSum : Primitive {
       return cotangents<X>(prefix_sum(ct, axis, !reverse));
     };
   }
+  template <ArrayLike X>
+  BatchOut<X> batch(const shard::source_location&, std::int64_t, const BatchArg<X>& a) const {
+    return {prefix_sum(detail::batch_first(a), detail::past_batch(axis, a.rank(), "cumsum"), reverse), 0};
+  }
 };
 
 /// argmax / argmin along `axis` (numpy's: the first extreme; nan counts as the extreme), int64,
@@ -113,6 +127,13 @@ struct ArgReduce : Primitive {
     return detail::arg_reduce_kernel(x, axis, keepdims, want_max);
   }
   ShardedArray<std::int64_t> sharded(const ShardedArray<T>& x) const;
+  template <ArrayLike X>
+  BatchOut<rebind_t<X, std::int64_t>> batch(const shard::source_location&, std::int64_t,
+                                            const BatchArg<X>& a) const {
+    const int ax = detail::past_batch(axis, a.rank(), name());
+    X x = detail::batch_first(a);
+    return {want_max ? argmax(x, ax, keepdims) : argmin(x, ax, keepdims), 0};
+  }
 };
 
 }  // namespace prim

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "shard/array/detail/node_meta.hpp"
 #include "shard/array/driver.hpp"
 #include "shard/array/sharded_array.hpp"
 #include "shard/core/index.hpp"
@@ -17,6 +18,7 @@
 #include "shard/core/tensor.hpp"
 #include "shard/core/tensor_ops.hpp"
 #include "shard/core/trace.hpp"
+#include "shard/ops/batching.hpp"
 
 namespace shard {
 
@@ -90,6 +92,13 @@ struct Reshape : ReshapeLike<Reshape> {
   ShardedArray<T> sharded(const ShardedArray<T>& x) const {
     return detail::reshape_sharded(x, shape);
   }
+  /// Batching: each example reshaped, the batch dim kept first.
+  template <ArrayLike X>
+  BatchOut<X> batch(const shard::source_location& where, std::int64_t size, const BatchArg<X>& a) const {
+    Shape to = result_shape(a.shape());
+    to.insert(to.begin(), size);
+    return {reshape(detail::batch_first(a), to, where), 0};
+  }
 };
 
 struct ExpandDims : ReshapeLike<ExpandDims> {
@@ -100,6 +109,10 @@ struct ExpandDims : ReshapeLike<ExpandDims> {
   ShardedArray<T> sharded(const ShardedArray<T>& x) const {
     return detail::expand_dims_sharded(x, axis);
   }
+  template <ArrayLike X>
+  BatchOut<X> batch(const shard::source_location& where, std::int64_t, const BatchArg<X>& a) const {
+    return {expand_dims(detail::batch_first(a), detail::past_batch(axis, a.rank() + 1, name()), where), 0};
+  }
 };
 
 struct Squeeze : ReshapeLike<Squeeze> {
@@ -109,6 +122,21 @@ struct Squeeze : ReshapeLike<Squeeze> {
   template <Dtype T>
   ShardedArray<T> sharded(const ShardedArray<T>& x) const {
     return detail::squeeze_sharded(x, dims);
+  }
+  /// Batching: the example's dims named explicitly (Dims() would also drop a batch of 1).
+  template <ArrayLike X>
+  BatchOut<X> batch(const shard::source_location& where, std::int64_t, const BatchArg<X>& a) const {
+    const Shape s = a.shape();
+    std::vector<int> d;
+    if (dims.is_all()) {
+      for (int k = 0; k < static_cast<int>(s.size()); ++k)
+        if (s[k] == 1) d.push_back(k + 1);
+    } else {
+      for (int k : dims.resolve(static_cast<int>(s.size()), name())) d.push_back(k + 1);
+    }
+    X x = detail::batch_first(a);
+    if (d.empty()) return {std::move(x), 0};
+    return {squeeze(x, Dims(d), where), 0};
   }
 };
 
@@ -128,6 +156,19 @@ struct Transpose : Primitive {
   }
   template <ArrayLike X>
   KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& x) const;
+  /// Batching: the batch dim stays where it is; the example's dims are permuted around it.
+  template <ArrayLike X>
+  BatchOut<X> batch(const shard::source_location& where, std::int64_t, const BatchArg<X>& a) const {
+    const int r = a.rank();
+    std::vector<int> p(perm);
+    if (p.empty())
+      for (int k = r - 1; k >= 0; --k) p.push_back(k);
+    if (static_cast<int>(p.size()) != r)
+      raise<ShapeError>(located(name(), where), ": perm has ", p.size(), " entries for an array of rank ", r);
+    std::vector<int> full{0};
+    for (int k : p) full.push_back(resolve_dim(k, r, name()) + 1);
+    return {transpose(detail::batch_first(a), full, where), 0};
+  }
 };
 
 /// numpy's broadcast_to (Tensors): the cotangent summed back to x's shape.
@@ -141,6 +182,12 @@ struct BroadcastTo : Primitive {
   }
   template <ArrayLike X>
   KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& x) const;
+  template <ArrayLike X>
+  BatchOut<X> batch(const shard::source_location& where, std::int64_t size, const BatchArg<X>& a) const {
+    Shape to = shape;
+    to.insert(to.begin(), size);
+    return {broadcast_to(detail::batch_first_rank(a, static_cast<int>(shape.size())), to, where), 0};
+  }
 };
 
 /// numpy's basic indexing: the cotangent placed at the slice, zeros elsewhere.
@@ -158,6 +205,13 @@ struct SliceOp : Primitive {
   }
   template <ArrayLike X>
   KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& x) const;
+  /// Batching: the whole batch dim, then the example's index.
+  template <ArrayLike X>
+  BatchOut<X> batch(const shard::source_location& where, std::int64_t, const BatchArg<X>& a) const {
+    std::vector<Index> full{Slice()};
+    full.insert(full.end(), index.begin(), index.end());
+    return {slice(detail::batch_first(a), full, where), 0};
+  }
 };
 
 /// Joins a list along an existing axis: each operand's cotangent is its slice of the result's.
@@ -174,6 +228,11 @@ struct Concatenate : Primitive {
   }
   template <ArrayLike X>
   KernelVjp<X, X> vjp(const X& out, const std::vector<X>& xs) const;
+  /// Batching: every operand with the batch dim first (ops/batching.hpp), joined past it.
+  template <ArrayLike X>
+  X batch_list(const shard::source_location& where, int rank, const std::vector<X>& xs) const {
+    return concatenate(xs, detail::past_batch(axis, rank, name()), where);
+  }
 };
 
 /// Joins a list along a new axis: each operand's cotangent is its index of the result's.
@@ -190,6 +249,10 @@ struct Stack : Primitive {
   }
   template <ArrayLike X>
   KernelVjp<X, X> vjp(const X& out, const std::vector<X>& xs) const;
+  template <ArrayLike X>
+  X batch_list(const shard::source_location& where, int rank, const std::vector<X>& xs) const {
+    return stack(xs, detail::past_batch(axis, rank + 1, name()), where);
+  }
 };
 
 /// numpy's take (along = false) and take_along_axis (along = true), operands (x, indices): the
@@ -209,6 +272,84 @@ struct Take : Primitive {
   }
   template <ArrayLike X, ArrayLike I>
   KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& x, const I& indices) const;
+  /// Batching (ops/batching.hpp's take_batch): an unbatched table indexed by batched indices is
+  /// one take (the batch dim lands at `axis`); batched tables shift `axis` past the batch dim,
+  /// and with batched indices too the table's batch is merged into `axis` with offsets.
+  template <ArrayLike X, ArrayLike I>
+  BatchOut<X> batch(const shard::source_location& where, std::int64_t size, const BatchArg<X>& x,
+                    const BatchArg<I>& indices) const {
+    return detail::take_batch(*this, where, size, x, indices);
+  }
+};
+
+/// The transpose of slice (SliceOp's VJP): ct placed at `index` of an array of `shape` (and,
+/// for ShardedArrays, `sharding`), zeros elsewhere. A primitive, so a VJP under vmap batches.
+struct SliceTranspose : Primitive {
+  Shape shape;
+  const NamedSharding* sharding = nullptr;
+  std::vector<Index> index;
+  static constexpr bool kernel_validates = true;
+  const char* name() const { return "slice_transpose"; }
+  template <Dtype T>
+  Tensor<T> kernel(const Tensor<T>& ct) const {
+    return detail::slice_transpose(ct, detail::NodeMeta<Tensor<T>>(shape), index);
+  }
+  template <Dtype T>
+  ShardedArray<T> sharded(const ShardedArray<T>& ct) const {
+    return detail::slice_transpose(ct, detail::NodeMeta<ShardedArray<T>>(shape, *sharding), index);
+  }
+  template <ArrayLike X>
+  KernelVjp<X, X> vjp(const VjpNeed&, const X&, const X&) const {
+    return [index = index](const X& c, const VjpNeed&) { return cotangents<X>(slice(c, index)); };
+  }
+  /// Batching: the batch dim first, then the example's index.
+  template <ArrayLike X>
+  BatchOut<X> batch(const shard::source_location& where, std::int64_t size, const BatchArg<X>& ct) const {
+    Shape s = shape;
+    s.insert(s.begin(), size);
+    std::vector<Index> full{Slice()};
+    full.insert(full.end(), index.begin(), index.end());
+    if constexpr (detail::is_sharded_v<X>) {
+      const NamedSharding sh = detail::with_batch_entry(*sharding);
+      return {detail::bind_at(SliceTranspose{{}, s, &sh, full}, where, detail::batch_first(ct)), 0};
+    } else {
+      return {detail::bind_at(SliceTranspose{{}, s, nullptr, full}, where, detail::batch_first(ct)), 0};
+    }
+  }
+};
+
+/// The transpose of take / take_along_axis (Take's VJP) for an operand of `shape` (and
+/// `sharding`): ct's rows scatter-added back. Operands (ct, indices).
+struct TakeTranspose : Primitive {
+  Shape shape;
+  const NamedSharding* sharding = nullptr;
+  int axis;
+  bool along;
+  static constexpr bool kernel_validates = true;
+  const char* name() const { return along ? "take_along_axis_transpose" : "take_transpose"; }
+  template <Dtype T, Dtype I>
+  Tensor<T> kernel(const Tensor<T>& ct, const Tensor<I>& indices) const {
+    const detail::NodeMeta<Tensor<T>> m(shape);
+    return along ? detail::take_along_axis_transpose(ct, indices, m, axis)
+                 : detail::take_transpose(ct, indices, m, axis);
+  }
+  template <Dtype T, Dtype I>
+  ShardedArray<T> sharded(const ShardedArray<T>& ct, const ShardedArray<I>& indices) const {
+    const detail::NodeMeta<ShardedArray<T>> m(shape, *sharding);
+    return along ? detail::take_along_axis_transpose(ct, indices, m, axis)
+                 : detail::take_transpose(ct, indices, m, axis);
+  }
+  template <ArrayLike X, ArrayLike I>
+  KernelVjp<X, X> vjp(const VjpNeed&, const X&, const X&, const I& indices) const {
+    return [ik = detail::keep(indices), axis = axis, along = along](const X& c, const VjpNeed&) {
+      return cotangents<X>(along ? take_along_axis(c, ik, axis) : take(c, ik, axis));
+    };
+  }
+  template <ArrayLike X, ArrayLike I>
+  BatchOut<X> batch(const shard::source_location& where, std::int64_t size, const BatchArg<X>& ct,
+                    const BatchArg<I>& indices) const {
+    return detail::take_transpose_batch(*this, where, size, ct, indices);
+  }
 };
 
 }  // namespace prim

@@ -12,6 +12,7 @@ namespace shard::detail {
 template <Dtype T>
 struct NodeMeta<ShardedArray<T>> {
   explicit NodeMeta(const ShardedArray<T>& x) : shape(x.shape()), sharding(x.sharding()) {}
+  NodeMeta(Shape s, NamedSharding sh) : shape(std::move(s)), sharding(std::move(sh)) {}
   Shape shape;
   NamedSharding sharding;
 };

@@ -210,6 +210,10 @@ Tensor<T> keep(const Tensor<T>& x) {
 template <Dtype T>
 ShardedArray<T> keep(const ShardedArray<T>& x) {
   ShardedArray<T> out = x.alias();
+  if (out.batch()) {  // a batched value (vmap) shares its record
+    out.set_ad(nullptr);
+    return out;
+  }
   for (auto& s : out.addressable_shards())
     if (!s.data.owns_memory() && s.data.size() > 0) s.data = Tensor<T>(s.data);
   out.set_ad(nullptr);
