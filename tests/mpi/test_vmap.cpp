@@ -168,8 +168,22 @@ void for_each_program(V&& v) {
     [](const auto& q, const auto& k) { return dot_product_attention(q, k, k * 0.5f, true); });
 }
 
-/// The in_axes combinations of a program with n operands.
+/// The in_axes combinations of a program with n operands: a fixed sample in the default tier,
+/// every combination of 0, 1, -1 and None (not all None) in the slow tier (SHARD_FULL_MATRIX=1).
 std::vector<std::vector<BatchAxis>> in_axes_for(std::size_t n) {
+  if (shard::testing::full_matrix()) {
+    const std::vector<BatchAxis> each{0, 1, -1, None};
+    std::vector<std::vector<BatchAxis>> all;
+    if (n == 1) {
+      for (const auto& a : each)
+        if (!a.is_none()) all.push_back({a});
+      return all;
+    }
+    for (const auto& a : each)
+      for (const auto& b : each)
+        if (!a.is_none() || !b.is_none()) all.push_back({a, b});
+    return all;
+  }
   if (n == 1) return {{0}, {1}, {-1}};
   return {{0, 0}, {1, -1}, {None, 0}, {0, None}, {-1, 1}};
 }
@@ -209,6 +223,7 @@ void run_program_sharded(const Program& p, const F& f, const Mesh& mesh, std::mt
           device_put(host, NamedSharding(mesh, shard::testing::random_spec(mesh, host.ndim(), rng))));
     }
     check_vmap(p.name, f, in, BatchAxis(0), size, 2e-5, args[I]...);
+    if (shard::testing::full_matrix()) check_vmap(p.name, f, in, BatchAxis(-1), size, 2e-5, args[I]...);
   }
 }
 
@@ -442,6 +457,31 @@ SHARD_MPI_TEST(Vmap, InsideShardMapWithMeshCollectives) {
       for (std::int64_t e = 0; e < 12; ++e) want.flat((2 * b + j) * 12 + e) = row.flat(e);
     }
   expect_close(host_double(out), want, 1e-5, "vmap inside shard_map");
+}
+
+SHARD_MPI_TEST(Vmap, OutputsDoNotShareTheInputsMemory) {
+  Tensor<float> xs = random_tensor<float>({4, 6}, 51);
+  const Tensor<float> same = vmap([](const Tensor<float>& x) { return x; })(xs);
+  const Tensor<float> reshaped = vmap([](const Tensor<float>& x) { return reshape(x, Shape{2, 3}); })(xs);
+  const Tensor<float> before = Tensor<float>(xs);
+  xs.flat(0) = 100.f;  // a write through the input's elements
+  EXPECT_EQ(same, before);
+  EXPECT_EQ(reshaped.flat(0), before.flat(0));
+}
+
+SHARD_MPI_TEST(Vmap, PerExampleGradientsOfShardedArrays) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const std::int64_t size = 2 * n + 1;  // uneven over the mesh
+  const Tensor<float> w = random_tensor<float>({3, 4}, 52), xs = random_tensor<float>({size, 3}, 53);
+  const auto ws = device_put(w, NamedSharding(mesh, P()));
+  const auto xd = device_put(xs, NamedSharding(mesh, P("a")));
+  // x is used twice: the cotangents of w accumulate across two products
+  auto loss = [](const auto& wv, const auto& x) { return sum(tanh(matmul(x, wv)) * matmul(x * 2.0f, wv)); };
+  const auto got = vmap(grad(loss), {None, 0})(ws, xd);
+  std::vector<Tensor<float>> want;
+  for (std::int64_t b = 0; b < size; ++b) want.push_back(grad(loss)(w, xs[b]));
+  expect_close(host_double(got), astype<double>(stack(want)), 1e-5, "sharded per-example gradients");
 }
 
 SHARD_MPI_TEST(Vmap, Errors) {

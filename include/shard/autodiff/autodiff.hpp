@@ -157,6 +157,7 @@ void own_storage(X& x) {
   if constexpr (is_tensor_v<X>) {
     x.detach_if_aliased();
   } else if constexpr (is_sharded_v<X>) {
+    if (x.batch()) return;  // a batched value (vmap(grad)): vmap gives its result storage of its own
     for (auto& s : x.addressable_shards()) s.data.detach_if_aliased();
   }
 }

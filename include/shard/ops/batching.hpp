@@ -49,6 +49,21 @@ X batch_first(const BatchArg<X>& a) {
   return moveaxis(a.x, a.bdim, 0);
 }
 
+/// x reshaped for a batching rule: on a Tensor no autodiff tape records, a view of x's memory
+/// (an in-place op on either copies first, as for every alias), so the moves a rule makes around
+/// a primitive copy nothing; otherwise the reshape op.
+template <typename X>
+X reshaped_view(const X& x, Shape shape, const shard::source_location& where = {}) {
+  if constexpr (is_tensor_v<X>) {
+    if (!x.batch() && !traced(x) && x.owns_memory() && num_elements(shape) == x.size()) {
+      X v = x.alias();
+      v.set_ad(nullptr);
+      return std::move(v).reshaped(std::move(shape));
+    }
+  }
+  return reshape(x, std::move(shape), where);
+}
+
 /// The batch dim first and the example's dims padded with leading size-1 dims to `rank`
 /// (numpy's broadcasting then lines the examples up with unbatched operands of rank `rank`).
 template <typename X>
@@ -57,7 +72,7 @@ X batch_first_rank(const BatchArg<X>& a, int rank) {
   if (!a.batched() || a.rank() >= rank) return f;
   Shape s = f.shape();
   s.insert(s.begin() + 1, static_cast<std::size_t>(rank - a.rank()), 1);
-  return reshape(f, s);
+  return reshaped_view(f, s);
 }
 
 /// The operand with a batch dim first in any case: an unbatched one repeated `size` times
@@ -65,6 +80,12 @@ X batch_first_rank(const BatchArg<X>& a, int rank) {
 template <typename X>
 X batch_first_or_broadcast(const BatchArg<X>& a, std::int64_t size) {
   if (a.batched()) return batch_first(a);
+  if constexpr (is_tensor_v<X>) {  // one broadcast kernel
+    Shape one = a.x.shape(), to = a.x.shape();
+    one.insert(one.begin(), 1);
+    to.insert(to.begin(), size);
+    return broadcast_to(reshaped_view(a.x, one), to);
+  }
   std::vector<X> copies;
   copies.reserve(static_cast<std::size_t>(size));
   for (std::int64_t i = 0; i < size; ++i) copies.push_back(alias_of(a.x));

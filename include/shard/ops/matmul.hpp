@@ -21,6 +21,8 @@
 /// layout uses the rules above (`matmul_by_rules`). `Algorithm` forces one (linalg.hpp,
 /// scalapack.hpp); a forced algorithm raises a clear error where its layout cannot run.
 
+#include <type_traits>
+
 #include "shard/error.hpp"  // shard::source_location
 #include "shard/array/driver.hpp"
 #include "shard/array/reshard.hpp"
@@ -117,10 +119,14 @@ struct Matmul : Primitive {
       Shape padded(target.size() - e.size(), 1);
       if (v.batched()) padded[0] = size;
       padded.insert(padded.end(), e.begin(), e.end());
-      X x = reshape(detail::batch_first(v), padded, where);
+      X x = detail::reshaped_view(detail::batch_first(v), padded, where);
       return x.shape() == target ? x : detail::broadcast_like_shape(x, target);
     };
-    X out = detail::bind_at(plain, where, full(a, ea), full(b, eb));
+    // A contracting dim of 1 (per-example outer products: the weight gradients of vmap(grad))
+    // is one broadcast multiply, not a small gemm per example.
+    X out = ea.back() == 1 && !std::is_same_v<elem_t<X>, bool>
+                ? binary(full(a, ea), full(b, eb), BinaryOp::kMul)
+                : detail::bind_at(plain, where, full(a, ea), full(b, eb));
     if (vb) out = squeeze(out, Dims(-1), where);
     if (va) out = squeeze(out, Dims(vb ? -1 : -2), where);
     return {std::move(out), 0};

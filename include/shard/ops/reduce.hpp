@@ -42,7 +42,7 @@ Tensor<T> broadcast_like(const Tensor<T>& v, const NodeMeta<Tensor<T>>& m) {
 }
 template <Dtype T>
 ShardedArray<T> broadcast_like(const ShardedArray<T>& v, const NodeMeta<ShardedArray<T>>& m) {
-  if (v.size() == 1 && v.sharding().is_fully_replicated())  // the same choice on every rank
+  if (v.size() == 1 && v.sharding().is_fully_replicated() && !v.batch())  // the same choice on every rank
     return full<T>(m.shape, v.addressable_shards().empty() ? T(0) : v.addressable_shards()[0].data.flat(0),
                    m.sharding);
   return binary(zeros<T>(m.shape, m.sharding), v, BinaryOp::kAdd);

@@ -7,6 +7,7 @@
 /// dims, a slice moves elements between devices), so each gives `sharded()`: the Tensor kernel
 /// on every block plus the data movement its layout needs (src/ops/ops_shape.cpp).
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -97,7 +98,7 @@ struct Reshape : ReshapeLike<Reshape> {
   BatchOut<X> batch(const shard::source_location& where, std::int64_t size, const BatchArg<X>& a) const {
     Shape to = result_shape(a.shape());
     to.insert(to.begin(), size);
-    return {reshape(detail::batch_first(a), to, where), 0};
+    return {detail::reshaped_view(detail::batch_first(a), to, where), 0};
   }
 };
 
@@ -111,7 +112,10 @@ struct ExpandDims : ReshapeLike<ExpandDims> {
   }
   template <ArrayLike X>
   BatchOut<X> batch(const shard::source_location& where, std::int64_t, const BatchArg<X>& a) const {
-    return {expand_dims(detail::batch_first(a), detail::past_batch(axis, a.rank() + 1, name()), where), 0};
+    X x = detail::batch_first(a);
+    Shape to = x.shape();
+    to.insert(to.begin() + detail::past_batch(axis, a.rank() + 1, name()), 1);
+    return {detail::reshaped_view(x, to, where), 0};
   }
 };
 
@@ -136,7 +140,14 @@ struct Squeeze : ReshapeLike<Squeeze> {
     }
     X x = detail::batch_first(a);
     if (d.empty()) return {std::move(x), 0};
-    return {squeeze(x, Dims(d), where), 0};
+    if constexpr (detail::is_tensor_v<X>) {
+      Shape to;
+      for (int k = 0; k < x.ndim(); ++k)
+        if (std::find(d.begin(), d.end(), k) == d.end()) to.push_back(x.shape()[k]);
+      return {detail::reshaped_view(x, to, where), 0};
+    } else {
+      return {squeeze(x, Dims(d), where), 0};  // a sharded size-1 dim is gathered first
+    }
   }
 };
 

@@ -152,10 +152,11 @@ void vmap_sizes(const Arg& arg, std::size_t i, const BatchAxis& axis, std::int64
 /// `arg` with each array batched at `level` along `axis` (as it is for None).
 template <typename Arg>
 Arg vmap_wrap(const Arg& arg, const BatchAxis& axis, std::uint64_t level, const std::string& spmd_axis) {
-  if (axis.is_none()) return arg;
   if constexpr (!has_leaves<Arg>) {
     return arg;
   } else {
+    if (axis.is_none())  // the same for every example: aliases, not copies of the arrays
+      return tree_map([](const auto& leaf) { return leaf.alias(); }, arg);
     return tree_map(
         [&](const auto& leaf) {
           using X = std::remove_cvref_t<decltype(leaf)>;
@@ -177,6 +178,20 @@ Arg vmap_wrap(const Arg& arg, const BatchAxis& axis, std::uint64_t level, const 
   }
 }
 
+/// An output's array: its memory when nothing else shares it, else a copy (inside vmap the rules
+/// reshape by views, so an output may share an input's memory: writing the input's elements
+/// must not change it).
+template <typename X>
+X detached(const X& x) {
+  if constexpr (is_tensor_v<X>) {
+    return x.unique_storage() ? x.alias() : X(x);
+  } else {
+    for (const auto& s : x.addressable_shards())
+      if (!s.data.unique_storage() && s.data.size() > 0) return X(x);
+    return x.alias();
+  }
+}
+
 /// One output array at `level` with its batch dim at `axis` (repeated along it when it does not
 /// depend on the batch; as it is for None).
 template <typename X>
@@ -188,7 +203,7 @@ X vmap_unwrap_leaf(const X& out, const BatchAxis& axis, std::uint64_t level, std
     if (bdim >= 0)
       raise<ValueError>(located("vmap", where), ": out_axes is None for ", name,
                         ", but it depends on the batch (it has a batch dim); give it an out axis");
-    return phys.alias();
+    return detached(phys);
   }
   if (bdim < 0) {
     const int d = resolve_dim(axis.dim(), phys.ndim() + 1, "vmap out_axes");
@@ -198,7 +213,7 @@ X vmap_unwrap_leaf(const X& out, const BatchAxis& axis, std::uint64_t level, std
     return stack(copies, d);
   }
   const int d = resolve_dim(axis.dim(), phys.ndim(), "vmap out_axes");
-  if (d == bdim) return phys.alias();
+  if (d == bdim) return detached(phys);
   return moveaxis(phys, bdim, d);
 }
 

@@ -48,6 +48,10 @@ void add_in_place(Tensor<T>& acc, const Tensor<T>& v) {
 }
 template <Dtype T>
 void add_in_place(ShardedArray<T>& acc, const ShardedArray<T>& v) {
+  if (acc.batch() || v.batch()) {  // batched values (vmap(grad)) have no shards of their own
+    acc = binary(acc, v, BinaryOp::kAdd);
+    return;
+  }
   auto& a = acc.addressable_shards();
   const auto& b = v.addressable_shards();
   for (std::size_t i = 0; i < a.size(); ++i) add_in_place(a[i].data, b[i].data);
