@@ -24,6 +24,7 @@
 #include "shard/ops/ops.hpp"
 #include "shard/ops/elementwise.hpp"
 #include "shard/ops/nn.hpp"
+#include "shard/ops/random_keys.hpp"
 #include "shard/ops/reduce.hpp"
 #include "shard/array/driver.hpp"
 #include "shard/core/primitive.hpp"

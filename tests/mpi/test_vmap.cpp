@@ -484,6 +484,44 @@ SHARD_MPI_TEST(Vmap, PerExampleGradientsOfShardedArrays) {
   expect_close(host_double(got), astype<double>(stack(want)), 1e-5, "sharded per-example gradients");
 }
 
+SHARD_MPI_TEST(Vmap, RandomKeysSplitPerExample) {
+  const std::int64_t size = 5;
+  const random::Key key = random::key(2026);
+  const Tensor<std::int64_t> keys = random::split_keys(key, size);
+  const std::vector<random::Key> split = random::split(key, static_cast<int>(size));
+  for (std::int64_t j = 0; j < size; ++j) EXPECT_EQ(keys[j], random::key_data(split[j]));
+  auto draw = [](const Tensor<std::int64_t>& k) {
+    return random::normal<float>(k, Shape{3, 2}) + random::uniform<float>(k, Shape{2}, -1.f, 1.f);
+  };
+  const Tensor<float> got = vmap(draw)(keys);
+  ASSERT_EQ(got.shape(), (Shape{size, 3, 2}));
+  for (std::int64_t j = 0; j < size; ++j) {
+    const Tensor<float> want = random::normal_box<float>(split[j], {3, 2}, full_box({3, 2})) +
+                               random::uniform_box<float>(split[j], {2}, full_box({2}), -1.f, 1.f);
+    EXPECT_EQ(got[j], want) << "example " << j;
+  }
+  check_vmap("random draws", draw, {0}, -1, size, 0, keys);
+  // the same key for every example (in_axes None) draws the same values, repeated
+  const Tensor<float> same =
+      vmap([&](const Tensor<float>& x, const Tensor<std::int64_t>& k) { return x + draw(k); }, {0, None})(
+          random_tensor<float>({size, 3, 2}, 9) * 0.f, keys[0]);
+  EXPECT_EQ(same[3], same[0]);
+  shard::testing::expect_error<ShapeError>(
+      [&] { (void)random::normal<float>(Tensor<std::int64_t>({3}, 1), {2}); }, {"key data", "test_vmap.cpp"});
+}
+
+SHARD_MPI_TEST(Vmap, SpmdAxisNameSplitsTheBatchOverAMeshAxis) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const std::int64_t size = 2 * n + 1;  // uneven over the mesh axis
+  const Tensor<float> host = random_tensor<float>({size, 4}, 61);
+  const auto xs = device_put(host, NamedSharding(mesh, P()));  // replicated on entry
+  auto f = [](const ShardedArray<float>& x) { return x * 2.0f + sum(x); };
+  const auto got = vmap(f, 0, 0, VmapOptions{.spmd_axis_name = "a"})(xs);
+  EXPECT_EQ(got.spec(), P("a")) << got.spec().to_string();  // the batch dim stays split over 'a'
+  expect_close(host_double(got), host_double(loop_reference(f, {0}, 0, size, xs)), 1e-5, "spmd_axis_name");
+}
+
 SHARD_MPI_TEST(Vmap, Errors) {
   using shard::testing::expect_error;
   const Tensor<float> a = random_tensor<float>({3, 2}, 1), b = random_tensor<float>({4, 2}, 2);
