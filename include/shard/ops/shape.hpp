@@ -178,7 +178,21 @@ struct Transpose : Primitive {
       raise<ShapeError>(located(name(), where), ": perm has ", p.size(), " entries for an array of rank ", r);
     std::vector<int> full{0};
     for (int k : p) full.push_back(resolve_dim(k, r, name()) + 1);
-    return {transpose(detail::batch_first(a), full, where), 0};
+    X x = detail::batch_first(a);
+    // A permutation that only moves size-1 dims keeps the elements' order: a reshape (a view).
+    int last = -1;
+    bool in_order = true;
+    for (int k : full)
+      if (x.shape()[static_cast<std::size_t>(k)] != 1) {
+        in_order = in_order && k > last;
+        last = k;
+      }
+    if (in_order) {
+      Shape to;
+      for (int k : full) to.push_back(x.shape()[static_cast<std::size_t>(k)]);
+      return {detail::reshaped_view(x, to, where), 0};
+    }
+    return {transpose(x, full, where), 0};
   }
 };
 
