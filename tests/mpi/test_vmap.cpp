@@ -346,6 +346,20 @@ SHARD_MPI_TEST(Vmap, PerExampleGradientsThroughSliceAndTake) {
   expect_close(astype<double>(std::get<1>(got)), astype<double>(stack(dx)), 1e-5, "d x");
 }
 
+SHARD_MPI_TEST(Vmap, NestedVmapOfGradThroughFusedKernels) {
+  // softmax and layer norm on Tensors are fused kernels with their own VJP (forward_vjp)
+  const Tensor<float> w = random_tensor<float>({3}, 18), xs = random_tensor<float>({2, 4, 3}, 19);
+  auto loss = [](const Tensor<float>& wv, const Tensor<float>& x) {
+    return sum(softmax(x * wv) * standardize(x + wv, -1));
+  };
+  const Tensor<float> got = vmap(vmap(grad(loss), {None, 0}), {None, 0})(w, xs);
+  std::vector<Tensor<float>> want;
+  for (std::int64_t i = 0; i < 2; ++i)
+    for (std::int64_t j = 0; j < 4; ++j) want.push_back(grad(loss)(w, xs[i][j]));
+  expect_close(astype<double>(got), reshape(astype<double>(stack(want)), Shape{2, 4, 3}), 1e-5,
+               "vmap(vmap(grad))");
+}
+
 SHARD_MPI_TEST(Vmap, GradOfVmapMatchesTheGradOfTheLoop) {
   const std::int64_t size = 5;
   const Mlp params = random_mlp();

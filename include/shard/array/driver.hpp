@@ -254,7 +254,8 @@ X batch_list_primitive(const P& p, const shard::source_location& where, std::uin
 /// forward_vjp of a primitive on batched operands under a tape (vmap(grad(f))): the batched
 /// primitive's forward_vjp on the physical arrays, its VJP mapping batched cotangents.
 template <typename P, ArrayLike... X>
-auto batch_forward_vjp(const P& p, const VjpNeed& need, std::uint64_t level, const X&... xs);
+auto batch_forward_vjp(const P& p, const VjpNeed& need, std::uint64_t level, const X&... xs)
+    -> decltype(p.forward_vjp(need, xs...));
 
 /// The record step of a one-operand primitive whose result has another dtype (astype): the
 /// operand is the differentiable one when both dtypes are floating.

@@ -253,13 +253,20 @@ BatchOut<X> take_transpose_batch(const P& p, const shard::source_location& where
 }
 
 template <typename P, ArrayLike... X>
-auto batch_forward_vjp(const P& p, const VjpNeed& need, std::uint64_t level, const X&... xs) {
+auto batch_forward_vjp(const P& p, const VjpNeed& need, std::uint64_t level, const X&... xs)
+    -> decltype(p.forward_vjp(need, xs...)) {
   const BatchFrame* frame = batch_frame(level);
   if (!frame) raise_escaped_batch(p.name());
   const std::int64_t size = frame->size;
   const int rank = max_example_rank(batch_arg(xs, level)...);
   const auto batched = p.batched(rank);
-  auto [out, vjp] = batched.forward_vjp(need, batch_first_or_broadcast(batch_arg(xs, level), size)...);
+  // The physical operands may be batched by an outer vmap in turn (vmap(vmap(grad(f)))): batch again.
+  auto forward = [&](const auto&... phys) {
+    if (const std::uint64_t outer = top_batch_level(phys...))
+      return batch_forward_vjp(batched, need, outer, phys...);
+    return batched.forward_vjp(need, phys...);
+  };
+  auto [out, vjp] = forward(batch_first_or_broadcast(batch_arg(xs, level), size)...);
   using Out = decltype(out);
   KernelVjp<Out, Out> wrapped = [vjp = std::move(vjp), level, size](const Out& ct, const VjpNeed& n) {
     Cotangents<Out> c = vjp(batch_first_or_broadcast(batch_arg(ct, level), size), n);
