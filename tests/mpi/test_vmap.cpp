@@ -198,6 +198,9 @@ void run_program_tensors(const Program& p, const F& f, std::index_sequence<I...>
       args.push_back(random_tensor<float>(batched_shape(p.shapes[i], in[i], size), 17 + 31 * i));
     for (const BatchAxis out : {BatchAxis(0), BatchAxis(-1)})
       check_vmap(p.name, f, in, out, size, 2e-5, args[I]...);
+    // the slow tier: out_axes 1 too, where the result has a dim 1
+    if (shard::testing::full_matrix() && vmap(f, VmapAxes(in))(args[I]...).ndim() >= 2)
+      check_vmap(p.name, f, in, 1, size, 2e-5, args[I]...);
   }
 }
 
