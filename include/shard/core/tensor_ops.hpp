@@ -211,7 +211,7 @@ Tensor<T> arange(T stop) {
 /// The in-class spellings of slice(): x[i] (row i) and x[{1, Slice(2, 5)}].
 template <typename T>
 Tensor<T> Tensor<T>::operator[](std::int64_t i) const {
-  return shard::slice(*this, std::vector<Index>{i});
+  return shard::slice(*this, std::vector<Index>{Index(i)});
 }
 template <typename T>
 Tensor<T> Tensor<T>::operator[](std::initializer_list<Index> index) const {

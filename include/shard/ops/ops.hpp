@@ -208,7 +208,7 @@ ShardedArray<std::int64_t> argmin(const ShardedArray<T>& a) {
 
 template <typename T>
 ShardedArray<T> ShardedArray<T>::operator[](std::int64_t i) const {
-  return slice(*this, std::vector<Index>{i});
+  return slice(*this, std::vector<Index>{Index(i)});
 }
 template <typename T>
 ShardedArray<T> ShardedArray<T>::operator[](std::initializer_list<Index> index) const {
