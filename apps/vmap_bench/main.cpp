@@ -35,6 +35,12 @@ double seconds(const std::function<void()>& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+/// a then b on odd repetitions, b then a on even ones: neither runs on the other's warm caches.
+void alternate(int r, const std::function<void()>& a, const std::function<void()>& b) {
+  (r % 2 ? a : b)();
+  (r % 2 ? b : a)();
+}
+
 struct Mlp3 {
   Tensor<float> w1, b1, w2, b2, w3, b3;
 };
@@ -108,16 +114,10 @@ int main(int argc, char** argv) {
     std::vector<double> tv, th, tl, tg;
     const auto vforward = vmap(forward, {None, 0});
     const Tensor<float> h = normal(8, {batch, 1024}, 1.0f);
-    for (int r = 0; r < repeats; ++r) {  // the order alternates, so neither runs on the other's warm caches
-      auto run_vmap = [&] { tv.push_back(seconds([&] { yv = vforward(p3, xs); })); };
-      auto run_hand = [&] { th.push_back(seconds([&] { yh = forward(p3, xs); })); };
-      if (r % 2) {
-        run_vmap();
-        run_hand();
-      } else {
-        run_hand();
-        run_vmap();
-      }
+    for (int r = 0; r < repeats; ++r) {
+      alternate(
+          r, [&] { tv.push_back(seconds([&] { yv = vforward(p3, xs); })); },
+          [&] { th.push_back(seconds([&] { yh = forward(p3, xs); })); });
       tl.push_back(seconds([&] {
         std::vector<Tensor<float>> outs;
         for (std::int64_t b = 0; b < batch; ++b) outs.push_back(forward(p3, xs[b]));
@@ -140,15 +140,9 @@ int main(int argc, char** argv) {
     std::vector<double> sv, sh, sl;
     const auto vgrad = vmap(grad(loss), {None, 0, 0});
     for (int r = 0; r < repeats; ++r) {
-      auto run_vmap = [&] { sv.push_back(seconds([&] { gv = vgrad(p2, xg, labels); })); };
-      auto run_hand = [&] { sh.push_back(seconds([&] { gh = per_example_by_hand(p2, xg, labels); })); };
-      if (r % 2) {
-        run_vmap();
-        run_hand();
-      } else {
-        run_hand();
-        run_vmap();
-      }
+      alternate(
+          r, [&] { sv.push_back(seconds([&] { gv = vgrad(p2, xg, labels); })); },
+          [&] { sh.push_back(seconds([&] { gh = per_example_by_hand(p2, xg, labels); })); });
       sl.push_back(seconds([&] {
         std::vector<Tensor<float>> w1, b1, w2, b2;
         for (std::int64_t b = 0; b < batch; ++b) {

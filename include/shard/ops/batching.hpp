@@ -36,16 +36,11 @@ namespace shard {
 
 namespace detail {
 
-template <typename X>
-X alias_of(const X& x) {
-  return x.alias();
-}
-
 /// The physical array with its batch dim first (an alias when it is first already); an
 /// unbatched operand as it is.
 template <typename X>
 X batch_first(const BatchArg<X>& a) {
-  if (a.bdim <= 0) return alias_of(a.x);
+  if (a.bdim <= 0) return a.x.alias();
   return moveaxis(a.x, a.bdim, 0);
 }
 
@@ -88,7 +83,7 @@ X batch_first_or_broadcast(const BatchArg<X>& a, std::int64_t size) {
   }
   std::vector<X> copies;
   copies.reserve(static_cast<std::size_t>(size));
-  for (std::int64_t i = 0; i < size; ++i) copies.push_back(alias_of(a.x));
+  for (std::int64_t i = 0; i < size; ++i) copies.push_back(a.x.alias());
   return stack(copies, 0);
 }
 
@@ -129,7 +124,7 @@ inline int past_batch(int dim, int rank, const char* what) { return resolve_dim(
 /// Example i of a batch arg (the operand itself when it is not batched).
 template <typename X>
 X example_of(const BatchArg<X>& a, std::int64_t i) {
-  if (!a.batched()) return alias_of(a.x);
+  if (!a.batched()) return a.x.alias();
   std::vector<Index> index(static_cast<std::size_t>(a.bdim), Slice());
   index.push_back(i);
   return slice(a.x, index);
@@ -225,7 +220,7 @@ BatchOut<X> take_transpose_batch(const P& p, const shard::source_location& where
   const NamedSharding* shp = sh ? &*sh : nullptr;
   const int a = resolve_dim(p.axis, rank, p.name());
   if (p.along || !idx.batched()) {
-    const I i = p.along ? batch_first_or_broadcast(idx, size) : alias_of(idx.x);
+    const I i = p.along ? batch_first_or_broadcast(idx, size) : idx.x.alias();
     return {bind_at(P{{}, shape, shp, a + 1, p.along}, where, batch_first_or_broadcast(ct, size), i), 0};
   }
   // Batched indices: the forward's merged table of size * n rows, transposed.

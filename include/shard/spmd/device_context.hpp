@@ -159,6 +159,24 @@ class DeviceContext {
 /// as in JAX.
 DeviceContext& device_context();
 
+namespace detail {
+/// psum / pmax / pmin inside vmap: over the vmap axes among `axes` first (the batch reduced),
+/// then `mesh_op` over the mesh axes left, on the physical array of a batched value.
+template <Dtype T, typename MeshOp>
+Tensor<T> reduce_over_axes(Tensor<T> x, const Axes& axes, ReduceKind kind, const char* name,
+                           const shard::source_location& where, const MeshOp& mesh_op) {
+  const CallScope scope(name, where);
+  const auto split = split_vmap_axes(axes);
+  for (const auto* f : split.frames) x = vmap_reduce(x, *f, kind);
+  if (split.mesh.is_none() && !split.frames.empty()) return x;
+  if (x.batch())
+    return on_batched_physical(x, [&](Tensor<T> p, int) {
+      return reduce_over_axes(std::move(p), split.mesh, kind, name, where, mesh_op);
+    });
+  return mesh_op(std::move(x), split.mesh);
+}
+}  // namespace detail
+
 /// jax.lax's collectives as free functions of the enclosing body's context, so a body reads
 /// like JAX: `return x / psum(x, "p");`. Same semantics as the DeviceContext methods. Inside
 /// vmap an axis name may also name the vmap's batch (VmapOptions::axis_name): the collective
@@ -168,14 +186,9 @@ template <Dtype T>
 Tensor<T> psum(Tensor<T> x, const Axes& axes,
                shard::source_location where = shard::source_location::current()) {
   if (detail::t_batch_frames.empty()) return device_context().psum(std::move(x), axes, where);
-  const detail::CallScope scope("psum", where);
-  const auto split = detail::split_vmap_axes(axes);
-  for (const auto* f : split.frames) x = detail::vmap_reduce(x, *f, ReduceKind::kSum);
-  if (split.mesh.is_none() && !split.frames.empty()) return x;
-  if (x.batch())
-    return detail::on_batched_physical(
-        x, [&](Tensor<T> p, int) { return psum(std::move(p), split.mesh, where); });
-  return device_context().psum(std::move(x), split.mesh, where);
+  return detail::reduce_over_axes(
+      std::move(x), axes, ReduceKind::kSum, "psum", where,
+      [&](Tensor<T> v, const Axes& mesh) { return device_context().psum(std::move(v), mesh, where); });
 }
 template <Dtype T>
 Tensor<float_of_t<T>> pmean(Tensor<T> x, const Axes& axes,
@@ -199,27 +212,17 @@ template <Dtype T>
 Tensor<T> pmax(Tensor<T> x, const Axes& axes,
                shard::source_location where = shard::source_location::current()) {
   if (detail::t_batch_frames.empty()) return device_context().pmax(std::move(x), axes, where);
-  const detail::CallScope scope("pmax", where);
-  const auto split = detail::split_vmap_axes(axes);
-  for (const auto* f : split.frames) x = detail::vmap_reduce(x, *f, ReduceKind::kMax);
-  if (split.mesh.is_none() && !split.frames.empty()) return x;
-  if (x.batch())
-    return detail::on_batched_physical(
-        x, [&](Tensor<T> p, int) { return pmax(std::move(p), split.mesh, where); });
-  return device_context().pmax(std::move(x), split.mesh, where);
+  return detail::reduce_over_axes(
+      std::move(x), axes, ReduceKind::kMax, "pmax", where,
+      [&](Tensor<T> v, const Axes& mesh) { return device_context().pmax(std::move(v), mesh, where); });
 }
 template <Dtype T>
 Tensor<T> pmin(Tensor<T> x, const Axes& axes,
                shard::source_location where = shard::source_location::current()) {
   if (detail::t_batch_frames.empty()) return device_context().pmin(std::move(x), axes, where);
-  const detail::CallScope scope("pmin", where);
-  const auto split = detail::split_vmap_axes(axes);
-  for (const auto* f : split.frames) x = detail::vmap_reduce(x, *f, ReduceKind::kMin);
-  if (split.mesh.is_none() && !split.frames.empty()) return x;
-  if (x.batch())
-    return detail::on_batched_physical(
-        x, [&](Tensor<T> p, int) { return pmin(std::move(p), split.mesh, where); });
-  return device_context().pmin(std::move(x), split.mesh, where);
+  return detail::reduce_over_axes(
+      std::move(x), axes, ReduceKind::kMin, "pmin", where,
+      [&](Tensor<T> v, const Axes& mesh) { return device_context().pmin(std::move(v), mesh, where); });
 }
 template <Scalar S>
 S psum(S x, const Axes& axes, shard::source_location where = shard::source_location::current()) {
