@@ -46,5 +46,6 @@
 #include "shard/core/index.hpp"
 #include "shard/core/array_ops.hpp"
 #include "shard/autodiff/autodiff.hpp"
+#include "shard/jit/jit.hpp"
 #include "shard/vmap/vmap.hpp"
 #include "shard/array/visualize.hpp"

@@ -1,5 +1,5 @@
 // Seed 003, "Parallel computing": the convolution example, written once for one example, batched
-// with vmap and run across devices with pmap (the jit cell is left out: Shard has no jit yet).
+// with vmap, composed with jit, and run across devices with pmap.
 // Needs at least 3 devices, e.g. mpirun -n 3 seed_003_pmap.
 
 #include <cstdio>
@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
     // vconvolve = jax.vmap(convolve); vconvolve(xs, ws)
     const auto vconvolve = vmap(convolve);
     print(vconvolve(xs, ws));
+    // vconvolve_jit = jax.jit(vconvolve); vconvolve_jit(xs, ws)
+    const auto vconvolve_jit = jit(vconvolve);
+    print(vconvolve_jit(xs, ws));
     // jax.pmap(convolve)(xs, ws)
     print(pmap(convolve)(xs, ws));
     return 0;

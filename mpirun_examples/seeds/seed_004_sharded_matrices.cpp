@@ -148,8 +148,13 @@ int main(int argc, char** argv) {
     say("Maximum difference: " + to_string(max(abs(c_baseline - c_distributed.to_host()))));
 
     say("## 6. Advanced Topics: automatic sharding");
-    // pjit(lambda x, y: jnp.matmul(x, y), in_shardings=(rows, columns), out_shardings=P(None, None))
-    const auto c_auto = with_sharding_constraint(matmul(a_sharded, b_sharded), NamedSharding(mesh_1d, P(None, None)));
+    // pjit_matmul = pjit.pjit(lambda x, y: jnp.matmul(x, y), in_shardings=(rows, columns), out_shardings=P(None, None))
+    const auto pjit_matmul = jit([](const ShardedArray<float>& x, const ShardedArray<float>& y) { return matmul(x, y); },
+                                 JitOptions{.in_shardings = {NamedSharding(mesh_1d, P("devices", None)),
+                                                             NamedSharding(mesh_1d, P(None, "devices"))},
+                                            .out_shardings = {NamedSharding(mesh_1d, P(None, None))}});
+    const auto c_auto = pjit_matmul(device_put(a, NamedSharding(mesh_1d, P())), device_put(b, NamedSharding(mesh_1d, P())));
+    say(make_jaxpr(pjit_matmul)(a_sharded, b_sharded).to_string());
     say("Auto-sharded result sharding: " + c_auto.sharding().to_string());
     say("Maximum difference: " + to_string(max(abs(c_baseline - c_auto.to_host()))));
     return 0;

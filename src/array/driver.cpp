@@ -33,23 +33,28 @@ std::size_t base_operand(const std::vector<OperandLayout>& operands, const Shape
 OpPlan compute_plan(const FactorRule::Factors& f, const std::vector<OperandLayout>& operands) {
   const std::size_t base = base_operand(operands, f.result_shape);
   const NamedSharding& bs = *operands[base].sharding;
-  const Mesh& mesh = bs.mesh();
   // Each factor is split as the base splits it.
   std::vector<SpecEntry> axes(f.sizes.size());
   const std::vector<int>& bf = f.operands[base];
   for (std::size_t d = 0; d < bf.size(); ++d)
     if (bf[d] >= 0) axes[static_cast<std::size_t>(bf[d])] = bs.spec()[static_cast<int>(d)];
+  OpPlan plan = plan_with_axes(f, operands, bs.mesh(), axes, base);
+  // The result keeps the base's spec as written when it is the base's own layout.
+  if (bf == f.result && *operands[base].shape == f.result_shape) plan.out = bs.spec();
+  return plan;
+}
+
+}  // namespace
+
+OpPlan plan_with_axes(const FactorRule::Factors& f, const std::vector<OperandLayout>& operands,
+                      const Mesh& mesh, const std::vector<SpecEntry>& axes, std::size_t base) {
   auto spec_of = [&](const std::vector<int>& ids) {
     std::vector<SpecEntry> entries;
     entries.reserve(ids.size());
     for (int id : ids) entries.push_back(id >= 0 ? axes[static_cast<std::size_t>(id)] : SpecEntry());
     return PartitionSpec(std::move(entries));
   };
-  // The result keeps the base's spec as written when it is the base's own layout.
-  OpPlan plan{base,
-              bf == f.result && *operands[base].shape == f.result_shape ? bs.spec() : spec_of(f.result),
-              {},
-              SpecEntry()};
+  OpPlan plan{base, spec_of(f.result), {}, SpecEntry()};
   for (std::size_t k = 0; k < operands.size(); ++k) {
     PartitionSpec want = spec_of(f.operands[k]);
     if (*operands[k].sharding == NamedSharding(mesh, want))
@@ -66,8 +71,6 @@ OpPlan compute_plan(const FactorRule::Factors& f, const std::vector<OperandLayou
   plan.closing = SpecEntry(closing);
   return plan;
 }
-
-}  // namespace
 
 std::shared_ptr<const OpPlan> plan_op(const FactorRule& rule, const FactorRule::Factors& factors,
                                       const std::vector<OperandLayout>& operands) {

@@ -270,7 +270,7 @@ ShardedArray<T> relabel(const ShardedArray<T>& x, const NamedSharding& to) {
 template <typename T>
 ShardedArray<T> reshard(const ShardedArray<T>& x, const NamedSharding& to, shard::source_location where) {
   const detail::CallScope scope("reshard", where);
-  return detail::bind_at(prim::Reshard{{}, &to}, where, x);
+  return detail::bind_at(prim::Reshard{{}, std::make_shared<const NamedSharding>(to)}, where, x);
 }
 
 template <Dtype T>

@@ -55,7 +55,7 @@ ShardedArray<T> matmul(const ShardedArray<T>& a, const ShardedArray<T>& b, const
     detail::check_same_devices(a.mesh(), b.mesh(), "matmul");
     if (auto eq = equivalent_sharding(b.sharding(), b.shape(), a.mesh())) return matmul(a, reshard(b, *eq), out, algorithm);
   }
-  return detail::bind_at(prim::Matmul{{}, out, algorithm}, where, a, b);
+  return detail::bind_at(prim::Matmul{{}, out ? std::make_shared<const NamedSharding>(*out) : nullptr, algorithm}, where, a, b);
 }
 
 template <Dtype T>
@@ -80,7 +80,7 @@ ShardedArray<T> prim::Matmul::sharded(const ShardedArray<T>& a, const ShardedArr
     alg = choose_algorithm(a.shape(), a.sharding(), b.shape(), b.sharding());
     if constexpr (!is_floating_v<T>) alg = Algorithm::kRules;
   }
-  if (alg == Algorithm::kRules) return matmul_by_rules(a, b, out);
+  if (alg == Algorithm::kRules) return matmul_by_rules(a, b, out.get());
   if constexpr (is_floating_v<T>) {
     ShardedArray<T> c = alg == Algorithm::kCannon ? linalg::cannon(a, b)
                         : alg == Algorithm::kSumma ? linalg::summa(a, b)

@@ -32,9 +32,9 @@ KernelVjp<X, X> BroadcastTo::vjp(const VjpNeed&, const X&, const X& x) const {
 
 /// The sharding a node keeps of a ShardedArray primal (null for a Tensor).
 template <typename X>
-const NamedSharding* sharding_of(const detail::NodeMeta<X>& m) {
+std::shared_ptr<const NamedSharding> sharding_of(const detail::NodeMeta<X>& m) {
   if constexpr (detail::is_sharded_v<X>)
-    return &m.sharding;
+    return std::make_shared<const NamedSharding>(m.sharding);
   else
     return nullptr;
 }

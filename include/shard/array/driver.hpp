@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include "shard/array/detail/op_plan.hpp"
+#include "shard/array/detail/program.hpp"
 #include "shard/array/reshard.hpp"
 #include "shard/array/sharded_array.hpp"
 #include "shard/comm/detail/collective.hpp"
@@ -44,34 +46,6 @@ template <typename Out, typename In>
 using KernelVjp = detail::KernelVjp<Out, In>;
 
 namespace detail {
-
-/// What the result-sharding rule needs of an operand.
-struct OperandLayout {
-  const NamedSharding* sharding;
-  const Shape* shape;
-  bool committed;
-};
-template <typename T>
-OperandLayout layout_of(const ShardedArray<T>& x) {
-  return {&x.sharding(), &x.shape(), x.committed()};
-}
-
-/// What the driver does for one op, on the mesh of operand `base`: the result's spec, the spec
-/// each operand must be resharded to first (none: as it is), the mesh axes the closing
-/// collective combines over. Specs only: a cached plan keeps no Mesh (whose communicators must
-/// not outlive the user's last copy).
-///
-/// `scatter_dim` >= 0: the closing collective is a psum_scatter along that dim (the result's
-/// spec splits it further over the closing axes, after its own: each device sums only the rows
-/// it keeps). Every dim then splits evenly. A planner that is not plan_op (matmul's cost model)
-/// chooses it.
-struct OpPlan {
-  std::size_t base = 0;
-  PartitionSpec out;
-  std::vector<std::optional<PartitionSpec>> want;
-  SpecEntry closing;
-  int scatter_dim = -1;
-};
 
 /// The plan of `rule` on these operands (cached by their signatures). The result follows one
 /// operand, the base: the first committed one with the result's shape, else the first with
@@ -257,6 +231,27 @@ template <typename P, ArrayLike... X>
 auto batch_forward_vjp(const P& p, const VjpNeed& need, std::uint64_t level, const X&... xs)
     -> decltype(p.forward_vjp(need, xs...));
 
+// jit's step (array/detail/trace_primitive.hpp, included at the end of this file).
+template <typename P, ArrayLike... X>
+bind_result_t<P, X...> trace_primitive(const P& p, const shard::source_location& where, std::uint64_t level,
+                                       const X&... xs);
+template <typename P, ArrayLike X>
+X trace_list_primitive(const P& p, const shard::source_location& where, std::uint64_t level,
+                       const std::vector<X>& xs);
+template <typename P, ArrayLike... X>
+auto trace_forward_vjp(const P& p, const VjpNeed& need, std::uint64_t level, const X&... xs)
+    -> decltype(p.forward_vjp(need, xs...));
+
+/// forward_vjp of a primitive on its operands: batched (vmap), traced (jit) or as they are.
+template <typename P, ArrayLike... X>
+auto forward_vjp_at(const P& p, const VjpNeed& need, const X&... xs) -> decltype(p.forward_vjp(need, xs...)) {
+  if (const BatchBase* top = top_record(xs...)) {
+    if (top->trace) return trace_forward_vjp(p, need, top->level, xs...);
+    return batch_forward_vjp(p, need, top->level, xs...);
+  }
+  return p.forward_vjp(need, xs...);
+}
+
 /// The record step of a one-operand primitive whose result has another dtype (astype): the
 /// operand is the differentiable one when both dtypes are floating.
 template <typename P, ArrayLike X>
@@ -328,11 +323,7 @@ bind_result_t<P, X...> record_same(Tape& tape, const P& p, const shard::source_l
       if constexpr (HasForwardVjp<P, X...>) {
         // A kernel that keeps what its VJP reads as it runs (softmax's output, attention's
         // probabilities): the result and the VJP from one call (batched inside vmap).
-        auto [out, vjp] = paused([&] {
-          if (const std::uint64_t level = top_batch_level(xs...))
-            return batch_forward_vjp(p, need, level, xs...);
-          return p.forward_vjp(need, xs...);
-        });
+        auto [out, vjp] = paused([&] { return forward_vjp_at(p, need, xs...); });
         return record_vjp<Out, Out>(tape, p.name(), std::move(out), inputs, std::move(vjp), vma, 0,
                                     linear_local_of<P>());
       } else if constexpr (HasVjp<P, Out, X...>) {
@@ -451,10 +442,13 @@ bind_result_t<P, X...> bind_at(const P& p, const shard::source_location& where, 
   ++t_bind_calls;
   (check_not_empty(xs, p.name()), ...);
   Tape* tape = recording_tape_for(xs...);
-  // The innermost transformation handles the op first: a vmap level newer than the tape (or no
-  // tape) batches it; a tape newer than every batch level records it (vmap(grad(f))).
-  if (const std::uint64_t level = top_batch_level(xs...); level && (!tape || tape->id() < level))
-    return batch_primitive(p, where, level, xs...);
+  // The innermost transformation handles the op first: a vmap level or a jit trace newer than the
+  // tape (or no tape) batches or records it; a tape newer than every level records it
+  // (vmap(grad(f)), jit(grad(f))).
+  if (const BatchBase* top = top_record(xs...); top && (!tape || tape->id() < top->level)) {
+    if (top->trace) return trace_primitive(p, where, top->level, xs...);
+    return batch_primitive(p, where, top->level, xs...);
+  }
   if (tape) return record_primitive(*tape, p, where, xs...);
   if constexpr (MovesAcross<P, X...>) {
     return p.across(xs...);
@@ -475,10 +469,14 @@ X bind_list_at(const P& p, const shard::source_location& where, const std::vecto
   static_assert(std::is_base_of_v<Primitive, P>, "shard::bind: a primitive derives from shard::Primitive");
   ++t_bind_calls;
   if (xs.empty()) raise<ValueError>(located(p.name(), where), ": need at least one array");
-  std::uint64_t level = 0;
-  for (const auto& x : xs) level = std::max(level, top_batch_level(x));
+  const BatchBase* top = nullptr;
+  for (const auto& x : xs)
+    if (const auto& b = x.batch(); b && (!top || b->level > top->level)) top = b.get();
   Tape* list_tape = recording_tape_for_list(xs);
-  if (level && (!list_tape || list_tape->id() < level)) return batch_list_primitive(p, where, level, xs);
+  if (top && (!list_tape || list_tape->id() < top->level)) {
+    if (top->trace) return trace_list_primitive(p, where, top->level, xs);
+    return batch_list_primitive(p, where, top->level, xs);
+  }
   if (Tape* tape = list_tape) {
     X out = paused([&] { return bind_list_at(p, where, xs); });
     std::vector<const X*> ins;
@@ -534,3 +532,5 @@ auto bind(const P& p, const X& x, const Y& y, const Z& z,
 }
 
 }  // namespace shard
+
+#include "shard/array/detail/trace_primitive.hpp"  // IWYU pragma: export

@@ -70,7 +70,9 @@ namespace prim {
 /// the cotangent as it comes, which the operand's node reshards back to the operand's sharding.
 struct Reshard : Primitive {
   static constexpr bool kernel_validates = true;
-  const NamedSharding* to = nullptr;
+  static constexpr bool any_input_layout = true;  ///< jit: its operand may come in any layout
+  /// Shared, not pointed to: jit keeps the primitive in its program.
+  std::shared_ptr<const NamedSharding> to;
   const char* name() const { return "reshard"; }
   /// One block holds the whole array: nothing moves.
   template <Dtype T>

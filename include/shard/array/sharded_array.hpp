@@ -92,12 +92,12 @@ class ShardedArray : public detail::ArrayMethods<ShardedArray, T> {
   /// device whose box is empty has a zero-size shard.
   const std::vector<Shard<T>>& addressable_shards() const {
     if (batch_) [[unlikely]]
-      detail::raise_batched_access("addressable_shards()");
+      detail::raise_batched_access("addressable_shards()", *batch_);
     return shards_;
   }
   std::vector<Shard<T>>& addressable_shards() {
     if (batch_) [[unlikely]]
-      detail::raise_batched_access("addressable_shards()");
+      detail::raise_batched_access("addressable_shards()", *batch_);
     return shards_;
   }
   /// The shard of a local device; throws ValueError if the device is not local or not in the mesh.

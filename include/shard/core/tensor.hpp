@@ -259,7 +259,7 @@ class Tensor : public detail::ArrayMethods<Tensor, T> {
  private:
   void check_elements(const char* what) const {
     if (batch_) [[unlikely]]
-      detail::raise_batched_access(what);
+      detail::raise_batched_access(what, *batch_);
   }
   std::int64_t offset_of(std::initializer_list<std::int64_t> idx) const {
     if (idx.size() != shape_.size()) detail::tensor_index_error(shape_, idx.size());

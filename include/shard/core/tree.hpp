@@ -210,7 +210,9 @@ void visit_tree(F& f, TreePath& path, T& t, Ts&... ts) {
       "trees passed together must have the same structure (a leaf against a leaf, a vector against a "
       "vector, ...)");
   if constexpr (node_kind<U>() == 0) {
-    // static data: no leaves
+    // static data: no leaves (a visitor that asks for it sees it: jit's signature)
+    if constexpr (requires { f.on_static(std::as_const(path), std::as_const(t)); })
+      f.on_static(std::as_const(path), std::as_const(t));
   } else if constexpr (ArrayLike<U>) {
     f(std::as_const(path), t, ts...);
   } else if constexpr (is_std_vector<U>::value) {

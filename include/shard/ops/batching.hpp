@@ -215,9 +215,8 @@ BatchOut<X> take_transpose_batch(const P& p, const shard::source_location& where
   const int rank = static_cast<int>(p.shape.size());
   Shape shape = p.shape;
   shape.insert(shape.begin(), size);
-  std::optional<NamedSharding> sh;
-  if constexpr (is_sharded_v<X>) sh.emplace(with_batch_entry(*p.sharding));
-  const NamedSharding* shp = sh ? &*sh : nullptr;
+  std::shared_ptr<const NamedSharding> shp;
+  if constexpr (is_sharded_v<X>) shp = std::make_shared<const NamedSharding>(with_batch_entry(*p.sharding));
   const int a = resolve_dim(p.axis, rank, p.name());
   if (p.along || !idx.batched()) {
     const I i = p.along ? batch_first_or_broadcast(idx, size) : idx.x.alias();
@@ -235,10 +234,10 @@ BatchOut<X> take_transpose_batch(const P& p, const shard::source_location& where
   Shape merged(p.shape.begin(), p.shape.end());  // (n, before..., after...) with n first
   merged.erase(merged.begin() + a);
   merged.insert(merged.begin(), size * n);
-  std::optional<NamedSharding> msh;
-  if constexpr (is_sharded_v<X>) msh.emplace(NamedSharding(p.sharding->mesh(), PartitionSpec()));
-  X rows = bind_at(P{{}, merged, msh ? &*msh : nullptr, 0, false}, where, c,
-                   merged_take_indices(batch_first(idx), n, size));
+  std::shared_ptr<const NamedSharding> msh;
+  if constexpr (is_sharded_v<X>)
+    msh = std::make_shared<const NamedSharding>(p.sharding->mesh(), PartitionSpec());
+  X rows = bind_at(P{{}, merged, msh, 0, false}, where, c, merged_take_indices(batch_first(idx), n, size));
   Shape split = merged;
   split[0] = n;
   split.insert(split.begin(), size);
@@ -256,11 +255,7 @@ auto batch_forward_vjp(const P& p, const VjpNeed& need, std::uint64_t level, con
   const int rank = max_example_rank(batch_arg(xs, level)...);
   const auto batched = p.batched(rank);
   // The physical operands may be batched by an outer vmap in turn (vmap(vmap(grad(f)))): batch again.
-  auto forward = [&](const auto&... phys) {
-    if (const std::uint64_t outer = top_batch_level(phys...))
-      return batch_forward_vjp(batched, need, outer, phys...);
-    return batched.forward_vjp(need, phys...);
-  };
+  auto forward = [&](const auto&... phys) { return forward_vjp_at(batched, need, phys...); };
   auto [out, vjp] = forward(batch_first_or_broadcast(batch_arg(xs, level), size)...);
   using Out = decltype(out);
   KernelVjp<Out, Out> wrapped = [vjp = std::move(vjp), level, size](const Out& ct, const VjpNeed& n) {

@@ -74,7 +74,7 @@ namespace prim {
 /// (ops/detail/grad_reduce.hpp) and lands in the sharding its node keeps (grad_sharding).
 struct Matmul : Primitive {
   static constexpr bool kernel_validates = true;
-  const NamedSharding* out = nullptr;
+  std::shared_ptr<const NamedSharding> out;  ///< shared, not pointed to: jit keeps the primitive
   Algorithm algorithm = Algorithm::kAuto;
   const char* name() const { return "matmul"; }
   template <Dtype T>

@@ -311,7 +311,7 @@ struct Take : Primitive {
 /// for ShardedArrays, `sharding`), zeros elsewhere. A primitive, so a VJP under vmap batches.
 struct SliceTranspose : Primitive {
   Shape shape;
-  const NamedSharding* sharding = nullptr;
+  std::shared_ptr<const NamedSharding> sharding;  ///< shared: jit keeps the primitive
   std::vector<Index> index;
   static constexpr bool kernel_validates = true;
   const char* name() const { return "slice_transpose"; }
@@ -336,7 +336,9 @@ struct SliceTranspose : Primitive {
     full.insert(full.end(), index.begin(), index.end());
     if constexpr (detail::is_sharded_v<X>) {
       const NamedSharding sh = detail::with_batch_entry(*sharding);
-      return {detail::bind_at(SliceTranspose{{}, s, &sh, full}, where, detail::batch_first(ct)), 0};
+      return {detail::bind_at(SliceTranspose{{}, s, std::make_shared<const NamedSharding>(sh), full}, where,
+                              detail::batch_first(ct)),
+              0};
     } else {
       return {detail::bind_at(SliceTranspose{{}, s, nullptr, full}, where, detail::batch_first(ct)), 0};
     }
@@ -347,7 +349,7 @@ struct SliceTranspose : Primitive {
 /// `sharding`): ct's rows scatter-added back. Operands (ct, indices).
 struct TakeTranspose : Primitive {
   Shape shape;
-  const NamedSharding* sharding = nullptr;
+  std::shared_ptr<const NamedSharding> sharding;  ///< shared: jit keeps the primitive
   int axis;
   bool along;
   static constexpr bool kernel_validates = true;

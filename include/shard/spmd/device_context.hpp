@@ -169,7 +169,7 @@ Tensor<T> reduce_over_axes(Tensor<T> x, const Axes& axes, ReduceKind kind, const
   const auto split = split_vmap_axes(axes);
   for (const auto* f : split.frames) x = vmap_reduce(x, *f, kind);
   if (split.mesh.is_none() && !split.frames.empty()) return x;
-  if (x.batch())
+  if (detail::vmap_batched(x))
     return on_batched_physical(x, [&](Tensor<T> p, int) {
       return reduce_over_axes(std::move(p), split.mesh, kind, name, where, mesh_op);
     });
@@ -198,7 +198,7 @@ Tensor<float_of_t<T>> pmean(Tensor<T> x, const Axes& axes,
   const auto split = detail::split_vmap_axes(axes);
   using F = float_of_t<T>;
   if (split.frames.empty()) {
-    if (x.batch())
+    if (detail::vmap_batched(x))
       return detail::on_batched_physical(x,
                                          [&](Tensor<T> p, int) { return pmean(std::move(p), axes, where); });
     return device_context().pmean(std::move(x), axes, where);
@@ -245,7 +245,7 @@ Tensor<T> all_gather(const Tensor<T>& x, const Axes& axes, int dim = 0, bool til
                         "' the axes must be that one name alone; gather over the others in a second call");
     return detail::vmap_all_gather(x, *split.frames.front(), dim, tiled);
   }
-  if (x.batch()) {
+  if (detail::vmap_batched(x)) {
     const int r = x.ndim();
     const int d = resolve_dim(dim, tiled ? r : r + 1, "all_gather");
     return detail::on_batched_physical(
@@ -261,7 +261,7 @@ Tensor<T> all_gather_invariant(const Tensor<T>& x, const Axes& axes, int dim = 0
 template <Dtype T>
 Tensor<T> psum_scatter(Tensor<T> x, const Axes& axes, int dim = 0, bool tiled = false,
                        shard::source_location where = shard::source_location::current()) {
-  if (x.batch()) {
+  if (detail::vmap_batched(x)) {
     const int d = resolve_dim(dim, x.ndim(), "psum_scatter");
     return detail::on_batched_physical(
         x, [&](Tensor<T> p, int) { return psum_scatter(std::move(p), axes, d + 1, tiled, where); });
@@ -271,7 +271,7 @@ Tensor<T> psum_scatter(Tensor<T> x, const Axes& axes, int dim = 0, bool tiled = 
 template <Dtype T>
 Tensor<T> all_to_all(const Tensor<T>& x, const Axes& axes, int split_dim, int concat_dim, bool tiled = false,
                      shard::source_location where = shard::source_location::current()) {
-  if (x.batch()) {
+  if (detail::vmap_batched(x)) {
     const int s = resolve_dim(split_dim, x.ndim(), "all_to_all"),
               c = resolve_dim(concat_dim, x.ndim(), "all_to_all");
     return detail::on_batched_physical(
@@ -282,7 +282,7 @@ Tensor<T> all_to_all(const Tensor<T>& x, const Axes& axes, int split_dim, int co
 template <Dtype T>
 Tensor<T> ppermute(const Tensor<T>& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
                    shard::source_location where = shard::source_location::current()) {
-  if (x.batch())
+  if (detail::vmap_batched(x))
     return detail::on_batched_physical(x, [&](Tensor<T> p, int) { return ppermute(p, axes, perm, where); });
   return device_context().ppermute(x, axes, std::move(perm), where);
 }

@@ -22,6 +22,7 @@
 #include "shard/error.hpp"
 #include "shard/comm/group_shared.hpp"
 #include "shard/sharding/partition_spec.hpp"
+#include "shard/array/detail/trace_primitive.hpp"
 #include "shard/array/sharded_array.hpp"
 #include "shard/core/tensor_ops.hpp"
 #include "shard/array/reshard.hpp"
@@ -247,7 +248,15 @@ class ShardMapped {
   /// one spec for the list), resharded to their in_spec when they are laid out otherwise.
   template <typename... Args>
   auto operator()(const Args&... args) const {
-    if constexpr (checked<Args...>()) return call(std::index_sequence_for<Args...>{}, args...);
+    if constexpr (checked<Args...>()) {
+      // Inside jit: one equation of the program, the body run as written when it replays.
+      if (const std::uint64_t level = detail::trace_level_of(args...))
+        return detail::trace_opaque(
+            "shard_map",
+            [self = *this](const auto&... a) { return self.call(std::index_sequence_for<Args...>{}, a...); }, level,
+            args...);
+      return call(std::index_sequence_for<Args...>{}, args...);
+    }
   }
 
  private:

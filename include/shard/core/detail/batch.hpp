@@ -23,14 +23,18 @@ namespace shard::detail {
 /// The next id of a transformation level (a tape or a vmap level); ids grow and are never reused.
 std::uint64_t next_transform_id();
 
-/// The record of a batched value (Batched<X> holds the physical array).
+/// The record of a batched value (Batched<X> holds the physical array), or of a traced one (jit:
+/// array/detail/program.hpp's Traced<X>, with `trace` set and no batch dim): an array with a
+/// record holds no elements a user can read.
 struct BatchBase {
-  BatchBase(std::uint64_t level_, int bdim_) : level(level_), bdim(bdim_) {}
+  BatchBase(std::uint64_t level_, int bdim_, bool trace_ = false)
+      : level(level_), bdim(bdim_), trace(trace_) {}
   virtual ~BatchBase() = default;
   BatchBase(const BatchBase&) = delete;
   BatchBase& operator=(const BatchBase&) = delete;
   std::uint64_t level;  ///< the vmap level the batch dim belongs to
   int bdim;             ///< the batch dim of the physical array
+  bool trace;           ///< a value traced by jit at `level`, not a batched one
 };
 
 template <typename X>
@@ -66,6 +70,24 @@ inline const BatchFrame* batch_frame_named(const std::string& name) {
   return nullptr;
 }
 
+/// The record with the highest level among the operands (null: none has one).
+template <typename... A>
+const BatchBase* top_record(const A&... xs) {
+  const BatchBase* top = nullptr;
+  (
+      [&] {
+        if (const auto& b = xs.batch(); b && (!top || b->level > top->level)) top = b.get();
+      }(),
+      ...);
+  return top;
+}
+
+/// x is batched by a vmap (a record that is not jit's).
+template <typename X>
+bool vmap_batched(const X& x) {
+  return x.batch() && !x.batch()->trace;
+}
+
 /// The highest batch level among the operands (0: none is batched).
 template <typename... A>
 std::uint64_t top_batch_level(const A&... xs) {
@@ -92,8 +114,8 @@ const X& physical_at(const X& x, std::uint64_t level, int& bdim) {
 }
 
 /// ValueError: an element of a batched value was read (inside vmap an array is an abstract
-/// per-example value; its elements exist only batched).
-[[noreturn]] void raise_batched_access(const char* what);
+/// per-example value; its elements exist only batched), or of a traced one (inside jit).
+[[noreturn]] void raise_batched_access(const char* what, const BatchBase& record);
 
 }  // namespace shard::detail
 

@@ -1,0 +1,225 @@
+#pragma once
+/// \file jit's program and its recorder (internals of jit/jit.hpp; DESIGN.md "jit and vmap").
+///
+/// While jit traces a function, its arguments are *traced values*: arrays that report their
+/// shape, dtype and sharding and whose record (a Traced<X>, the same slot a batched value of
+/// vmap uses: core/detail/batch.hpp) holds the trace's id of the value and a *shadow*: the
+/// concrete array the op ran on when it was traced. The op driver (array/driver.hpp) sees the
+/// record and, instead of handing back a plain array, runs the primitive on the shadows (which
+/// gives the result's shape and sharding and the collectives its rules insert), appends an
+/// equation to the Program (the primitive, copied, with the ids of its operands and result) and
+/// returns a traced result. A user cannot read a traced value's elements (ValueError, as JAX's
+/// ConcretizationTypeError). An array the function uses that is not traced (one it captures or
+/// makes from nothing) is a constant of the program, kept with it.
+///
+/// Replaying the program runs each equation's primitive again on the values of the new call:
+/// through the driver as an eager op would (under vmap, grad or an outer jit: `plain`), or with
+/// the layouts propagation chose (jit/propagate.hpp): the plan of a factor-rule op, the operand
+/// shardings of every other op as it ran when traced.
+
+#include <any>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shard/array/detail/op_plan.hpp"
+#include "shard/array/sharded_array.hpp"
+#include "shard/comm/comm_stats.hpp"
+#include "shard/core/detail/batch.hpp"
+#include "shard/core/detail/tape.hpp"
+#include "shard/core/primitive.hpp"
+#include "shard/core/tensor.hpp"
+#include "shard/error.hpp"
+
+namespace shard::detail {
+
+/// One value of a program: what jit knows of an array.
+struct ProgramValue {
+  enum class Kind { kInput, kConstant, kResult, kVjp };
+  Kind kind = Kind::kResult;
+  std::string dtype;  ///< "float32", ...; "vjp" for a VJP's residuals
+  Shape shape;
+  std::size_t elem_size = 0;              ///< bytes per element
+  std::optional<NamedSharding> sharding;  ///< none: a Tensor (or a VJP)
+  bool committed = true;
+  int producer = -1;  ///< the equation that makes it (-1: an input or a constant)
+};
+
+/// A collective an equation ran when it was traced (this rank's CommStats over the op).
+struct ProgramComm {
+  std::string kind, axes;
+  std::int64_t bytes = 0;
+  std::int64_t calls = 0;
+  bool in_process = false;  ///< among this rank's devices, in memory
+};
+
+struct ReplayEnv;
+struct ProgramEqn;
+using EqnRun = std::function<void(ReplayEnv&, const ProgramEqn&)>;
+
+/// A factor-rule equation propagation may lay out otherwise: the rule applied to its operands.
+struct EqnFactors {
+  std::shared_ptr<const FactorRule> rule;
+  FactorRule::Factors factors;
+  /// Replay runs the plan itself (run_blocks); else it reshards the operands to the plan's wants
+  /// and binds the primitive (a primitive whose sharded form plans itself: matmul).
+  bool runs_plan = false;
+};
+
+/// One equation: the primitive (inside `run`), its operands' and results' value ids.
+struct ProgramEqn {
+  std::string op;
+  std::vector<int> in, out;
+  shard::source_location where;
+  EqnRun run;
+  std::vector<ProgramComm> comms;  ///< the collectives the op ran when traced
+  /// The operands' shardings when traced (none for a Tensor): a fixed equation's operands are
+  /// resharded to them on replay, so it runs as it ran when traced.
+  std::vector<std::optional<NamedSharding>> in_shardings;
+  /// The result's sharding (traced, or propagation's): a replay that gives another reshards to it.
+  std::optional<NamedSharding> out_sharding;
+  std::optional<EqnFactors> factors;  ///< set: propagation may choose the plan
+  std::optional<OpPlan> plan;         ///< propagation's plan (factor equations)
+  std::int64_t planned_bytes = -1;    ///< propagation's estimate of the bytes the plan moves per device
+};
+
+/// A traced program (jit/jit.hpp prints it: make_jaxpr).
+struct Program {
+  std::vector<ProgramValue> values;
+  std::vector<int> inputs, outputs;
+  std::vector<ProgramEqn> eqns;
+  std::vector<std::pair<int, std::any>> constants;  ///< value id, the array
+  /// Reshards of the outputs to out_shardings (value id of the output -> its sharding).
+  std::vector<std::optional<NamedSharding>> out_shardings;
+  /// Set by propagation: the bytes per rank the program moves with eager's layouts and with the
+  /// chosen ones (its estimate).
+  bool propagated = false;
+  std::int64_t eager_bytes = 0;
+  std::int64_t planned_bytes = 0;
+  std::string to_string() const;
+};
+
+/// The values of one replay, by id.
+struct ReplayEnv {
+  std::vector<std::any> slots;
+  /// The operands carry records (vmap, a tape, an outer jit): each equation binds its primitive as
+  /// an eager op does, so the outer transformation sees every op.
+  bool plain = false;
+  template <typename X>
+  const X& get(int id) const {
+    return *std::any_cast<X>(&slots[static_cast<std::size_t>(id)]);
+  }
+  template <typename X>
+  void set(int id, X x) {
+    slots[static_cast<std::size_t>(id)] = std::move(x);
+  }
+};
+
+/// Runs every equation of `program` in order on `env` (inputs and constants already set).
+void replay(const Program& program, ReplayEnv& env);
+
+/// The record of a traced value.
+template <typename X>
+struct Traced final : BatchBase {
+  Traced(std::uint64_t level_, int id_, X shadow_)
+      : BatchBase(level_, -1, true), id(id_), shadow(std::move(shadow_)) {}
+  int id;    ///< the value's id in the program
+  X shadow;  ///< the array the ops ran on when traced
+};
+
+/// One active trace on this thread.
+struct TraceFrame {
+  std::uint64_t level = 0;
+  Program* program = nullptr;
+};
+inline thread_local std::vector<TraceFrame> t_trace_frames;
+
+inline TraceFrame* trace_frame(std::uint64_t level) {
+  for (auto it = t_trace_frames.rbegin(); it != t_trace_frames.rend(); ++it)
+    if (it->level == level) return &*it;
+  return nullptr;
+}
+
+/// ValueError: a traced value reached an op after its jit returned.
+[[noreturn]] void raise_escaped_trace(const char* op);
+/// ValueError: an op inside jit got a value of an enclosing transformation through a capture.
+[[noreturn]] void raise_outer_capture(const char* op, const char* what);
+/// ValueError: `what` is not supported inside jit (and how to do without).
+[[noreturn]] void raise_jit_unsupported(const std::string& what);
+
+/// What the program keeps of an array.
+template <typename X>
+ProgramValue value_of(const X& x, ProgramValue::Kind kind) {
+  ProgramValue v;
+  v.kind = kind;
+  v.dtype = dtype_name<elem_t<X>>();
+  v.elem_size = sizeof(elem_t<X>);
+  v.shape = x.shape();
+  if constexpr (is_sharded_v<X>) {
+    v.sharding = x.sharding();
+    v.committed = x.committed();
+  }
+  return v;
+}
+
+inline int add_value(Program& program, ProgramValue v) {
+  program.values.push_back(std::move(v));
+  return static_cast<int>(program.values.size()) - 1;
+}
+
+/// The traced value of `shadow` at `level` with id `id`.
+template <typename X>
+X make_traced(X shadow, std::uint64_t level, int id) {
+  Shape shape = shadow.shape();
+  if constexpr (is_tensor_v<X>) {
+    return X::batched_value(std::move(shape), std::make_shared<Traced<X>>(level, id, std::move(shadow)));
+  } else {
+    NamedSharding sharding = shadow.sharding();
+    const bool committed = shadow.committed();
+    return X::batched_value(std::move(shape), std::move(sharding), committed,
+                            std::make_shared<Traced<X>>(level, id, std::move(shadow)));
+  }
+}
+
+/// x's shadow when it is traced at `level`, else x (a constant).
+template <typename X>
+const X& shadow_of(const X& x, std::uint64_t level) {
+  const auto& b = x.batch();
+  if (b && b->trace && b->level == level) return static_cast<const Traced<X>&>(*b).shadow;
+  return x;
+}
+
+/// x's id in the trace at `frame` (a constant is added to the program).
+template <typename X>
+int trace_operand(TraceFrame& frame, const X& x, const char* op) {
+  if (const auto& b = x.batch()) {
+    if (b->trace && b->level == frame.level) return static_cast<const Traced<X>&>(*b).id;
+    raise_outer_capture(op, b->trace ? "an enclosing jit" : "an enclosing vmap");
+  }
+  if (x.ad() != nullptr && recording_tape_for(x)) raise_outer_capture(op, "an enclosing grad");
+  Program& p = *frame.program;
+  const int id = add_value(p, value_of(x, ProgramValue::Kind::kConstant));
+  p.constants.emplace_back(id, std::any(x.alias()));
+  return id;
+}
+
+/// The shardings of the operands as they are (none for Tensors).
+template <typename X>
+std::optional<NamedSharding> sharding_if_sharded(const X& x) {
+  if constexpr (is_sharded_v<X>)
+    return x.sharding();
+  else
+    return std::nullopt;
+}
+
+/// This rank's CommStats records (to see what one op communicated).
+using CommSnapshot = std::map<std::pair<std::string, std::string>, CommRecord>;
+CommSnapshot comm_snapshot();
+/// What was recorded since `before`, as the collectives of one equation.
+std::vector<ProgramComm> comms_since(const CommSnapshot& before);
+
+}  // namespace shard::detail

@@ -1,0 +1,339 @@
+#pragma once
+/// \file jit's step of the op driver (array/driver.hpp includes this at its end): a primitive on
+/// traced operands is run on their shadows and appended to the trace's program
+/// (array/detail/program.hpp); replaying the program binds it again.
+
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "shard/array/detail/program.hpp"
+#include "shard/array/driver.hpp"
+#include "shard/core/tree.hpp"
+
+namespace shard::detail {
+
+/// The factor rule jit's propagation lays the primitive out by: rule() for a primitive the driver
+/// plans by its rule, layout_rule() for one that plans itself but lines up with a factor rule
+/// (matmul); none for the others, which replay as they ran when traced.
+template <typename P, typename... X>
+constexpr bool plans_by_rule() {
+  if constexpr (!(is_sharded_v<X> && ...) || MovesAcross<P, X...>)
+    return false;
+  else if constexpr (requires(const P& p, const X&... xs) { p.sharded(xs...); })
+    return false;
+  else
+    return requires(const P& p) { p.rule(); };
+}
+template <typename P, typename... X>
+constexpr bool lines_up_by_rule() {
+  if constexpr (!(is_sharded_v<X> && ...) || MovesAcross<P, X...>)
+    return false;
+  else
+    return requires(const P& p, const X&... xs) { p.layout_rule(xs...); };
+}
+
+/// The operand x lined up with `want` (as it is when it already is, or when want is none).
+template <Dtype T>
+ShardedArray<T> lined_with(const ShardedArray<T>& x, const std::optional<NamedSharding>& want) {
+  if (!want || x.sharding() == *want) return x.alias();
+  return reshard(x, *want);
+}
+
+/// One equation of a replay: bound as an eager op is, or with the layouts propagation chose.
+template <typename Out, typename P, ArrayLike... X>
+Out replay_primitive(const P& p, const shard::source_location& where, const ReplayEnv& env,
+                     const ProgramEqn& eqn, const X&... xs) {
+  if constexpr (!(is_sharded_v<X> && ...)) {
+    return bind_at(p, where, xs...);
+  } else {
+    if (env.plain) return bind_at(p, where, xs...);
+    if constexpr (plans_by_rule<P, X...>()) {
+      if (eqn.plan)
+        return run_blocks<P, elem_t<Out>>(p, *eqn.plan, eqn.factors->factors.result_shape,
+                                          std::index_sequence_for<X...>{}, xs...);
+    }
+    // Each operand as the equation wants it: the plan's layout, else as it was when traced.
+    const Mesh* mesh = nullptr;
+    if (eqn.plan) {
+      const std::array<const Mesh*, sizeof...(X)> meshes{&xs.mesh()...};
+      mesh = meshes[eqn.plan->base];
+    }
+    std::size_t i = 0;
+    auto want = [&]() -> std::optional<NamedSharding> {
+      const std::size_t k = i++;
+      if (eqn.plan) {
+        if (!eqn.plan->want[k]) return std::nullopt;
+        return NamedSharding(*mesh, *eqn.plan->want[k]);
+      }
+      return eqn.in_shardings[k];
+    };
+    const std::tuple<X...> lined{lined_with(xs, want())...};
+    Out out = std::apply([&](const auto&... l) { return bind_at(p, where, l...); }, lined);
+    if constexpr (is_sharded_v<Out>) {
+      if (eqn.out_sharding && !(out.sharding() == *eqn.out_sharding)) return reshard(out, *eqn.out_sharding);
+    }
+    return out;
+  }
+}
+
+/// The trace step of bind: the primitive on the shadows, appended to the program of `level`.
+template <typename P, ArrayLike... X>
+bind_result_t<P, X...> trace_primitive(const P& p, const shard::source_location& where, std::uint64_t level,
+                                       const X&... xs) {
+  using Out = bind_result_t<P, X...>;
+  TraceFrame* frame = trace_frame(level);
+  if (!frame) raise_escaped_trace(p.name());
+  Program& prog = *frame->program;
+  const std::array<int, sizeof...(X)> ids{trace_operand(*frame, xs, p.name())...};
+  ProgramEqn e;
+  e.op = p.name();
+  e.where = where;
+  e.in.assign(ids.begin(), ids.end());
+  if constexpr (requires { P::any_input_layout; })
+    e.in_shardings.assign(sizeof...(X), std::nullopt);
+  else
+    (e.in_shardings.push_back(sharding_if_sharded(shadow_of(xs, level))), ...);
+  const CommSnapshot before = comm_snapshot();
+  Out shadow = bind_at(p, where, shadow_of(xs, level)...);
+  e.comms = comms_since(before);
+  if constexpr (plans_by_rule<P, X...>() || lines_up_by_rule<P, X...>()) {
+    const FactorRule* rule = nullptr;
+    if constexpr (plans_by_rule<P, X...>())
+      rule = &p.rule();
+    else
+      rule = p.layout_rule(shadow_of(xs, level)...);
+    if (rule) {
+      EqnFactors f{std::make_shared<const FactorRule>(*rule), {}, plans_by_rule<P, X...>()};
+      f.factors = f.rule->expand({&shadow_of(xs, level).shape()...}, p.name(), where);
+      e.factors = std::move(f);
+    }
+  }
+  ProgramValue v = value_of(shadow, ProgramValue::Kind::kResult);
+  v.producer = static_cast<int>(prog.eqns.size());
+  e.out_sharding = v.sharding;
+  const int out_id = add_value(prog, std::move(v));
+  e.out = {out_id};
+  e.run = [p, where, ids, out_id](ReplayEnv& env, const ProgramEqn& eqn) {
+    env.set(
+        out_id, [&]<std::size_t... I>(std::index_sequence<I...>) {
+          return replay_primitive<Out>(p, where, env, eqn, env.get<X>(ids[I])...);
+        }(std::index_sequence_for<X...>{}));
+  };
+  prog.eqns.push_back(std::move(e));
+  return make_traced(std::move(shadow), level, out_id);
+}
+
+/// The trace step of bind_list (concatenate, stack): replayed as it ran when traced.
+template <typename P, ArrayLike X>
+X trace_list_primitive(const P& p, const shard::source_location& where, std::uint64_t level,
+                       const std::vector<X>& xs) {
+  TraceFrame* frame = trace_frame(level);
+  if (!frame) raise_escaped_trace(p.name());
+  Program& prog = *frame->program;
+  ProgramEqn e;
+  e.op = p.name();
+  e.where = where;
+  std::vector<X> shadows;
+  shadows.reserve(xs.size());
+  for (const auto& x : xs) {
+    e.in.push_back(trace_operand(*frame, x, p.name()));
+    shadows.push_back(shadow_of(x, level).alias());
+    e.in_shardings.push_back(sharding_if_sharded(shadows.back()));
+  }
+  const CommSnapshot before = comm_snapshot();
+  X shadow = bind_list_at(p, where, shadows);
+  e.comms = comms_since(before);
+  ProgramValue v = value_of(shadow, ProgramValue::Kind::kResult);
+  v.producer = static_cast<int>(prog.eqns.size());
+  e.out_sharding = v.sharding;
+  const int out_id = add_value(prog, std::move(v));
+  e.out = {out_id};
+  e.run = [p, where, ids = e.in, out_id](ReplayEnv& env, const ProgramEqn& eqn) {
+    std::vector<X> in;
+    in.reserve(ids.size());
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      const X& x = env.get<X>(ids[k]);
+      if constexpr (is_sharded_v<X>)
+        in.push_back(env.plain ? x.alias() : lined_with(x, eqn.in_shardings[k]));
+      else
+        in.push_back(x.alias());
+    }
+    env.set(out_id, bind_list_at(p, where, in));
+  };
+  prog.eqns.push_back(std::move(e));
+  return make_traced(std::move(shadow), level, out_id);
+}
+
+/// forward_vjp of a primitive on traced operands under a tape (jit(grad(f))): two equations, the
+/// forward (the result and the VJP's residuals, held as a value of the program) and, when the
+/// backward pass reaches it, the VJP on the cotangent.
+template <typename P, ArrayLike... X>
+auto trace_forward_vjp(const P& p, const VjpNeed& need, std::uint64_t level, const X&... xs)
+    -> decltype(p.forward_vjp(need, xs...)) {
+  using Pair = decltype(p.forward_vjp(need, xs...));
+  using Out = typename Pair::first_type;
+  using Vjp = typename Pair::second_type;
+  TraceFrame* frame = trace_frame(level);
+  if (!frame) raise_escaped_trace(p.name());
+  Program& prog = *frame->program;
+  const std::array<int, sizeof...(X)> ids{trace_operand(*frame, xs, p.name())...};
+  ProgramEqn e;
+  e.op = std::string(p.name()) + "_forward_vjp";
+  e.in.assign(ids.begin(), ids.end());
+  (e.in_shardings.push_back(sharding_if_sharded(shadow_of(xs, level))), ...);
+  const CommSnapshot before = comm_snapshot();
+  auto [shadow, shadow_vjp] = forward_vjp_at(p, need, shadow_of(xs, level)...);
+  e.comms = comms_since(before);
+  ProgramValue v = value_of(shadow, ProgramValue::Kind::kResult);
+  const int producer = static_cast<int>(prog.eqns.size());
+  v.producer = producer;
+  e.out_sharding = v.sharding;
+  const int out_id = add_value(prog, std::move(v));
+  ProgramValue r;
+  r.kind = ProgramValue::Kind::kVjp;
+  r.dtype = "vjp";
+  r.producer = producer;
+  const int res_id = add_value(prog, std::move(r));
+  e.out = {out_id, res_id};
+  const std::uint64_t bits = need.bits;
+  const std::size_t n = need.n;
+  e.run = [p, ids, out_id, res_id, bits, n](ReplayEnv& env, const ProgramEqn& eqn) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      const std::tuple<X...> lined{[&] {
+        if constexpr (is_sharded_v<X>)
+          return env.plain ? env.get<X>(ids[I]).alias() : lined_with(env.get<X>(ids[I]), eqn.in_shardings[I]);
+        else
+          return env.get<X>(ids[I]).alias();
+      }()...};
+      auto [o, vjp] = forward_vjp_at(p, VjpNeed{bits, n}, std::get<I>(lined)...);
+      env.set(out_id, std::move(o));
+      env.set(res_id, std::make_shared<const Vjp>(std::move(vjp)));
+    }
+    (std::index_sequence_for<X...>{});
+  };
+  prog.eqns.push_back(std::move(e));
+  auto held = std::make_shared<const Vjp>(std::move(shadow_vjp));
+  Vjp traced_vjp = [held, res_id, level, name = p.name()](const Out& ct, const VjpNeed& nd) {
+    TraceFrame* f = trace_frame(level);
+    if (!f) raise_escaped_trace(name);
+    Program& pr = *f->program;
+    const int ct_id = trace_operand(*f, ct, name);
+    ProgramEqn b;
+    b.op = std::string(name) + "_vjp";
+    b.in = {res_id, ct_id};
+    b.in_shardings = {std::nullopt, sharding_if_sharded(shadow_of(ct, level))};
+    const CommSnapshot before_b = comm_snapshot();
+    Cotangents<Out> sc = (*held)(shadow_of(ct, level), nd);
+    for (auto& [i, take] : sc.deferred()) sc[i].emplace(take());
+    b.comms = comms_since(before_b);
+    std::vector<int> outs;
+    for (std::size_t i = 0; i < sc.size(); ++i) {
+      if (!sc[i]) {
+        outs.push_back(-1);
+        continue;
+      }
+      ProgramValue cv = value_of(*sc[i], ProgramValue::Kind::kResult);
+      cv.producer = static_cast<int>(pr.eqns.size());
+      const int id = add_value(pr, std::move(cv));
+      outs.push_back(id);
+      b.out.push_back(id);
+    }
+    const std::uint64_t nbits = nd.bits;
+    const std::size_t nn = nd.n;
+    b.run = [res_id, ct_id, outs, nbits, nn](ReplayEnv& env, const ProgramEqn&) {
+      const auto& vjp = *env.get<std::shared_ptr<const Vjp>>(res_id);
+      Cotangents<Out> c = vjp(env.get<Out>(ct_id), VjpNeed{nbits, nn});
+      for (auto& [i, take] : c.deferred()) c[i].emplace(take());
+      for (std::size_t i = 0; i < outs.size(); ++i)
+        if (outs[i] >= 0) env.set(outs[i], Out(*c[i]));
+    };
+    pr.eqns.push_back(std::move(b));
+    Cotangents<Out> made(sc.size());
+    for (std::size_t i = 0; i < sc.size(); ++i)
+      if (outs[i] >= 0) made[i].emplace(make_traced(Out(*sc[i]), level, outs[i]));
+    return made;
+  };
+  return Pair{make_traced(std::move(shadow), level, out_id), std::move(traced_vjp)};
+}
+
+/// The highest jit trace level among the arrays of these trees (0: none is traced).
+template <typename... Args>
+std::uint64_t trace_level_of(const Args&... args) {
+  std::uint64_t level = 0;
+  (tree_for_each(
+       [&](const auto& leaf) {
+         if (const auto& b = leaf.batch(); b && b->trace && b->level > level) level = b->level;
+       },
+       args),
+   ...);
+  return level;
+}
+
+/// A call jit records as one equation instead of op by op (a shard_map: its body runs per device
+/// on blocks): `fn` runs on the shadows now and on the program's values when it replays, its
+/// arguments lined up as they were when traced.
+template <typename Fn, typename... Args>
+auto trace_opaque(const char* name, Fn fn, std::uint64_t level, const Args&... args) {
+  using Out = decltype(fn(args...));
+  TraceFrame* frame = trace_frame(level);
+  if (!frame) raise_escaped_trace(name);
+  Program& prog = *frame->program;
+  ProgramEqn e;
+  e.op = name;
+  (tree_for_each(
+       [&](const auto& leaf) {
+         e.in.push_back(trace_operand(*frame, leaf, name));
+         e.in_shardings.push_back(sharding_if_sharded(shadow_of(leaf, level)));
+       },
+       args),
+   ...);
+  const CommSnapshot before = comm_snapshot();
+  const std::tuple<Args...> shadows{
+      tree_map([&](const auto& leaf) { return shadow_of(leaf, level).alias(); }, args)...};
+  Out shadow = std::apply(fn, shadows);
+  e.comms = comms_since(before);
+  const int producer = static_cast<int>(prog.eqns.size());
+  Out out = tree_map(
+      [&](const auto& leaf) {
+        ProgramValue v = value_of(leaf, ProgramValue::Kind::kResult);
+        v.producer = producer;
+        const int id = add_value(prog, std::move(v));
+        e.out.push_back(id);
+        return make_traced(leaf.alias(), level, id);
+      },
+      shadow);
+  auto skeleton = std::make_shared<const std::tuple<Args...>>(
+      tree_map([](const auto& leaf) { return std::remove_cvref_t<decltype(leaf)>(); }, args)...);
+  e.run = [fn, skeleton, ins = e.in, outs = e.out](ReplayEnv& env, const ProgramEqn& eqn) {
+    std::size_t k = 0;
+    auto fill = [&](const auto& arg) {
+      return tree_map(
+          [&](const auto& leaf) {
+            using X = std::remove_cvref_t<decltype(leaf)>;
+            const std::size_t i = k++;
+            const X& x = env.get<X>(ins[i]);
+            if constexpr (is_sharded_v<X>)
+              return env.plain ? x.alias() : lined_with(x, eqn.in_shardings[i]);
+            else
+              return x.alias();
+          },
+          arg);
+    };
+    const std::tuple<Args...> filled = [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::tuple<Args...>{fill(std::get<I>(*skeleton))...};  // braces: in order
+    }
+    (std::index_sequence_for<Args...>{});
+    Out r = std::apply(fn, filled);
+    std::size_t o = 0;
+    tree_for_each([&](const auto& leaf) { env.set(outs[o++], leaf.alias()); }, r);
+  };
+  prog.eqns.push_back(std::move(e));
+  return out;
+}
+
+}  // namespace shard::detail

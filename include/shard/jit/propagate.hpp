@@ -1,0 +1,24 @@
+#pragma once
+/// \file Sharding propagation over a traced program (jit/jit.hpp; DESIGN.md "jit and vmap").
+///
+/// The program's fixed points are its inputs' shardings (the arguments', or in_shardings), its
+/// out_shardings, every explicit reshard / with_sharding_constraint, and every op that is not a
+/// factor-rule op (a reshape, a slice, a shard_map, a collective: they keep the operand layouts
+/// they were traced with). Each factor-rule op (elementwise, reductions, matmul, ...) is free: a
+/// layout is an assignment of mesh axes to its factors (Shardy's factors: the operands' and the
+/// result's specs and the closing collective follow from it). Propagation is a descent on the
+/// bytes the program moves per rank (the reshards' plans, as reshard_plan computes them, and the
+/// closing collectives' ring traffic): it starts from the layouts eager execution picks and
+/// moves one op at a time to the candidate layout (one per operand's and per consumer's layout,
+/// forward and backward) that lowers the total, until no op improves. A reshard is kept only
+/// where an op's rule cannot take what its producer gives.
+
+#include "shard/array/detail/program.hpp"
+
+namespace shard::detail {
+
+/// Chooses the layout of every factor-rule equation of `program` (their plans and result
+/// shardings); the total bytes before and after are kept in the program.
+void propagate(Program& program);
+
+}  // namespace shard::detail

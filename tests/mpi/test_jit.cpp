@@ -1,0 +1,303 @@
+// shard::jit (jit/jit.hpp): random op programs on random meshes and specs (uneven shapes)
+// against eager, bit for bit without propagation and to float tolerance with it; grad of jit,
+// jit of grad, jit of vmap and vmap of jit against the untransformed; replay without tracing
+// again (trace_count); the propagation cases (seed 004's pjit matmul, a 2-layer Megatron MLP,
+// a program where eager reshards back and forth); make_jaxpr's text; the errors.
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mpi_test.hpp"
+#include "shard/shard.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace shard;
+using shard::testing::random_tensor;
+
+template <typename X>
+Tensor<double> host(const X& x) {
+  if constexpr (detail::is_sharded_v<X>)
+    return astype<double>(x.to_host());
+  else
+    return astype<double>(x);
+}
+
+void expect_equal(const Tensor<double>& got, const Tensor<double>& want, double tol,
+                  const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  for (std::int64_t i = 0; i < got.size(); ++i) {
+    if (tol == 0) {
+      ASSERT_EQ(got.flat(i), want.flat(i)) << what << " at flat index " << i;
+    } else {
+      ASSERT_NEAR(got.flat(i), want.flat(i), tol * (1 + std::abs(want.flat(i)))) << what << " at " << i;
+    }
+  }
+}
+
+/// A random program of elementwise ops, products, reductions, shape ops and reshards on (x, w).
+struct RandomProgram {
+  std::uint64_t seed;
+  Mesh mesh;
+  std::vector<PartitionSpec> specs;  // reshard targets
+  ShardedArray<float> operator()(const ShardedArray<float>& x, const ShardedArray<float>& w) const {
+    std::mt19937_64 rng(seed);
+    ShardedArray<float> h = x;
+    for (int step = 0; step < 6; ++step) {
+      switch (rng() % 7) {
+        case 0:
+          h = tanh(h) * 0.5f + h;
+          break;
+        case 1:
+          h = matmul(h, w) * 0.1f;
+          break;  // w is (k, k)
+        case 2:
+          h = h - mean(h, {1}, true);
+          break;
+        case 3:
+          h = softmax(h, -1) + h;
+          break;
+        case 4:
+          h = with_sharding_constraint(h, NamedSharding(mesh, specs[rng() % specs.size()]));
+          break;
+        case 5:
+          h = transpose(transpose(h, {1, 0}) * 2.f, {1, 0});
+          break;
+        default:
+          h = maximum(h, w[{Slice(0, 1)}]);
+          break;
+      }
+    }
+    return h;
+  }
+};
+
+SHARD_MPI_TEST(Jit, RandomProgramsMatchEager) {
+  const int n = shard::testing::runtime().device_count();
+  std::vector<Mesh> meshes{make_mesh({n}, {"a"})};
+  if (n % 2 == 0) meshes.push_back(make_mesh({2, n / 2}, {"a", "b"}));
+  const int programs = shard::testing::full_matrix() ? 40 : 8;
+  for (const Mesh& mesh : meshes) {
+    const auto specs = shard::testing::all_specs(mesh.axis_names(), 2);
+    for (int s = 0; s < programs; ++s) {
+      std::mt19937_64 rng(1000 + s);
+      const std::int64_t rows = 3 + static_cast<std::int64_t>(rng() % 9),
+                         k = 2 + static_cast<std::int64_t>(rng() % 7);
+      auto x = device_put(random_tensor<float>({rows, k}, rng()) * 0.01f,
+                          NamedSharding(mesh, specs[rng() % specs.size()]));
+      auto w = device_put(random_tensor<float>({k, k}, rng()) * 0.01f,
+                          NamedSharding(mesh, specs[rng() % specs.size()]));
+      const RandomProgram f{static_cast<std::uint64_t>(s), mesh, specs};
+      const std::string what = "program " + std::to_string(s) + " on " + mesh.to_string();
+      const Tensor<double> eager = host(f(x, w));
+      auto plain = jit(f, JitOptions{.propagate = false});
+      expect_equal(host(plain(x, w)), eager, 0, what + " (no propagation, first call)");
+      expect_equal(host(plain(x, w)), eager, 0, what + " (no propagation, replay)");
+      EXPECT_EQ(plain.trace_count(), 1) << what;
+      auto propagated = jit(f);
+      expect_equal(host(propagated(x, w)), eager, 1e-5, what + " (propagated)");
+      // grad of jit and jit of grad against grad.
+      auto loss = [&](const ShardedArray<float>& a, const ShardedArray<float>& b) {
+        return sum(square(f(a, b)));
+      };
+      const Tensor<double> g = host(grad(loss)(x, w));
+      expect_equal(host(grad(jit(loss, JitOptions{.propagate = false}))(x, w)), g, 0, what + " grad(jit)");
+      expect_equal(host(jit(grad(loss), JitOptions{.propagate = false})(x, w)), g, 0, what + " jit(grad)");
+      expect_equal(host(jit(grad(loss))(x, w)), g, 1e-4, what + " jit(grad) propagated");
+    }
+  }
+}
+
+SHARD_MPI_TEST(Jit, VmapComposes) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  auto convolve = [](const Tensor<float>& x, const Tensor<float>& w) {
+    std::vector<Tensor<float>> out;
+    for (std::int64_t i = 1; i + 1 < x.shape()[0]; ++i) out.push_back(dot(x[{Slice(i - 1, i + 2)}], w));
+    return stack(out);
+  };
+  const auto xs = random_tensor<float>({4, 7}, 1), ws = random_tensor<float>({4, 3}, 2);
+  const Tensor<double> want = host(vmap(convolve)(xs, ws));
+  expect_equal(host(jit(vmap(convolve))(xs, ws)), want, 0, "jit(vmap)");
+  expect_equal(host(vmap(jit(convolve))(xs, ws)), want, 0, "vmap(jit)");
+  auto f = [](const ShardedArray<float>& x) { return sum(exp(x * 0.01f), {0}); };
+  const auto xa = device_put(random_tensor<float>({5, 6}, 3), NamedSharding(mesh, P(None, "a")));
+  const Tensor<double> vw = host(vmap(f)(xa));
+  expect_equal(host(jit(vmap(f))(xa)), vw, 1e-6, "jit(vmap) sharded");
+  expect_equal(host(vmap(jit(f))(xa)), vw, 1e-6, "vmap(jit) sharded");
+}
+
+SHARD_MPI_TEST(Jit, ReplaysWithoutTracingAgain) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  int calls = 0;
+  auto f = jit([&calls](const ShardedArray<float>& x, float scale) {
+    ++calls;
+    return x * scale + 1.f;
+  });
+  const auto x = device_put(random_tensor<float>({6, 5}, 4), NamedSharding(mesh, P("a")));
+  const auto y = device_put(random_tensor<float>({6, 5}, 5), NamedSharding(mesh, P("a")));
+  for (int i = 0; i < 3; ++i)
+    expect_equal(host(f(i % 2 ? x : y, 2.f)), host((i % 2 ? x : y) * 2.f + 1.f), 0, "replay");
+  EXPECT_EQ(f.trace_count(), 1);
+  EXPECT_EQ(calls, 1);  // the Python-level function ran once
+  (void)f(x, 3.f);      // a new static value traces again
+  EXPECT_EQ(f.trace_count(), 2);
+  (void)f(device_put(random_tensor<float>({7, 5}, 6), NamedSharding(mesh, P("a"))), 2.f);  // a new shape
+  EXPECT_EQ(f.trace_count(), 3);
+  (void)f(device_put(random_tensor<float>({6, 5}, 6), NamedSharding(mesh, P(None, "a"))),
+          2.f);  // a new sharding
+  EXPECT_EQ(f.trace_count(), 4);
+  (void)f(x, 2.f);
+  EXPECT_EQ(f.trace_count(), 4);
+}
+
+/// Seed 004's pjit matmul: in_shardings rows x columns, out_shardings replicated. The product of
+/// a row block by a column block is one block of C: C is computed sharded, then gathered once.
+/// Theory (1 device per rank): the cheapest plan gathers one operand (each rank's block once) and
+/// the result (each rank's block of C once); no psum.
+SHARD_MPI_TEST(Jit, PjitMatmulPropagation) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"devices"});
+  const std::int64_t m = 8 * n;
+  const auto a_host = random_tensor<float>({m, m}, 7), b_host = random_tensor<float>({m, m}, 8);
+  const auto a = device_put(a_host, NamedSharding(mesh, P()));
+  const auto b = device_put(b_host, NamedSharding(mesh, P()));
+  auto f = jit([](const ShardedArray<float>& x, const ShardedArray<float>& y) { return matmul(x, y); },
+               JitOptions{.in_shardings = {NamedSharding(mesh, P("devices", None)),
+                                           NamedSharding(mesh, P(None, "devices"))},
+                          .out_shardings = {NamedSharding(mesh, P())}});
+  const JitProgram prog = f.lower(a, b);
+  const std::string text = prog.to_string();
+  EXPECT_EQ(prog.ops(), std::vector<std::string>{"matmul"}) << text;
+  EXPECT_EQ(text.find("psum"), std::string::npos) << text;
+  const auto x = device_put(a_host, NamedSharding(mesh, P("devices", None)));
+  const auto y = device_put(b_host, NamedSharding(mesh, P(None, "devices")));
+  comm_stats().reset();
+  const auto c = f(x, y);
+  const CommRecord moved = comm_stats().total();
+  EXPECT_TRUE(c.sharding() == NamedSharding(mesh, P()));
+  expect_equal(host(c), host(matmul(a_host, b_host)), 1e-5, "pjit matmul");
+  EXPECT_EQ(comm_stats().get("psum").calls, 0);
+  if (shard::testing::runtime().devices_per_rank() == 1 && n > 1) {
+    const std::int64_t block = (m / n) * m * 4;  // one rank's block of an operand, or of C
+    EXPECT_EQ(moved.bytes, 2 * block) << comm_stats().to_string() << text;
+  }
+}
+
+/// A 2-layer Megatron MLP given only the input's and the parameters' shardings and an output
+/// replicated over 'model': per layer, x @ W1 splits the hidden dim over 'model' (no move),
+/// relu is local, h @ W2 contracts the split dim: one psum over 'model'. Nothing else.
+SHARD_MPI_TEST(Jit, MegatronMlpOnePsumPerLayer) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"model"});
+  const std::int64_t d = 4 * n, hidden = 8 * n;
+  auto layer_w1 = [&](std::uint64_t s) {
+    return device_put(random_tensor<float>({d, hidden}, s) * 0.01f, NamedSharding(mesh, P(None, "model")));
+  };
+  auto layer_w2 = [&](std::uint64_t s) {
+    return device_put(random_tensor<float>({hidden, d}, s) * 0.01f, NamedSharding(mesh, P("model", None)));
+  };
+  const std::vector<ShardedArray<float>> params{layer_w1(1), layer_w2(2), layer_w1(3), layer_w2(4)};
+  const auto x = device_put(random_tensor<float>({6, d}, 5) * 0.1f, NamedSharding(mesh, P()));
+  auto mlp = [](const std::vector<ShardedArray<float>>& p, const ShardedArray<float>& in) {
+    ShardedArray<float> h = in;
+    for (std::size_t l = 0; l < p.size(); l += 2) h = matmul(relu(matmul(h, p[l])), p[l + 1]);
+    return h;
+  };
+  auto f = jit(mlp, JitOptions{.out_shardings = {NamedSharding(mesh, P())}});
+  const std::string text = f.lower(params, x).to_string();
+  comm_stats().reset();
+  const auto y = f(params, x);
+  const auto psum = comm_stats().get("psum");
+  const auto all = comm_stats().total();
+  const std::string stats = comm_stats().to_string();
+  expect_equal(host(y), host(mlp(params, x)), 1e-5, "megatron");
+  if (n > 1) {
+    EXPECT_EQ(psum.calls + psum.in_process_calls, 2) << stats << text;
+    EXPECT_EQ(all.calls + all.in_process_calls, 2) << stats << text;
+  }
+}
+
+/// Eager reshards an intermediate that a later op reshards back: u = a + b follows a (the first
+/// committed operand, split on dim 1), so b is moved; v = u * b follows u, so b is moved again;
+/// the output is wanted as b is, so v is moved back. jit keeps u and v as b is: one move of a.
+SHARD_MPI_TEST(Jit, PropagationMovesFewerBytesThanEager) {
+  const int n = shard::testing::runtime().device_count();
+  if (n == 1) GTEST_SKIP() << "one device: nothing moves";
+  const Mesh mesh = make_mesh({n}, {"d"});
+  const std::int64_t m = 4 * n;
+  const auto a = device_put(random_tensor<float>({m, m}, 9), NamedSharding(mesh, P(None, "d")));
+  const auto b = device_put(random_tensor<float>({m, m}, 10), NamedSharding(mesh, P("d", None)));
+  auto f = [&](const ShardedArray<float>& x, const ShardedArray<float>& y) {
+    const auto u = x + y;
+    return reshard(u * y, NamedSharding(mesh, P("d", None)));
+  };
+  comm_stats().reset();
+  const auto eager = f(a, b);
+  const CommRecord eager_moved = comm_stats().total();
+  auto jf = jit(f);
+  const JitProgram prog = jf.lower(a, b);
+  comm_stats().reset();
+  const auto jitted = jf(a, b);
+  const CommRecord jit_moved = comm_stats().total();
+  expect_equal(host(jitted), host(eager), 0, "values");
+  EXPECT_LT(jit_moved.bytes + jit_moved.in_process_bytes, eager_moved.bytes + eager_moved.in_process_bytes)
+      << "eager:\n"
+      << "jit:\n"
+      << prog.to_string();
+  EXPECT_TRUE(*prog.result_sharding("add") == NamedSharding(mesh, P("d", None))) << prog.to_string();
+  EXPECT_LT(prog.program().planned_bytes, prog.program().eager_bytes) << prog.to_string();
+  if (shard::testing::runtime().process_index() == 0)
+    std::printf("eager moved %lld bytes, jit %lld\n",
+                static_cast<long long>(eager_moved.bytes + eager_moved.in_process_bytes),
+                static_cast<long long>(jit_moved.bytes + jit_moved.in_process_bytes));
+}
+
+SHARD_MPI_TEST(Jit, MakeJaxprPrintsShardingsAndMoves) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const auto x = device_put(random_tensor<float>({4 * n, 3}, 11), NamedSharding(mesh, P("a")));
+  const std::string text =
+      make_jaxpr([](const ShardedArray<float>& v) { return sum(exp(v)); })(x).to_string();
+  EXPECT_NE(text.find("exp a"), std::string::npos) << text;
+  EXPECT_NE(text.find("float32[" + std::to_string(4 * n) + ",3]P('a')"), std::string::npos) << text;
+  EXPECT_NE(text.find("sum b"), std::string::npos) << text;
+  if (n > 1) {
+    EXPECT_NE(text.find("psum over"), std::string::npos) << text;
+  }
+}
+
+SHARD_MPI_TEST(Jit, ErrorsNameTheConstruct) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const auto x = device_put(random_tensor<float>({2 * n, 3}, 12), NamedSharding(mesh, P("a")));
+  shard::testing::expect_error<ValueError>(
+      [&] { (void)jit([](const ShardedArray<float>& v) { return v * sum(v).item(); })(x); },
+      {"jit", "traced array", "ConcretizationTypeError"});
+  ShardedArray<float> leaked;
+  (void)jit([&](const ShardedArray<float>& v) {
+    leaked = v * 2.f;
+    return v;
+  })(x);
+  shard::testing::expect_error<ValueError>([&] { (void)(leaked + 1.f); }, {"escaped the jitted function"});
+  shard::testing::expect_error<ValueError>(
+      [&] {
+        (void)grad([&](const ShardedArray<float>& w) {
+          return sum(jit([&](const ShardedArray<float>& v) { return v * w; })(x));
+        })(x);
+      },
+      {"jit", "enclosing grad", "as an argument"});
+  shard::testing::expect_error<ValueError>(
+      [&] {
+        (void)jit([](const ShardedArray<float>& v) { return v; },
+                  JitOptions{.in_shardings = {None, None}})(x);
+      },
+      {"in_shardings has 2 entries"});
+}
+
+}  // namespace
