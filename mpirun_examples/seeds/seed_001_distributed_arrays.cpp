@@ -1,5 +1,5 @@
 // Seed 001, "Distributed arrays and automatic parallelization": the cells that need no grad
-// (the training loops are autodiff's), op for op, on 8 devices (e.g. mpirun -n 2
+// (the training loops are autodiff's), op for op, the jitted functions with shard::jit, on 8 devices (e.g. mpirun -n 2
 // seed_001_distributed_arrays --devices-per-rank 4). The tutorial's 8192 x 8192 arrays are
 // --size N (512 by default); its MLP is --width W wide (256 by default, 8192 in the seed).
 // Devices print as CPU k in this job's order, where the seed shows its TPUs' torus order.
@@ -165,10 +165,11 @@ int main(int argc, char** argv) {
     say("## Constraining shardings of intermediates");
     sharding = PositionalSharding(devices);
     ShardedArray<float> xc = device_put(x, sharding.reshape({4, 2}));
-    auto f = [&](const ShardedArray<float>& v) { return with_sharding_constraint(v + 1.f, sharding.reshape({2, 4})); };
+    // @jax.jit def f(x): x = x + 1; return jax.lax.with_sharding_constraint(x, sharding.reshape(2, 4))
+    auto f = jit([&](const ShardedArray<float>& v) { return with_sharding_constraint(v + 1.f, sharding.reshape({2, 4})); });
     visualize(xc);
     visualize(f(xc));
-    auto g = [&](const ShardedArray<float>& v) { return with_sharding_constraint(v + 1.f, sharding.replicate()); };
+    auto g = jit([&](const ShardedArray<float>& v) { return with_sharding_constraint(v + 1.f, sharding.replicate()); });
     visualize(xc);
     visualize(g(xc));
 
@@ -195,8 +196,9 @@ int main(int argc, char** argv) {
     Params params;
     for (const auto& [W, b] : host_params)
       params.emplace_back(device_put(W, sharding.replicate()), device_put(b, sharding.replicate()));
-    const float loss_dp = loss(params, batch).to_host().item();
-    print(loss(params, batch));
+    const auto loss_jit = jit(loss);  // loss_jit = jax.jit(loss)
+    const float loss_dp = loss_jit(params, batch).to_host().item();
+    print(loss_jit(params, batch));
 
     say("4-way batch data parallelism and 2-way model tensor parallelism");
     sharding = sharding.reshape({4, 2});
@@ -212,16 +214,16 @@ int main(int argc, char** argv) {
     p2.emplace_back(device_put(params[3].first, sharding.replicate()), device_put(params[3].second, sharding.replicate()));
     visualize(p2[1].first);
     visualize(p2[2].first);
-    const float loss_mp = loss(p2, batch2).to_host().item();
-    print(loss(p2, batch2));
+    const float loss_mp = loss_jit(p2, batch2).to_host().item();
+    print(loss_jit(p2, batch2));
     say(std::string("same loss on both layouts: ") +
         (std::abs(loss_dp - loss_mp) <= 1e-5f * std::abs(loss_dp) ? "True" : "False"));
 
     say("## Sharp bits: generating random numbers");
     // f(key, x) = x + jax.random.uniform(key, x.shape), with jax_threefry_partitionable
-    auto fr = [](random::Key key, const ShardedArray<std::int32_t>& v) {
+    auto fr = jit([](random::Key key, const ShardedArray<std::int32_t>& v) {  // @jax.jit
       return v + random::uniform<float>(key, v.shape(), v.sharding());
-    };
+    });
     const auto key42 = random::key(42);
     const auto xr = device_put(arange<std::int32_t>(24), PositionalSharding(devices));
     visualize(fr(key42, xr));

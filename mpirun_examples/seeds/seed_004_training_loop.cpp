@@ -2,7 +2,7 @@
 // with grad inside the per-device program and pmean over the devices, five steps on the
 // tutorial's 8 devices (e.g. mpirun -n 2 seed_004_training_loop --devices-per-rank 4). The
 // seed calls pmean under jax.jit with parameters sharded P('devices', None), which JAX only
-// accepts inside shard_map with the parameters replicated; so does this port. The same step
+// accepts inside shard_map with the parameters replicated; so does this port, the shard_map jitted. The same step
 // in the global view (value_and_grad of the whole batch's loss) is printed beside it.
 
 #include <cstdio>
@@ -24,7 +24,9 @@ int main(int argc, char** argv) {
     const float learning_rate = 0.01f;
 
     // def distributed_training_step(params, batch, mesh, learning_rate=0.01)
-    auto sharded_update = shard_map(mesh, {P(), P("devices"), P("devices")}, {P(), P()},
+    // @jax.jit def sharded_update(params, x, y): the per-device program is a shard_map (one equation
+    // of the jitted program)
+    auto sharded_update = jit(shard_map(mesh, {P(), P("devices"), P("devices")}, {P(), P()},
                                     [&](const Tensor<float>& params, const Tensor<float>& x, const Tensor<float>& y) {
                                       // Compute local gradients, then average them across devices
                                       Tensor<float> grads = grad(loss_fn<Tensor<float>>)(params, x, y);
@@ -33,7 +35,8 @@ int main(int argc, char** argv) {
                                       // Compute loss (just for monitoring)
                                       const Tensor<float> avg_loss = pmean(loss_fn(params, x, y), "devices");
                                       return std::make_tuple(new_params, avg_loss);
-                                    });
+                                    }));
+    const auto global_step = jit(value_and_grad(loss_fn<ShardedArray<float>>));
 
     // model_params = create_model(rng_key): jnp.ones((1000, 100))
     random::Key rng_key = random::key(42);
@@ -49,7 +52,7 @@ int main(int argc, char** argv) {
       auto [new_params, loss] = sharded_update(model_params, x, y);
       model_params = std::move(new_params);
 
-      const auto [global_loss, g] = value_and_grad(loss_fn<ShardedArray<float>>)(global_params, x, y);
+      const auto [global_loss, g] = global_step(global_params, x, y);
       global_params = global_params - learning_rate * g;
       const float l = loss.to_host().item(), lg = global_loss.to_host().item();  // collective
       if (rt.process_index() == 0) std::printf("Step %d, Loss: %.6f (global view: %.6f)\n", step, l, lg);
@@ -57,6 +60,8 @@ int main(int argc, char** argv) {
     const float diff = max(abs(model_params - global_params)).to_host().item();
     if (rt.process_index() == 0)
       std::printf("shard_map and global-view parameters agree: %s\n", diff <= 1e-4f ? "True" : "False");
+    if (rt.process_index() == 0)
+      std::printf("traced once each: %s\n", sharded_update.trace_count() == 1 && global_step.trace_count() == 1 ? "True" : "False");
     return 0;
   });
 }

@@ -32,6 +32,18 @@ std::vector<ProgramComm> comms_since(const CommSnapshot& before) {
   return out;
 }
 
+std::int64_t reshard_bytes_per_device(const ProgramValue& v, const NamedSharding& from,
+                                      const NamedSharding& to) {
+  if (from == to) return 0;
+  std::int64_t most = 0;
+  for (int d : to.mesh().device_ids()) {
+    const Box now = to.box(d, v.shape);
+    const Box before = from.box(d, v.shape);
+    most = std::max(most, now.size() - intersect(now, before).size());
+  }
+  return most * static_cast<std::int64_t>(v.elem_size);
+}
+
 void raise_escaped_trace(const char* op) {
   raise<ValueError>("jit: ", op,
                     ": an operand is a traced array of a jit that has returned (it escaped the jitted "
@@ -92,13 +104,12 @@ std::int64_t block_bytes(const ProgramValue& v) {
 /// The reshard line of a value from `from` to `to`.
 std::string reshard_line(const ProgramValue& v, const std::string& name, const NamedSharding& to) {
   const ReshardPlan rp = plan_reshard(v.shape, *v.sharding, to, v.elem_size, v.dtype);
-  std::int64_t most = 0;
-  for (auto b : rp.bytes_sent) most = std::max(most, b);
+  const std::int64_t most = reshard_bytes_per_device(v, *v.sharding, to);
   std::string s = "reshard " + name + " " + rp.from + " -> " + rp.to + ": ";
   static const char* kinds[] = {"no move", "local slices", "all_gather", "all_to_all", "general exchange"};
   s += kinds[static_cast<int>(rp.kind)];
   if (!rp.axis.empty()) s += " over '" + rp.axis + "'";
-  s += ", " + bytes_text(most) + " sent per rank";
+  s += ", " + bytes_text(most) + " per device";
   return s;
 }
 
@@ -120,6 +131,7 @@ std::string Program::to_string() const {
     for (std::size_t k = 0; k < e.out.size(); ++k) os << (k ? " " : "") << typed(*this, e.out[k]);
     if (e.out.empty()) os << "_";
     os << " = " << e.op;
+    if (!e.params.empty()) os << "[" << e.params << "]";
     for (int id : e.in) os << " " << value_name(id);
     os << "\n";
     if (e.plan) {

@@ -174,6 +174,7 @@ template <typename T>
 T ShardedArray<T>::item(shard::source_location where) const {
   const detail::CallScope scope("item", where);
   if (empty()) raise<ValueError>("item(): the array is empty (default-constructed and never assigned an array)");
+  if (batch_) detail::raise_batched_access("item()", *batch_);
   if (size() != 1)
     raise<ShapeError>("item(): the array has shape ", to_string(shape_), " (", size(),
                       " elements); item() reads a 0-d or size-1 array");

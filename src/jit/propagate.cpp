@@ -15,13 +15,9 @@ namespace shard::detail {
 
 namespace {
 
-/// The most bytes one rank sends to reshard v from `from` to `to`.
+/// What moving v costs: the bytes the busiest device receives.
 std::int64_t move_bytes(const ProgramValue& v, const NamedSharding& from, const NamedSharding& to) {
-  if (from == to) return 0;
-  const ReshardPlan p = plan_reshard(v.shape, from, to, v.elem_size, v.dtype);
-  std::int64_t most = 0;
-  for (auto b : p.bytes_sent) most = std::max(most, b);
-  return most;
+  return reshard_bytes_per_device(v, from, to);
 }
 
 /// A layout of a factor equation: the mesh axes of each factor.

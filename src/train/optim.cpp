@@ -285,6 +285,18 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
                          State<T>& state, shard::source_location where) const {
   const detail::CallScope scope("Optimizer::update", where);
   const detail::ScopedTime timed(detail::TimeKind::kOptimizer);
+  for (std::size_t i = 0; i < params.size() + grads.size(); ++i) {
+    const auto& x = i < params.size() ? params[i] : grads[i - params.size()];
+    if (x.batch() && x.batch()->trace)
+      raise<ValueError>(located("Optimizer::update", where),
+                        ": called inside jit; the optimizers update the parameters in place and count steps on "
+                        "the host, so the update cannot be traced: jit the loss and its gradient and update "
+                        "outside (auto [loss, grads] = jit(value_and_grad(loss_fn))(params, batch); "
+                        "opt.update(params, grads, state);)");
+    if (x.batch())
+      raise<ValueError>(located("Optimizer::update", where),
+                        ": called inside vmap on batched parameters or gradients; update outside the vmapped function");
+  }
   if (grads.size() != params.size())
     raise<ValueError>("optimizer update: ", grads.size(), " gradients for ", params.size(), " parameters");
   const auto names = slots(c_);

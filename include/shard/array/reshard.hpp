@@ -74,6 +74,7 @@ struct Reshard : Primitive {
   /// Shared, not pointed to: jit keeps the primitive in its program.
   std::shared_ptr<const NamedSharding> to;
   const char* name() const { return "reshard"; }
+  std::string params_text() const { return "to: " + to->spec().to_string(); }
   /// One block holds the whole array: nothing moves.
   template <Dtype T>
   Tensor<T> kernel(const Tensor<T>& x) const {

@@ -7,8 +7,9 @@
 /// they were traced with). Each factor-rule op (elementwise, reductions, matmul, ...) is free: a
 /// layout is an assignment of mesh axes to its factors (Shardy's factors: the operands' and the
 /// result's specs and the closing collective follow from it). Propagation is a descent on the
-/// bytes the program moves per rank (the reshards' plans, as reshard_plan computes them, and the
-/// closing collectives' ring traffic): it starts from the layouts eager execution picks and
+/// bytes the program moves per device (for a reshard, what the busiest device receives: the part
+/// of its new block its old block does not hold; for a closing psum, a ring's 2 (n-1)/n of the
+/// block), the same at any number of ranks: it starts from the layouts eager execution picks and
 /// moves one op at a time to the candidate layout (one per operand's and per consumer's layout,
 /// forward and backward) that lowers the total, until no op improves. A reshard is kept only
 /// where an op's rule cannot take what its producer gives.

@@ -8,6 +8,7 @@
 /// first (detail::batch_elementwise, ops/batching.hpp).
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "shard/array/driver.hpp"
@@ -82,6 +83,10 @@ struct BinaryScalar : Primitive {
   bool scalar_first;
   static constexpr bool kernel_validates = true;
   const char* name() const { return detail::binary_op_name(op); }
+  /// What jit's printed program shows of the parameters.
+  std::string params_text() const {
+    return (scalar_first ? "scalar first: " : "scalar: ") + std::to_string(static_cast<double>(s));
+  }
   static const FactorRule& rule() { return detail::elementwise_rule(1); }
   template <typename... A>
   auto batch(const shard::source_location& where, std::int64_t, const A&... a) const {
@@ -114,6 +119,9 @@ struct CompareScalar : Primitive {
   bool scalar_first;
   static constexpr bool kernel_validates = true;
   const char* name() const { return "compare"; }
+  std::string params_text() const {
+    return (scalar_first ? "scalar first: " : "scalar: ") + std::to_string(static_cast<double>(s));
+  }
   static const FactorRule& rule() { return detail::elementwise_rule(1); }
   template <typename... A>
   auto batch(const shard::source_location& where, std::int64_t, const A&... a) const {

@@ -77,6 +77,15 @@ struct Matmul : Primitive {
   std::shared_ptr<const NamedSharding> out;  ///< shared, not pointed to: jit keeps the primitive
   Algorithm algorithm = Algorithm::kAuto;
   const char* name() const { return "matmul"; }
+  /// The factor rule jit's propagation lays the product out by (array/detail/trace_primitive.hpp):
+  /// "...ik,...kj->...ij" for matrices and batches of them; none for vectors, an explicit `out` or a
+  /// forced algorithm (the layout is then the user's).
+  template <Dtype T>
+  const FactorRule* layout_rule(const ShardedArray<T>& a, const ShardedArray<T>& b) const {
+    if (out || algorithm != Algorithm::kAuto || a.ndim() < 2 || b.ndim() < 2) return nullptr;
+    static const FactorRule rule("...ik,...kj->...ij");
+    return &rule;
+  }
   template <Dtype T>
   Tensor<T> kernel(const Tensor<T>& a, const Tensor<T>& b) const {
     return detail::matmul_kernel(a, b);

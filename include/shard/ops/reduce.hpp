@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -68,6 +69,11 @@ struct Reduce : Primitive {
   static constexpr bool kernel_validates = true;
 
   const char* name() const { return detail::reduce_op_name(kind); }
+  std::string params_text() const {
+    std::string t = "dims:";
+    for (int d : dims) t += " " + std::to_string(d);
+    return keepdims ? t + ", keepdims" : t;
+  }
   const FactorRule& rule() const { return *rule_; }
   /// The collective that combines partials (a mean's partial sums are summed).
   ReduceKind closing_kind() const { return kind == ReduceKind::kMean ? ReduceKind::kSum : kind; }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "shard/array/detail/node_meta.hpp"
@@ -157,6 +158,11 @@ struct Transpose : Primitive {
   static constexpr bool kernel_validates = true;
   static constexpr bool linear_local = true;
   const char* name() const { return "transpose"; }
+  std::string params_text() const {
+    std::string t = "perm:";
+    for (int d : perm) t += " " + std::to_string(d);
+    return t;
+  }
   template <Dtype T>
   Tensor<T> kernel(const Tensor<T>& x) const {
     return detail::transpose_kernel(x, perm);

@@ -186,6 +186,7 @@ X detached(const X& x) {
   if constexpr (is_tensor_v<X>) {
     return x.unique_storage() ? x.alias() : X(x);
   } else {
+    if (x.batch()) return x.alias();  // traced by an enclosing jit: its replay makes new arrays
     for (const auto& s : x.addressable_shards())
       if (!s.data.unique_storage() && s.data.size() > 0) return X(x);
     return x.alias();

@@ -73,6 +73,7 @@ struct EqnFactors {
 /// One equation: the primitive (inside `run`), its operands' and results' value ids.
 struct ProgramEqn {
   std::string op;
+  std::string params;  ///< the primitive's parameters, printed (params_text())
   std::vector<int> in, out;
   shard::source_location where;
   EqnRun run;
@@ -215,6 +216,12 @@ std::optional<NamedSharding> sharding_if_sharded(const X& x) {
   else
     return std::nullopt;
 }
+
+/// The bytes the device that receives the most gets when v moves from `from` to `to` (the part of
+/// its new block its old block does not hold): what jit's propagation and printing count, the same
+/// at any number of ranks.
+std::int64_t reshard_bytes_per_device(const ProgramValue& v, const NamedSharding& from,
+                                      const NamedSharding& to);
 
 /// This rank's CommStats records (to see what one op communicated).
 using CommSnapshot = std::map<std::pair<std::string, std::string>, CommRecord>;

@@ -92,6 +92,7 @@ bind_result_t<P, X...> trace_primitive(const P& p, const shard::source_location&
   const std::array<int, sizeof...(X)> ids{trace_operand(*frame, xs, p.name())...};
   ProgramEqn e;
   e.op = p.name();
+  if constexpr (requires { p.params_text(); }) e.params = p.params_text();
   e.where = where;
   e.in.assign(ids.begin(), ids.end());
   if constexpr (requires { P::any_input_layout; })
