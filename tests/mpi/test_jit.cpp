@@ -39,7 +39,8 @@ void expect_equal(const Tensor<double>& got, const Tensor<double>& want, double 
   }
 }
 
-/// A random program of elementwise ops, products, reductions, shape ops and reshards on (x, w).
+/// A random program of elementwise ops, products, reductions, cumsum, argmax, concatenate, slices,
+/// shape ops and reshards on (x, w).
 struct RandomProgram {
   std::uint64_t seed;
   Mesh mesh;
@@ -48,7 +49,7 @@ struct RandomProgram {
     std::mt19937_64 rng(seed);
     ShardedArray<float> h = x;
     for (int step = 0; step < 6; ++step) {
-      switch (rng() % 7) {
+      switch (rng() % 11) {
         case 0:
           h = tanh(h) * 0.5f + h;
           break;
@@ -60,6 +61,20 @@ struct RandomProgram {
           break;
         case 3:
           h = softmax(h, -1) + h;
+          break;
+        case 7:
+          h = cumsum(h, 0) * 0.1f;
+          break;
+        case 8:  // argmax's index as a value (ties: the first)
+          h = h + astype<float>(expand_dims(argmax(h, 1), 1)) * 0.01f;
+          break;
+        case 9: {  // concatenate, then the first columns back
+          const std::int64_t cols = h.shape()[1];
+          h = concatenate(std::vector<ShardedArray<float>>{h * 0.5f, h}, 1)[{Slice(), Slice(0, cols)}] + h;
+          break;
+        }
+        case 10:
+          h = squeeze(expand_dims(h, 0), {0}) - h * 0.25f;
           break;
         case 4:
           h = with_sharding_constraint(h, NamedSharding(mesh, specs[rng() % specs.size()]));
