@@ -57,8 +57,6 @@ void raise_outer_capture(const char* op, const char* what) {
                     "as an argument");
 }
 
-void raise_jit_unsupported(const std::string& what) { raise<ValueError>("jit: ", what); }
-
 namespace {
 
 /// JAX's names: a .. z, ba, bb, ...

@@ -9,16 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "shard/array/reshard.hpp"
+#include "shard/array/detail/program.hpp"
 
 namespace shard::detail {
 
 namespace {
-
-/// What moving v costs: the bytes the busiest device receives.
-std::int64_t move_bytes(const ProgramValue& v, const NamedSharding& from, const NamedSharding& to) {
-  return reshard_bytes_per_device(v, from, to);
-}
 
 /// A layout of a factor equation: the mesh axes of each factor.
 using Axes = std::vector<SpecEntry>;
@@ -104,7 +99,7 @@ struct Solver {
   std::int64_t edge_cost(int id, const std::optional<NamedSharding>& from, int e, int k) const {
     const auto want = want_of(e, k);
     if (!want || !from) return 0;
-    return move_bytes(value(id), *from, *want);
+    return reshard_bytes_per_device(value(id), *from, *want);
   }
 
   /// The closing collective's ring traffic of equation e laid out by `axes`.
@@ -131,7 +126,9 @@ struct Solver {
     std::int64_t c = closing_cost(e, axes);
     for (std::size_t k = 0; k < q.in.size(); ++k) {
       const auto& from = layout[static_cast<std::size_t>(q.in[k])];
-      if (from) c += move_bytes(value(q.in[k]), *from, NamedSharding(*mesh[e], spec_of(axes, f.operands[k])));
+      if (from)
+        c += reshard_bytes_per_device(value(q.in[k]), *from,
+                                      NamedSharding(*mesh[e], spec_of(axes, f.operands[k])));
     }
     const NamedSharding out(*mesh[e], spec_of(axes, f.result));
     for (const auto& [ce, ck] : consumers[static_cast<std::size_t>(q.out[0])])
@@ -163,7 +160,6 @@ struct Solver {
       for (std::size_t k = 0; k < q.in.size(); ++k)
         c += edge_cost(q.in[k], layout[static_cast<std::size_t>(q.in[k])], static_cast<int>(e),
                        static_cast<int>(k));
-      if (!choice[e]) c += 0;  // a fixed op's own collectives do not depend on the layouts chosen
     }
     for (std::size_t k = 0; k < p.outputs.size(); ++k)
       c += edge_cost(p.outputs[k], layout[static_cast<std::size_t>(p.outputs[k])], -1 - static_cast<int>(k),

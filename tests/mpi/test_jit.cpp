@@ -17,15 +17,8 @@
 namespace {
 
 using namespace shard;
+using shard::testing::host_double;
 using shard::testing::random_tensor;
-
-template <typename X>
-Tensor<double> host(const X& x) {
-  if constexpr (detail::is_sharded_v<X>)
-    return astype<double>(x.to_host());
-  else
-    return astype<double>(x);
-}
 
 void expect_equal(const Tensor<double>& got, const Tensor<double>& want, double tol,
                   const std::string& what) {
@@ -108,29 +101,31 @@ SHARD_MPI_TEST(Jit, RandomProgramsMatchEager) {
                           NamedSharding(mesh, specs[rng() % specs.size()]));
       const RandomProgram f{static_cast<std::uint64_t>(s), mesh, specs};
       const std::string what = "program " + std::to_string(s) + " on " + mesh.to_string();
-      const Tensor<double> eager = host(f(x, w));
+      const Tensor<double> eager = host_double(f(x, w));
       auto plain = jit(f, JitOptions{.propagate = false});
-      expect_equal(host(plain(x, w)), eager, 0, what + " (no propagation, first call)");
-      expect_equal(host(plain(x, w)), eager, 0, what + " (no propagation, replay)");
+      expect_equal(host_double(plain(x, w)), eager, 0, what + " (no propagation, first call)");
+      expect_equal(host_double(plain(x, w)), eager, 0, what + " (no propagation, replay)");
       EXPECT_EQ(plain.trace_count(), 1) << what;
       auto propagated = jit(f);
-      expect_equal(host(propagated(x, w)), eager, 1e-5, what + " (propagated)");
+      expect_equal(host_double(propagated(x, w)), eager, 1e-5, what + " (propagated)");
       // grad of jit and jit of grad against grad.
       auto loss = [&](const ShardedArray<float>& a, const ShardedArray<float>& b) {
         return sum(square(f(a, b)));
       };
-      const Tensor<double> g = host(grad(loss)(x, w));
-      expect_equal(host(grad(jit(loss, JitOptions{.propagate = false}))(x, w)), g, 0, what + " grad(jit)");
+      const Tensor<double> g = host_double(grad(loss)(x, w));
+      expect_equal(host_double(grad(jit(loss, JitOptions{.propagate = false}))(x, w)), g, 0,
+                   what + " grad(jit)");
       // Under jit the backward pass runs on traced values, so the VJPs take their general form (a
       // transpose then a product, where eager fuses the transpose into the gemm): sums reorder.
-      expect_equal(host(jit(grad(loss), JitOptions{.propagate = false})(x, w)), g, 1e-6, what + " jit(grad)");
-      expect_equal(host(jit(grad(loss))(x, w)), g, 1e-4, what + " jit(grad) propagated");
+      expect_equal(host_double(jit(grad(loss), JitOptions{.propagate = false})(x, w)), g, 1e-6,
+                   what + " jit(grad)");
+      expect_equal(host_double(jit(grad(loss))(x, w)), g, 1e-4, what + " jit(grad) propagated");
       // jit of vmap against vmap: the program on a batch of 2 examples of x.
       const auto xs = device_put(random_tensor<float>({2, rows, k}, rng()) * 0.01f, NamedSharding(mesh, P()));
       const auto vf = vmap(f, {0, None});
-      const Tensor<double> vw = host(vf(xs, w));
-      expect_equal(host(jit(vf, JitOptions{.propagate = false})(xs, w)), vw, 0, what + " jit(vmap)");
-      expect_equal(host(jit(vf)(xs, w)), vw, 1e-5, what + " jit(vmap) propagated");
+      const Tensor<double> vw = host_double(vf(xs, w));
+      expect_equal(host_double(jit(vf, JitOptions{.propagate = false})(xs, w)), vw, 0, what + " jit(vmap)");
+      expect_equal(host_double(jit(vf)(xs, w)), vw, 1e-5, what + " jit(vmap) propagated");
     }
   }
 }
@@ -144,14 +139,14 @@ SHARD_MPI_TEST(Jit, VmapComposes) {
     return stack(out);
   };
   const auto xs = random_tensor<float>({4, 7}, 1), ws = random_tensor<float>({4, 3}, 2);
-  const Tensor<double> want = host(vmap(convolve)(xs, ws));
-  expect_equal(host(jit(vmap(convolve))(xs, ws)), want, 0, "jit(vmap)");
-  expect_equal(host(vmap(jit(convolve))(xs, ws)), want, 0, "vmap(jit)");
+  const Tensor<double> want = host_double(vmap(convolve)(xs, ws));
+  expect_equal(host_double(jit(vmap(convolve))(xs, ws)), want, 0, "jit(vmap)");
+  expect_equal(host_double(vmap(jit(convolve))(xs, ws)), want, 0, "vmap(jit)");
   auto f = [](const ShardedArray<float>& x) { return sum(exp(x * 0.01f), {0}); };
   const auto xa = device_put(random_tensor<float>({5, 6}, 3), NamedSharding(mesh, P(None, "a")));
-  const Tensor<double> vw = host(vmap(f)(xa));
-  expect_equal(host(jit(vmap(f))(xa)), vw, 1e-6, "jit(vmap) sharded");
-  expect_equal(host(vmap(jit(f))(xa)), vw, 1e-6, "vmap(jit) sharded");
+  const Tensor<double> vw = host_double(vmap(f)(xa));
+  expect_equal(host_double(jit(vmap(f))(xa)), vw, 1e-6, "jit(vmap) sharded");
+  expect_equal(host_double(vmap(jit(f))(xa)), vw, 1e-6, "vmap(jit) sharded");
 }
 
 SHARD_MPI_TEST(Jit, ReplaysWithoutTracingAgain) {
@@ -165,7 +160,7 @@ SHARD_MPI_TEST(Jit, ReplaysWithoutTracingAgain) {
   const auto x = device_put(random_tensor<float>({6, 5}, 4), NamedSharding(mesh, P("a")));
   const auto y = device_put(random_tensor<float>({6, 5}, 5), NamedSharding(mesh, P("a")));
   for (int i = 0; i < 3; ++i)
-    expect_equal(host(f(i % 2 ? x : y, 2.f)), host((i % 2 ? x : y) * 2.f + 1.f), 0, "replay");
+    expect_equal(host_double(f(i % 2 ? x : y, 2.f)), host_double((i % 2 ? x : y) * 2.f + 1.f), 0, "replay");
   EXPECT_EQ(f.trace_count(), 1);
   EXPECT_EQ(calls, 1);  // the Python-level function ran once
   (void)f(x, 3.f);      // a new static value traces again
@@ -204,7 +199,7 @@ SHARD_MPI_TEST(Jit, PjitMatmulPropagation) {
   const auto c = f(x, y);
   const CommRecord moved = comm_stats().total();
   EXPECT_TRUE(c.sharding() == NamedSharding(mesh, P()));
-  expect_equal(host(c), host(matmul(a_host, b_host)), 1e-5, "pjit matmul");
+  expect_equal(host_double(c), host_double(matmul(a_host, b_host)), 1e-5, "pjit matmul");
   EXPECT_EQ(comm_stats().get("psum").calls, 0);
   if (shard::testing::runtime().devices_per_rank() == 1 && n > 1) {
     const std::int64_t block = (m / n) * m * 4;  // one rank's block of an operand, or of C
@@ -239,7 +234,7 @@ SHARD_MPI_TEST(Jit, MegatronMlpOnePsumPerLayer) {
   const auto psum = comm_stats().get("psum");
   const auto all = comm_stats().total();
   const std::string stats = comm_stats().to_string();
-  expect_equal(host(y), host(mlp(params, x)), 1e-5, "megatron");
+  expect_equal(host_double(y), host_double(mlp(params, x)), 1e-5, "megatron");
   if (n > 1) {
     EXPECT_EQ(psum.calls + psum.in_process_calls, 2) << stats << text;
     EXPECT_EQ(all.calls + all.in_process_calls, 2) << stats << text;
@@ -268,7 +263,7 @@ SHARD_MPI_TEST(Jit, PropagationMovesFewerBytesThanEager) {
   comm_stats().reset();
   const auto jitted = jf(a, b);
   const CommRecord jit_moved = comm_stats().total();
-  expect_equal(host(jitted), host(eager), 0, "values");
+  expect_equal(host_double(jitted), host_double(eager), 0, "values");
   EXPECT_LT(jit_moved.bytes + jit_moved.in_process_bytes, eager_moved.bytes + eager_moved.in_process_bytes)
       << "eager:\n"
       << "jit:\n"

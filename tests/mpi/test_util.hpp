@@ -78,6 +78,15 @@ constexpr double tol_for(double f32, double f64, double bf16 = 1e-2) {
   else return 0.0;
 }
 
+/// x's elements as float64 on every rank (a ShardedArray gathered with to_host).
+template <typename X>
+Tensor<double> host_double(const X& x) {
+  if constexpr (detail::is_sharded_v<X>)
+    return astype<double>(x.to_host());
+  else
+    return astype<double>(x);
+}
+
 /// Random values (never all zeros or ones), identical on every rank for the same seed.
 template <typename T>
 Tensor<T> random_tensor(const Shape& shape, std::uint64_t seed) {

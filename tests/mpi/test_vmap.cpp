@@ -20,6 +20,7 @@
 namespace {
 
 using namespace shard;
+using shard::testing::host_double;
 using shard::testing::random_tensor;
 
 /// Example b of x along `axis` (x itself for None).
@@ -30,14 +31,6 @@ X example(const X& x, const BatchAxis& axis, std::int64_t b) {
   std::vector<Index> index(static_cast<std::size_t>(d), Slice());
   index.push_back(b);
   return slice(x, index);
-}
-
-template <typename X>
-Tensor<double> host_double(const X& x) {
-  if constexpr (detail::is_sharded_v<X>)
-    return astype<double>(x.to_host());
-  else
-    return astype<double>(x);
 }
 
 /// The loop over the examples: f on each, the results stacked along `out`.

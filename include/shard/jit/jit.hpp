@@ -112,9 +112,10 @@ class JitProgram {
 inline std::ostream& operator<<(std::ostream& os, const JitProgram& p) { return os << p.to_string(); }
 
 inline std::optional<NamedSharding> JitProgram::result_sharding(const std::string& op, std::size_t i) const {
+  std::size_t seen = 0;
   for (const auto& e : p_->eqns)
-    if (e.op == op && i-- == 0) return p_->values[static_cast<std::size_t>(e.out.at(0))].sharding;
-  raise<ValueError>("JitProgram::result_sharding: the program has no op '", op, "' number ", i + 1);
+    if (e.op == op && seen++ == i) return p_->values[static_cast<std::size_t>(e.out.at(0))].sharding;
+  raise<ValueError>("JitProgram::result_sharding: the program has ", seen, " '", op, "' ops, not ", i + 1);
 }
 
 namespace detail {
@@ -254,11 +255,7 @@ class Jitted {
   template <typename... Args>
   auto operator()(const Args&... args) const {
     const detail::CallScope scope("jit", where_);
-    check_in_shardings(sizeof...(Args));
-    auto placed = [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::tuple<Args...>{detail::with_in_sharding(args, in_sharding(I))...};
-    }
-    (std::index_sequence_for<Args...>{});
+    const auto placed = place(args...);
     bool transformed = false;
     const std::shared_ptr<const detail::JitEntry> entry =
         std::apply([&](const auto&... a) { return entry_for(transformed, a...); }, placed);
@@ -269,13 +266,8 @@ class Jitted {
   template <typename... Args>
   JitProgram lower(const Args&... args) const {
     const detail::CallScope scope("jit", where_);
-    check_in_shardings(sizeof...(Args));
-    auto placed = [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::tuple<Args...>{detail::with_in_sharding(args, in_sharding(I))...};
-    }
-    (std::index_sequence_for<Args...>{});
     bool transformed = false;
-    auto entry = std::apply([&](const auto&... a) { return entry_for(transformed, a...); }, placed);
+    auto entry = std::apply([&](const auto&... a) { return entry_for(transformed, a...); }, place(args...));
     return JitProgram(entry->program);
   }
 
@@ -286,11 +278,17 @@ class Jitted {
   }
 
  private:
-  void check_in_shardings(std::size_t n) const {
-    if (!options_.in_shardings.empty() && options_.in_shardings.size() != n)
+  /// The arguments laid out as in_shardings says.
+  template <typename... Args>
+  std::tuple<Args...> place(const Args&... args) const {
+    if (!options_.in_shardings.empty() && options_.in_shardings.size() != sizeof...(Args))
       raise<ValueError>(located("jit", where_), ": in_shardings has ", options_.in_shardings.size(),
-                        " entries but the function is called with ", n,
+                        " entries but the function is called with ", sizeof...(Args),
                         " arguments (one entry per argument, or none)");
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::tuple<Args...>{detail::with_in_sharding(args, in_sharding(I))...};
+    }
+    (std::index_sequence_for<Args...>{});
   }
   JitSharding in_sharding(std::size_t i) const {
     return options_.in_shardings.empty() ? JitSharding(None) : options_.in_shardings[i];

@@ -65,9 +65,6 @@ using EqnRun = std::function<void(ReplayEnv&, const ProgramEqn&)>;
 struct EqnFactors {
   std::shared_ptr<const FactorRule> rule;
   FactorRule::Factors factors;
-  /// Replay runs the plan itself (run_blocks); else it reshards the operands to the plan's wants
-  /// and binds the primitive (a primitive whose sharded form plans itself: matmul).
-  bool runs_plan = false;
 };
 
 /// One equation: the primitive (inside `run`), its operands' and results' value ids.
@@ -84,8 +81,9 @@ struct ProgramEqn {
   /// The result's sharding (traced, or propagation's): a replay that gives another reshards to it.
   std::optional<NamedSharding> out_sharding;
   std::optional<EqnFactors> factors;  ///< set: propagation may choose the plan
-  std::optional<OpPlan> plan;         ///< propagation's plan (factor equations)
-  std::int64_t planned_bytes = -1;    ///< propagation's estimate of the bytes the plan moves per device
+  /// Propagation's plan (factor equations): a primitive the driver plans by its rule replays it
+  /// (run_blocks); one that plans itself (matmul) gets its operands resharded to its wants.
+  std::optional<OpPlan> plan;
 };
 
 /// A traced program (jit/jit.hpp prints it: make_jaxpr).
@@ -149,8 +147,6 @@ inline TraceFrame* trace_frame(std::uint64_t level) {
 [[noreturn]] void raise_escaped_trace(const char* op);
 /// ValueError: an op inside jit got a value of an enclosing transformation through a capture.
 [[noreturn]] void raise_outer_capture(const char* op, const char* what);
-/// ValueError: `what` is not supported inside jit (and how to do without).
-[[noreturn]] void raise_jit_unsupported(const std::string& what);
 
 /// What the program keeps of an array.
 template <typename X>

@@ -44,6 +44,15 @@ ShardedArray<T> lined_with(const ShardedArray<T>& x, const std::optional<NamedSh
   return reshard(x, *want);
 }
 
+/// Operand k of equation `eqn` on replay: as it is under an outer transformation (or for a Tensor),
+/// else lined up with the sharding it had when traced.
+template <typename X>
+X replay_operand(const ReplayEnv& env, const ProgramEqn& eqn, std::size_t k, const X& x) {
+  if constexpr (is_sharded_v<X>)
+    if (!env.plain) return lined_with(x, eqn.in_shardings[k]);
+  return x.alias();
+}
+
 /// One equation of a replay: bound as an eager op is, or with the layouts propagation chose.
 template <typename Out, typename P, ArrayLike... X>
 Out replay_primitive(const P& p, const shard::source_location& where, const ReplayEnv& env,
@@ -109,7 +118,7 @@ bind_result_t<P, X...> trace_primitive(const P& p, const shard::source_location&
     else
       rule = p.layout_rule(shadow_of(xs, level)...);
     if (rule) {
-      EqnFactors f{std::make_shared<const FactorRule>(*rule), {}, plans_by_rule<P, X...>()};
+      EqnFactors f{std::make_shared<const FactorRule>(*rule), {}};
       f.factors = f.rule->expand({&shadow_of(xs, level).shape()...}, p.name(), where);
       e.factors = std::move(f);
     }
@@ -158,11 +167,7 @@ X trace_list_primitive(const P& p, const shard::source_location& where, std::uin
     std::vector<X> in;
     in.reserve(ids.size());
     for (std::size_t k = 0; k < ids.size(); ++k) {
-      const X& x = env.get<X>(ids[k]);
-      if constexpr (is_sharded_v<X>)
-        in.push_back(env.plain ? x.alias() : lined_with(x, eqn.in_shardings[k]));
-      else
-        in.push_back(x.alias());
+      in.push_back(replay_operand(env, eqn, k, env.get<X>(ids[k])));
     }
     env.set(out_id, bind_list_at(p, where, in));
   };
@@ -205,12 +210,7 @@ auto trace_forward_vjp(const P& p, const VjpNeed& need, std::uint64_t level, con
   const std::size_t n = need.n;
   e.run = [p, ids, out_id, res_id, bits, n](ReplayEnv& env, const ProgramEqn& eqn) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      const std::tuple<X...> lined{[&] {
-        if constexpr (is_sharded_v<X>)
-          return env.plain ? env.get<X>(ids[I]).alias() : lined_with(env.get<X>(ids[I]), eqn.in_shardings[I]);
-        else
-          return env.get<X>(ids[I]).alias();
-      }()...};
+      const std::tuple<X...> lined{replay_operand(env, eqn, I, env.get<X>(ids[I]))...};
       auto [o, vjp] = forward_vjp_at(p, VjpNeed{bits, n}, std::get<I>(lined)...);
       env.set(out_id, std::move(o));
       env.set(res_id, std::make_shared<const Vjp>(std::move(vjp)));
@@ -317,11 +317,7 @@ auto trace_opaque(const char* name, Fn fn, std::uint64_t level, const Args&... a
           [&](const auto& leaf) {
             using X = std::remove_cvref_t<decltype(leaf)>;
             const std::size_t i = k++;
-            const X& x = env.get<X>(ins[i]);
-            if constexpr (is_sharded_v<X>)
-              return env.plain ? x.alias() : lined_with(x, eqn.in_shardings[i]);
-            else
-              return x.alias();
+            return replay_operand(env, eqn, i, env.get<X>(ins[i]));
           },
           arg);
     };
