@@ -20,6 +20,7 @@
 #include "common/cli.hpp"
 #include "shard/spmd/interop.hpp"
 #include "shard/shard.hpp"
+#include "shard/jit/cost_model.hpp"
 
 namespace {
 
@@ -92,6 +93,42 @@ double bus_factor(const std::string& c, int n) {
   if (c == "psum") return 2.0 * (n - 1) / n;
   if (c.starts_with("ppermute")) return 1.0;
   return static_cast<double>(n - 1) / n;
+}
+
+/// Bytes one device receives in collective `c` of `bytes` per device over n devices (what jit's
+/// cost model counts: a ring's 2 (n-1)/n for psum, n-1 blocks for all_gather).
+double received_bytes(const std::string& c, std::int64_t bytes, int n) {
+  const auto b = static_cast<double>(bytes);
+  if (c == "psum") return 2.0 * b * (n - 1) / n;
+  if (c == "all_gather") return b * (n - 1);
+  if (c == "all_to_all") return b * (n - 1) / n;
+  return b;  // ppermute
+}
+
+/// Each kind's line through Shard's times: latency the smallest size's, slope the mean of
+/// (time - latency) / received over the sizes >= 64K. Kinds not run keep the defaults.
+shard::CostModel fit_cost_model(const std::vector<Row>& rows, int n) {
+  shard::CostModel m = shard::default_cost_model();
+  auto fit = [&](const std::string& c, shard::CollectiveCost& line) {
+    const Row* smallest = nullptr;
+    for (const Row& r : rows)
+      if (r.collective == c && (!smallest || r.bytes < smallest->bytes)) smallest = &r;
+    if (!smallest) return;
+    double slope = 0;
+    int k = 0;
+    for (const Row& r : rows)
+      if (r.collective == c && r.bytes >= 65536) {
+        slope += (r.shard_us - smallest->shard_us) / received_bytes(c, r.bytes, n);
+        ++k;
+      }
+    if (k == 0) return;
+    line = {smallest->shard_us, std::max(0.0, slope / k)};
+  };
+  fit("psum", m.psum);
+  fit("all_gather", m.all_gather);
+  fit("all_to_all", m.all_to_all);
+  fit("ppermute", m.exchange);
+  return m;
 }
 
 struct Bench {
@@ -322,7 +359,8 @@ int main(int argc, char** argv) {
         "collectives", po::value(&colls_text)->default_value("psum,all_gather,psum_scatter,all_to_all,ppermute,ppermute_chain"),
         "which collectives (ppermute: result = ppermute(x); ppermute_chain: x = ppermute(move(x)))")("repeats", po::value(&repeats)->default_value(0),
                              "timed repetitions per row (0: 400 up to 64K, 100 up to 4M, 41 above)")(
-        "json", "one JSON object per row instead of the table")("comm-stats", "print Shard's CommStats at the end");
+        "json", "one JSON object per row instead of the table")("comm-stats", "print Shard's CommStats at the end")(
+        "cost-model", "also print the cost model jit's propagation reads (SHARD_COST_MODEL), fitted on these rows");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
                                          "Usage: mpirun -n N collectives_bench [options]\n"
@@ -390,6 +428,14 @@ int main(int argc, char** argv) {
       os << line;
     }
     if (vm.count("comm-stats")) os << "\nCommStats of rank 0:\n" << shard::comm_stats().to_string();
+    if (vm.count("cost-model")) {
+      int n = 1;
+      for (const auto& a : axes.axes()) n *= mesh.axis_size(a);
+      if (n < 2) shard::raise<shard::ValueError>("--cost-model: the axes hold one device; nothing moves to time");
+      os << "\ncost model, fitted on the rows above (latency = the smallest size's time; us per byte = the mean over\n"
+            "sizes >= 64K of (time - latency) / bytes a device receives), for jit's propagation:\n"
+         << "export SHARD_COST_MODEL=\"" << fit_cost_model(rows, n).to_string() << "\"\n";
+    }
     shard::apps::print0(rt, os.str());
     return 0;
   }, runtime_options);

@@ -287,7 +287,7 @@ int run(shard::Runtime& rt, Config& c) {
     if (!std::isfinite(last_loss))
       shard::raise<shard::ValueError>("training diverged: the loss is ", last_loss, " at step ", step + 1,
                                       " (lower --lr)");
-    const double lr = opt.config().lr(state.step);
+    const double lr = opt.config().lr(state.step.item());
     opt.update(m.params, grads, state);
     if (c.comm_stats && trained == 0) step_comm = comm_difference(before, shard::comm_stats().entries());
     ++step;

@@ -64,7 +64,8 @@ double train_step_autodiff(Model& m, const Hyper& h, const Array& x, const Array
   if (h.skip_nonfinite) opt.apply_if_finite();
   // The optimizer's state is the model's (checkpointed with it): Adam's m and v, or SGD's momentum.
   shard::optim::State<float> state;
-  state.step = m.step;
+  state.step = shard::full<std::int64_t>(shard::Shape{}, m.step,
+                                        shard::NamedSharding(m.params.front().mesh(), shard::PartitionSpec()));
   const std::size_t np = m.params.size();
   const bool adam = h.optimizer == "adam";
   for (std::size_t i = 0; i < np; ++i) {
@@ -84,7 +85,7 @@ double train_step_autodiff(Model& m, const Hyper& h, const Array& x, const Array
       m.state[i] = std::move(state.arrays.at("momentum/" + std::to_string(i)));
     }
   }
-  m.step = state.step;
+  m.step = state.step.item();
   return h.skip_nonfinite && !std::isfinite(norm) ? std::nan("") : loss_value;
 }
 

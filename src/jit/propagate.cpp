@@ -1,4 +1,4 @@
-// Sharding propagation over a traced program (jit/propagate.hpp): a descent on bytes moved.
+// Sharding propagation over a traced program (jit/propagate.hpp): a descent on the time moves take.
 
 #include "shard/jit/propagate.hpp"
 
@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "shard/array/detail/program.hpp"
+#include "shard/array/reshard.hpp"
+#include "shard/jit/cost_model.hpp"
 
 namespace shard::detail {
 
@@ -47,8 +49,9 @@ struct Solver {
   std::vector<const Mesh*> mesh;                     // per factor equation: the operands' mesh
   std::vector<std::vector<std::pair<int, int>>>
       consumers;  // per value: (equation, operand), -1 - k for output k
+  const CostModel& model;
 
-  explicit Solver(Program& prog) : p(prog) {
+  Solver(Program& prog, const CostModel& m) : p(prog), model(m) {
     layout.resize(p.values.size());
     for (std::size_t v = 0; v < p.values.size(); ++v) layout[v] = p.values[v].sharding;
     choice.resize(p.eqns.size());
@@ -96,14 +99,31 @@ struct Solver {
                                                        : std::nullopt;
   }
 
-  std::int64_t edge_cost(int id, const std::optional<NamedSharding>& from, int e, int k) const {
-    const auto want = want_of(e, k);
-    if (!want || !from) return 0;
-    return reshard_bytes_per_device(value(id), *from, *want);
+  /// What moving value `id` from `from` to `to` costs: bytes per device, and µs by the cost model
+  /// (the line of the collective the reshard runs as).
+  struct Move {
+    std::int64_t bytes = 0;
+    double us = 0;
+  };
+  Move move(int id, const NamedSharding& from, const NamedSharding& to) const {
+    const ProgramValue& v = value(id);
+    const std::int64_t bytes = reshard_bytes_per_device(v, from, to);
+    if (bytes == 0) return {};
+    const ReshardPlan rp = plan_reshard(v.shape, from, to, v.elem_size, v.dtype);
+    const CollectiveCost& line = rp.kind == ReshardPlan::Kind::kAllGather  ? model.all_gather
+                                 : rp.kind == ReshardPlan::Kind::kAllToAll ? model.all_to_all
+                                                                           : model.exchange;
+    return {bytes, line.us(bytes)};
   }
 
-  /// The closing collective's ring traffic of equation e laid out by `axes`.
-  std::int64_t closing_cost(std::size_t e, const Axes& axes) const {
+  Move edge_cost(int id, const std::optional<NamedSharding>& from, int e, int k) const {
+    const auto want = want_of(e, k);
+    if (!want || !from) return {};
+    return move(id, *from, *want);
+  }
+
+  /// The closing collective's ring traffic of equation e laid out by `axes`, in bytes per device.
+  std::int64_t closing_bytes(std::size_t e, const Axes& axes) const {
     const ProgramEqn& q = p.eqns[e];
     const auto& f = q.factors->factors;
     std::int64_t n = 1;
@@ -118,21 +138,19 @@ struct Solver {
     return 2 * bytes * (n - 1) / n;
   }
 
-  /// What equation e costs laid out by `axes`: its operands' reshards, its closing collective and
-  /// its consumers' reshards of its result.
-  std::int64_t cost(std::size_t e, const Axes& axes) const {
+  /// What equation e costs laid out by `axes`, in µs: its operands' reshards, its closing
+  /// collective and its consumers' reshards of its result.
+  double cost(std::size_t e, const Axes& axes) const {
     const ProgramEqn& q = p.eqns[e];
     const auto& f = q.factors->factors;
-    std::int64_t c = closing_cost(e, axes);
+    double c = model.psum.us(closing_bytes(e, axes));
     for (std::size_t k = 0; k < q.in.size(); ++k) {
       const auto& from = layout[static_cast<std::size_t>(q.in[k])];
-      if (from)
-        c += reshard_bytes_per_device(value(q.in[k]), *from,
-                                      NamedSharding(*mesh[e], spec_of(axes, f.operands[k])));
+      if (from) c += move(q.in[k], *from, NamedSharding(*mesh[e], spec_of(axes, f.operands[k]))).us;
     }
     const NamedSharding out(*mesh[e], spec_of(axes, f.result));
     for (const auto& [ce, ck] : consumers[static_cast<std::size_t>(q.out[0])])
-      c += edge_cost(q.out[0], out, ce, ck);
+      c += edge_cost(q.out[0], out, ce, ck).us;
     return c;
   }
 
@@ -152,18 +170,30 @@ struct Solver {
     return out;
   }
 
-  std::int64_t total() const {
-    std::int64_t c = 0;
+  /// The whole program's moves: bytes per device and µs.
+  Move total() const {
+    Move c;
+    auto add = [&](std::int64_t bytes, double us) {
+      c.bytes += bytes;
+      c.us += us;
+    };
     for (std::size_t e = 0; e < p.eqns.size(); ++e) {
       const ProgramEqn& q = p.eqns[e];
-      if (choice[e]) c += closing_cost(e, *choice[e]);
-      for (std::size_t k = 0; k < q.in.size(); ++k)
-        c += edge_cost(q.in[k], layout[static_cast<std::size_t>(q.in[k])], static_cast<int>(e),
-                       static_cast<int>(k));
+      if (choice[e]) {
+        const std::int64_t b = closing_bytes(e, *choice[e]);
+        add(b, model.psum.us(b));
+      }
+      for (std::size_t k = 0; k < q.in.size(); ++k) {
+        const Move m = edge_cost(q.in[k], layout[static_cast<std::size_t>(q.in[k])], static_cast<int>(e),
+                                 static_cast<int>(k));
+        add(m.bytes, m.us);
+      }
     }
-    for (std::size_t k = 0; k < p.outputs.size(); ++k)
-      c += edge_cost(p.outputs[k], layout[static_cast<std::size_t>(p.outputs[k])], -1 - static_cast<int>(k),
-                     0);
+    for (std::size_t k = 0; k < p.outputs.size(); ++k) {
+      const Move m = edge_cost(p.outputs[k], layout[static_cast<std::size_t>(p.outputs[k])],
+                               -1 - static_cast<int>(k), 0);
+      add(m.bytes, m.us);
+    }
     return c;
   }
 
@@ -191,16 +221,17 @@ struct Solver {
       set(e, *start);
       free.push_back(e);
     }
-    p.eager_bytes = total();
+    const Move eager = total();
+    p.eager_bytes = eager.bytes;
     // Descent: one op at a time to its cheapest layout, forward then backward, until none improves.
     for (int sweep = 0; sweep < 8; ++sweep) {
       bool changed = false;
       auto visit = [&](std::size_t e) {
-        std::int64_t best = cost(e, *choice[e]);
+        double best = cost(e, *choice[e]);
         std::optional<Axes> pick;
         for (const Axes& a : candidates(e)) {
-          const std::int64_t c = cost(e, a);
-          if (c < best) {
+          const double c = cost(e, a);
+          if (c < best * (1 - 1e-9)) {
             best = c;
             pick = a;
           }
@@ -214,7 +245,8 @@ struct Solver {
       for (auto it = free.rbegin(); it != free.rend(); ++it) visit(*it);
       if (!changed) break;
     }
-    p.planned_bytes = total();
+    const Move planned = total();
+    p.planned_bytes = planned.bytes;
     // The plans the replay runs.
     for (std::size_t e : free) {
       ProgramEqn& q = p.eqns[e];
@@ -231,6 +263,6 @@ struct Solver {
 
 }  // namespace
 
-void propagate(Program& program) { Solver(program).run(); }
+void propagate(Program& program, const CostModel& model) { Solver(program, model).run(); }
 
 }  // namespace shard::detail

@@ -4,6 +4,8 @@
 #include "shard/train/optim.hpp"
 
 #include <cmath>
+#include <limits>
+#include <tuple>
 #include <numbers>
 
 #include "shard/comm/detail/collective.hpp"
@@ -214,6 +216,17 @@ Tensor<T>& own(Tensor<T>& t) {
   return t;
 }
 
+/// The step count this rank's copy of the replicated count holds (0 on a rank with no device
+/// of the mesh: it updates nothing).
+std::int64_t count_of(const ShardedArray<std::int64_t>& step) {
+  const auto& sh = step.addressable_shards();
+  return sh.empty() ? 0 : sh.front().data.flat(0);
+}
+
+void advance(ShardedArray<std::int64_t>& step) {
+  for (auto& s : step.addressable_shards()) own(s.data).flat(0) += 1;
+}
+
 /// Sum of x^2 in double, in eight independent lanes (the loop vectorizes; one chain of adds
 /// would take four cycles an element).
 template <typename T>
@@ -277,6 +290,7 @@ State<T> Optimizer::init(const std::vector<ShardedArray<T>>& params, shard::sour
     const NamedSharding sh = state_sharding(params[i].sharding(), params[i].shape(), c_.state_axis);
     for (const auto& slot : slots(c_)) s.arrays.emplace(key(slot, i), zeros<T>(params[i].shape(), sh));
   }
+  if (!params.empty()) s.step = zeros<std::int64_t>(Shape{}, NamedSharding(params.front().mesh(), PartitionSpec()));
   return s;
 }
 
@@ -285,17 +299,26 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
                          State<T>& state, shard::source_location where) const {
   const detail::CallScope scope("Optimizer::update", where);
   const detail::ScopedTime timed(detail::TimeKind::kOptimizer);
-  for (std::size_t i = 0; i < params.size() + grads.size(); ++i) {
-    const auto& x = i < params.size() ? params[i] : grads[i - params.size()];
-    if (x.batch() && x.batch()->trace)
-      raise<ValueError>(located("Optimizer::update", where),
-                        ": called inside jit; the optimizers update the parameters in place and count steps on "
-                        "the host, so the update cannot be traced: jit the loss and its gradient and update "
-                        "outside (auto [loss, grads] = jit(value_and_grad(loss_fn))(params, batch); "
-                        "opt.update(params, grads, state);)");
-    if (x.batch())
+  const auto batched = [](const ShardedArray<T>& x) { return x.batch() && !x.batch()->trace; };
+  for (std::size_t i = 0; i < params.size() + grads.size(); ++i)
+    if (batched(i < params.size() ? params[i] : grads[i - params.size()]))
       raise<ValueError>(located("Optimizer::update", where),
                         ": called inside vmap on batched parameters or gradients; update outside the vmapped function");
+  if (const std::uint64_t level = detail::trace_level_of(params, grads, state.arrays, state.step)) {
+    // Inside jit: one equation whose run is the update below on copies of its operands.
+    auto run = [this, where](const std::vector<ShardedArray<T>>& p, const std::vector<ShardedArray<T>>& g,
+                             const std::map<std::string, ShardedArray<T>>& arrays,
+                             const ShardedArray<std::int64_t>& step) {
+      std::vector<ShardedArray<T>> next = p;  // deep copies: the program's values stay as they are
+      State<T> s{step, arrays};
+      update(next, g, s, where);
+      return std::tuple{std::move(next), std::move(s.arrays), std::move(s.step)};
+    };
+    auto [p, arrays, step] = detail::trace_opaque("optimizer_update", run, level, params, grads, state.arrays, state.step);
+    params = std::move(p);
+    state.arrays = std::move(arrays);
+    state.step = std::move(step);
+    return std::numeric_limits<double>::quiet_NaN();
   }
   if (grads.size() != params.size())
     raise<ValueError>("optimizer update: ", grads.size(), " gradients for ", params.size(), " parameters");
@@ -309,13 +332,16 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
         raise<ValueError>("optimizer update: the state has no '", key(slot, i),
                           "': make it with init(params) of this optimizer and these parameters");
   }
+  if (!params.empty() && state.step.empty())
+    raise<ValueError>("optimizer update: the state has no step count: make it with init(params)");
+  const std::int64_t t = count_of(state.step);
   double norm = 0, scale = 1;
   if (c_.max_norm > 0 || c_.if_finite) norm = global_norm(grads);
   if (c_.if_finite && !std::isfinite(norm)) return norm;  // parameters, state and step count unchanged
   if (c_.max_norm > 0 && norm > c_.max_norm) scale = c_.max_norm / norm;
-  const double lr = c_.lr(state.step);
+  const double lr = c_.lr(t);
   if (!std::isfinite(lr)) [[unlikely]]
-    raise<ValueError>("optimizer update: the learning-rate schedule gave ", lr, " at step ", state.step);
+    raise<ValueError>("optimizer update: the learning-rate schedule gave ", lr, " at step ", t);
   for (std::size_t i = 0; i < params.size(); ++i) {
     ShardedArray<T>& p = params[i];
     ShardedArray<T>* s0 = names.empty() ? nullptr : &state.arrays.at(key(names[0], i));
@@ -336,7 +362,7 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
       T* m0 = s0 ? own(s0->addressable_shards()[k].data).data() : nullptr;
       T* m1 = s1 ? own(s1->addressable_shards()[k].data).data() : nullptr;
       if (!split) {
-        update_block(c_, decays, w.size(), w.data(), gk.data(), m0, m1, lr, scale, state.step);
+        update_block(c_, decays, w.size(), w.data(), gk.data(), m0, m1, lr, scale, t);
         continue;
       }
       // ZeRO-1: this device's rows of the state are rows [r0, r0 + nr) of its parameter block.
@@ -344,8 +370,7 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
       const std::int64_t row = w.shape().empty() ? 1 : w.size() / std::max<std::int64_t>(w.shape()[0], 1);
       const std::int64_t r0 = sb.offset[0] - ps[k].box.offset[0];
       const std::int64_t nr = sb.extent[0];
-      update_block(c_, decays, nr * row, w.data() + r0 * row, gk.data() + (rows_only ? 0 : r0 * row), m0, m1, lr, scale,
-                   state.step);
+      update_block(c_, decays, nr * row, w.data() + r0 * row, gk.data() + (rows_only ? 0 : r0 * row), m0, m1, lr, scale, t);
     }
     if (split) {  // all_gather the updated rows over the state axis, in place in each block
       std::vector<Tensor<T>*> blocks;
@@ -360,7 +385,7 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
       detail::execute_all_gather_in_place<T>(p.mesh(), spec, devices, blocks);
     }
   }
-  ++state.step;
+  advance(state.step);
   return norm;
 }
 
@@ -372,7 +397,7 @@ void State<T>::save(CheckpointWriter& w, const std::string& prefix) const {
       if (ch == '/') ch = '.';
     w.add(prefix + file, a);
   }
-  w.set(prefix + "step", std::to_string(step));
+  w.set(prefix + "step", std::to_string(count_of(step)));
 }
 
 template <typename T>
@@ -384,7 +409,10 @@ void State<T>::load(const std::string& checkpoint_path, const CheckpointManifest
     a = load_checkpoint_array<T>(checkpoint_path, m, prefix + file, a.sharding(), a.shape());
   }
   if (!m.metadata.count(prefix + "step")) raise<ValueError>("optimizer state: the checkpoint has no '", prefix, "step'");
-  step = m.integer(prefix + "step");
+  const Mesh& mesh = arrays.empty() ? step.mesh() : arrays.begin()->second.mesh();
+  if (mesh.empty())
+    raise<ValueError>("optimizer state: load into the state of init(params) on the mesh to resume on");
+  step = full<std::int64_t>(Shape{}, m.integer(prefix + "step"), NamedSharding(mesh, PartitionSpec()));
 }
 
 #define SHARD_INSTANTIATE_OPTIM(T)                                                                                 \

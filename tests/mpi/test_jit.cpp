@@ -6,8 +6,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "mpi_test.hpp"
@@ -88,6 +91,8 @@ SHARD_MPI_TEST(Jit, RandomProgramsMatchEager) {
   const int n = shard::testing::runtime().device_count();
   std::vector<Mesh> meshes{make_mesh({n}, {"a"})};
   if (n % 2 == 0) meshes.push_back(make_mesh({2, n / 2}, {"a", "b"}));
+  if (n % 4 == 0) meshes.push_back(make_mesh({2, 2, n / 4}, {"a", "b", "c"}));
+  if (n % 2 == 1) meshes.push_back(make_mesh({1, n}, {"a", "b"}));  // an axis of one device
   const int programs = shard::testing::full_matrix() ? 40 : 8;
   for (const Mesh& mesh : meshes) {
     const auto specs = shard::testing::all_specs(mesh.axis_names(), 2);
@@ -318,7 +323,7 @@ SHARD_MPI_TEST(Jit, ErrorsNameTheConstruct) {
       {"in_shardings has 2 entries"});
   shard::testing::expect_error<ValueError>(
       [&] {
-        (void)jit([](const ShardedArray<float>& v) {
+        (void)vmap([](const ShardedArray<float>& v) {
           const auto opt = optim::sgd(0.1);
           std::vector<ShardedArray<float>> p{v};
           auto state = opt.init(p);
@@ -326,7 +331,127 @@ SHARD_MPI_TEST(Jit, ErrorsNameTheConstruct) {
           return p[0];
         })(x);
       },
-      {"Optimizer::update", "inside jit", "update outside"});
+      {"Optimizer::update", "inside vmap", "update outside"});
+}
+
+/// The cost model decides between moves of different kinds. x (P(None, 'd')) @ w (P('d', None))
+/// wanted replicated: contracting the split k and closing with a psum moves the ring's
+/// 2 (n-1)/n of the 8 x 8 result (at 2 devices 256 B per device); gathering both operands first
+/// (no psum) moves (n-1)/n of the 8 x 64 and 64 x 8 operands (2 KiB). By the measured model the
+/// psum wins; where psums cost a thousand times more per byte, the gathers do.
+SHARD_MPI_TEST(Jit, CostModelWeighsEachCollective) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"d"});
+  const auto x = device_put(random_tensor<float>({8, 64}, 31) * 0.1f, NamedSharding(mesh, P(None, "d")));
+  const auto w = device_put(random_tensor<float>({64, 8}, 32) * 0.1f, NamedSharding(mesh, P("d", None)));
+  auto f = [](const ShardedArray<float>& a, const ShardedArray<float>& b) { return matmul(a, b); };
+  const auto want = host_double(matmul(x, w));
+  CostModel costly_psum = default_cost_model();
+  costly_psum.psum.us_per_byte *= 1000;
+  for (const bool costly : {false, true}) {
+    auto g = jit(f, JitOptions{.out_shardings = {NamedSharding(mesh, P())},
+                               .cost_model = costly ? std::optional(costly_psum) : std::nullopt});
+    const std::string text = g.lower(x, w).to_string();
+    comm_stats().reset();
+    const auto y = g(x, w);
+    const auto psum = comm_stats().get("psum");
+    expect_equal(host_double(y), want, 1e-5, costly ? "costly psum" : "measured model");
+    EXPECT_TRUE(y.sharding() == NamedSharding(mesh, P()));
+    if (n > 1) {
+      EXPECT_EQ(psum.calls + psum.in_process_calls > 0, !costly) << text << comm_stats().to_string();
+      // (an all_gather where the devices divide 64, a general exchange where they do not)
+      EXPECT_EQ(text.find("reshard a") != std::string::npos, costly) << text;
+      EXPECT_EQ(text.find("reshard b") != std::string::npos, costly) << text;
+    }
+  }
+  // The text SHARD_COST_MODEL holds, and its errors.
+  const CostModel m = CostModel::parse("psum=2+0.5,exchange=1+0.25", default_cost_model());
+  EXPECT_EQ(m.psum.latency_us, 2);
+  EXPECT_EQ(m.psum.us_per_byte, 0.5);
+  EXPECT_EQ(m.exchange.us_per_byte, 0.25);
+  EXPECT_EQ(m.all_gather.us_per_byte, default_cost_model().all_gather.us_per_byte);
+  const CostModel back = CostModel::parse(m.to_string(), CostModel{});
+  EXPECT_EQ(back.psum.us_per_byte, 0.5);
+  EXPECT_EQ(back.all_to_all.latency_us, m.all_to_all.latency_us);
+  shard::testing::expect_error<ValueError>([] { (void)CostModel::parse("psum=1", CostModel{}); },
+                                           {"'psum=1'", "kind=latency_us+us_per_byte"});
+  shard::testing::expect_error<ValueError>([] { (void)CostModel::parse("reduce=1+2", CostModel{}); },
+                                           {"unknown kind 'reduce'"});
+  shard::testing::expect_error<ValueError>([] { (void)CostModel::parse("psum=1+-2", CostModel{}); },
+                                           {"'-2' is not a number >= 0"});
+}
+
+/// A training step as JAX users write it: jit(loss, grad, the optimizer's update) taking the
+/// parameters and the state and returning the next ones. Three steps equal three eager steps
+/// (bit for bit without propagation), the state's count follows, and the step traces once.
+SHARD_MPI_TEST(Jit, TrainStepWithOptimizerUpdate) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh =
+      n % 2 == 0 ? make_mesh({n / 2, 2}, {"data", "model"}) : make_mesh({n, 1}, {"data", "model"});
+  using Params = std::map<std::string, ShardedArray<float>>;
+  const Params params0{
+      {"w1", device_put(random_tensor<float>({5, 6}, 21) * 0.3f, NamedSharding(mesh, P(None, "model")))},
+      {"b1", device_put(random_tensor<float>({6}, 22) * 0.1f, NamedSharding(mesh, P("model")))},
+      {"w2", device_put(random_tensor<float>({6, 3}, 23) * 0.3f, NamedSharding(mesh, P("model", None)))}};
+  const auto x = device_put(random_tensor<float>({7, 5}, 24), NamedSharding(mesh, P("data", None)));
+  const auto y = device_put(random_tensor<float>({7, 3}, 25), NamedSharding(mesh, P("data", None)));
+  auto loss = [](const Params& p, const ShardedArray<float>& in, const ShardedArray<float>& out) {
+    const auto h = tanh(matmul(in, p.at("w1")) + p.at("b1"));
+    return mean(square(matmul(h, p.at("w2")) - out));
+  };
+  const std::vector<optim::Optimizer> optimizers{
+      optim::sgd(0.1, 0.9, true),
+      optim::adamw(optim::warmup_cosine_decay(0.0, 0.05, 2, 10), 0.01).clip_by_global_norm(0.5),
+      optim::adam(0.02).shard_state_over("data")};
+  for (std::size_t o = 0; o < optimizers.size(); ++o) {
+    const optim::Optimizer& opt = optimizers[o];
+    for (const bool propagate : {false, true}) {
+      const std::string what = "optimizer " + std::to_string(o) + (propagate ? " propagated" : "");
+      Params eager = params0;
+      auto eager_state = opt.init(eager);
+      std::vector<double> eager_losses;
+      for (int i = 0; i < 3; ++i) {
+        auto [l, g] = value_and_grad(loss)(eager, x, y);
+        eager_losses.push_back(l.item());
+        opt.update(eager, g, eager_state);
+      }
+      int traced = 0;
+      auto step = jit(
+          [&](Params p, optim::State<float> s, const ShardedArray<float>& in,
+              const ShardedArray<float>& out) {
+            ++traced;
+            auto [l, g] = value_and_grad(loss)(p, in, out);
+            const double norm = opt.update(p, g, s);
+            EXPECT_TRUE(std::isnan(norm)) << what;  // a value of each run, not of the trace
+            return std::tuple{p, s, l};
+          },
+          JitOptions{.propagate = propagate});
+      Params jitted = params0;
+      auto state = opt.init(jitted);
+      const double tol = propagate ? 1e-5 : 0;
+      for (int i = 0; i < 3; ++i) {
+        ShardedArray<float> l;
+        std::tie(jitted, state, l) = step(jitted, state, x, y);
+        EXPECT_NEAR(l.item(), eager_losses[static_cast<std::size_t>(i)],
+                    tol * (1 + std::abs(eager_losses[0])))
+            << what;
+      }
+      EXPECT_EQ(traced, 1) << what;
+      EXPECT_EQ(step.trace_count(), 1) << what;
+      EXPECT_EQ(state.step.item(), 3) << what;
+      EXPECT_EQ(eager_state.step.item(), 3) << what;
+      for (const auto& [name, w] : eager) {
+        EXPECT_TRUE(jitted.at(name).sharding() == w.sharding()) << what << " " << name;
+        expect_equal(host_double(jitted.at(name)), host_double(w), tol, what + " " + name);
+      }
+      for (const auto& [name, a] : eager_state.arrays) {
+        EXPECT_TRUE(state.arrays.at(name).sharding() == a.sharding()) << what << " " << name;
+        expect_equal(host_double(state.arrays.at(name)), host_double(a), tol, what + " state " + name);
+      }
+      const std::string text = step.lower(jitted, state, x, y).to_string();
+      EXPECT_NE(text.find("optimizer_update"), std::string::npos) << text;
+    }
+  }
 }
 
 }  // namespace

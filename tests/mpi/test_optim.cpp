@@ -128,7 +128,7 @@ SHARD_MPI_TEST(Optim, UpdatesMatchTheReferenceOnEveryLayout) {
             EXPECT_NEAR(norm, std::sqrt(sq), 1e-12 * std::sqrt(sq));
           }
         }
-        EXPECT_EQ(state.step, 3);
+        EXPECT_EQ(state.step.item(), 3);
         for (std::size_t i = 0; i < shapes.size(); ++i) {
           EXPECT_LT(max_rel_diff(w[i].to_host(), hw[i]), 1e-12) << mesh.to_string() << " zero " << zero << " param " << i;
           for (const auto& s : w[i].addressable_shards()) {  // every local shard, replicas included
@@ -235,7 +235,7 @@ SHARD_MPI_TEST(Optim, StateCheckpointsAndResumesOnAnotherMesh) {
                                       load_checkpoint_array<float>(path, manifest, "w1", NamedSharding(b, P("model")))};
   auto sb = opt.init(wb);
   sb.load(path, manifest);
-  EXPECT_EQ(sb.step, 2);
+  EXPECT_EQ(sb.step.item(), 2);
   EXPECT_EQ(sb.arrays.at("mu/0").sharding(), wb[0].sharding());
   for (int s = 2; s < 4; ++s) opt.update(wb, grads_on(wb, s), sb);
   EXPECT_EQ(wb[0].to_host(), wa[0].to_host());
@@ -256,14 +256,14 @@ SHARD_MPI_TEST(Optim, ApplyIfFiniteSkipsANonFiniteUpdateOnEveryRank) {
     hg.flat(hg.size() - 1) = std::nan("");
     const std::vector<ShardedArray<double>> bad{device_put(hg, NamedSharding(mesh, P("data")))};
     EXPECT_TRUE(std::isnan(opt.update(w, bad, state)));
-    EXPECT_EQ(state.step, 0);
+    EXPECT_EQ(state.step.item(), 0);
     EXPECT_EQ(max_rel_diff(w[0].to_host(), hw), 0.0);
     for (const auto& [name, a] : state.arrays) EXPECT_EQ(max_rel_diff(a.to_host(), Tensor<double>(hw.shape(), 0.0)), 0.0) << name;
     // A finite gradient then updates as usual.
     hg.flat(hg.size() - 1) = 0.5;
     const std::vector<ShardedArray<double>> good{device_put(hg, NamedSharding(mesh, P("data")))};
     EXPECT_TRUE(std::isfinite(opt.update(w, good, state)));
-    EXPECT_EQ(state.step, 1);
+    EXPECT_EQ(state.step.item(), 1);
     EXPECT_GT(max_rel_diff(w[0].to_host(), hw), 0.0);
   }
 }

@@ -298,7 +298,7 @@ SHARD_MPI_TEST(Trees, CheckpointsOfATreeResumeOnAnotherMesh) {
       loaded, stepped, like);
   auto resumed = opt.init(like);
   resumed.load(path, man);
-  EXPECT_EQ(resumed.step, 1);
+  EXPECT_EQ(resumed.step.item(), 1);
   // A tree whose shapes differ from the checkpoint's: ShapeError naming the array.
   model::SModel wrong = like;
   wrong.layers[0].b = device_put(Tensor<double>(Shape{kHidden + 1}, 0.0), NamedSharding(ms.back(), P()));

@@ -31,8 +31,10 @@
 ///
 /// Sharding propagation (jit/propagate.hpp): with `propagate` on, each factor-rule op's layout
 /// (its operands' and result's shardings and the closing collective) is chosen over the whole
-/// program to move the fewest bytes, from the arguments' shardings (or in_shardings), the
-/// out_shardings and every explicit reshard / with_sharding_constraint inside, which are kept.
+/// program to spend the least time moving data by the cost model (jit/cost_model.hpp: bytes per
+/// device, each kind of collective at its measured rate), from the arguments' shardings (or
+/// in_shardings), the out_shardings and every explicit reshard / with_sharding_constraint
+/// inside, which are kept.
 
 #include <any>
 #include <cstdint>
@@ -81,6 +83,9 @@ struct JitOptions {
   std::vector<JitSharding> out_shardings{};
   /// Choose the intermediates' shardings over the whole program (off: every op as eager runs it).
   bool propagate = true;
+  /// What propagation weighs moves with (empty: SHARD_COST_MODEL, else the measured defaults;
+  /// `collectives_bench --cost-model` fits one on the machine it runs on).
+  std::optional<CostModel> cost_model{};
 };
 
 /// A traced program (make_jaxpr, Jitted::lower): prints as one line per op with each value's
@@ -358,7 +363,8 @@ class Jitted {
       entry.output_skeleton =
           std::any(tree_map([](const auto& leaf) { return std::remove_cvref_t<decltype(leaf)>(); }, out));
     }
-    if (options_.propagate) detail::propagate(*prog);
+    if (options_.propagate)
+      detail::propagate(*prog, options_.cost_model ? *options_.cost_model : CostModel::current());
     return entry;
   }
 

@@ -32,6 +32,7 @@
 #include <map>
 #include <source_location>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "shard/error.hpp"  // shard::source_location
@@ -65,10 +66,13 @@ Schedule warmup_cosine_decay(double init, double peak, std::int64_t warmup_steps
                              double end = 0.0);
 
 /// An optimizer's state: the step count and its arrays, named "<slot>/<i>" (slot "momentum",
-/// "mu" or "nu"; i the parameter's position), sharded like the parameters.
+/// "mu" or "nu"; i the parameter's position), sharded like the parameters. The count is a 0-d
+/// int64 array replicated on the parameters' mesh (optax's `count`, PyTorch's `state['step']`),
+/// so that a jitted training step takes the state and returns the next one without tracing
+/// again: read it with `state.step.item()`. A tree (shard/core/tree.hpp): `.step`, `.arrays`.
 template <typename T>
 struct State {
-  std::int64_t step = 0;
+  ShardedArray<std::int64_t> step;
   std::map<std::string, ShardedArray<T>> arrays;
 
   /// Adds every array to `w` as "<prefix><name>" (names with '/' become '.'), and the step as
@@ -78,6 +82,13 @@ struct State {
   /// the mesh to resume on): any mesh, any rank count. Collective.
   void load(const std::string& checkpoint_path, const CheckpointManifest& m, const std::string& prefix = "opt.");
 };
+
+/// State is a parameter tree (jit's arguments and results): its count, then its arrays.
+template <typename T>
+[[maybe_unused]] inline auto shard_tree_fields(const State<T>*) {
+  return ::shard::detail::StructFields{"step, arrays",
+                                       [](auto& s) { return std::tie(s.step, s.arrays); }};
+}
 
 class Optimizer {
  public:
@@ -116,6 +127,20 @@ class Optimizer {
   /// One update of `params` in place from `grads`. Returns the gradients' global norm when
   /// clipping or with apply_if_finite (else 0). Collective over all ranks when clipping, with
   /// apply_if_finite or with a state axis.
+  ///
+  /// Inside jit the parameters and the state are the function's values: the update is one
+  /// equation of the program ("optimizer_update", its communication listed under it) whose
+  /// results replace them, and the function returns the new ones (optax's functional update):
+  ///
+  ///   auto step = jit([&](Params p, optim::State<float> s, const Batch& b) {
+  ///     auto [loss, g] = value_and_grad(loss_fn)(p, b);
+  ///     opt.update(p, g, s);
+  ///     return std::tuple{p, s, loss};
+  ///   });
+  ///   std::tie(params, state, loss) = step(params, state, batch);  // traced once
+  ///
+  /// There the norm is a value of each run, not of the trace: update returns NaN (compute it
+  /// outside jit with global_norm(grads) if it is needed on the host).
   template <typename T>
   double update(std::vector<ShardedArray<T>>& params, const std::vector<ShardedArray<T>>& grads,
                 State<T>& state, shard::source_location where = shard::source_location::current()) const;
