@@ -162,11 +162,14 @@ struct Solver {
     auto add = [&](std::optional<Axes> a) {
       if (a && std::find(out.begin(), out.end(), *a) == out.end()) out.push_back(std::move(*a));
     };
+    // (a layout on another mesh, as a with_sharding_constraint onto a mesh of the same devices
+    // may want, names other axes: not a candidate)
     for (std::size_t k = 0; k < q.in.size(); ++k)
-      if (const auto& s = layout[static_cast<std::size_t>(q.in[k])])
+      if (const auto& s = layout[static_cast<std::size_t>(q.in[k])]; s && s->mesh() == *mesh[e])
         add(axes_from(s->spec(), f.operands[k], f.sizes.size()));
     for (const auto& [ce, ck] : consumers[static_cast<std::size_t>(q.out[0])])
-      if (auto w = want_of(ce, ck)) add(axes_from(w->spec(), f.result, f.sizes.size()));
+      if (auto w = want_of(ce, ck); w && w->mesh() == *mesh[e])
+        add(axes_from(w->spec(), f.result, f.sizes.size()));
     return out;
   }
 

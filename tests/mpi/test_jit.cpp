@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -308,6 +309,38 @@ SHARD_MPI_TEST(Jit, ErrorsNameTheConstruct) {
     return v;
   })(x);
   shard::testing::expect_error<ValueError>([&] { (void)(leaked + 1.f); }, {"escaped the jitted function"});
+  // Shardings that do not fit the arrays, and an empty argument.
+  auto add_one = [](const ShardedArray<float>& v) { return v + 1.f; };
+  shard::testing::expect_error<ShardingError>(
+      [&] { (void)jit(add_one, JitOptions{.in_shardings = {NamedSharding(mesh, P("a", None, None))}})(x); },
+      {"P('a', None, None) has 3 entries", "only 2 dims"});
+  shard::testing::expect_error<ShardingError>(
+      [&] { (void)jit(add_one, JitOptions{.out_shardings = {NamedSharding(mesh, P(None, None, "a"))}})(x); },
+      {"has 3 entries", "only 2 dims"});
+  auto add = [](const ShardedArray<float>& v, const ShardedArray<float>& w) { return v + w; };
+  shard::testing::expect_error<ValueError>([&] { (void)jit(add)(x, ShardedArray<float>()); },
+                                           {"argument 1 is an empty ShardedArray"});
+  // A function that throws while it traces: the exception reaches the caller, nothing is kept,
+  // and the next call traces again.
+  int traced = 0;
+  auto fragile = jit([&](const ShardedArray<float>& v, bool fail) {
+    ++traced;
+    if (fail) throw std::runtime_error("the user's own error");
+    return v * 2.f;
+  });
+  auto throws = [&] {
+    try {
+      (void)fragile(x, true);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what()) == "the user's own error";
+    }
+    return false;
+  };
+  EXPECT_TRUE(throws());
+  expect_equal(host_double(fragile(x, false)), host_double(x * 2.f), 0, "after a throw");
+  EXPECT_TRUE(throws());
+  EXPECT_EQ(traced, 3);
+  EXPECT_EQ(fragile.trace_count(), 1);
   shard::testing::expect_error<ValueError>(
       [&] {
         (void)grad([&](const ShardedArray<float>& w) {
@@ -332,6 +365,25 @@ SHARD_MPI_TEST(Jit, ErrorsNameTheConstruct) {
         })(x);
       },
       {"Optimizer::update", "inside vmap", "update outside"});
+}
+
+/// with_sharding_constraint and out_shardings onto another mesh of the same devices (as eager's
+/// reshard allows): propagation keeps them, the values are eager's.
+SHARD_MPI_TEST(Jit, ConstraintsOnAnotherMeshOfTheSameDevices) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const Mesh other = make_mesh({1, n}, {"x", "y"});
+  const auto x = device_put(random_tensor<float>({2 * n + 1, 3}, 41), NamedSharding(mesh, P("a")));
+  auto f = [&](const ShardedArray<float>& v) {
+    return with_sharding_constraint(tanh(v) + 1.f, NamedSharding(other, P(None, "y"))) * 2.f + v;
+  };
+  const auto want = f(x);
+  for (const bool propagate : {false, true}) {
+    auto g = jit(f, JitOptions{.out_shardings = {NamedSharding(other, P("y"))}, .propagate = propagate});
+    const auto y = g(x);
+    EXPECT_TRUE(y.sharding() == NamedSharding(other, P("y"))) << y.sharding().to_string();
+    expect_equal(host_double(y), host_double(want), propagate ? 1e-6 : 0, "another mesh");
+  }
 }
 
 /// The cost model decides between moves of different kinds. x (P(None, 'd')) @ w (P('d', None))

@@ -141,13 +141,16 @@ struct JitSignature {
 
 struct SignatureVisitor {
   JitSignature& sig;
-  bool& transformed;  // an array carries a record (vmap, jit) or a tape records it
+  bool& transformed;    // an array carries a record (vmap, jit) or a tape records it
+  std::size_t arg = 0;  // the argument being visited
   template <typename X>
   void operator()(const TreePath& path, const X& leaf) {
     sig.key += path.to_string();
     if constexpr (is_sharded_v<X>) {
       sig.key += "S";
-      if (leaf.empty()) raise<ValueError>("jit: argument ", path.to_string(), " is an empty ShardedArray");
+      if (leaf.empty())
+        raise<ValueError>("jit: argument ", arg, path.to_string(),
+                          " is an empty ShardedArray (default-constructed, never assigned an array)");
     } else {
       sig.key += "T";
     }
@@ -235,6 +238,7 @@ Arg with_in_sharding(const Arg& arg, const JitSharding& s) {
         [&](const auto& leaf) {
           using X = std::remove_cvref_t<decltype(leaf)>;
           if constexpr (is_sharded_v<X>) {
+            if (!s.is_none()) s.sharding().check_shape(leaf.shape());  // a spec longer than the rank
             if (!s.is_none() && !(leaf.sharding() == s.sharding())) return reshard(leaf, s.sharding());
           }
           return leaf.alias();
@@ -259,17 +263,26 @@ class Jitted {
   /// signature, then replays.
   template <typename... Args>
   auto operator()(const Args&... args) const {
-    const detail::CallScope scope("jit", where_);
-    const auto placed = place(args...);
-    bool transformed = false;
-    const std::shared_ptr<const detail::JitEntry> entry =
-        std::apply([&](const auto&... a) { return entry_for(transformed, a...); }, placed);
-    return std::apply([&](const auto&... a) { return run(*entry, transformed, a...); }, placed);
+    if constexpr (!std::is_invocable_v<const F&, Args&...>) {
+      static_assert(std::is_invocable_v<const F&, Args&...>,
+                    "jit: the jitted function cannot be called with these arguments (their number or types "
+                    "differ from its parameters)");
+    } else {
+      const detail::CallScope scope("jit", where_);
+      const auto placed = place(args...);
+      bool transformed = false;
+      const std::shared_ptr<const detail::JitEntry> entry =
+          std::apply([&](const auto&... a) { return entry_for(transformed, a...); }, placed);
+      return std::apply([&](const auto&... a) { return run(*entry, transformed, a...); }, placed);
+    }
   }
 
   /// The program a call with these arguments runs (traced now if it is not yet).
   template <typename... Args>
   JitProgram lower(const Args&... args) const {
+    static_assert(std::is_invocable_v<const F&, Args&...>,
+                  "jit: the jitted function cannot be called with these arguments (their number or types "
+                  "differ from its parameters)");
     const detail::CallScope scope("jit", where_);
     bool transformed = false;
     auto entry = std::apply([&](const auto&... a) { return entry_for(transformed, a...); }, place(args...));
@@ -306,6 +319,7 @@ class Jitted {
     std::size_t i = 0;
     (
         [&] {
+          visitor.arg = i;
           visitor.sig.key += "#" + std::to_string(i++);
           tree_for_each_with_path(visitor, args);
         }(),
@@ -356,7 +370,10 @@ class Jitted {
             } else {
               prog->outputs.push_back(detail::trace_operand(tf, leaf, "jit output"));
             }
-            prog->out_shardings.push_back(out_sharding_for(k++));
+            const auto want = out_sharding_for(k++);
+            if constexpr (detail::is_sharded_v<std::remove_cvref_t<decltype(leaf)>>)
+              if (want) want->check_shape(leaf.shape());  // a spec longer than the rank
+            prog->out_shardings.push_back(want);
           },
           out);
       check_out_shardings(k);
