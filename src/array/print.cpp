@@ -308,10 +308,22 @@ void for_shown_in_box(const std::vector<std::vector<std::int64_t>>& shown, const
   }
 }
 
+/// PrintOptions as numpy's set_printoptions accepts them (checked before any communication).
+void check_options(const PrintOptions& o) {
+  auto bad = [](const char* field, long long v, const char* range) {
+    raise<ValueError>("PrintOptions: ", field, " = ", v, " is out of range (", range, ")");
+  };
+  if (o.precision < 0 || o.precision > 100) bad("precision", o.precision, "0 to 100 digits");
+  if (o.threshold < 0) bad("threshold", o.threshold, ">= 0 elements");
+  if (o.edgeitems < 0) bad("edgeitems", o.edgeitems, ">= 0 items");
+  if (o.linewidth < 1) bad("linewidth", o.linewidth, ">= 1 character");
+}
+
 }  // namespace
 
 template <Dtype T>
 std::string to_string(const Tensor<T>& x, const PrintOptions& o) {
+  check_options(o);
   const bool summarise = x.size() > o.threshold;
   const auto shown = shown_indices(x.shape(), summarise, o.edgeitems);
   std::int64_t count = 1;
@@ -324,6 +336,7 @@ std::string to_string(const Tensor<T>& x, const PrintOptions& o) {
 
 template <Dtype T>
 std::string to_string(const ShardedArray<T>& x, const PrintOptions& o) {
+  check_options(o);
   const detail::CommOp op{"print", detail::cat(dtype_name<T>(), to_string(x.shape()), " ", x.sharding().to_string())};
   detail::check_transfer(op);
   const Topology& topo = x.mesh().topology();

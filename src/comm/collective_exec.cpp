@@ -52,9 +52,32 @@ int comm_rank_of(const DeviceGroup& g, int world_rank) {
   return -1;
 }
 
+/// MPI_MAX / MPI_MIN of floating values through nan (numpy's and JAX's max: a nan anywhere makes
+/// the result nan; MPI's own ops compare, and a comparison with nan drops it).
+template <typename F, bool kMax>
+void nan_extreme(void* in, void* inout, int* len, MPI_Datatype*) {
+  const F* a = static_cast<const F*>(in);
+  F* b = static_cast<F*>(inout);
+  for (int i = 0; i < *len; ++i)
+    if (a[i] != a[i] || (kMax ? a[i] > b[i] : a[i] < b[i])) b[i] = a[i];
+}
+template <typename F, bool kMax>
+MPI_Op nan_extreme_op() {
+  static const MPI_Op op = [] {
+    MPI_Op o = MPI_OP_NULL;
+    MPI_Op_create(&nan_extreme<F, kMax>, 1, &o);
+    return o;
+  }();
+  return op;
+}
+
 template <typename T>
 MPI_Op mpi_op(ReduceKind op) {
   constexpr bool kBool = std::is_same_v<T, bool>;  // MPI's logical ops: max is or, min is and
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (op == ReduceKind::kMax) return nan_extreme_op<T, true>();
+    if (op == ReduceKind::kMin) return nan_extreme_op<T, false>();
+  }
   switch (op) {
     case ReduceKind::kMax: return kBool ? MPI_LOR : MPI_MAX;
     case ReduceKind::kMin: return kBool ? MPI_LAND : MPI_MIN;
@@ -69,11 +92,11 @@ void combine(Tensor<T>& acc, const Tensor<T>& x, ReduceKind op) {
   const T* b = x.data();
   const std::int64_t n = acc.size();
   switch (op) {
-    case ReduceKind::kMax:
-      for (std::int64_t i = 0; i < n; ++i) a[i] = b[i] > a[i] ? b[i] : a[i];
+    case ReduceKind::kMax:  // a nan on either side stays (b != b: b is nan)
+      for (std::int64_t i = 0; i < n; ++i) a[i] = b[i] > a[i] || b[i] != b[i] ? b[i] : a[i];
       break;
     case ReduceKind::kMin:
-      for (std::int64_t i = 0; i < n; ++i) a[i] = b[i] < a[i] ? b[i] : a[i];
+      for (std::int64_t i = 0; i < n; ++i) a[i] = b[i] < a[i] || b[i] != b[i] ? b[i] : a[i];
       break;
     case ReduceKind::kProd:
       if constexpr (!std::is_same_v<T, bool>)

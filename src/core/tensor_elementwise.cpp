@@ -156,6 +156,8 @@ auto with_binary(BinaryOp op, Go&& go) {
         } else {
           return go([](T x, T y) {
             if (y == 0) return T(0);
+            // MIN / -1 overflows (SIGFPE): numpy and JAX wrap, to MIN.
+            if (y == T(-1)) return static_cast<T>(std::make_unsigned_t<T>(0) - static_cast<std::make_unsigned_t<T>>(x));
             T q = static_cast<T>(x / y);
             if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
             return q;
@@ -170,7 +172,7 @@ auto with_binary(BinaryOp op, Go&& go) {
           });
         } else {
           return go([](T x, T y) {
-            if (y == 0) return T(0);
+            if (y == 0 || y == T(-1)) return T(0);  // MIN % -1 overflows (SIGFPE); every x % -1 is 0
             T r = static_cast<T>(x % y);
             if (r != 0 && ((r < 0) != (y < 0))) r = static_cast<T>(r + y);
             return r;

@@ -2,6 +2,7 @@
 // table, ops/reduce.hpp): the extreme value of each line over all devices, then the smallest
 // global index where a line reaches it, two collectives.
 
+#include <cmath>
 #include <limits>
 
 #include "ops/ops_internal.hpp"
@@ -44,6 +45,16 @@ ReduceKind reduce_op(ReduceKind k) { return k == ReduceKind::kMean ? ReduceKind:
 
 namespace {
 
+/// x is the line's extreme m (a nan extreme is reached by the first nan: numpy's argmax).
+template <typename T>
+bool reaches(T x, T m) {
+  if constexpr (is_floating_v<T>) {
+    using std::isnan;
+    if (isnan(m)) return isnan(x);
+  }
+  return x == m;
+}
+
 template <typename T>
 ShardedArray<std::int64_t> arg_reduce(const ShardedArray<T>& a, int axis, bool keepdims, bool want_max) {
   const char* what = want_max ? "argmax" : "argmin";
@@ -72,7 +83,8 @@ ShardedArray<std::int64_t> arg_reduce(const ShardedArray<T>& a, int axis, bool k
       for (std::int64_t j = 0; j < v.n; ++j)
         for (std::int64_t k = 0; k < v.inner; ++k) {
           const std::int64_t r = o * v.inner + k;
-          if (idx.flat(r) == kNone && s.data.flat((o * v.n + j) * v.inner + k) == m.flat(r)) idx.flat(r) = s.box.offset[d] + j;
+          if (idx.flat(r) == kNone && reaches(s.data.flat((o * v.n + j) * v.inner + k), m.flat(r)))
+            idx.flat(r) = s.box.offset[d] + j;
         }
     index.push_back(std::move(idx));
   }

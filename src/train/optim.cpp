@@ -327,14 +327,30 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
     if (grads[i].shape() != params[i].shape())
       raise<ShapeError>("optimizer update: gradient ", i, " has shape ", to_string(grads[i].shape()),
                         " but its parameter has shape ", to_string(params[i].shape()));
-    for (const auto& slot : names)
-      if (!state.arrays.count(key(slot, i)))
+    const NamedSharding want = state_sharding(params[i].sharding(), params[i].shape(), c_.state_axis);
+    for (const auto& slot : names) {
+      const auto it = state.arrays.find(key(slot, i));
+      if (it == state.arrays.end())
         raise<ValueError>("optimizer update: the state has no '", key(slot, i),
                           "': make it with init(params) of this optimizer and these parameters");
+      // A state made for other parameters (or laid out otherwise) would be read out of bounds.
+      if (it->second.shape() != params[i].shape())
+        raise<ShapeError>("optimizer update: state '", key(slot, i), "' has shape ", to_string(it->second.shape()),
+                          " but parameter ", i, " has shape ", to_string(params[i].shape()),
+                          ": the state belongs to other parameters; make it with init(params)");
+      if (!(it->second.sharding() == want))
+        raise<ShardingError>("optimizer update: state '", key(slot, i), "' is laid out ",
+                             it->second.sharding().to_string(), " but parameter ", i, " (",
+                             params[i].sharding().to_string(), ") needs its state laid out ", want.to_string(),
+                             ": reshard the state with the parameters, or make it with init(params)");
+    }
   }
   if (!params.empty() && state.step.empty())
     raise<ValueError>("optimizer update: the state has no step count: make it with init(params)");
   const std::int64_t t = count_of(state.step);
+  if (t < 0)
+    raise<ValueError>("optimizer update: the state's step count is ", t,
+                      " (negative: a damaged state or checkpoint); make it with init(params) or load a good one");
   double norm = 0, scale = 1;
   if (c_.max_norm > 0 || c_.if_finite) norm = global_norm(grads);
   if (c_.if_finite && !std::isfinite(norm)) return norm;  // parameters, state and step count unchanged
@@ -412,7 +428,11 @@ void State<T>::load(const std::string& checkpoint_path, const CheckpointManifest
   const Mesh& mesh = arrays.empty() ? step.mesh() : arrays.begin()->second.mesh();
   if (mesh.empty())
     raise<ValueError>("optimizer state: load into the state of init(params) on the mesh to resume on");
-  step = full<std::int64_t>(Shape{}, m.integer(prefix + "step"), NamedSharding(mesh, PartitionSpec()));
+  const std::int64_t count = m.integer(prefix + "step");
+  if (count < 0)
+    raise<ValueError>("optimizer state: the checkpoint's '", prefix, "step' is ", count,
+                      " (a step count is >= 0): the checkpoint is damaged");
+  step = full<std::int64_t>(Shape{}, count, NamedSharding(mesh, PartitionSpec()));
 }
 
 #define SHARD_INSTANTIATE_OPTIM(T)                                                                                 \

@@ -14,7 +14,8 @@
 
 namespace shard {
 
-/// Print options (numpy's np.set_printoptions subset).
+/// Print options (numpy's np.set_printoptions subset). to_string and print raise ValueError naming
+/// a field out of range: precision 0-100, threshold >= 0, edgeitems >= 0, linewidth >= 1.
 struct PrintOptions {
   int precision = 8;        ///< at most this many digits after the decimal point
   std::int64_t threshold = 1000;  ///< summarise arrays with more elements

@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <source_location>
+#include <type_traits>
 #include <vector>
 
 #include "shard/error.hpp"  // shard::source_location
@@ -117,8 +119,9 @@ Tensor<T> dot(const Tensor<T>& a, const Tensor<T>& b);
 template <Dtype T>
 Tensor<T> vdot(const Tensor<T>& a, const Tensor<T>& b);
 
-/// Every element converted (bool: non-zero is true). A primitive of the elementwise family
-/// (ops/elementwise.hpp).
+/// Every element converted (bool: non-zero is true; floating to integer truncates toward zero and
+/// saturates as JAX does: values past the integer's range give its max or min, nan gives 0). A
+/// primitive of the elementwise family (ops/elementwise.hpp).
 template <Dtype U, Dtype T>
 Tensor<U> astype(const Tensor<T>& x);
 
@@ -131,8 +134,17 @@ Tensor<U> astype_kernel(const Tensor<T>& x) {
   U* o = out.data();
   const std::int64_t n = x.size();
   for (std::int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<U, bool>) o[i] = in[i] != T(0);
-    else o[i] = static_cast<U>(in[i]);
+    if constexpr (std::is_same_v<U, bool>) {
+      o[i] = in[i] != T(0);
+    } else if constexpr (std::is_integral_v<U> && is_floating_v<T>) {
+      // (a plain cast of an out-of-range or nan value is undefined: x86 gives MIN for all)
+      const auto v = static_cast<double>(in[i]);
+      constexpr auto hi = static_cast<double>(std::numeric_limits<U>::max());
+      constexpr auto lo = static_cast<double>(std::numeric_limits<U>::min());
+      o[i] = v != v ? U(0) : v >= hi ? std::numeric_limits<U>::max() : v <= lo ? std::numeric_limits<U>::min() : static_cast<U>(v);
+    } else {
+      o[i] = static_cast<U>(in[i]);
+    }
   }
   return out;
 }

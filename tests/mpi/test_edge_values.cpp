@@ -1,0 +1,237 @@
+// Nothing silently wrong (issue 33's value classes), against numpy's semantics on a host
+// reference: a generated sweep of nan and +-inf at every position through every floating
+// reduction and argmax/argmin, split over every device and replicated, 2-D along each dim; integer
+// floor_divide / remainder at MIN, -1, 0, MAX; astype of out-of-range floats to integers
+// (saturating, as JAX); an optimizer state that belongs to other parameters or is damaged; print
+// options out of range.
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "mpi_test.hpp"
+#include "shard/shard.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace shard;
+using shard::testing::random_tensor;
+
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// numpy's max / min / sum / argmax / argmin of one line: a nan anywhere makes max and min nan,
+/// and argmax and argmin the index of the first nan; otherwise the first extreme.
+struct Reference {
+  double max = -kInf, min = kInf, sum = 0;
+  std::int64_t argmax = -1, argmin = -1;
+  explicit Reference(const std::vector<double>& v) {
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const auto k = static_cast<std::int64_t>(i);
+      sum += v[i];
+      if (std::isnan(v[i]) && !std::isnan(max)) {
+        max = min = v[i];
+        argmax = argmin = k;
+      }
+      if (std::isnan(max)) continue;
+      if (argmax < 0 || v[i] > max) max = v[i], argmax = k;
+      if (argmin < 0 || v[i] < min) min = v[i], argmin = k;
+    }
+  }
+};
+
+void expect_same(double got, double want, const std::string& what) {
+  if (std::isnan(want)) {
+    EXPECT_TRUE(std::isnan(got)) << what << ": got " << got << ", numpy gives nan";
+  } else if (std::isinf(want)) {
+    EXPECT_EQ(got, want) << what;
+  } else {
+    EXPECT_NEAR(got, want, 1e-5 * (1 + std::abs(want))) << what;
+  }
+}
+
+/// Every reduction of a [rows, cols] float array holding `special` at (r, c), reduced along `dim`,
+/// laid out by `spec`, against the reference of each line; on every rank.
+void check_reductions(const Mesh& mesh, const PartitionSpec& spec, std::int64_t rows, std::int64_t cols,
+                      std::int64_t r, std::int64_t c, double special, int dim) {
+  Tensor<float> h = random_tensor<float>({rows, cols}, static_cast<std::uint64_t>(7 + r * cols + c));
+  h.flat(r * cols + c) = static_cast<float>(special);
+  const auto x = device_put(h, NamedSharding(mesh, spec));
+  const std::string what = "value " + std::to_string(special) + " at (" + std::to_string(r) + ", " +
+                           std::to_string(c) + ") of " + to_string(h.shape()) + " " + spec.to_string() +
+                           " along dim " + std::to_string(dim);
+  const Tensor<float> mx = max(x, {dim}).to_host(), mn = min(x, {dim}).to_host(),
+                      sm = sum(x, {dim}).to_host(), me = mean(x, {dim}).to_host();
+  const Tensor<std::int64_t> am = argmax(x, dim).to_host(), an = argmin(x, dim).to_host();
+  const Tensor<float> tmx = max(h, {dim});
+  const Tensor<std::int64_t> tam = argmax(h, dim);
+  const std::int64_t lines = dim == 0 ? cols : rows, len = dim == 0 ? rows : cols;
+  for (std::int64_t l = 0; l < lines; ++l) {
+    std::vector<double> v;
+    for (std::int64_t k = 0; k < len; ++k)
+      v.push_back(dim == 0 ? h.flat(k * cols + l) : h.flat(l * cols + k));
+    const Reference ref(v);
+    const std::string at = what + ", line " + std::to_string(l);
+    expect_same(mx.flat(l), ref.max, "max " + at);
+    expect_same(tmx.flat(l), ref.max, "Tensor max " + at);
+    expect_same(mn.flat(l), ref.min, "min " + at);
+    expect_same(sm.flat(l), ref.sum, "sum " + at);
+    expect_same(me.flat(l), ref.sum / static_cast<double>(len), "mean " + at);
+    EXPECT_EQ(am.flat(l), ref.argmax) << "argmax " << at;
+    EXPECT_EQ(tam.flat(l), ref.argmax) << "Tensor argmax " << at;
+    EXPECT_EQ(an.flat(l), ref.argmin) << "argmin " << at;
+  }
+}
+
+SHARD_MPI_TEST(EdgeValues, NanAndInfinityThroughEveryReduction) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const std::int64_t rows = n + 1, cols = 3;  // uneven over the devices
+  const bool full = shard::testing::full_matrix();
+  for (const PartitionSpec& spec : {P("a"), P(), P(None, "a")})
+    for (const double special : {kNan, kInf, -kInf})
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c) {
+          if (!full && (r * cols + c) % 2 == 1 && r != rows - 1)
+            continue;  // a fixed half in the default tier
+          for (int dim = 0; dim < 2; ++dim) check_reductions(mesh, spec, rows, cols, r, c, special, dim);
+        }
+  // The case the adversarial pass reported: [1, 1, 1, nan] split and replicated.
+  Tensor<float> t({4});
+  for (int i = 0; i < 3; ++i) t.flat(i) = 1.f;
+  t.flat(3) = std::nanf("");
+  for (const PartitionSpec& spec : {P("a"), P()}) {
+    const auto x = device_put(t, NamedSharding(mesh, spec));
+    EXPECT_TRUE(std::isnan(max(x).item())) << spec.to_string();
+    EXPECT_TRUE(std::isnan(min(x).item())) << spec.to_string();
+    EXPECT_EQ(argmax(x, 0).item(), 3) << spec.to_string();
+    EXPECT_EQ(argmin(x, 0).item(), 3) << spec.to_string();
+  }
+}
+
+template <typename I>
+void check_integer_division() {
+  const I lo = std::numeric_limits<I>::min(), hi = std::numeric_limits<I>::max();
+  const std::vector<I> values{lo, static_cast<I>(lo + 1), -7, -1, 0, 1, 7, static_cast<I>(hi - 1), hi};
+  const std::int64_t m = static_cast<std::int64_t>(values.size());
+  Tensor<I> a({m, m}), b({m, m});
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < m; ++j) {
+      a.flat(i * m + j) = values[static_cast<std::size_t>(i)];
+      b.flat(i * m + j) = values[static_cast<std::size_t>(j)];
+    }
+  // numpy: x // 0 and x % 0 are 0 (with a warning); MIN // -1 wraps to MIN, MIN % -1 is 0.
+  auto floor_ref = [&](I x, I y) -> I {
+    if (y == 0) return 0;
+    if (y == -1)
+      return static_cast<I>(static_cast<std::make_unsigned_t<I>>(0) -
+                            static_cast<std::make_unsigned_t<I>>(x));
+    I q = static_cast<I>(x / y);
+    if (x % y != 0 && ((x < 0) != (y < 0))) --q;
+    return q;
+  };
+  auto mod_ref = [&](I x, I y) -> I {
+    if (y == 0 || y == -1) return 0;
+    I r = static_cast<I>(x % y);
+    if (r != 0 && ((r < 0) != (y < 0))) r = static_cast<I>(r + y);
+    return r;
+  };
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const auto sa = device_put(a, NamedSharding(mesh, P("a"))), sb = device_put(b, NamedSharding(mesh, P("a")));
+  const Tensor<I> fq = floor_divide(a, b), fr = remainder(a, b);
+  const Tensor<I> sq = floor_divide(sa, sb).to_host(), sr = remainder(sa, sb).to_host();
+  for (std::int64_t k = 0; k < m * m; ++k) {
+    const I x = a.flat(k), y = b.flat(k);
+    const std::string what = std::to_string(x) + " and " + std::to_string(y) + " (" + dtype_name<I>() + ")";
+    EXPECT_EQ(fq.flat(k), floor_ref(x, y)) << "floor_divide " << what;
+    EXPECT_EQ(sq.flat(k), floor_ref(x, y)) << "sharded floor_divide " << what;
+    EXPECT_EQ(fr.flat(k), mod_ref(x, y)) << "remainder " << what;
+    EXPECT_EQ(sr.flat(k), mod_ref(x, y)) << "sharded remainder " << what;
+  }
+}
+
+SHARD_MPI_TEST(EdgeValues, IntegerDivisionAtTheLimits) {
+  check_integer_division<std::int32_t>();
+  check_integer_division<std::int64_t>();
+}
+
+template <typename I, typename F>
+void check_saturating_cast() {
+  const I lo = std::numeric_limits<I>::min(), hi = std::numeric_limits<I>::max();
+  const std::vector<F> in{F(1e20),
+                          F(-1e20),
+                          std::numeric_limits<F>::quiet_NaN(),
+                          std::numeric_limits<F>::infinity(),
+                          -std::numeric_limits<F>::infinity(),
+                          F(-2.75),
+                          F(2.75),
+                          F(0)};
+  const std::vector<I> want{hi, lo, 0, hi, lo, -2, 2, 0};  // JAX: saturate, nan -> 0, truncate
+  Tensor<F> t({static_cast<std::int64_t>(in.size())});
+  for (std::size_t i = 0; i < in.size(); ++i) t.flat(static_cast<std::int64_t>(i)) = in[i];
+  const int n = shard::testing::runtime().device_count();
+  const auto s = device_put(t, NamedSharding(make_mesh({n}, {"a"}), P("a")));
+  const Tensor<I> got = astype<I>(t), sharded = astype<I>(s).to_host();
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    EXPECT_EQ(got.flat(static_cast<std::int64_t>(i)), want[i]) << "astype of " << in[i];
+    EXPECT_EQ(sharded.flat(static_cast<std::int64_t>(i)), want[i]) << "sharded astype of " << in[i];
+  }
+}
+
+SHARD_MPI_TEST(EdgeValues, FloatToIntegerSaturates) {
+  check_saturating_cast<std::int32_t, float>();
+  check_saturating_cast<std::int32_t, double>();
+  check_saturating_cast<std::int64_t, float>();
+  check_saturating_cast<std::int64_t, double>();
+}
+
+SHARD_MPI_TEST(EdgeValues, OptimizerStateOfOtherParametersIsRefused) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const auto opt = optim::adam(1e-3);
+  std::vector<ShardedArray<float>> p{device_put(random_tensor<float>({4, 2}, 1), NamedSharding(mesh, P()))};
+  const std::vector<ShardedArray<float>> other{
+      device_put(random_tensor<float>({3, 5}, 2), NamedSharding(mesh, P()))};
+  auto wrong_shape = opt.init(other);
+  shard::testing::expect_error<ShapeError>([&] { opt.update(p, p, wrong_shape); },
+                                           {"state 'mu/0' has shape (3, 5)", "parameter 0 has shape (4, 2)"});
+  if (n > 1) {
+    const std::vector<ShardedArray<float>> split{
+        device_put(random_tensor<float>({4, 2}, 3), NamedSharding(mesh, P("a")))};
+    auto wrong_layout = opt.init(split);
+    shard::testing::expect_error<ShardingError>([&] { opt.update(p, p, wrong_layout); },
+                                                {"state 'mu/0' is laid out", "reshard the state"});
+  }
+  auto damaged = opt.init(p);
+  damaged.step = full<std::int64_t>(Shape{}, -1, NamedSharding(mesh, P()));
+  shard::testing::expect_error<ValueError>([&] { opt.update(p, p, damaged); },
+                                           {"step count is -1", "damaged"});
+  auto good = opt.init(p);
+  opt.update(p, p, good);  // the parameters are unchanged by the refusals above
+  EXPECT_EQ(good.step.item(), 1);
+}
+
+SHARD_MPI_TEST(EdgeValues, PrintOptionsOutOfRange) {
+  const int n = shard::testing::runtime().device_count();
+  const auto x = device_put(random_tensor<float>({3, 4}, 5), NamedSharding(make_mesh({n}, {"a"}), P("a")));
+  PrintOptions o;
+  o.precision = -3;
+  shard::testing::expect_error<ValueError>([&] { (void)to_string(x, o); }, {"precision = -3"});
+  o = PrintOptions{};
+  o.linewidth = 0;
+  shard::testing::expect_error<ValueError>([&] { (void)to_string(x, o); }, {"linewidth = 0"});
+  o = PrintOptions{};
+  o.edgeitems = -1;
+  shard::testing::expect_error<ValueError>([&] { (void)to_string(x.to_host(), o); }, {"edgeitems = -1"});
+  o = PrintOptions{};
+  o.threshold = 0;  // numpy: summarise everything
+  o.edgeitems = 1;
+  EXPECT_NE(to_string(x.to_host(), o).find("..."), std::string::npos);
+}
+
+}  // namespace
