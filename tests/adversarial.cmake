@@ -53,6 +53,19 @@ if(SHARD_BUILD_APPS)
   shard_adversarial(mpi_error
     "rank 1. error: MPI_Bcast failed: .*MPI error code;rank 0. error: rank 1 failed: MPI_Bcast failed: "
     ${_adv_run} $<TARGET_FILE:fault_injection> mpi_error)
+  # std::exit(0) on one rank while the other waits for it in a psum: one line, the job ends.
+  shard_adversarial(exit_on_one_rank
+    "rank 1. error: exit.. was called on this rank while the shard::Runtime was running"
+    ${_adv_run} $<TARGET_FILE:fault_injection> exit_one)
+  # A checkpoint where rank 1 records one more array than rank 0: agreed before any file is
+  # written, the error on every rank (it used to wait in different collectives until the watchdog).
+  shard_adversarial(checkpoint_commit_mismatch
+    "rank 1. error: CheckpointWriter::commit: this rank commits 2 arrays where rank 0 commits 1 arrays;rank 0. error: rank 1 failed: CheckpointWriter::commit"
+    ${_adv_run} $<TARGET_FILE:fault_injection> checkpoint_mismatch)
+  # A model far beyond the node's memory: refused before anything is allocated.
+  shard_adversarial(gpt_model_too_big
+    "rank 1. error: the model .layers=1000000000.* needs at least .* GiB per rank;rank 0. error: the model"
+    ${_adv_run} $<TARGET_FILE:train_gpt> --layers 1000000000 --warmup 1 --steps 2)
   # Environment variables, one per kind of value (flag, seconds, integer): every rank names it.
   shard_adversarial(env_flag
     "rank 1. error: SHARD_CHECK_COLLECTIVES must be 1 or 0 .on/off, true/false, yes/no., got 'maybe';rank 0. error: SHARD_CHECK_COLLECTIVES must be 1 or 0"

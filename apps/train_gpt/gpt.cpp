@@ -1,5 +1,8 @@
 #include "gpt.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -95,6 +98,23 @@ void Config::check(int data, int model, std::int64_t batch) const {
   if (batch % data != 0)
     shard::raise<shard::ValueError>("--batch ", batch, " is not divisible by data=", data,
                                     " (the batch is split evenly over 'data')");
+  // Before anything is allocated: what a rank holds at least (its parameters, their gradients and
+  // Adam's two moments, 16 bytes per float32 parameter; the matrices split over 'model'), in
+  // double so that no size overflows, against this node's memory shared by its ranks.
+  const double C = static_cast<double>(d_model), m = static_cast<double>(model);
+  const double per_rank = static_cast<double>(vocab) * C + static_cast<double>(context) * C / m +
+                          static_cast<double>(layers) * (12 * C * C / m + 13 * C) + 2 * C;
+  const double need = 16 * per_rank;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  const shard::Runtime& rt = shard::Runtime::current();
+  const double ranks_here = std::max(1.0, static_cast<double>(rt.process_count()) / static_cast<double>(rt.node_count()));
+  const double have = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) / ranks_here : 0;
+  if (have > 0 && need > have)
+    shard::raise<shard::ValueError>("the model (", to_string(), ") needs at least ", need / (1 << 30),
+                                    " GiB per rank for its parameters, gradients and Adam's state (16 bytes per "
+                                    "parameter, the matrices split over model=", model, ") but this node has ",
+                                    have / (1 << 30), " GiB for each of its ", ranks_here,
+                                    " ranks: shrink --layers / --d-model or split over more 'model' devices");
 }
 
 std::vector<ParamInfo> param_info(const Config& c) {

@@ -61,6 +61,11 @@ ShardedArray<T>::ShardedArray(Shape shape, NamedSharding sharding, std::vector<S
 
 template <typename T>
 const Shard<T>& ShardedArray<T>::shard_of(int device_id) const {
+  // A shard_map body reading a differentiated array's block through a capture: its gradient
+  // could not flow back (it would silently be 0).
+  if (ad_)
+    if (const detail::Tape* t = detail::recording_tape(); t && t->parent() && ad_->tape == t->parent())
+      detail::raise_captured_in_body();
   for (const auto& s : shards_)
     if (s.device == device_id) return s;
   raise<ValueError>("device ", device_id, " holds no shard on this rank (local mesh devices: ",

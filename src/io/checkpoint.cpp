@@ -285,6 +285,39 @@ void CheckpointWriter::set(const std::string& key, const std::string& value) {
 }
 
 std::string CheckpointWriter::commit(std::int64_t step) {
+  // Every rank must commit the same checkpoint: the saves below are collective one array at a
+  // time, so ranks that recorded different arrays (or steps) would wait in different collectives.
+  // Agreed first, on every rank, before anything is created.
+  {
+    std::string plan = "step " + std::to_string(step) + "\ndirectory '" + directory_ + "'\nkeep " +
+                       std::to_string(keep_) + "\n" + std::to_string(pending_.size()) + " arrays\n";
+    for (const auto& p : pending_) {
+      std::string mesh;
+      for (std::size_t k = 0; k < p.entry.mesh_axes.size(); ++k)
+        mesh += (k ? ", '" : "'") + p.entry.mesh_axes[k] + "': " + std::to_string(p.entry.mesh_shape[k]);
+      plan += "array '" + p.entry.name + "' " + p.entry.dtype + to_string(p.entry.shape) + " " + p.entry.spec +
+              " on Mesh(" + mesh + ")\n";
+    }
+    for (const auto& [k, v] : metadata_) plan += "metadata '" + k + "' = '" + v + "'\n";
+    const std::string root = broadcast(plan);
+    mpi::agreed(world(), [&] {
+      if (plan == root) return;
+      auto lines = [](const std::string& s) {
+        std::vector<std::string> out;
+        std::size_t at = 0;
+        for (std::size_t nl; (nl = s.find('\n', at)) != std::string::npos; at = nl + 1) out.push_back(s.substr(at, nl - at));
+        return out;
+      };
+      const auto mine = lines(plan), theirs = lines(root);
+      std::size_t k = 0;
+      while (k < mine.size() && k < theirs.size() && mine[k] == theirs[k]) ++k;
+      raise<ValueError>("CheckpointWriter::commit: this rank commits ",
+                        k < mine.size() ? mine[k] : std::string("nothing more"), " where rank 0 commits ",
+                        k < theirs.size() ? theirs[k] : std::string("nothing more"),
+                        ": every rank must add the same arrays and metadata (in the same order) and commit the "
+                        "same step; nothing was written");
+    });
+  }
   if (step < 0) raise<ValueError>("CheckpointWriter::commit: step must be >= 0, got ", step);
   const fs::path dir(directory_);
   const fs::path final_dir = dir / step_dir_name(step);

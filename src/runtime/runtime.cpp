@@ -24,6 +24,30 @@ namespace {
 
 Runtime* g_current = nullptr;
 
+/// std::exit (or a return from main that skips the Runtime's destructor) while the Runtime runs:
+/// the other ranks would wait for this one in their next collective, and the library's threads
+/// would meet destroyed statics ("terminate called without an active exception"). One clear
+/// line, then the whole job ends.
+void exit_while_running() {
+  if (!g_current) return;  // the Runtime ended before: a clean exit
+  std::fflush(stdout);
+  std::fprintf(
+      stderr,
+      "%serror: exit() was called on this rank while the shard::Runtime was running; the other ranks "
+      "cannot finish without it, so the job is ended (return from main, or from guarded_main's body, to "
+      "end a program)\n",
+      detail::rank_prefix().c_str());
+  std::fflush(stderr);
+  if (mpi::is_active()) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+
+/// The library's own exits after it printed the error (not the user's exit() above).
+[[noreturn]] void leave(int code) {
+  g_current = nullptr;
+  std::exit(code);
+}
+
 int parse_positive(const std::string& text, const char* source) {
   return static_cast<int>(
       detail::parse_integer(text, detail::cat("devices per rank from ", source), 1, 4096));
@@ -100,6 +124,8 @@ void Runtime::init(int* argc, char*** argv, RuntimeOptions options) {
     owns_mpi_ = true;
   }
   g_current = this;  // from here on the destructor cleans up, even if init throws below
+  static const bool exit_hook = [] { return std::atexit(exit_while_running) == 0; }();
+  (void)exit_hook;
   try {
     // One barrier under the handler MPI_COMM_WORLD has now (MPI_ERRORS_ARE_FATAL unless the
     // caller changed it) before errors become return codes: ranks that cannot reach each other
@@ -246,7 +272,7 @@ void abort_job(const std::exception& e, int code) {
   std::fprintf(stderr, "%serror: %s\n", detail::rank_prefix().c_str(), msg.c_str());
   std::fflush(stderr);
   if (mpi::is_active()) MPI_Abort(MPI_COMM_WORLD, code);
-  std::exit(code);
+  leave(code);
 }
 
 namespace {
@@ -260,7 +286,7 @@ int fail_job(const std::exception_ptr& err) {
       err, "the program threw an exception that is not a std::exception (e.g. throw 42)");
   std::fprintf(stderr, "%serror: %s\n", detail::rank_prefix().c_str(), msg.c_str());
   std::fflush(stderr);
-  if (!mpi::is_active()) std::exit(1);
+  if (!mpi::is_active()) leave(1);
   // The layers tell the other ranks and wait for them (comm: at most SHARD_ABORT_GRACE s).
   int waited = 0, every_rank_failed = 0;
   for (const auto& h : detail::runtime_hooks())
@@ -280,10 +306,10 @@ int fail_job(const std::exception_ptr& err) {
       err, "an exception that is not a std::exception escaped while starting the runtime");
   std::fprintf(stderr, "%serror: %s\n", detail::rank_prefix().c_str(), msg.c_str());
   std::fflush(stderr);
-  if (!mpi::is_active()) std::exit(1);
+  if (!mpi::is_active()) leave(1);
   if (!mpi::barrier_within(MPI_COMM_WORLD, 5.0)) MPI_Abort(MPI_COMM_WORLD, 1);
   MPI_Finalize();
-  std::exit(1);
+  leave(1);
 }
 
 }  // namespace

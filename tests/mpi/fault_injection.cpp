@@ -26,6 +26,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -121,6 +123,22 @@ int run(shard::Runtime& rt, const std::string& mode) {
     }
     (void)shard::psum(shard::zeros<double>({4, 3}, shard::NamedSharding(mesh1, shard::P())), "a");
     std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 0;
+  }
+  if (mode == "exit_one") {  // std::exit(0) on rank 1 while rank 0 waits in a psum
+    const auto r = shard::zeros<double>({4, 3}, shard::NamedSharding(mesh1, shard::P()));
+    if (rank == 1) std::exit(0);
+    (void)shard::psum(r, "a");
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 0;
+  }
+  if (mode == "checkpoint_mismatch") {  // rank 1 records one more array than rank 0
+    // (the agreement comes before anything is created: the directory stays absent)
+    shard::CheckpointWriter w((std::filesystem::temp_directory_path() / "shard_fault_checkpoint_mismatch").string(), 2);
+    const auto a = shard::zeros<float>({4, 3}, shard::NamedSharding(mesh1, shard::P()));
+    w.add("a", a);
+    if (rank == 1) w.add("extra", a);
+    (void)w.commit(1);
     return 0;
   }
   if (mode == "skip") {

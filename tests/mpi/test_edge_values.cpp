@@ -216,6 +216,29 @@ SHARD_MPI_TEST(EdgeValues, OptimizerStateOfOtherParametersIsRefused) {
   EXPECT_EQ(good.step.item(), 1);
 }
 
+/// A shard_map body that reads a differentiated array's block through a capture: its gradient
+/// could not flow back (it used to come back 0 with exit 0): ValueError naming the fix.
+SHARD_MPI_TEST(EdgeValues, BodyReadingACapturedDifferentiatedArrayRaises) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const auto x = device_put(random_tensor<float>({2 * n, 3}, 6), NamedSharding(mesh, P("a")));
+  auto f = [&](const ShardedArray<float>& p) {
+    return sum(shard_map(mesh, P("a"), P("a"), [&](DeviceContext& ctx, const Tensor<float>& b) {
+      return b * p.shard_of(ctx.device()).data;
+    })(x));
+  };
+  shard::testing::expect_error<ValueError>(
+      [&] { (void)grad(f)(x); }, {"shard_map body uses an array that the differentiated function tracks",
+                                  "pass it to the shard_map as an argument"});
+  // Passed as an argument, the same product differentiates: d sum(x * p) / dp = x.
+  auto g = [&](const ShardedArray<float>& p) {
+    return sum(shard_map(
+        mesh, {P("a"), P("a")}, P("a"),
+        [](DeviceContext&, const Tensor<float>& b, const Tensor<float>& q) { return b * q; })(x, p));
+  };
+  EXPECT_EQ(max(abs(grad(g)(x) - x)).item(), 0.f);
+}
+
 SHARD_MPI_TEST(EdgeValues, PrintOptionsOutOfRange) {
   const int n = shard::testing::runtime().device_count();
   const auto x = device_put(random_tensor<float>({3, 4}, 5), NamedSharding(make_mesh({n}, {"a"}), P("a")));

@@ -100,7 +100,9 @@ class ShardedArray : public detail::ArrayMethods<ShardedArray, T> {
       detail::raise_batched_access("addressable_shards()", *batch_);
     return shards_;
   }
-  /// The shard of a local device; throws ValueError if the device is not local or not in the mesh.
+  /// The shard of a local device; throws ValueError if the device is not local or not in the mesh,
+  /// and when a shard_map body reads the block of a differentiated array it captured (its
+  /// gradient could not flow back: pass it to the shard_map as an argument).
   const Shard<T>& shard_of(int device_id) const;
   Shard<T>& shard_of(int device_id);
 
