@@ -40,8 +40,9 @@ template <Dtype T>
 ShardedArray<T> replicated_view(Tensor<T> first, const Mesh& mesh) {
   std::vector<Shard<T>> shards;
   for (int d : mesh.local_device_ids()) {
-    Tensor<T> data =
-        shards.empty() ? std::move(first) : Tensor<T>::borrow(shards.front().data.data(), shards.front().data.shape());
+    Tensor<T> data = shards.empty()
+                         ? std::move(first)
+                         : Tensor<T>::borrow(shards.front().data.data(), shards.front().data.shape());
     shards.push_back(Shard<T>{d, full_box(data.shape()), std::move(data)});
   }
   const Shape shape = shards.empty() ? first.shape() : shards.front().data.shape();
@@ -52,17 +53,18 @@ ShardedArray<T> replicated_view(Tensor<T> first, const Mesh& mesh) {
 /// the views. Its cotangent is the array's, which every rank holds. `own`: the result keeps x's
 /// memory alive (x is a temporary), else it views it.
 struct Uncommitted : Primitive {
-  const Mesh* mesh;
+  Mesh mesh;  ///< by value: jit keeps the primitive past its operands' lifetime
   bool own;
   const char* name() const { return "uncommitted"; }
   template <Dtype T>
   ShardedArray<T> across(const Tensor<T>& x) const {
     Tensor<T> first = own ? x.alias() : Tensor<T>::borrow(const_cast<T*>(x.data()), x.shape());
     first.set_ad(nullptr);
-    return replicated_view(std::move(first), *mesh);
+    return replicated_view(std::move(first), mesh);
   }
   template <Dtype T>
-  KernelVjp<ShardedArray<T>, Tensor<T>> vjp(const VjpNeed&, const ShardedArray<T>&, const Tensor<T>& x) const {
+  KernelVjp<ShardedArray<T>, Tensor<T>> vjp(const VjpNeed&, const ShardedArray<T>&,
+                                            const Tensor<T>& x) const {
     return [shape = x.shape()](const ShardedArray<T>& ct, const VjpNeed&) {
       const auto& shards = ct.addressable_shards();
       return cotangents<Tensor<T>>(shards.empty() ? Tensor<T>(shape, T(0)) : shards.front().data.alias());
@@ -80,12 +82,12 @@ struct Uncommitted : Primitive {
 
 template <Dtype T>
 ShardedArray<T> uncommitted(const Tensor<T>& x, const Mesh& mesh) {
-  return bind(Uncommitted{{}, &mesh, false}, x);
+  return bind(Uncommitted{{}, mesh, false}, x);
 }
 
 template <Dtype T>
 ShardedArray<T> uncommitted(Tensor<T>&& x, const Mesh& mesh) {
-  if (traced(x)) return bind(Uncommitted{{}, &mesh, true}, x);  // the record needs x: share its memory
+  if (traced(x)) return bind(Uncommitted{{}, mesh, true}, x);  // the record needs x: share its memory
   return replicated_view(std::move(x), mesh);
 }
 
@@ -98,9 +100,9 @@ ShardedArray<T> scalar_on(T v, const Mesh& mesh) {
 
 }  // namespace detail
 
-#define SHARD_INSTANTIATE_OPS(T)                                                                             \
-  template ShardedArray<T> detail::uncommitted<T>(const Tensor<T>&, const Mesh&);                            \
-  template ShardedArray<T> detail::uncommitted<T>(Tensor<T>&&, const Mesh&);                                 \
+#define SHARD_INSTANTIATE_OPS(T)                                                  \
+  template ShardedArray<T> detail::uncommitted<T>(const Tensor<T>&, const Mesh&); \
+  template ShardedArray<T> detail::uncommitted<T>(Tensor<T>&&, const Mesh&);      \
   template ShardedArray<T> detail::scalar_on<T>(T, const Mesh&);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_OPS)
 #undef SHARD_INSTANTIATE_OPS

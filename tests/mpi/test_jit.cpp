@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "mpi_test.hpp"
@@ -318,6 +319,12 @@ SHARD_MPI_TEST(Jit, ErrorsNameTheConstruct) {
       [&] { (void)jit(add_one, JitOptions{.out_shardings = {NamedSharding(mesh, P(None, None, "a"))}})(x); },
       {"has 3 entries", "only 2 dims"});
   auto add = [](const ShardedArray<float>& v, const ShardedArray<float>& w) { return v + w; };
+  shard::testing::expect_error<ValueError>(
+      [&] {
+        (void)jit([](const Tensor<float>& h) { return h * 2.f; },
+                  JitOptions{.in_shardings = {NamedSharding(mesh, P("a"))}})(x.to_host());
+      },
+      {"in_shardings gives argument 0", "host Tensors only"});
   shard::testing::expect_error<ValueError>([&] { (void)jit(add)(x, ShardedArray<float>()); },
                                            {"argument 1 is an empty ShardedArray"});
   // A function that throws while it traces: the exception reaches the caller, nothing is kept,
@@ -365,6 +372,97 @@ SHARD_MPI_TEST(Jit, ErrorsNameTheConstruct) {
         })(x);
       },
       {"Optimizer::update", "inside vmap", "update outside"});
+}
+
+enum class Act { kScale, kRelu };
+
+/// What decides a replay (an independent check's findings): a static float's every bit, its C++
+/// type (1, 1L and an enum of 1 differ), strings with quotes in them, the argument's type (a tuple
+/// and a vector of one array), a vector's length and a map's keys where they hold no array, the
+/// devices of the mesh; values returned twice are two arrays; a captured array is its value when
+/// traced; a host Tensor argument meeting intermediates replays.
+SHARD_MPI_TEST(Jit, SignatureAndValuesAsJax) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const auto x = device_put(random_tensor<float>({2 * n, 3}, 51), NamedSharding(mesh, P("a")));
+  auto scale = jit([](const ShardedArray<float>& a, float eps) { return a * eps; });
+  expect_equal(host_double(scale(x, 1e-7f)), host_double(x * 1e-7f), 0, "eps 1e-7");
+  expect_equal(host_double(scale(x, 3e-7f)), host_double(x * 3e-7f), 0, "eps 3e-7");
+  EXPECT_EQ(scale.trace_count(), 2);
+  auto by_type = jit([](const ShardedArray<float>& a, auto mode) {
+    if constexpr (std::is_same_v<decltype(mode), Act>)
+      return mode == Act::kRelu ? relu(a) : a;
+    else
+      return a * static_cast<float>(mode);
+  });
+  expect_equal(host_double(by_type(x, 1)), host_double(x), 0, "int 1");
+  expect_equal(host_double(by_type(x, Act::kRelu)), host_double(relu(x)), 0, "enum of 1");
+  expect_equal(host_double(by_type(x, 1L)), host_double(x), 0, "long 1");
+  EXPECT_EQ(by_type.trace_count(), 3);
+  auto strings = jit([](const ShardedArray<float>& a, const std::string& s1, const std::string& s2) {
+    return a * static_cast<float>(s1.size()) + static_cast<float>(s2.size());
+  });
+  expect_equal(host_double(strings(x, "a';#2='bb", "c")), host_double(x * 9.f + 1.f), 0, "string 1");
+  expect_equal(host_double(strings(x, "a", "bb';#2='c")), host_double(x * 1.f + 9.f), 0, "string 2");
+  // A tuple of one array and a vector of one array; a map whose keys hold no array.
+  auto first = jit([](const auto& t) {
+    if constexpr (requires { t.size(); })
+      return t[0] * 2.f;
+    else
+      return std::get<0>(t) * 3.f;
+  });
+  expect_equal(host_double(first(std::vector<ShardedArray<float>>{x})), host_double(x * 2.f), 0, "vector");
+  expect_equal(host_double(first(std::tuple<ShardedArray<float>>{x})), host_double(x * 3.f), 0, "tuple");
+  using Tree = std::map<std::string, std::vector<ShardedArray<float>>>;
+  auto keys = jit([](Tree t, const ShardedArray<float>& a) {
+    t["out"] = {a + 1.f};
+    return t;
+  });
+  (void)keys(Tree{{"a", {}}}, x);
+  const Tree got = keys(Tree{{"b", {}}}, x);
+  EXPECT_EQ(got.count("b"), 1u);
+  EXPECT_EQ(got.count("a"), 0u);
+  // Returned twice: two arrays.
+  auto twice = jit([](const ShardedArray<float>& a) {
+    auto y = a * 2.f;
+    return std::tuple{y, y};
+  });
+  auto [p, q] = twice(x);
+  for (auto& s : p.addressable_shards()) s.data.flat(0) = 7.f;
+  expect_equal(host_double(q), host_double(x * 2.f), 0, "the second of a value returned twice");
+  // A captured array: its value when traced.
+  auto c = device_put(random_tensor<float>({2 * n, 3}, 52), NamedSharding(mesh, P("a")));
+  const Tensor<double> c0 = host_double(c);
+  auto add_c = jit([&](const ShardedArray<float>& a) { return a + c + c; });
+  (void)add_c(x);
+  for (auto& s : c.addressable_shards()) s.data.flat(0) = 100.f;
+  const auto want = device_put(c0, NamedSharding(mesh, P("a")));
+  expect_equal(host_double(add_c(x)), host_double(astype<double>(x) + want + want), 1e-6,
+               "a captured constant");
+  EXPECT_EQ(add_c.lower(x).program().constants.size(), 1u);  // used twice, one constant
+  // A host Tensor meeting an intermediate, on two calls (the second replays).
+  const Tensor<float> t = random_tensor<float>({2 * n, 3}, 53);
+  auto with_tensor = jit([](const ShardedArray<float>& a, const Tensor<float>& h) { return exp(a) * h + h; });
+  for (int i = 0; i < 2; ++i)
+    expect_equal(host_double(with_tensor(x, t)), host_double(exp(x) * t + t), 0, "a Tensor argument");
+  // The same mesh shape on other devices traces again.
+  if (n > 1) {
+    const Mesh first_device({1}, {"d"}, {0}), last_device({1}, {"d"}, {n - 1});
+    const Tensor<float> h = random_tensor<float>({4, 3}, 54);
+    auto g = jit([](const ShardedArray<float>& a) { return cumsum(a, 0) * 2.f; });
+    for (const Mesh& m : {first_device, last_device}) {
+      const auto a = device_put(h, NamedSharding(m, P("d")));
+      const auto y = g(a);
+      EXPECT_EQ(y.mesh().devices_string(), m.devices_string());
+      expect_equal(host_double(y), host_double(cumsum(a, 0) * 2.f), 0, "on " + m.devices_string());
+    }
+    EXPECT_EQ(g.trace_count(), 2);
+  }
+  // grad of grad: refused (it was silently 0).
+  auto inner = [](const ShardedArray<float>& a) { return sum(a * a * a); };
+  shard::testing::expect_error<ValueError>(
+      [&] { (void)grad([&](const ShardedArray<float>& a) { return sum(grad(inner)(a)); })(x); },
+      {"higher-order derivatives are not supported"});
 }
 
 /// with_sharding_constraint and out_shardings onto another mesh of the same devices (as eager's

@@ -290,6 +290,23 @@ using FailedGrad = std::pair<std::pair<int, int>, int>;
 template <bool kAux, typename F, typename P, typename... Args>
 auto run_value_and_grad_checked(const F& f, const GradSharding& gs, const P& params, const Args&... args) {
   check_one_device_set(params, "grad");
+  // grad inside a function an enclosing grad differentiates, of values it tracks (grad(grad(f)),
+  // a Hessian): the inner pass does not record on the outer tape, so its result would be a
+  // constant there and the outer derivative silently 0. Refused until it is supported. (A device
+  // tape, a shard_map body's, is not an enclosing grad: grad inside a body differentiates the
+  // device's local program.)
+  if (const Tape* outer = recording_tape(); outer && !outer->device_view()) {
+    bool tracked = false;
+    auto look = [&](const auto& leaf) { tracked = tracked || ad_on(leaf, outer) != nullptr; };
+    tree_for_each(look, params);
+    (tree_for_each(look, args), ...);
+    if (tracked)
+      raise<ValueError>(
+          "grad: called inside a function that an enclosing grad differentiates, on values it tracks "
+          "(grad(grad(f)), a Hessian, a gradient penalty): higher-order derivatives are not supported yet, and the "
+          "inner gradient would be a constant to the outer one (its derivative silently 0). Differentiate once, "
+          "or compute the inner gradient outside the outer grad");
+  }
   Tape tape;
   TapeScope scope(&tape);
   const auto leaves = ParamTraits<P>::track(params, tape, "grad", &gs);

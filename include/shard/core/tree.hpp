@@ -217,6 +217,8 @@ void visit_tree(F& f, TreePath& path, T& t, Ts&... ts) {
     f(std::as_const(path), t, ts...);
   } else if constexpr (is_std_vector<U>::value) {
     (check_size(path, "a vector", "elements", t.size(), ts.size()), ...);
+    if constexpr (requires { f.on_container(std::as_const(path), std::as_const(t)); })
+      f.on_container(std::as_const(path), std::as_const(t));  // (jit's signature: its length)
     for (std::size_t i = 0; i < t.size(); ++i) {
       path.push(TreePath::Kind::kIndex, std::to_string(i));
       visit_tree(f, path, t[i], ts[i]...);
@@ -224,6 +226,8 @@ void visit_tree(F& f, TreePath& path, T& t, Ts&... ts) {
     }
   } else if constexpr (is_string_map<U>::value) {
     (check_size(path, "a map", "keys", t.size(), ts.size()), ...);
+    if constexpr (requires { f.on_container(std::as_const(path), std::as_const(t)); })
+      f.on_container(std::as_const(path), std::as_const(t));  // (jit's signature: its keys)
     for (auto& entry : t) {
       const std::string& key =
           entry.first;  // a named reference: lambdas cannot capture a structured binding in C++20

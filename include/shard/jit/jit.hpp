@@ -36,8 +36,10 @@
 /// in_shardings), the out_shardings and every explicit reshard / with_sharding_constraint
 /// inside, which are kept.
 
+#include <algorithm>
 #include <any>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -159,24 +161,48 @@ struct SignatureVisitor {
     if constexpr (is_sharded_v<X>) {
       sig.key += leaf.sharding().to_string();
       sig.key += leaf.mesh().to_string();
+      sig.key += leaf.mesh().devices_string();  // the same mesh on other devices traces apart
       sig.key += leaf.committed() ? "c" : "u";
     }
     sig.key += ";";
     if (leaf.batch() || (leaf.ad() != nullptr && recording_tape_for(leaf))) transformed = true;
   }
+  /// A vector's length and a map's keys (an empty one holds no leaf that would show them).
+  template <typename C>
+  void on_container(const TreePath& path, const C& c) {
+    sig.key += path.to_string() + "{";
+    if constexpr (is_string_map<C>::value) {
+      for (const auto& entry : c) sig.key += std::to_string(entry.first.size()) + "'" + entry.first;
+    } else {
+      sig.key += std::to_string(c.size());
+    }
+    sig.key += "}";
+  }
   template <typename S>
   void on_static(const TreePath& path, const S& s) {
-    sig.key += path.to_string() + "=";
+    // The value's type first (1, 1L, true and an enum of 1 trace apart: a generic function may
+    // differ by type), then the value in full: floats by their bits, strings with their length.
+    sig.key += path.to_string() + "=" + typeid(S).name() + ":";
     if constexpr (std::is_same_v<S, NoneType>) {
       sig.key += "None";
+    } else if constexpr (std::is_floating_point_v<S>) {
+      char bits[64];
+      std::snprintf(bits, sizeof bits, "%a", static_cast<double>(s));
+      sig.key += bits;
+      if constexpr (sizeof(S) > sizeof(double)) {  // long double: its own bits beyond double's
+        sig.statics.push_back(std::make_shared<const S>(s));
+        sig.equal.push_back([](const void* a, const void* b) {
+          return *static_cast<const S*>(a) == *static_cast<const S*>(b);
+        });
+      }
     } else if constexpr (std::is_arithmetic_v<S>) {
       sig.key += std::to_string(s);
     } else if constexpr (std::is_enum_v<S>) {
       sig.key += std::to_string(static_cast<long long>(s));
     } else if constexpr (std::is_convertible_v<const S&, std::string>) {
-      sig.key += "'" + std::string(s) + "'";
+      const std::string text(s);
+      sig.key += std::to_string(text.size()) + "'" + text;
     } else if constexpr (std::equality_comparable<S>) {
-      sig.key += typeid(S).name();
       sig.statics.push_back(std::make_shared<const S>(s));
       sig.equal.push_back([](const void* a, const void* b) {
         return *static_cast<const S*>(a) == *static_cast<const S*>(b);
@@ -207,7 +233,7 @@ struct JitCache {
 /// Pops the trace frame it pushed (also when the function throws).
 class TraceFrameScope {
  public:
-  TraceFrameScope(std::uint64_t level, Program* p) { t_trace_frames.push_back(TraceFrame{level, p}); }
+  TraceFrameScope(std::uint64_t level, Program* p) { t_trace_frames.push_back(TraceFrame{level, p, {}, {}}); }
   ~TraceFrameScope() { t_trace_frames.pop_back(); }
   TraceFrameScope(const TraceFrameScope&) = delete;
   TraceFrameScope& operator=(const TraceFrameScope&) = delete;
@@ -230,10 +256,21 @@ X shadow_for(const X& x) {
 
 /// The sharding `s` for every ShardedArray of arg (resharding those laid out otherwise).
 template <typename Arg>
-Arg with_in_sharding(const Arg& arg, const JitSharding& s) {
+Arg with_in_sharding(const Arg& arg, const JitSharding& s, std::size_t position) {
   if constexpr (!has_leaves<Arg>) {
     return arg;
   } else {
+    if (!s.is_none()) {  // a sharding for an argument of host Tensors only would be silently ignored
+      bool sharded = false;
+      tree_for_each(
+          [&](const auto& leaf) { sharded = sharded || is_sharded_v<std::remove_cvref_t<decltype(leaf)>>; },
+          arg);
+      if (!sharded)
+        raise<ValueError>(
+            "jit: in_shardings gives argument ", position, " the sharding ", s.sharding().to_string(),
+            " but it holds host Tensors only, which jit passes as they are: device_put it first (and "
+            "take a ShardedArray), or give None for it");
+    }
     return tree_map(
         [&](const auto& leaf) {
           using X = std::remove_cvref_t<decltype(leaf)>;
@@ -245,6 +282,16 @@ Arg with_in_sharding(const Arg& arg, const JitSharding& s) {
         },
         arg);
   }
+}
+
+/// A static argument as jit keeps it: a string literal (a char array) as a std::string, anything
+/// else as it is.
+template <typename A>
+decltype(auto) jit_argument(const A& a) {
+  if constexpr (std::is_array_v<A>)
+    return std::string(a);
+  else
+    return (a);
 }
 
 }  // namespace detail
@@ -263,7 +310,9 @@ class Jitted {
   /// signature, then replays.
   template <typename... Args>
   auto operator()(const Args&... args) const {
-    if constexpr (!std::is_invocable_v<const F&, Args&...>) {
+    if constexpr ((std::is_array_v<Args> || ...)) {
+      return (*this)(detail::jit_argument(args)...);  // "text" -> std::string
+    } else if constexpr (!std::is_invocable_v<const F&, Args&...>) {
       static_assert(std::is_invocable_v<const F&, Args&...>,
                     "jit: the jitted function cannot be called with these arguments (their number or types "
                     "differ from its parameters)");
@@ -280,13 +329,17 @@ class Jitted {
   /// The program a call with these arguments runs (traced now if it is not yet).
   template <typename... Args>
   JitProgram lower(const Args&... args) const {
-    static_assert(std::is_invocable_v<const F&, Args&...>,
-                  "jit: the jitted function cannot be called with these arguments (their number or types "
-                  "differ from its parameters)");
-    const detail::CallScope scope("jit", where_);
-    bool transformed = false;
-    auto entry = std::apply([&](const auto&... a) { return entry_for(transformed, a...); }, place(args...));
-    return JitProgram(entry->program);
+    if constexpr ((std::is_array_v<Args> || ...)) {
+      return lower(detail::jit_argument(args)...);
+    } else {
+      static_assert(std::is_invocable_v<const F&, Args&...>,
+                    "jit: the jitted function cannot be called with these arguments (their number or types "
+                    "differ from its parameters)");
+      const detail::CallScope scope("jit", where_);
+      bool transformed = false;
+      auto entry = std::apply([&](const auto&... a) { return entry_for(transformed, a...); }, place(args...));
+      return JitProgram(entry->program);
+    }
   }
 
   /// How many times the function was traced (one per signature seen).
@@ -304,7 +357,7 @@ class Jitted {
                         " entries but the function is called with ", sizeof...(Args),
                         " arguments (one entry per argument, or none)");
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::tuple<Args...>{detail::with_in_sharding(args, in_sharding(I))...};
+      return std::tuple<Args...>{detail::with_in_sharding(args, in_sharding(I), I)...};
     }
     (std::index_sequence_for<Args...>{});
   }
@@ -320,7 +373,8 @@ class Jitted {
     (
         [&] {
           visitor.arg = i;
-          visitor.sig.key += "#" + std::to_string(i++);
+          // (the argument's type: a tuple and a vector of one array have the same leaves)
+          visitor.sig.key += "#" + std::to_string(i++) + typeid(args).name();
           tree_for_each_with_path(visitor, args);
         }(),
         ...);
@@ -415,6 +469,7 @@ class Jitted {
      ...);
     detail::replay(prog, env);
     std::size_t o = 0;
+    std::vector<int> returned;  // a value returned twice gives two arrays, as eager's copies are
     const Out& skeleton = *std::any_cast<Out>(&entry.output_skeleton);
     return tree_map(
         [&](const auto& leaf) {
@@ -426,10 +481,13 @@ class Jitted {
             const auto& want = prog.out_shardings[i];
             if (want && !(v.sharding() == *want)) return reshard(v, *want);
           }
-          // An argument or a constant returned as it is: a copy (the caller may write the result).
+          // An argument or a constant returned as it is, or a value returned again: a copy (the
+          // caller may write the result).
           const auto kind = prog.values[static_cast<std::size_t>(id)].kind;
-          if (!env.plain &&
-              (kind == detail::ProgramValue::Kind::kInput || kind == detail::ProgramValue::Kind::kConstant))
+          const bool again = std::find(returned.begin(), returned.end(), id) != returned.end();
+          returned.push_back(id);
+          if (again || (!env.plain && (kind == detail::ProgramValue::Kind::kInput ||
+                                       kind == detail::ProgramValue::Kind::kConstant)))
             return X(v);
           return v.alias();
         },

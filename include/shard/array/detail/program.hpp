@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "shard/array/detail/op_plan.hpp"
@@ -134,6 +135,15 @@ struct Traced final : BatchBase {
 struct TraceFrame {
   std::uint64_t level = 0;
   Program* program = nullptr;
+  /// The constants added so far, by buffer (an array used twice is one constant); `held` keeps
+  /// each buffer alive while the trace runs, so that no other array reuses its address.
+  struct Seen {
+    const void* buffer;
+    const std::type_info* type;
+    int id;
+  };
+  std::vector<Seen> seen;
+  std::vector<std::any> held;
 };
 inline thread_local std::vector<TraceFrame> t_trace_frames;
 
@@ -190,6 +200,15 @@ const X& shadow_of(const X& x, std::uint64_t level) {
   return x;
 }
 
+/// The shardings of the operands as they are (none for Tensors).
+template <typename X>
+std::optional<NamedSharding> sharding_if_sharded(const X& x) {
+  if constexpr (is_sharded_v<X>)
+    return x.sharding();
+  else
+    return std::nullopt;
+}
+
 /// x's id in the trace at `frame` (a constant is added to the program).
 template <typename X>
 int trace_operand(TraceFrame& frame, const X& x, const char* op) {
@@ -199,18 +218,27 @@ int trace_operand(TraceFrame& frame, const X& x, const char* op) {
   }
   if (x.ad() != nullptr && recording_tape_for(x)) raise_outer_capture(op, "an enclosing grad");
   Program& p = *frame.program;
+  const void* buffer = nullptr;
+  if constexpr (is_sharded_v<X>) {
+    const auto& sh = x.addressable_shards();
+    if (!sh.empty() && sh.front().data.size() > 0) buffer = sh.front().data.data();
+  } else {
+    if (x.size() > 0) buffer = x.data();
+  }
+  if (buffer)
+    for (const auto& s : frame.seen) {
+      if (s.buffer != buffer || *s.type != typeid(X)) continue;
+      const ProgramValue& v = p.values[static_cast<std::size_t>(s.id)];
+      if (v.shape == x.shape() && v.sharding == sharding_if_sharded(x)) return s.id;
+    }
   const int id = add_value(p, value_of(x, ProgramValue::Kind::kConstant));
-  p.constants.emplace_back(id, std::any(x.alias()));
+  // Its value now, as JAX embeds a constant: later writes to the captured array do not reach it.
+  p.constants.emplace_back(id, std::any(X(x)));
+  if (buffer) {
+    frame.seen.push_back(TraceFrame::Seen{buffer, &typeid(X), id});
+    frame.held.emplace_back(x.alias());
+  }
   return id;
-}
-
-/// The shardings of the operands as they are (none for Tensors).
-template <typename X>
-std::optional<NamedSharding> sharding_if_sharded(const X& x) {
-  if constexpr (is_sharded_v<X>)
-    return x.sharding();
-  else
-    return std::nullopt;
 }
 
 /// The bytes the device that receives the most gets when v moves from `from` to `to` (the part of
