@@ -108,6 +108,19 @@ std::string with_call_site(const std::string& message) {
 Error::Error(const std::string& message)
     : std::runtime_error(message), message_(with_call_site(message)), what_(detail::rank_prefix() + message_) {}
 
+namespace detail {
+std::exception_ptr copy_exception(const std::exception_ptr& err) {
+  if (!err) return err;
+  try {
+    std::rethrow_exception(err);
+  } catch (const Error& e) {
+    return e.copy();
+  } catch (...) {
+    return err;
+  }
+}
+}  // namespace detail
+
 void Error::add_context(const std::string& line) {
   message_ += "\n  " + line;
   what_ += "\n  " + line;

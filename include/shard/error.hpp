@@ -55,6 +55,10 @@ class Error : public std::runtime_error {
   /// Appends a line of context to the message (shard_map adds the body's device and shapes to
   /// an error raised inside a body before rethrowing it).
   void add_context(const std::string& line);
+  /// A copy of this exception with its dynamic type. A failure shared by the devices of a rank
+  /// (a collective that failed for all of them) is rethrown on each device thread as its own
+  /// copy, so each can add its own context without racing the others.
+  virtual std::exception_ptr copy() const { return std::make_exception_ptr(*this); }
 
  private:
   std::string message_;
@@ -63,19 +67,27 @@ class Error : public std::runtime_error {
 
 /// A spec, mesh or sharding that cannot describe a layout (unknown axis, axis used twice...).
 class ShardingError : public Error {
+ public:
   using Error::Error;
+  std::exception_ptr copy() const override { return std::make_exception_ptr(*this); }
 };
 /// Array shapes that do not fit the operation (mismatch, indivisible, out of range dim).
 class ShapeError : public Error {
+ public:
   using Error::Error;
+  std::exception_ptr copy() const override { return std::make_exception_ptr(*this); }
 };
 /// A bad argument value that is neither a sharding nor a shape problem.
 class ValueError : public Error {
+ public:
   using Error::Error;
+  std::exception_ptr copy() const override { return std::make_exception_ptr(*this); }
 };
 /// Arrays placed on different meshes (or the same devices in another order).
 class MeshMismatchError : public Error {
+ public:
   using Error::Error;
+  std::exception_ptr copy() const override { return std::make_exception_ptr(*this); }
 };
 /// An MPI routine returned an error code.
 class MpiError : public Error {
@@ -83,6 +95,7 @@ class MpiError : public Error {
   MpiError(const std::string& routine, int code, const std::string& message);
   const std::string& routine() const { return routine_; }
   int code() const { return code_; }
+  std::exception_ptr copy() const override { return std::make_exception_ptr(*this); }
 
  private:
   std::string routine_;
@@ -90,19 +103,27 @@ class MpiError : public Error {
 };
 /// Runtime set-up problems (MPI thread level, devices per rank, no runtime alive).
 class RuntimeError : public Error {
+ public:
   using Error::Error;
+  std::exception_ptr copy() const override { return std::make_exception_ptr(*this); }
 };
 /// Memory for an array could not be allocated (names the shape and the bytes asked for).
 class AllocationError : public Error {
+ public:
   using Error::Error;
+  std::exception_ptr copy() const override { return std::make_exception_ptr(*this); }
 };
 /// File input/output problems (agreed across ranks before being thrown).
 class IoError : public Error {
+ public:
   using Error::Error;
+  std::exception_ptr copy() const override { return std::make_exception_ptr(*this); }
 };
 /// Ranks issued different collectives (found by SHARD_CHECK_COLLECTIVES); raised on every rank.
 class CollectiveMismatchError : public ValueError {
+ public:
   using ValueError::ValueError;
+  std::exception_ptr copy() const override { return std::make_exception_ptr(*this); }
 };
 
 namespace detail {
@@ -164,6 +185,10 @@ std::string cat(Args&&... args) {
 /// The message of a caught exception: Error::message() (no rank prefix), what() for other
 /// std::exceptions, `fallback` for anything else (throw 42).
 std::string error_message(const std::exception_ptr& err, const std::string& fallback);
+
+/// A copy of a caught exception for another thread: Error::copy() for Shard's errors (their
+/// dynamic type kept), the same pointer for others (nothing in Shard mutates them).
+std::exception_ptr copy_exception(const std::exception_ptr& err);
 
 /// An API argument that must be a finite number in [lo, hi] (an open end with `lo_open` /
 /// `hi_open`): ValueError "<what> must be a finite number in [lo, hi], got v" otherwise. The

@@ -37,7 +37,7 @@ void SpmdState::arrive(int local, const CollectiveSpec& spec, void* in, void* ou
     cv_.notify_all();
     cv_.wait(lock, [&] { return generation_ != gen || failed_device_ >= 0; });
     if (generation_ == gen) aborted();
-    if (error_) std::rethrow_exception(error_);
+    if (errors_[static_cast<std::size_t>(local)]) std::rethrow_exception(errors_[static_cast<std::size_t>(local)]);
     return;
   }
   cv_.wait(lock, [&] { return arrived_ == size() || failed_device_ >= 0; });
@@ -56,8 +56,12 @@ void SpmdState::arrive(int local, const CollectiveSpec& spec, void* in, void* ou
   } catch (...) {
     err = std::current_exception();
   }
+  // Each device rethrows its own copy: run_bodies adds the device's context to the exception.
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size()));
+  if (err)
+    for (int i = 1; i < size(); ++i) errors[static_cast<std::size_t>(i)] = detail::copy_exception(err);
   lock.lock();
-  error_ = err;
+  errors_ = std::move(errors);
   arrived_ = 0;
   ++generation_;
   cv_.notify_all();

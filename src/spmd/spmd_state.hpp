@@ -45,7 +45,8 @@ class SpmdState {
   int arrived_ = 0;
   long generation_ = 0;
   int failed_device_ = -1;
-  std::exception_ptr error_;
+  std::vector<std::exception_ptr>
+      errors_;  // per local device: the last collective's failure, each its own copy
 };
 
 }  // namespace shard::detail

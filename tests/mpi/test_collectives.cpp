@@ -733,6 +733,33 @@ SHARD_MPI_TEST(Collectives, IntegerPmeanIsFloating) {
                            {"psum", "bool", "astype"});
 }
 
+SHARD_MPI_TEST(Collectives, AFailedCollectiveIsOneErrorPerDevice) {
+  // A collective that fails for every device of a rank (a bool psum) is rethrown on each device
+  // thread; each gets its own copy, so the error names one device's context once. A shared
+  // exception object had both threads append to one message (two context lines, or a heap
+  // corruption at 2 devices per rank).
+  const int n = runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"p"});
+  Tensor<std::int32_t> h({n});
+  for (int i = 0; i < n; ++i) h.flat(i) = 5 * i - 3;
+  const auto x = device_put(h, NamedSharding(mesh, P("p")));
+  for (int round = 0; round < 20; ++round) {
+    try {
+      (void)shard_map(mesh, P("p"), P(), [](const Tensor<std::int32_t>& b) {
+        return psum(b > 0, "p").reshaped({});
+      })(x);
+      ADD_FAILURE() << "a bool psum must raise";
+    } catch (const ValueError& e) {
+      const std::string what = e.what();
+      const std::string line = "in the body of the shard_map called at ";
+      const auto first = what.find(line);
+      ASSERT_NE(first, std::string::npos) << what;
+      EXPECT_EQ(what.find(line, first + 1), std::string::npos) << "two devices' context in one error: " << what;
+      EXPECT_NE(what.find("bool"), std::string::npos) << what;
+    }
+  }
+}
+
 SHARD_MPI_TEST(Pmap, NormalizeLikeTheJaxDocs) {
   // jax.pmap(lambda x: x / jax.lax.psum(x, 'p'), axis_name='p')(jnp.arange(n)).
   const int n = runtime().device_count();
