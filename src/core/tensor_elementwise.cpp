@@ -4,6 +4,7 @@
 // the compiler vectorises the common cases. These are the elementwise primitives' kernels
 // (ops/elementwise.hpp); the public functions of both views bind the primitives.
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -36,7 +37,7 @@ namespace {
 // and reach the triad with AVX2. No FMA clone: a fused multiply-add would round differently
 // on different machines.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define SHARD_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#define SHARD_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define SHARD_SIMD_CLONES
 #endif
@@ -465,6 +466,72 @@ Tensor<T> detail::where_kernel(const Tensor<bool>& cond, const Tensor<T>& a, con
   return out;
 }
 
+namespace {
+SHARD_SIMD_CLONES void to_bfloat16_bits(std::int64_t n, const float* __restrict in, std::uint16_t* __restrict out) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    // bfloat16::round_to_bits without a branch: round to nearest even, a nan kept quiet.
+    const auto u = std::bit_cast<std::uint32_t>(in[i]);
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const std::uint32_t quiet = (u >> 16) | 0x40u;
+    out[i] = static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+  }
+}
+SHARD_SIMD_CLONES void from_bfloat16_bits(std::int64_t n, const std::uint16_t* __restrict in, float* __restrict out) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(in[i]) << 16);
+}
+}  // namespace
+
+void detail::float_to_bfloat16_span(std::int64_t n, const float* in, bfloat16* out) {
+  to_bfloat16_bits(n, in, reinterpret_cast<std::uint16_t*>(out));
+}
+void detail::bfloat16_to_float_span(std::int64_t n, const bfloat16* in, float* out) {
+  from_bfloat16_bits(n, reinterpret_cast<const std::uint16_t*>(in), out);
+}
+
+template <Dtype T>
+void detail::binary_span(BinaryOp op, std::int64_t n, const T* a, const T* b, T* out) {
+  with_binary<T>(op, [&](auto f) {
+    loop_vv(n, a, b, out, f);
+    return 0;
+  });
+}
+template <Dtype T>
+void detail::binary_scalar_span(BinaryOp op, std::int64_t n, const T* a, T s, bool scalar_first, T* out) {
+  with_binary<T>(op, [&](auto f) {
+    if (scalar_first) loop_sv(n, s, a, out, f);
+    else loop_vs(n, a, s, out, f);
+    return 0;
+  });
+}
+template <Dtype T>
+void detail::compare_span(CompareOp op, std::int64_t n, const T* a, const T* b, bool* out) {
+  auto* o = reinterpret_cast<unsigned char*>(out);
+  with_compare<T>(op, [&](auto f) {
+    loop_vv(n, a, b, o, f);
+    return 0;
+  });
+}
+template <Dtype T>
+void detail::compare_scalar_span(CompareOp op, std::int64_t n, const T* a, T s, bool scalar_first, bool* out) {
+  auto* o = reinterpret_cast<unsigned char*>(out);
+  with_compare<T>(op, [&](auto f) {
+    if (scalar_first) loop_sv(n, s, a, o, f);
+    else loop_vs(n, a, s, o, f);
+    return 0;
+  });
+}
+template <Dtype T>
+void detail::unary_span(UnaryOp op, std::int64_t n, const T* x, T* out) {
+  with_unary<T>(op, [&](auto f) {
+    loop_v(n, x, out, f);
+    return 0;
+  });
+}
+template <Dtype T>
+void detail::where_span(std::int64_t n, const bool* cond, const T* a, const T* b, T* out) {
+  select_vvv(n, reinterpret_cast<const unsigned char*>(cond), a, b, out);
+}
+
 namespace detail {
 template <Dtype T>
 Tensor<T> gelu_vjp(const Tensor<T>& x, const Tensor<T>& ct) {
@@ -490,7 +557,13 @@ SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_GELU_VJP)
   template Tensor<bool> detail::compare_kernel<T>(const Tensor<T>&, const Tensor<T>&, CompareOp);  \
   template Tensor<bool> detail::compare_kernel<T>(const Tensor<T>&, T, CompareOp, bool);           \
   template Tensor<T> detail::unary_kernel<T>(const Tensor<T>&, UnaryOp);                           \
-  template Tensor<T> detail::where_kernel<T>(const Tensor<bool>&, const Tensor<T>&, const Tensor<T>&);
+  template Tensor<T> detail::where_kernel<T>(const Tensor<bool>&, const Tensor<T>&, const Tensor<T>&); \
+  template void detail::binary_span<T>(BinaryOp, std::int64_t, const T*, const T*, T*);                \
+  template void detail::binary_scalar_span<T>(BinaryOp, std::int64_t, const T*, T, bool, T*);          \
+  template void detail::compare_span<T>(CompareOp, std::int64_t, const T*, const T*, bool*);           \
+  template void detail::compare_scalar_span<T>(CompareOp, std::int64_t, const T*, T, bool, bool*);     \
+  template void detail::unary_span<T>(UnaryOp, std::int64_t, const T*, T*);                            \
+  template void detail::where_span<T>(std::int64_t, const bool*, const T*, const T*, T*);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_ELEMENTWISE)
 #undef SHARD_INSTANTIATE_ELEMENTWISE
 

@@ -113,6 +113,9 @@ SHARD_MPI_TEST(Jit, RandomProgramsMatchEager) {
       expect_equal(host_double(plain(x, w)), eager, 0, what + " (no propagation, first call)");
       expect_equal(host_double(plain(x, w)), eager, 0, what + " (no propagation, replay)");
       EXPECT_EQ(plain.trace_count(), 1) << what;
+      // Every pass of jit/optimize.hpp off: the program op by op as traced.
+      auto unoptimized = jit(f, JitOptions{.propagate = false, .dead_code = false, .fuse = false});
+      expect_equal(host_double(unoptimized(x, w)), eager, 0, what + " (no propagation, no passes)");
       auto propagated = jit(f);
       expect_equal(host_double(propagated(x, w)), eager, 1e-5, what + " (propagated)");
       // grad of jit and jit of grad against grad.

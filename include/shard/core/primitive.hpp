@@ -55,7 +55,9 @@
 ///     physical arrays; `batch_list(where, rank, xs)` for a list primitive (every operand with the
 ///     batch dim first). Every primitive of the library has one (tests/check_batching_rules.py);
 ///     without one a primitive raises under vmap, or runs as a loop when the vmap asks for it.
-/// Room for what jit adds: a fusion class is a member of the same struct.
+///   - `span(n, const A* a..., R* out)`: the kernel on n contiguous elements of operands of the
+///     result's shape, for jit's elementwise fusion (jit/fuse.hpp), which runs a chain of such
+///     primitives tile by tile in one pass over memory.
 
 #include <cstdint>
 #include <source_location>

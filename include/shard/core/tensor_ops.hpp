@@ -55,6 +55,20 @@ template <Dtype T>
 Tensor<T> unary_kernel(const Tensor<T>& x, UnaryOp op);
 template <Dtype T>
 Tensor<T> where_kernel(const Tensor<bool>& cond, const Tensor<T>& a, const Tensor<T>& b);
+// The same kernels on n contiguous elements of operands of one shape (no broadcasting): what
+// jit's fusion runs on tiles of a chain of elementwise ops (jit/fuse.hpp).
+template <Dtype T>
+void binary_span(BinaryOp op, std::int64_t n, const T* a, const T* b, T* out);
+template <Dtype T>
+void binary_scalar_span(BinaryOp op, std::int64_t n, const T* a, T s, bool scalar_first, T* out);
+template <Dtype T>
+void compare_span(CompareOp op, std::int64_t n, const T* a, const T* b, bool* out);
+template <Dtype T>
+void compare_scalar_span(CompareOp op, std::int64_t n, const T* a, T s, bool scalar_first, bool* out);
+template <Dtype T>
+void unary_span(UnaryOp op, std::int64_t n, const T* x, T* out);
+template <Dtype T>
+void where_span(std::int64_t n, const bool* cond, const T* a, const T* b, T* out);
 // The reduce family's (src/core/tensor_reduce.cpp; ops/reduce.hpp).
 template <Dtype T>
 Tensor<T> reduce_kernel(const Tensor<T>& x, ReduceKind kind, const Dims& dims, bool keepdims);
@@ -127,12 +141,19 @@ Tensor<U> astype(const Tensor<T>& x);
 
 namespace detail {
 /// astype's kernel.
+/// float32 <-> bfloat16 on n contiguous elements, vectorised (tensor_elementwise.cpp); the same
+/// bits as bfloat16's constructor and conversion.
+void float_to_bfloat16_span(std::int64_t n, const float* in, bfloat16* out);
+void bfloat16_to_float_span(std::int64_t n, const bfloat16* in, float* out);
 template <Dtype U, Dtype T>
-Tensor<U> astype_kernel(const Tensor<T>& x) {
-  Tensor<U> out(x.shape());
-  const T* in = x.data();
-  U* o = out.data();
-  const std::int64_t n = x.size();
+void astype_span(std::int64_t n, const T* in, U* o) {
+  if constexpr (std::is_same_v<U, bfloat16> && std::is_same_v<T, float>) {
+    float_to_bfloat16_span(n, in, o);
+    return;
+  } else if constexpr (std::is_same_v<U, float> && std::is_same_v<T, bfloat16>) {
+    bfloat16_to_float_span(n, in, o);
+    return;
+  }
   for (std::int64_t i = 0; i < n; ++i) {
     if constexpr (std::is_same_v<U, bool>) {
       o[i] = in[i] != T(0);
@@ -146,6 +167,11 @@ Tensor<U> astype_kernel(const Tensor<T>& x) {
       o[i] = static_cast<U>(in[i]);
     }
   }
+}
+template <Dtype U, Dtype T>
+Tensor<U> astype_kernel(const Tensor<T>& x) {
+  Tensor<U> out(x.shape());
+  astype_span(x.size(), x.data(), out.data());
   return out;
 }
 }  // namespace detail

@@ -57,6 +57,7 @@
 #include "shard/core/none.hpp"
 #include "shard/core/tree.hpp"
 #include "shard/error.hpp"
+#include "shard/jit/optimize.hpp"
 #include "shard/jit/propagate.hpp"
 
 namespace shard {
@@ -88,13 +89,23 @@ struct JitOptions {
   /// What propagation weighs moves with (empty: SHARD_COST_MODEL, else the measured defaults;
   /// `collectives_bench --cost-model` fits one on the machine it runs on).
   std::optional<CostModel> cost_model{};
+  /// Drop the ops whose results nothing uses (jit/optimize.hpp).
+  bool dead_code = true;
+  /// Run each chain of elementwise ops as one pass over memory (jit/optimize.hpp). A vmap, grad or
+  /// outer jit around the jitted function replays the program op by op either way.
+  bool fuse = true;
 };
 
 /// A traced program (make_jaxpr, Jitted::lower): prints as one line per op with each value's
 /// dtype, shape and sharding, and under it each reshard or collective with its mesh axes and bytes.
 class JitProgram {
  public:
-  explicit JitProgram(std::shared_ptr<const detail::Program> p) : p_(std::move(p)) {}
+  explicit JitProgram(std::shared_ptr<const detail::Program> p,
+                      std::shared_ptr<const detail::Program> optimized = nullptr)
+      : p_(std::move(p)), optimized_(std::move(optimized)) {}
+  /// The program a call replays after jit's passes (fused chains as `fused[...]`, dead ops
+  /// dropped): JAX's `lower(...).compile()` text beside make_jaxpr's.
+  JitProgram optimized() const { return JitProgram(optimized_ ? optimized_ : p_); }
   std::string to_string() const { return p_->to_string(); }
   operator std::string() const { return to_string(); }  // NOLINT: as JAX's str(jaxpr)
   /// The number of equations (ops) in the program.
@@ -115,6 +126,7 @@ class JitProgram {
 
  private:
   std::shared_ptr<const detail::Program> p_;
+  std::shared_ptr<const detail::Program> optimized_;
 };
 inline std::ostream& operator<<(std::ostream& os, const JitProgram& p) { return os << p.to_string(); }
 
@@ -221,7 +233,8 @@ struct SignatureVisitor {
 struct JitEntry {
   JitSignature signature;
   std::shared_ptr<Program> program;
-  std::any output_skeleton;  // the output tree with empty arrays
+  std::any output_skeleton;                  // the output tree with empty arrays
+  std::shared_ptr<const Program> optimized;  // what a call replays (the passes of optimize.hpp)
 };
 
 struct JitCache {
@@ -338,7 +351,7 @@ class Jitted {
       const detail::CallScope scope("jit", where_);
       bool transformed = false;
       auto entry = std::apply([&](const auto&... a) { return entry_for(transformed, a...); }, place(args...));
-      return JitProgram(entry->program);
+      return JitProgram(entry->program, entry->optimized);
     }
   }
 
@@ -394,7 +407,7 @@ class Jitted {
   detail::JitEntry trace(detail::JitSignature sig, const Args&... args) const {
     auto prog = std::make_shared<detail::Program>();
     const std::uint64_t level = detail::next_transform_id();
-    detail::JitEntry entry{std::move(sig), prog, {}};
+    detail::JitEntry entry{std::move(sig), prog, {}, nullptr};
     {
       const detail::TraceFrameScope frame(level, prog.get());
       auto traced = std::tuple<Args...>{tree_map(
@@ -436,6 +449,7 @@ class Jitted {
     }
     if (options_.propagate)
       detail::propagate(*prog, options_.cost_model ? *options_.cost_model : CostModel::current());
+    entry.optimized = detail::optimize(*prog, detail::OptimizeOptions{options_.dead_code, options_.fuse});
     return entry;
   }
 
@@ -455,7 +469,7 @@ class Jitted {
   template <typename... Args>
   auto run(const detail::JitEntry& entry, bool transformed, const Args&... args) const {
     using Out = std::invoke_result_t<const F&, const Args&...>;
-    const detail::Program& prog = *entry.program;
+    const detail::Program& prog = transformed || !entry.optimized ? *entry.program : *entry.optimized;
     detail::ReplayEnv env;
     env.plain = transformed;
     env.slots.resize(prog.values.size());

@@ -71,6 +71,11 @@ struct Binary : Primitive {
   Tensor<T> kernel(const Tensor<T>& a, const Tensor<T>& b) const {
     return detail::binary_kernel(a, b, op);
   }
+  /// The kernel on n contiguous elements (jit's fusion: jit/fuse.hpp).
+  template <Dtype T>
+  void span(std::int64_t n, const T* a, const T* b, T* out) const {
+    detail::binary_span(op, n, a, b, out);
+  }
   template <ArrayLike X>
   KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& a, const X& b) const;
 };
@@ -93,6 +98,9 @@ struct BinaryScalar : Primitive {
     return detail::batch_elementwise(*this, where, a...);
   }
   Tensor<S> kernel(const Tensor<S>& a) const { return detail::binary_kernel(a, s, op, scalar_first); }
+  void span(std::int64_t n, const S* a, S* out) const {
+    detail::binary_scalar_span(op, n, a, s, scalar_first, out);
+  }
   template <ArrayLike X>
   KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& a) const;
 };
@@ -109,6 +117,10 @@ struct Compare : Primitive {
   template <Dtype T>
   Tensor<bool> kernel(const Tensor<T>& a, const Tensor<T>& b) const {
     return detail::compare_kernel(a, b, op);
+  }
+  template <Dtype T>
+  void span(std::int64_t n, const T* a, const T* b, bool* out) const {
+    detail::compare_span(op, n, a, b, out);
   }
 };
 
@@ -128,6 +140,9 @@ struct CompareScalar : Primitive {
     return detail::batch_elementwise(*this, where, a...);
   }
   Tensor<bool> kernel(const Tensor<S>& a) const { return detail::compare_kernel(a, s, op, scalar_first); }
+  void span(std::int64_t n, const S* a, bool* out) const {
+    detail::compare_scalar_span(op, n, a, s, scalar_first, out);
+  }
 };
 
 struct Unary : Primitive {
@@ -142,6 +157,10 @@ struct Unary : Primitive {
   template <Dtype T>
   Tensor<T> kernel(const Tensor<T>& x) const {
     return detail::unary_kernel(x, op);
+  }
+  template <Dtype T>
+  void span(std::int64_t n, const T* x, T* out) const {
+    detail::unary_span(op, n, x, out);
   }
   template <ArrayLike X>
   KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& x) const;
@@ -161,6 +180,10 @@ struct Where : Primitive {
   Tensor<T> kernel(const Tensor<T>& a, const Tensor<T>& b, const Tensor<bool>& cond) const {
     return detail::where_kernel(cond, a, b);
   }
+  template <Dtype T>
+  void span(std::int64_t n, const T* a, const T* b, const bool* cond, T* out) const {
+    detail::where_span(n, cond, a, b, out);
+  }
   template <ArrayLike X, ArrayLike C>
   KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& a, const X& b, const C& cond) const;
 };
@@ -178,6 +201,10 @@ struct Astype : Primitive {
   template <Dtype T>
   Tensor<U> kernel(const Tensor<T>& x) const {
     return detail::astype_kernel<U>(x);
+  }
+  template <Dtype T>
+  void span(std::int64_t n, const T* x, U* out) const {
+    detail::astype_span(n, x, out);
   }
   template <ArrayLike X>
   KernelVjp<rebind_t<X, U>, X> vjp(const VjpNeed&, const rebind_t<X, U>&, const X&) const {
@@ -197,6 +224,9 @@ struct Axpy : Primitive {
     return detail::batch_elementwise(*this, where, a...);
   }
   Tensor<S> kernel(const Tensor<S>& x, const Tensor<S>& y) const;
+  void span(std::int64_t n, const S* x, const S* y, S* z) const {
+    for (std::int64_t k = 0; k < n; ++k) z[k] = static_cast<S>(alpha * x[k] + y[k]);
+  }
   template <ArrayLike X>
   KernelVjp<X, X> vjp(const VjpNeed& need, const X& out, const X& x, const X& y) const;
 };

@@ -68,6 +68,75 @@ struct EqnFactors {
   FactorRule::Factors factors;
 };
 
+/// What jit's fusion needs of an array type without knowing it (one table per X: value_access).
+struct ValueAccess {
+  std::size_t elem_size = 0;
+  /// The array in slot x laid out as `layout` (resharded when it is not; none: a Tensor, as it is).
+  std::any (*lined)(const std::any& x, const std::optional<NamedSharding>& layout) = nullptr;
+  /// Its blocks: one per local device in mesh order (one for a Tensor), each with its elements.
+  void (*blocks)(const std::any& x, std::vector<const void*>& data,
+                 std::vector<std::int64_t>& sizes) = nullptr;
+  /// A new array of `shape` laid out as `layout`, its blocks uninitialised, and pointers to them.
+  std::any (*make)(const Shape& shape, const std::optional<NamedSharding>& layout, bool committed,
+                   std::vector<void*>& data) = nullptr;
+};
+
+template <typename X>
+const ValueAccess& value_access() {
+  using T = elem_t<X>;
+  static const ValueAccess access{
+      sizeof(T),
+      [](const std::any& x, const std::optional<NamedSharding>& layout) -> std::any {
+        const X& a = *std::any_cast<X>(&x);
+        if constexpr (is_sharded_v<X>) {
+          if (layout && !(a.sharding() == *layout)) return std::any(reshard(a, *layout));
+        }
+        return std::any(a.alias());
+      },
+      [](const std::any& x, std::vector<const void*>& data, std::vector<std::int64_t>& sizes) {
+        const X& a = *std::any_cast<X>(&x);
+        if constexpr (is_sharded_v<X>) {
+          for (const auto& s : a.addressable_shards()) {
+            data.push_back(s.data.data());
+            sizes.push_back(s.data.size());
+          }
+        } else {
+          data.push_back(a.data());
+          sizes.push_back(a.size());
+        }
+      },
+      [](const Shape& shape, const std::optional<NamedSharding>& layout, bool committed,
+         std::vector<void*>& data) -> std::any {
+        if constexpr (is_sharded_v<X>) {
+          const auto local = layout->mesh().local_device_ids();
+          std::vector<Shard<T>> shards;
+          shards.reserve(local.size());
+          for (const int d : local) {
+            Box box = layout->box(d, shape);
+            Tensor<T> block(box.extent);
+            data.push_back(block.data());
+            shards.push_back(Shard<T>{d, std::move(box), std::move(block)});
+          }
+          return std::any(X(shape, *layout, std::move(shards), committed));
+        } else {
+          (void)layout;
+          (void)committed;
+          X t(shape);
+          data.push_back(t.data());
+          return std::any(std::move(t));
+        }
+      }};
+  return access;
+}
+
+/// An elementwise equation jit's fusion can run on tiles: every operand has the result's shape and
+/// layout, and `span` is the primitive's kernel on n contiguous elements.
+struct Pointwise {
+  std::function<void(std::int64_t n, const void* const* in, void* out)> span;
+  std::vector<const ValueAccess*> in;
+  const ValueAccess* out = nullptr;
+};
+
 /// One equation: the primitive (inside `run`), its operands' and results' value ids.
 struct ProgramEqn {
   std::string op;
@@ -85,6 +154,10 @@ struct ProgramEqn {
   /// Propagation's plan (factor equations): a primitive the driver plans by its rule replays it
   /// (run_blocks); one that plans itself (matmul) gets its operands resharded to its wants.
   std::optional<OpPlan> plan;
+  /// Set for an elementwise equation fusion can take (jit/fuse.hpp).
+  std::shared_ptr<const Pointwise> pointwise;
+  /// No effect beyond its results (an op of the table): dead-code elimination may drop it.
+  bool pure = false;
 };
 
 /// A traced program (jit/jit.hpp prints it: make_jaxpr).

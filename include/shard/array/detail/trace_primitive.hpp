@@ -90,6 +90,30 @@ Out replay_primitive(const P& p, const shard::source_location& where, const Repl
   }
 }
 
+/// The equation's Pointwise (jit/fuse.hpp) when p has a span kernel for these operands and every
+/// operand has the result's shape and layout (no broadcasting, no reshard); none otherwise.
+template <typename Out, typename P, ArrayLike... X>
+std::shared_ptr<const Pointwise> pointwise_of(const P& p, const Out& out, const X&... xs) {
+  if constexpr (requires(std::int64_t n, const elem_t<X>*... in, elem_t<Out>* o) { p.span(n, in..., o); }) {
+    if (!((xs.shape() == out.shape()) && ...)) return nullptr;
+    if constexpr (is_sharded_v<Out>) {
+      if (!((xs.sharding() == out.sharding()) && ...)) return nullptr;
+    }
+    auto pw = std::make_shared<Pointwise>();
+    pw->span = [p](std::int64_t n, const void* const* in, void* o) {
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        p.span(n, static_cast<const elem_t<X>*>(in[I])..., static_cast<elem_t<Out>*>(o));
+      }
+      (std::index_sequence_for<X...>{});
+    };
+    pw->in = {&value_access<X>()...};
+    pw->out = &value_access<Out>();
+    return pw;
+  } else {
+    return nullptr;
+  }
+}
+
 /// The trace step of bind: the primitive on the shadows, appended to the program of `level`.
 template <typename P, ArrayLike... X>
 bind_result_t<P, X...> trace_primitive(const P& p, const shard::source_location& where, std::uint64_t level,
@@ -128,6 +152,8 @@ bind_result_t<P, X...> trace_primitive(const P& p, const shard::source_location&
   e.out_sharding = v.sharding;
   const int out_id = add_value(prog, std::move(v));
   e.out = {out_id};
+  e.pure = true;
+  e.pointwise = pointwise_of(p, shadow, shadow_of(xs, level)...);
   e.run = [p, where, ids, out_id](ReplayEnv& env, const ProgramEqn& eqn) {
     env.set(
         out_id, [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -163,6 +189,7 @@ X trace_list_primitive(const P& p, const shard::source_location& where, std::uin
   e.out_sharding = v.sharding;
   const int out_id = add_value(prog, std::move(v));
   e.out = {out_id};
+  e.pure = true;
   e.run = [p, where, ids = e.in, out_id](ReplayEnv& env, const ProgramEqn& eqn) {
     std::vector<X> in;
     in.reserve(ids.size());

@@ -1,0 +1,39 @@
+#pragma once
+/// \file The passes jit runs on a traced, propagated program before it replays it (DESIGN.md "jit
+/// and vmap": optimizations). Each can be switched off (JitOptions); a transformation around the
+/// jitted function (vmap, grad, an outer jit) replays the program as traced, op by op.
+///
+/// - Dead code: an op of the table whose results nothing uses is dropped (a shard_map body or an
+///   optimizer update is kept: they may have effects).
+/// - Elementwise fusion: a run of consecutive elementwise equations (binary ops, scalar ops,
+///   comparisons, unary math, where, casts, axpy) whose operands all have the result's shape and
+///   layout becomes one equation, `fused[...]`. It runs the chain tile by tile (a few thousand
+///   elements of each block at a time, the intermediates in a scratch buffer that stays in cache):
+///   one read of each input and one write of each result the rest of the program uses, instead of
+///   one pass over memory per op. Each op's kernel is the eager one, on the same elements in the
+///   same order, so the results are bit for bit the unfused program's.
+
+#include <cstdint>
+#include <memory>
+
+#include "shard/array/detail/program.hpp"
+
+namespace shard::detail {
+
+struct OptimizeOptions {
+  bool dead_code = true;
+  bool fuse = true;
+};
+
+/// What the passes did to one program.
+struct OptimizeStats {
+  int dead = 0;          ///< equations dropped
+  int fused_groups = 0;  ///< fused equations made
+  int ops_fused = 0;     ///< equations they replace
+};
+
+/// The program jit replays: `program` with the passes `options` asks for applied.
+std::shared_ptr<Program> optimize(const Program& program, const OptimizeOptions& options,
+                                  OptimizeStats* stats = nullptr);
+
+}  // namespace shard::detail

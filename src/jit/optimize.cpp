@@ -1,0 +1,276 @@
+// jit's program passes (jit/optimize.hpp): dead code, elementwise fusion.
+
+#include "shard/jit/optimize.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "shard/error.hpp"
+
+namespace shard::detail {
+
+namespace {
+
+/// Elements of each block a fused chain computes at a time: its live intermediates (scratch tiles
+/// reused once dead) and the inputs' tiles stay in L1/L2. 512-4096 measured within noise of each
+/// other on jit_bench's chain; 1024 the best.
+constexpr std::int64_t kTile = 1024;
+
+/// The uses of each value (equation indices) and whether the program returns it.
+struct Uses {
+  std::vector<std::vector<int>> by;
+  std::vector<bool> output;
+};
+
+Uses uses_of(const Program& p) {
+  Uses u;
+  u.by.resize(p.values.size());
+  u.output.assign(p.values.size(), false);
+  for (std::size_t i = 0; i < p.eqns.size(); ++i)
+    for (const int v : p.eqns[i].in)
+      if (v >= 0) u.by[static_cast<std::size_t>(v)].push_back(static_cast<int>(i));
+  for (const int v : p.outputs) u.output[static_cast<std::size_t>(v)] = true;
+  return u;
+}
+
+/// Drops the pure equations none of whose results is used (last to first, so chains go at once).
+int drop_dead(Program& p) {
+  std::vector<bool> live(p.values.size(), false);
+  for (const int v : p.outputs) live[static_cast<std::size_t>(v)] = true;
+  std::vector<bool> keep(p.eqns.size(), true);
+  int dropped = 0;
+  for (std::size_t i = p.eqns.size(); i-- > 0;) {
+    const ProgramEqn& e = p.eqns[i];
+    const bool used =
+        std::any_of(e.out.begin(), e.out.end(), [&](int v) { return live[static_cast<std::size_t>(v)]; });
+    if (e.pure && !used) {
+      keep[i] = false;
+      ++dropped;
+      continue;
+    }
+    for (const int v : e.in)
+      if (v >= 0) live[static_cast<std::size_t>(v)] = true;
+  }
+  if (dropped == 0) return 0;
+  std::vector<ProgramEqn> kept;
+  kept.reserve(p.eqns.size() - static_cast<std::size_t>(dropped));
+  for (std::size_t i = 0; i < p.eqns.size(); ++i)
+    if (keep[i]) kept.push_back(std::move(p.eqns[i]));
+  p.eqns = std::move(kept);
+  return dropped;
+}
+
+/// The layout a pointwise equation's blocks have on replay (its result's), if every operand is
+/// lined up with it there too; false when propagation gave it a plan fusion cannot follow.
+bool fusable(const ProgramEqn& e) {
+  if (!e.pointwise || e.out.size() != 1) return false;
+  if (e.plan) {
+    if (!e.plan->closing.is_none()) return false;
+    for (const auto& w : e.plan->want)
+      if (w && !(*w == e.plan->out)) return false;
+  }
+  return true;
+}
+
+/// One fused chain: the steps in order, each reading inputs of the chain or earlier steps.
+struct Chain {
+  std::vector<std::shared_ptr<const Pointwise>> steps;
+  std::vector<std::vector<int>> args;  ///< per step: < n_in an input, else n_in + an earlier step
+  std::vector<int> writes;             ///< per step: the output it writes, or -1 (scratch)
+  std::vector<int> in_ids, out_ids;
+  std::vector<const ValueAccess*> in_access, out_access;
+  std::vector<bool> out_committed;
+  std::vector<std::size_t> step_bytes;  ///< per step: its result's element size
+  std::vector<int> slot;                ///< per step writing no output: its scratch tile
+  std::size_t scratch_slots = 0;        ///< tiles of scratch (reused once a value is dead: stays in L1)
+  Shape shape;
+  std::optional<NamedSharding> layout;
+};
+
+void run_chain(const Chain& c, ReplayEnv& env) {
+  const std::size_t n_in = c.in_ids.size(), n_out = c.out_ids.size(), n_steps = c.steps.size();
+  std::vector<std::any> ins(n_in);
+  std::vector<std::vector<const void*>> in_data(n_in);
+  std::vector<std::int64_t> sizes;
+  for (std::size_t k = 0; k < n_in; ++k) {
+    ins[k] = c.in_access[k]->lined(env.slots[static_cast<std::size_t>(c.in_ids[k])], c.layout);
+    std::vector<std::int64_t> s;
+    c.in_access[k]->blocks(ins[k], in_data[k], s);
+    if (k == 0)
+      sizes = s;
+    else if (s != sizes)
+      raise<Error>("jit: a fused chain's inputs have blocks of different sizes (an internal error)");
+  }
+  std::vector<std::any> outs(n_out);
+  std::vector<std::vector<void*>> out_data(n_out);
+  for (std::size_t o = 0; o < n_out; ++o)
+    outs[o] = c.out_access[o]->make(c.shape, c.layout, c.out_committed[o], out_data[o]);
+  // One scratch tile per step that writes no output, reused across blocks and calls.
+  thread_local std::vector<std::max_align_t> scratch_store;
+  const std::size_t tile_bytes = static_cast<std::size_t>(kTile) * sizeof(double);
+  const std::size_t need =
+      (c.scratch_slots * tile_bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t);
+  if (scratch_store.size() < need) scratch_store.resize(need);
+  auto* scratch = reinterpret_cast<char*>(scratch_store.data());
+  std::vector<const void*> args;
+  std::vector<char*> step_out(n_steps);
+  for (std::size_t b = 0; b < sizes.size(); ++b) {
+    const std::int64_t n = sizes[b];
+    for (std::int64_t i0 = 0; i0 < n; i0 += kTile) {
+      const std::int64_t m = std::min(kTile, n - i0);
+      for (std::size_t s = 0; s < n_steps; ++s) {
+        step_out[s] = c.writes[s] >= 0
+                          ? static_cast<char*>(out_data[static_cast<std::size_t>(c.writes[s])][b]) +
+                                i0 * static_cast<std::int64_t>(c.step_bytes[s])
+                          : scratch + static_cast<std::size_t>(c.slot[s]) * tile_bytes;
+        args.clear();
+        for (const int a : c.args[s]) {
+          if (static_cast<std::size_t>(a) < n_in)
+            args.push_back(
+                static_cast<const char*>(in_data[static_cast<std::size_t>(a)][b]) +
+                i0 * static_cast<std::int64_t>(c.in_access[static_cast<std::size_t>(a)]->elem_size));
+          else
+            args.push_back(step_out[static_cast<std::size_t>(a) - n_in]);
+        }
+        c.steps[s]->span(m, args.data(), step_out[s]);
+      }
+    }
+  }
+  for (std::size_t o = 0; o < n_out; ++o)
+    env.slots[static_cast<std::size_t>(c.out_ids[o])] = std::move(outs[o]);
+}
+
+/// The fused equation of eqns [first, last) of p.
+ProgramEqn fuse_chain(const Program& p, const Uses& uses, std::size_t first, std::size_t last) {
+  auto c = std::make_shared<Chain>();
+  const ProgramEqn& head = p.eqns[first];
+  c->shape = p.values[static_cast<std::size_t>(head.out[0])].shape;
+  c->layout = head.out_sharding;
+  std::vector<int> step_of_value(p.values.size(), -1);
+  ProgramEqn f;
+  f.op = "fused";
+  f.where = head.where;
+  f.pure = true;
+  for (std::size_t i = first; i < last; ++i) {
+    const ProgramEqn& e = p.eqns[i];
+    std::vector<int> args;
+    for (std::size_t k = 0; k < e.in.size(); ++k) {
+      const int v = e.in[k];
+      if (const int s = step_of_value[static_cast<std::size_t>(v)]; s >= 0) {
+        args.push_back(-1 - s);  // fixed below, once the inputs are counted
+        continue;
+      }
+      auto it = std::find(c->in_ids.begin(), c->in_ids.end(), v);
+      if (it == c->in_ids.end()) {
+        c->in_ids.push_back(v);
+        c->in_access.push_back(e.pointwise->in[k]);
+        it = c->in_ids.end() - 1;
+      }
+      args.push_back(static_cast<int>(it - c->in_ids.begin()));
+    }
+    const int step = static_cast<int>(c->steps.size());
+    const int v = e.out[0];
+    step_of_value[static_cast<std::size_t>(v)] = step;
+    c->steps.push_back(e.pointwise);
+    c->args.push_back(std::move(args));
+    c->step_bytes.push_back(e.pointwise->out->elem_size);
+    // A result the rest of the program (or the caller) reads is written out; the others stay in
+    // the scratch tile.
+    const auto& by = uses.by[static_cast<std::size_t>(v)];
+    const bool outside =
+        uses.output[static_cast<std::size_t>(v)] || std::any_of(by.begin(), by.end(), [&](int u) {
+          return u < static_cast<int>(first) || u >= static_cast<int>(last);
+        });
+    if (outside) {
+      c->writes.push_back(static_cast<int>(c->out_ids.size()));
+      c->out_ids.push_back(v);
+      c->out_access.push_back(e.pointwise->out);
+      c->out_committed.push_back(p.values[static_cast<std::size_t>(v)].committed);
+    } else {
+      c->writes.push_back(-1);
+    }
+    f.params += (i > first ? ", " : "") + e.op;
+  }
+  const int n_in = static_cast<int>(c->in_ids.size());
+  for (auto& a : c->args)
+    for (int& r : a)
+      if (r < 0) r = n_in + (-1 - r);
+  // Scratch tiles: a step takes a free one (never one of its own operands': the kernels take
+  // restrict pointers); a value's tile is free after the last step that reads it.
+  const int n_steps = static_cast<int>(c->steps.size());
+  std::vector<int> last_use(c->steps.size(), -1);
+  for (int s = 0; s < n_steps; ++s)
+    for (const int r : c->args[static_cast<std::size_t>(s)])
+      if (r >= n_in) last_use[static_cast<std::size_t>(r - n_in)] = s;
+  std::vector<bool> busy;
+  c->slot.assign(c->steps.size(), -1);
+  for (int s = 0; s < n_steps; ++s) {
+    if (c->writes[static_cast<std::size_t>(s)] < 0) {
+      int free = 0;
+      while (free < static_cast<int>(busy.size()) && busy[static_cast<std::size_t>(free)]) ++free;
+      if (free == static_cast<int>(busy.size())) busy.push_back(false);
+      busy[static_cast<std::size_t>(free)] = true;
+      c->slot[static_cast<std::size_t>(s)] = free;
+    }
+    for (const int r : c->args[static_cast<std::size_t>(s)])
+      if (r >= n_in && last_use[static_cast<std::size_t>(r - n_in)] == s &&
+          c->slot[static_cast<std::size_t>(r - n_in)] >= 0)
+        busy[static_cast<std::size_t>(c->slot[static_cast<std::size_t>(r - n_in)])] = false;
+  }
+  c->scratch_slots = busy.size();
+  f.in = c->in_ids;
+  f.out = c->out_ids;
+  f.in_shardings.assign(c->in_ids.size(), c->layout);
+  f.out_sharding = c->layout;
+  f.run = [c](ReplayEnv& env, const ProgramEqn&) { run_chain(*c, env); };
+  return f;
+}
+
+bool same_layout(const ProgramEqn& a, const ProgramEqn& b, const Program& p) {
+  return a.out_sharding == b.out_sharding && p.values[static_cast<std::size_t>(a.out[0])].shape ==
+                                                 p.values[static_cast<std::size_t>(b.out[0])].shape;
+}
+
+int fuse_chains(Program& p, OptimizeStats& stats) {
+  const Uses uses = uses_of(p);
+  std::vector<ProgramEqn> out;
+  out.reserve(p.eqns.size());
+  int made = 0;
+  std::size_t i = 0;
+  while (i < p.eqns.size()) {
+    std::size_t j = i;
+    if (fusable(p.eqns[i]))
+      while (j + 1 < p.eqns.size() && fusable(p.eqns[j + 1]) && same_layout(p.eqns[i], p.eqns[j + 1], p)) ++j;
+    if (j > i) {
+      out.push_back(fuse_chain(p, uses, i, j + 1));
+      ++made;
+      stats.ops_fused += static_cast<int>(j + 1 - i);
+    } else {
+      out.push_back(std::move(p.eqns[i]));
+    }
+    i = j + 1;
+  }
+  p.eqns = std::move(out);
+  return made;
+}
+
+}  // namespace
+
+std::shared_ptr<Program> optimize(const Program& program, const OptimizeOptions& options,
+                                  OptimizeStats* stats) {
+  auto p = std::make_shared<Program>(program);
+  OptimizeStats s;
+  if (options.dead_code) s.dead = drop_dead(*p);
+  if (options.fuse) s.fused_groups = fuse_chains(*p, s);
+  for (auto& v : p->values) v.producer = -1;
+  for (std::size_t i = 0; i < p->eqns.size(); ++i)
+    for (const int v : p->eqns[i].out)
+      if (v >= 0) p->values[static_cast<std::size_t>(v)].producer = static_cast<int>(i);
+  if (stats) *stats = s;
+  return p;
+}
+
+}  // namespace shard::detail

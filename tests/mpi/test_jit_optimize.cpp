@@ -1,0 +1,197 @@
+// jit's program passes (jit/optimize.hpp): elementwise fusion and dead code. A fused chain gives
+// bit for bit what the unfused program and eager give (on uneven shapes, blocks shorter and longer
+// than a tile, replicated axes, bool and cast intermediates), reads each input once and writes
+// only what the rest of the program uses; a broadcasting op or a reshard ends a chain; the
+// passes switch off; grad and vmap around a fused program replay it op by op.
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mpi_test.hpp"
+#include "shard/shard.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace shard;
+using shard::testing::host_double;
+using shard::testing::random_tensor;
+
+void expect_same(const Tensor<double>& got, const Tensor<double>& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  for (std::int64_t i = 0; i < got.size(); ++i) {
+    const double g = got.flat(i), w = want.flat(i);
+    if (std::isnan(w)) {
+      ASSERT_TRUE(std::isnan(g)) << what << " at flat index " << i;
+    } else {
+      ASSERT_EQ(g, w) << what << " at flat index " << i;
+    }
+  }
+}
+
+int count(const std::vector<std::string>& ops, const std::string& op) {
+  int c = 0;
+  for (const auto& o : ops) c += o == op;
+  return c;
+}
+
+/// The chain: ((x * a + b) - c) * d, then maximum(., 0) and a cast; besides the cast it
+/// returns x * a + b (an intermediate the caller reads: written out) and a count of the positive
+/// elements through a comparison and where (a bool intermediate).
+struct Chain {
+  auto operator()(const ShardedArray<float>& x, const ShardedArray<float>& a, const ShardedArray<float>& b,
+                  const ShardedArray<float>& c, const ShardedArray<float>& d) const {
+    const auto t = x * a + b;
+    const auto r = maximum((t - c) * d, 0.f);
+    const auto low = astype<bfloat16>(r);
+    const auto picked = where(r > 0.5f, r, -x);
+    return std::make_tuple(low, t, sum(picked));
+  }
+};
+
+SHARD_MPI_TEST(JitOptimize, FusedChainsEqualUnfusedAndEager) {
+  const int n = shard::testing::runtime().device_count();
+  std::vector<Mesh> meshes{make_mesh({n}, {"a"})};
+  if (n % 2 == 0) meshes.push_back(make_mesh({2, n / 2}, {"a", "b"}));
+  // Rows of 1 to 3000 elements per block: shorter than a tile, several tiles and a partial one.
+  const std::vector<Shape> shapes{{7, 5}, {n * 3 + 1, 2}, {2 * n + 1, 1013}};
+  std::uint64_t seed = 7;
+  for (const Mesh& mesh : meshes) {
+    std::vector<PartitionSpec> specs{P(), P("a"), P(None, "a")};
+    if (mesh.axis_names().size() == 2) specs.push_back(P("b", "a"));  // and 'b' alone replicates
+    for (const Shape& shape : shapes)
+      for (const PartitionSpec& spec : specs) {
+        const NamedSharding sh(mesh, spec);
+        std::vector<ShardedArray<float>> in;
+        for (int k = 0; k < 5; ++k) in.push_back(device_put(random_tensor<float>(shape, seed++), sh));
+        const std::string what = "shape " + to_string(shape) + " " + sh.to_string();
+        const Chain f;
+        const auto [e0, e1, e2] = f(in[0], in[1], in[2], in[3], in[4]);
+        auto fused = jit(f);
+        auto unfused = jit(f, JitOptions{.dead_code = false, .fuse = false});
+        for (int call = 0; call < 2; ++call) {
+          const auto [f0, f1, f2] = fused(in[0], in[1], in[2], in[3], in[4]);
+          const auto [u0, u1, u2] = unfused(in[0], in[1], in[2], in[3], in[4]);
+          expect_same(host_double(f0), host_double(e0), what + " cast, fused vs eager");
+          expect_same(host_double(u0), host_double(e0), what + " cast, unfused vs eager");
+          expect_same(host_double(f1), host_double(e1), what + " intermediate, fused vs eager");
+          expect_same(host_double(f2), host_double(u2), what + " sum, fused vs unfused");
+          EXPECT_NEAR(f2.item(), e2.item(), 1e-4 * (1 + std::abs(e2.item()))) << what;
+          EXPECT_EQ(f0.sharding(), e0.sharding()) << what;
+          EXPECT_EQ(f1.sharding(), e1.sharding()) << what;
+        }
+        // Traced: multiply, add, subtract, multiply, maximum, astype, negative, compare, where, then the sum:
+        // the ten elementwise ops are one pass over memory.
+        const auto traced = fused.lower(in[0], in[1], in[2], in[3], in[4]);
+        const auto ops = traced.ops();
+        const auto opt = traced.optimized().ops();
+        EXPECT_EQ(count(opt, "fused"), 1) << what << "\n" << traced.optimized().to_string();
+        EXPECT_EQ(opt.size(), ops.size() - count(ops, "multiply") - count(ops, "add") -
+                                  count(ops, "subtract") - count(ops, "maximum") - count(ops, "astype") -
+                                  count(ops, "compare") - count(ops, "negative") - count(ops, "where") + 1)
+            << what << "\n"
+            << traced.optimized().to_string();
+        EXPECT_EQ(unfused.lower(in[0], in[1], in[2], in[3], in[4]).optimized().ops(), ops) << what;
+      }
+  }
+}
+
+SHARD_MPI_TEST(JitOptimize, FusedChainsWriteOnlyWhatIsRead) {
+  // The printed fused equation names its ops; its results are the values read after it: the
+  // chain's last value and t (returned), not the four in between.
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const auto x = device_put(random_tensor<float>({4 * n, 3}, 11), NamedSharding(mesh, P("a")));
+  auto f = jit([](const ShardedArray<float>& v) {
+    const auto t = exp(v) * 2.f;
+    return std::make_pair(sqrt(abs(t - 1.f)) + t, t);
+  });
+  const auto prog = f.lower(x).optimized();
+  ASSERT_EQ(prog.num_ops(), 1u) << prog.to_string();
+  const auto& eqn = prog.program().eqns[0];
+  EXPECT_EQ(eqn.op, "fused");
+  EXPECT_EQ(eqn.params, "exp, multiply, subtract, abs, sqrt, add") << prog.to_string();
+  EXPECT_EQ(eqn.in.size(), 1u);
+  EXPECT_EQ(eqn.out.size(), 2u);
+  const auto [r, t] = f(x);
+  const auto te = exp(x) * 2.f;
+  expect_same(host_double(r), host_double(sqrt(abs(te - 1.f)) + te), "fused result");
+  expect_same(host_double(t), host_double(te), "fused intermediate");
+}
+
+SHARD_MPI_TEST(JitOptimize, BroadcastsAndReshardsEndAChain) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const auto x = device_put(random_tensor<float>({2 * n, 6}, 21), NamedSharding(mesh, P("a")));
+  const auto row = device_put(random_tensor<float>({1, 6}, 22), NamedSharding(mesh, P()));
+  auto body = [&](const ShardedArray<float>& v, const ShardedArray<float>& w) {
+    const auto a = tanh(v) * 3.f;  // fused: tanh, multiply
+    const auto b = a + w;          // broadcasts w: its own op
+    const auto c = with_sharding_constraint(b, NamedSharding(mesh, P()));
+    return (c - 1.f) * c;  // fused on the new layout: subtract, multiply
+  };
+  auto f = jit(body);
+  const auto opt = f.lower(x, row).optimized().ops();
+  EXPECT_EQ(count(opt, "fused"), 2) << f.lower(x, row).optimized().to_string();
+  EXPECT_EQ(count(opt, "add"), 1);
+  expect_same(host_double(f(x, row)), host_double(body(x, row)), "broadcast chain");
+}
+
+SHARD_MPI_TEST(JitOptimize, DeadCodeIsDroppedUnlessSwitchedOff) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const auto x = device_put(random_tensor<float>({3 * n, 4}, 31), NamedSharding(mesh, P("a")));
+  auto body = [](const ShardedArray<float>& v) {
+    const auto unused = matmul(v, transpose(v));  // nothing reads it
+    (void)unused;
+    return sum(v * v, {1});
+  };
+  const auto kept = jit(body, JitOptions{.dead_code = false, .fuse = false}).lower(x).optimized().ops();
+  const auto dropped = jit(body, JitOptions{.fuse = false}).lower(x).optimized().ops();
+  EXPECT_EQ(count(kept, "matmul"), 1);
+  EXPECT_EQ(count(dropped, "matmul"), 0);
+  EXPECT_EQ(count(dropped, "transpose"), 0);
+  EXPECT_EQ(dropped.size() + 2, kept.size());
+  expect_same(host_double(jit(body)(x)), host_double(body(x)), "dead code dropped");
+}
+
+SHARD_MPI_TEST(JitOptimize, GradAndVmapAroundAFusedProgram) {
+  // Around jit, grad and vmap replay the program op by op (each op bound through the driver);
+  // inside jit, grad's backward chains fuse too.
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const auto x = device_put(random_tensor<float>({2 * n, 5}, 41), NamedSharding(mesh, P("a")));
+  const auto w = device_put(random_tensor<float>({2 * n, 5}, 42), NamedSharding(mesh, P("a")));
+  auto loss = [](const ShardedArray<float>& v, const ShardedArray<float>& u) {
+    return sum(square(tanh(v * u + 0.5f) - u) * 0.5f);
+  };
+  const Tensor<double> g = host_double(grad(loss)(x, w));
+  expect_same(host_double(grad(jit(loss))(x, w)), g, "grad(jit)");
+  auto jg = jit(grad(loss));
+  const Tensor<double> got = host_double(jg(x, w));
+  ASSERT_EQ(got.shape(), g.shape());
+  for (std::int64_t i = 0; i < g.size(); ++i) ASSERT_NEAR(got.flat(i), g.flat(i), 1e-6) << i;
+  // The forward chain and the backward's elementwise VJPs meet in one fused equation (the loss
+  // itself is dead: grad returns only the gradient).
+  const auto opt = jg.lower(x, w).optimized();
+  EXPECT_EQ(count(opt.ops(), "fused"), 1) << opt.to_string();
+  EXPECT_LT(opt.num_ops(), jg.lower(x, w).num_ops() - 6) << opt.to_string();
+  const auto xs = device_put(random_tensor<float>({3, 2 * n, 5}, 43), NamedSharding(mesh, P(None, "a")));
+  const auto vl = vmap(jit(loss), {0, None});
+  const auto want = vmap(loss, {0, None})(xs, w);
+  expect_same(host_double(vl(xs, w)), host_double(want), "vmap(jit)");
+}
+
+SHARD_MPI_TEST(JitOptimize, HostTensorChainsFuse) {
+  // A jitted function of host Tensors: one block per rank.
+  auto f = jit([](const Tensor<double>& v) { return astype<float>(exp(-v * v) + 1.0); });
+  const Tensor<double> x = random_tensor<double>({37, 3}, 51);
+  const auto prog = f.lower(x).optimized();
+  EXPECT_EQ(prog.num_ops(), 1u) << prog.to_string();
+  expect_same(host_double(f(x)), host_double(astype<float>(exp(-x * x) + 1.0)), "host chain");
+}
+
+}  // namespace
