@@ -13,7 +13,13 @@
 namespace shard::detail {
 
 void replay(const Program& program, ReplayEnv& env) {
-  for (const ProgramEqn& e : program.eqns) e.run(env, e);
+  const bool release = program.release.size() == program.eqns.size();
+  for (std::size_t i = 0; i < program.eqns.size(); ++i) {
+    const ProgramEqn& e = program.eqns[i];
+    e.run(env, e);
+    if (release)
+      for (const int v : program.release[i]) env.slots[static_cast<std::size_t>(v)].reset();
+  }
 }
 
 CommSnapshot comm_snapshot() { return comm_stats().entries(); }

@@ -259,6 +259,21 @@ int fuse_chains(Program& p, OptimizeStats& stats) {
 
 }  // namespace
 
+void plan_release(Program& p) {
+  std::vector<int> last(p.values.size(), -1);
+  for (std::size_t i = 0; i < p.eqns.size(); ++i) {
+    for (const int v : p.eqns[i].in)
+      if (v >= 0) last[static_cast<std::size_t>(v)] = static_cast<int>(i);
+    for (const int v : p.eqns[i].out)  // made: dropped after its producer unless read later
+      if (v >= 0 && last[static_cast<std::size_t>(v)] < static_cast<int>(i))
+        last[static_cast<std::size_t>(v)] = static_cast<int>(i);
+  }
+  for (const int v : p.outputs) last[static_cast<std::size_t>(v)] = -1;
+  p.release.assign(p.eqns.size(), {});
+  for (std::size_t v = 0; v < last.size(); ++v)
+    if (last[v] >= 0) p.release[static_cast<std::size_t>(last[v])].push_back(static_cast<int>(v));
+}
+
 std::shared_ptr<Program> optimize(const Program& program, const OptimizeOptions& options,
                                   OptimizeStats* stats) {
   auto p = std::make_shared<Program>(program);
@@ -269,6 +284,7 @@ std::shared_ptr<Program> optimize(const Program& program, const OptimizeOptions&
   for (std::size_t i = 0; i < p->eqns.size(); ++i)
     for (const int v : p->eqns[i].out)
       if (v >= 0) p->values[static_cast<std::size_t>(v)].producer = static_cast<int>(i);
+  plan_release(*p);
   if (stats) *stats = s;
   return p;
 }

@@ -185,6 +185,32 @@ SHARD_MPI_TEST(JitOptimize, GradAndVmapAroundAFusedProgram) {
   expect_same(host_double(vl(xs, w)), host_double(want), "vmap(jit)");
 }
 
+SHARD_MPI_TEST(JitOptimize, ReplayHoldsOnlyLiveValues) {
+  // 24 ops, each a new array of x's size: a replay frees each value after its last reader, so its
+  // peak is a few arrays (as eager's), not 24 (with fusion off; with it, one pass and one array).
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const std::int64_t rows = 64 * n, cols = 512;
+  const auto x = device_put(random_tensor<float>({rows, cols}, 61), NamedSharding(mesh, P("a")));
+  auto body = [](const ShardedArray<float>& v) {
+    ShardedArray<float> h = v;
+    for (int k = 0; k < 24; ++k) h = k % 2 ? h * 0.5f : h + v;
+    return h;
+  };
+  const std::int64_t array_bytes = rows * cols * 4 / n * shard::testing::runtime().devices_per_rank();
+  for (const bool fuse : {false, true}) {
+    auto f = jit(body, JitOptions{.fuse = fuse});
+    (void)f(x);  // traced (the trace itself holds its shadows)
+    const std::int64_t before = tensor_memory_stats().live_bytes;
+    reset_tensor_memory_peak();
+    const auto r = f(x);
+    const std::int64_t peak = tensor_memory_stats().peak_bytes - before;
+    EXPECT_LE(peak, (fuse ? 1 : 3) * array_bytes)
+        << "fuse " << fuse << ": peak " << peak << " bytes, an array is " << array_bytes;
+    expect_same(host_double(r), host_double(body(x)), "chain");
+  }
+}
+
 SHARD_MPI_TEST(JitOptimize, HostTensorChainsFuse) {
   // A jitted function of host Tensors: one block per rank.
   auto f = jit([](const Tensor<double>& v) { return astype<float>(exp(-v * v) + 1.0); });

@@ -403,19 +403,25 @@ auto run_sharded(const P& p, const shard::source_location& where, const ShardedA
   }
 }
 
+/// An elementwise primitive on operands that all_like() lines up: the kernel on each device's
+/// blocks as they are, the result laid out as the first.
+template <typename P, Dtype... T>
+auto run_aligned(const P& p, const ShardedArray<T>&... xs) {
+  using R = kernel_result_t<P, T...>;
+  const auto& first = std::get<0>(std::forward_as_tuple(xs...));
+  const auto& in = first.addressable_shards();
+  std::vector<Shard<R>> shards;
+  shards.reserve(in.size());
+  for (std::size_t b = 0; b < in.size(); ++b)
+    shards.push_back(Shard<R>{in[b].device, in[b].box, p.kernel(xs.addressable_shards()[b].data...)});
+  return ShardedArray<R>(first.shape(), first.sharding(), std::move(shards));
+}
+
 template <typename P, Dtype... T>
 auto run_factored(const P& p, const shard::source_location& where, const ShardedArray<T>&... xs) {
   using R = kernel_result_t<P, T...>;
-  const auto& first = std::get<0>(std::forward_as_tuple(xs...));
   const FactorRule& rule = p.rule();
-  if (rule.elementwise() && all_like(xs...)) {  // the common case: blocks already line up
-    const auto& in = first.addressable_shards();
-    std::vector<Shard<R>> shards;
-    shards.reserve(in.size());
-    for (std::size_t b = 0; b < in.size(); ++b)
-      shards.push_back(Shard<R>{in[b].device, in[b].box, p.kernel(xs.addressable_shards()[b].data...)});
-    return ShardedArray<R>(first.shape(), first.sharding(), std::move(shards));
-  }
+  if (rule.elementwise() && all_like(xs...)) return run_aligned(p, xs...);  // the common case
   const FactorRule::Factors factors = rule.expand({&xs.shape()...}, p.name(), where);
   const std::shared_ptr<const OpPlan> plan = plan_op(rule, factors, {layout_of(xs)...});
   return run_blocks<P, R>(p, *plan, factors.result_shape, std::index_sequence_for<T...>{}, xs...);

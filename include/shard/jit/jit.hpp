@@ -449,6 +449,7 @@ class Jitted {
     }
     if (options_.propagate)
       detail::propagate(*prog, options_.cost_model ? *options_.cost_model : CostModel::current());
+    detail::plan_release(*prog);
     entry.optimized = detail::optimize(*prog, detail::OptimizeOptions{options_.dead_code, options_.fuse});
     return entry;
   }

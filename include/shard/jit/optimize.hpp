@@ -32,6 +32,11 @@ struct OptimizeStats {
   int ops_fused = 0;     ///< equations they replace
 };
 
+/// Sets program.release: after each equation, the values it was the last to read (or made for
+/// no one), so a replay holds only the live values (an eager program's peak memory, not the sum
+/// of every intermediate).
+void plan_release(Program& program);
+
 /// The program jit replays: `program` with the passes `options` asks for applied.
 std::shared_ptr<Program> optimize(const Program& program, const OptimizeOptions& options,
                                   OptimizeStats* stats = nullptr);

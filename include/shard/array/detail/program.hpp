@@ -173,6 +173,9 @@ struct Program {
   bool propagated = false;
   std::int64_t eager_bytes = 0;
   std::int64_t planned_bytes = 0;
+  /// Per equation: the values no later equation reads and the program does not return, dropped
+  /// from the replay's slots after it runs (their buffers freed, or reused by the next op).
+  std::vector<std::vector<int>> release;
   std::string to_string() const;
 };
 

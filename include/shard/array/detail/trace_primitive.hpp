@@ -62,9 +62,15 @@ Out replay_primitive(const P& p, const shard::source_location& where, const Repl
   } else {
     if (env.plain) return bind_at(p, where, xs...);
     if constexpr (plans_by_rule<P, X...>()) {
-      if (eqn.plan)
+      if (eqn.plan) {
+        // Operands already laid out as the plan's result (an elementwise op whose layout
+        // propagation kept): the blocks as they are, as eager's fast path runs them.
+        if (p.rule().elementwise() && all_like(xs...) &&
+            std::get<0>(std::forward_as_tuple(xs...)).sharding() == *eqn.out_sharding)
+          return run_aligned(p, xs...);
         return run_blocks<P, elem_t<Out>>(p, *eqn.plan, eqn.factors->factors.result_shape,
                                           std::index_sequence_for<X...>{}, xs...);
+      }
     }
     // Each operand as the equation wants it: the plan's layout, else as it was when traced.
     const Mesh* mesh = nullptr;
