@@ -70,6 +70,12 @@ if(SHARD_BUILD_APPS)
   shard_app_error(elem_malformed_n "bad command line: the argument \\('1M'\\) for option '--n' is invalid" elementwise_bench --n 1M)
   shard_app_error(elem_repeats "--repeats must be >= 1, got 0" elementwise_bench --repeats 0)
 
+  # jit_bench
+  shard_app_error(jit_bad_flag "${_bad_flag}" jit_bench --no-such-flag)
+  shard_app_error(jit_zero_n "--n must be >= 1, got 0" jit_bench --n 0)
+  shard_app_error(jit_ops "--ops must be >= 1, got 0" jit_bench --ops 0)
+  shard_app_error(jit_small "--small must be >= 1, got -3" jit_bench --small=-3)
+
   # matmul_bench (cannon_not_square, mesh, sizes and algorithm are in CMakeLists.txt)
   shard_app_error(matmul_bad_flag "${_bad_flag}" matmul_bench --no-such-flag)
   shard_app_error(matmul_bad_mesh "bad --mesh '2by1'" matmul_bench --mesh 2by1)
