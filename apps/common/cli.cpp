@@ -1,23 +1,62 @@
 #include "common/cli.hpp"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <sstream>
 #include <thread>
 
 #include "shard/error.hpp"
+#include "shard/mpi/agree.hpp"
+#include "shard/runtime/profiler.hpp"
 
 namespace shard::apps {
 
+namespace {
+std::string g_trace_path;
+bool g_trace_written = false;
+}  // namespace
+
+const std::string& trace_path() { return g_trace_path; }
+
+void finish_trace(const Runtime& rt) {
+  if (g_trace_path.empty() || g_trace_written) return;
+  g_trace_written = true;
+  shard::stop_trace(g_trace_path);
+  if (rt.process_index() == 0)  // stderr: --json output stays one JSON object per line
+    std::fprintf(
+        stderr, "timeline of %d ranks written to %s (Chrome-trace JSON: ui.perfetto.dev, chrome://tracing)\n",
+        rt.process_count(), g_trace_path.c_str());
+}
+
+void TracedSteps::before(std::int64_t done) const {
+  if (!g_trace_path.empty() && !g_trace_written && done == 1) shard::start_trace();  // drops the first step
+}
+
+void TracedSteps::after(std::int64_t done) const {
+  if (done == 1 + steps_) finish_trace(rt_);
+}
+
 int run_app(int argc, char** argv, const std::function<int(Runtime&)>& body, RuntimeOptions options) {
-  return guarded_main(argc, argv, body, options);
+  return guarded_main(
+      argc, argv,
+      [&](Runtime& rt) {
+        const int rc = body(rt);
+        if (rc == 0) finish_trace(rt);
+        return rc;
+      },
+      options);
 }
 
 void add_common_options(po::options_description& options) {
   options.add_options()("help,h", "print this help and exit")(
       "devices-per-rank", po::value<int>(),
-      "logical devices per MPI rank (default: env SHARD_DEVICES_PER_RANK, else 1)");
+      "logical devices per MPI rank (default: env SHARD_DEVICES_PER_RANK, else 1)")(
+      "trace", po::value<std::string>(),
+      "write a timeline of every rank (ops, products, collectives, waits) to this file as Chrome-trace JSON "
+      "(ui.perfetto.dev, chrome://tracing)");
 }
 
 bool parse_command_line(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
@@ -36,6 +75,20 @@ bool parse_command_line(int argc, char** argv, const po::options_description& op
     os << usage << "\n\n" << options << "\n";
     print0(rt, os.str());
     return false;
+  }
+  if (vm.count("trace")) {
+    g_trace_path = vm["trace"].as<std::string>();
+    if (g_trace_path.empty()) raise<ValueError>("--trace needs a file name");
+    g_trace_written = false;
+    // Rank 0 writes the file at the end: find out now (on every rank) whether it can.
+    mpi::agreed(rt.world(), [&] {
+      if (rt.process_index() != 0) return;
+      std::FILE* f = std::fopen(g_trace_path.c_str(), "w");
+      if (f == nullptr)
+        raise<IoError>("--trace ", g_trace_path, ": cannot write the timeline there: ", std::strerror(errno));
+      std::fclose(f);
+    });
+    shard::start_trace();
   }
   return true;
 }

@@ -36,6 +36,7 @@ struct Config {
   std::int64_t checkpoint_every = 0, sample_tokens = 300, max_steps = 0;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta2 = 0.99, clip = 1.0, max_seconds = 0, temperature = 0;
   int keep = 2;
+  std::int64_t trace_steps = 3;
   bool json = false, resume = false, sample = false, shard_state = false, comm_stats = false;
 };
 
@@ -275,7 +276,9 @@ int run(shard::Runtime& rt, Config& c) {
   shard::time_split_enable(true);  // where a step's time goes (printed at the end)
   shard::time_split_reset();
   shard::TimeSplit split_outside;  // what validation inside the loop spent: not the steps'
+  const shard::apps::TracedSteps traced(rt, c.trace_steps);
   while (step < last) {
+    traced.before(trained);
     const auto t0 = std::chrono::steady_clock::now();
     const auto offsets = shard::data::random_window_offsets(static_cast<std::uint64_t>(c.seed), step, c.batch, n_train,
                                                             c.model.context);
@@ -293,6 +296,7 @@ int run(shard::Runtime& rt, Config& c) {
     ++step;
     ++trained;
     train_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    traced.after(trained);
     const double tps = static_cast<double>(trained) * tokens_per_step / train_s;
     if (c.json && c.log_every > 0 && step % c.log_every == 0) {
       std::snprintf(line, sizeof line, "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"tokens_per_second\": %.1f}\n",
@@ -409,6 +413,7 @@ int main(int argc, char** argv) {
         ("temperature", po::value(&c.temperature)->default_value(0, "0"), "--sample: 0 greedy, else softmax(logits / t)")
         ("dump-init", po::value(&c.dump_init)->default_value(""), "write the initial parameters as DIR/<name>.npy")
         ("comm-stats", "print what rank 0 sent in one training step, per collective and mesh axes (CommStats)")
+        ("trace-steps", po::value(&c.trace_steps)->default_value(c.trace_steps), "--trace: the training steps the timeline keeps (after the first)")
         ("dtype", po::value(&c.model.dtype)->default_value(c.model.dtype), "compute dtype: float32, or bfloat16 (float32 master weights, optimizer state and loss)")
         ("json", "one JSON object per line (losses, validation, summary) instead of text");
     po::variables_map vm;
@@ -429,7 +434,7 @@ int main(int argc, char** argv) {
                                        {"warmup", c.warmup, 0}, {"seed", c.seed, 0}, {"eval-every", c.eval_every, 0},
                                        {"val-windows", c.val_windows, 1}, {"log-every", c.log_every, 0},
                                        {"checkpoint-every", c.checkpoint_every, 0}, {"keep", c.keep, 1}, {"max-steps", c.max_steps, 0},
-                                       {"sample-tokens", c.sample_tokens, 0}})
+                                       {"sample-tokens", c.sample_tokens, 0}, {"trace-steps", c.trace_steps, 1}})
       check_at_least(flag, v, lo);
     check_finite_in("lr", c.lr, 1e-12, 10);
     check_finite_in("min-lr", c.min_lr, 0, 10);

@@ -36,6 +36,7 @@ struct Config {
   std::string dataset = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist", mesh_text, layers_text;
   std::string checkpoint_dir, lr_schedule;
   std::int64_t batch = 0, samples = 8192, max_steps = 0, seed = 0, log_every = 0, checkpoint_every = 0;
+  std::int64_t trace_steps = 3;
   int epochs = 0, keep = 2;
   bool json = false, resume = false, shard_optimizer_state = false;
   std::string grad_sync = "auto";  ///< auto, shared-memory or mpi
@@ -132,6 +133,7 @@ int run(shard::Runtime& rt, Config& c) {
   const double wait0 = shard::comm_stats().wait_seconds("psum");
   char line[512];
   shard::time_split_reset();
+  const shard::apps::TracedSteps traced(rt, c.trace_steps);
   while (step < last_step) {
     const int epoch = static_cast<int>(step / steps_per_epoch);
     const auto perm = shard::random::permutation(shard::random::fold_in(keys[1], static_cast<std::uint32_t>(epoch)),
@@ -153,9 +155,11 @@ int run(shard::Runtime& rt, Config& c) {
         hs.lr = static_cast<float>(c.hyper.lr * 0.5 *
                                    (1.0 + std::cos(M_PI * static_cast<double>(step) /
                                                    static_cast<double>(c.epochs * steps_per_epoch))));
+      traced.before(total_steps + epoch_steps);
       shard::time_split_enable(true);  // the split covers the training steps only
       const double loss = train::train_step_autodiff(m, hs, x, y);
       shard::time_split_enable(false);
+      traced.after(total_steps + epoch_steps + 1);
       epoch_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       ++epoch_steps;
       // Divergence: every rank sees the same loss. Stop before any further checkpoint (the
@@ -278,6 +282,7 @@ int main(int argc, char** argv) {
         ("batch", po::value(&c.batch)->default_value(0), "global batch size (default: 256; synthetic: 8192)")
         ("epochs", po::value(&c.epochs)->default_value(0), "epochs (default: 12; synthetic: 30, one batch each)")
         ("max-steps", po::value(&c.max_steps)->default_value(0), "stop after this many steps in all (0: no limit)")
+        ("trace-steps", po::value(&c.trace_steps)->default_value(c.trace_steps), "--trace: the training steps the timeline keeps (after the first)")
         ("samples", po::value(&c.samples)->default_value(8192), "synthetic: training rows")
         ("optimizer", po::value(&optimizer)->default_value(""), "adam or sgd (default: adam; synthetic: sgd)")
         ("lr", po::value(&lr)->default_value(""), "learning rate (default: adam 1e-3, sgd 1e-5)")
@@ -348,7 +353,7 @@ int main(int argc, char** argv) {
                                            {"epochs", c.epochs, 1},
                                            {"samples", c.samples, 1},
                                            {"keep", c.keep, 1},
-                                           {"max-steps", c.max_steps, 0},
+                                           {"max-steps", c.max_steps, 0}, {"trace-steps", c.trace_steps, 1},
                                            {"checkpoint-every", c.checkpoint_every, 0},
                                            {"log-every", c.log_every, 0}})
       check_at_least(flag, value, min);

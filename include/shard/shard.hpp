@@ -35,6 +35,7 @@
 #include "shard/array/random.hpp"
 #include "shard/array/reshard.hpp"
 #include "shard/runtime/runtime.hpp"
+#include "shard/runtime/profiler.hpp"
 #include "shard/linalg/scalapack.hpp"
 #include "shard/spmd/shard_map.hpp"
 #include "shard/spmd/pmap.hpp"

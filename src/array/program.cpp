@@ -8,6 +8,7 @@
 #include <string>
 
 #include "shard/array/reshard.hpp"
+#include "shard/core/timeline.hpp"
 #include "shard/error.hpp"
 
 namespace shard::detail {
@@ -16,7 +17,10 @@ void replay(const Program& program, ReplayEnv& env) {
   const bool release = program.release.size() == program.eqns.size();
   for (std::size_t i = 0; i < program.eqns.size(); ++i) {
     const ProgramEqn& e = program.eqns[i];
-    e.run(env, e);
+    {
+      const TimelineScope traced("jit", e.op.c_str());
+      e.run(env, e);
+    }
     if (release)
       for (const int v : program.release[i]) env.slots[static_cast<std::size_t>(v)].reset();
   }

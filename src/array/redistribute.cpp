@@ -2,6 +2,7 @@
 // to other ranks, one MPI_Alltoallv, unpack; transfers inside a rank are direct copies.
 
 #include "shard/core/time_split.hpp"
+#include "shard/core/timeline.hpp"
 #include "array/redistribute.hpp"
 
 #include <algorithm>
@@ -111,6 +112,7 @@ ShardedArray<T> redistribute(const Shape& shape, const NamedSharding& to, const 
   if (any_remote) {
     Tensor<T> recv({rt});
     const ScopedTime timed(TimeKind::kCommunication);
+    const TimelineScope traced("collective", "reshard (alltoallv)");
     alltoallv(world_group(), op, send.data(), sc, sd, recv.data(), rc, rd, st * static_cast<std::int64_t>(sizeof(T)));
     std::vector<std::int64_t> roff(rd.begin(), rd.end());
     for (const auto& t : plan) {

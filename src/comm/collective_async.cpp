@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "shard/core/time_split.hpp"
+#include "shard/core/timeline.hpp"
 #include "shard/comm/comm_stats.hpp"
 #include "shard/comm/detail/collective.hpp"
 #include "shard/comm/detail/collective_guard.hpp"
@@ -91,6 +92,7 @@ void PendingPsum::post_next_phase() {
 void PendingPsum::wait() {
   if (done()) return;
   const ScopedTime timed(TimeKind::kCommunication);
+  const TimelineScope traced("wait", "wait psum (gradient bucket)");
   for (auto& p : state_->parts) advance(p, true);
   state_->parts.clear();
 }
@@ -173,6 +175,7 @@ PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, const std
     if (bf16) checked.dtype = "bfloat16-compressed " + s.dtype;
     if (collective_guard_on()) [[unlikely]]
       guard_collective(mesh, checked, devices, where);
+    const auto traced = TimelineScope::named("start", [&] { return "start " + s.name + " " + s.axes_text; });
     PendingPsum out;
     out.state_ = std::make_unique<PendingPsum::State>(PendingPsum::State{
         mesh, CommOp{s.name, checked.dtype + to_string(s.in_shape) + " over " + s.axes_text, where}, {}});

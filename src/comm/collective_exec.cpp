@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "shard/core/time_split.hpp"
+#include "shard/core/timeline.hpp"
 #include "shard/comm/comm_stats.hpp"
 #include "shard/comm/detail/collective.hpp"
 #include "shard/comm/detail/collective_guard.hpp"
@@ -530,10 +531,19 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
 
 }  // namespace
 
+/// The timeline's details of a collective: its block's bytes, shape and dtype.
+template <typename T>
+std::string collective_args(const CollectiveSpec& s) {
+  return "\"bytes_per_device\": " + std::to_string(num_elements(s.in_shape) * static_cast<std::int64_t>(sizeof(T))) +
+         ", \"shape\": \"" + to_string(s.in_shape) + "\", \"dtype\": \"" + s.dtype + "\"";
+}
+
 template <typename T>
 void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
                         std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs, const shard::source_location& where) {
   const ScopedTime timed(TimeKind::kCommunication);
+  auto traced = TimelineScope::named("collective", [&] { return s.name + " " + s.axes_text; });
+  if (traced.active()) traced.set_args(collective_args<T>(s));
   if constexpr (std::is_same_v<T, bfloat16>) {
     if (s.kind == CollectiveKind::kReduce || s.kind == CollectiveKind::kPsumScatter) {
       // Reductions of bfloat16 accumulate in float32 and round once: the blocks are widened,
@@ -584,6 +594,8 @@ void execute_gather_like(const Mesh& mesh, const CollectiveSpec& s, const std::v
   if (s.kind != CollectiveKind::kAllGather && s.kind != CollectiveKind::kAllToAll)
     raise<ValueError>("execute_gather_like: ", s.name, " consumes its inputs; use execute_collective");
   const ScopedTime timed(TimeKind::kCommunication);
+  auto traced = TimelineScope::named("collective", [&] { return s.name + " " + s.axes_text; });
+  if (traced.active()) traced.set_args(collective_args<T>(s));
   if (collective_guard_on()) [[unlikely]]
     guard_collective(mesh, s, devices, where);
   outs.resize(ins.size());
@@ -604,6 +616,8 @@ void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& s, cons
   if (s.kind != CollectiveKind::kAllGather || !s.tiled || s.dim != 0)
     raise<ValueError>("execute_all_gather_in_place: ", s.name, " must be a tiled all_gather over dim 0");
   const ScopedTime timed(TimeKind::kCommunication);
+  auto traced = TimelineScope::named("collective", [&] { return s.name + " " + s.axes_text; });
+  if (traced.active()) traced.set_args(collective_args<T>(s));
   check_dtype<T>(s);
   if (collective_guard_on()) [[unlikely]]
     guard_collective(mesh, s, devices, where);

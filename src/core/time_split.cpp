@@ -2,6 +2,8 @@
 
 #include <mutex>
 
+#include "shard/core/timeline.hpp"
+
 namespace shard {
 
 namespace detail {
@@ -20,7 +22,7 @@ void add_time(TimeKind kind, double seconds) {
 }
 
 ScopedTime::ScopedTime(TimeKind kind) : kind_(kind) {
-  if (!g_time_split_on.load(std::memory_order_relaxed)) return;
+  if (!g_time_split_on.load(std::memory_order_relaxed) && !trace_on()) return;
   active_ = true;
   if (t_depth[static_cast<int>(kind)]++ == 0) start_ = std::chrono::steady_clock::now();  // else enclosed
 }
@@ -28,7 +30,17 @@ ScopedTime::ScopedTime(TimeKind kind) : kind_(kind) {
 ScopedTime::~ScopedTime() {
   if (!active_) return;
   if (--t_depth[static_cast<int>(kind_)] > 0) return;
-  add_time(kind_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  const auto end = std::chrono::steady_clock::now();
+  if (g_time_split_on.load(std::memory_order_relaxed))
+    add_time(kind_, std::chrono::duration<double>(end - start_).count());
+  // The timeline shows the named collectives and waits themselves (TimelineScope where they run).
+  static constexpr const char* kNames[kKinds] = {"products", "attention", nullptr, "optimizer"};
+  if (trace_on() && kNames[static_cast<int>(kind_)] != nullptr) {
+    const auto ns = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+    };
+    timeline_add(kNames[static_cast<int>(kind_)], kNames[static_cast<int>(kind_)], ns(start_), ns(end));
+  }
 }
 }  // namespace detail
 

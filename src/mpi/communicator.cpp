@@ -1,7 +1,9 @@
 #include "shard/mpi/communicator.hpp"
 
+#include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "shard/error.hpp"
 
@@ -87,5 +89,33 @@ Communicator Communicator::split_shared() const {
 }
 
 void Communicator::barrier() const { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+void Communicator::gather_texts(const std::string& mine, int root,
+                                const std::function<void(int, const std::string&)>& sink) const {
+  const int n = size(), me = rank();
+  const auto length = static_cast<std::int64_t>(mine.size());
+  std::vector<std::int64_t> lengths(me == root ? static_cast<std::size_t>(n) : 0);
+  check(MPI_Gather(&length, 1, MPI_INT64_T, lengths.data(), 1, MPI_INT64_T, root, comm_), "MPI_Gather");
+  constexpr std::int64_t kPiece = std::int64_t{1} << 30;  // under MPI's int count
+  if (me != root) {
+    for (std::int64_t at = 0; at < length; at += kPiece)
+      check(MPI_Send(mine.data() + at, static_cast<int>(std::min(kPiece, length - at)), MPI_CHAR, root, 0, comm_),
+            "MPI_Send");
+    return;
+  }
+  std::string text;
+  for (int r = 0; r < n; ++r) {
+    if (r == me) {
+      sink(r, mine);
+      continue;
+    }
+    text.resize(static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]));
+    for (std::int64_t at = 0; at < static_cast<std::int64_t>(text.size()); at += kPiece)
+      check(MPI_Recv(text.data() + at, static_cast<int>(std::min(kPiece, static_cast<std::int64_t>(text.size()) - at)),
+                     MPI_CHAR, r, 0, comm_, MPI_STATUS_IGNORE),
+            "MPI_Recv");
+    sink(r, text);
+  }
+}
 
 }  // namespace shard::mpi

@@ -1,5 +1,7 @@
 #include "shard/runtime/detail/device_executor.hpp"
 
+#include "shard/core/timeline.hpp"
+
 namespace shard::detail {
 
 DeviceExecutor::~DeviceExecutor() {
@@ -19,6 +21,7 @@ void DeviceExecutor::ensure_workers(int count) {
 }
 
 void DeviceExecutor::worker_loop(int index) {
+  timeline_set_lane(index);
   long seen = 0;
   std::unique_lock lock(mutex_);
   while (true) {

@@ -20,6 +20,10 @@
 #   bfloat16 --dtype bfloat16 (float32 master weights, bfloat16 compute) on 1 device, data=2 and
 #            model=2: the per-step losses agree across meshes to 2e-2 relative and with float32's
 #            to 3e-2, the loss falls, and the summary names the dtype and a step's time split
+#   trace    --trace FILE on data=2,model=2 (2 ranks x 2 devices): one Chrome-trace JSON file
+#            with both ranks, each rank's device threads named, each rank's collectives (the
+#            all_gathers and psum_scatters over 'model', the gradients' psums) and products in
+#            it, --trace-steps steps of spans; --json's stdout stays one JSON object per line
 #   errors   bad input: a clear message on every rank, a non-zero exit
 set -euo pipefail
 app=$1 mpiexec=$2 case=$3
@@ -165,6 +169,33 @@ assert len(a) == len(b) == 4 and all(abs(x - y) < 1e-4 * x for x, y in zip(a, b)
 print("validation losses equal PyTorch's:", a)
 PY
     ;;
+  trace)
+    run 2 2 "${tiny[@]}" --mesh data=2,model=2 --max-steps 6 --trace "$work/t.json" --trace-steps 2 \
+      > "$work/trace.jsonl"
+    $python - "$work/t.json" "$work/trace.jsonl" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for line in open(sys.argv[2]):
+    json.loads(line)  # stdout stays JSON lines
+ev = doc["traceEvents"]
+assert doc["otherData"]["ranks"] == 2 and doc["otherData"]["dropped_events"] == 0, doc["otherData"]
+procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+assert procs == {0: "rank 0", 1: "rank 1"}, procs
+threads = {(e["pid"], e["args"]["name"]) for e in ev if e.get("name") == "thread_name"}
+assert {(0, "device 0"), (0, "device 1"), (1, "device 2"), (1, "device 3")} <= threads, threads
+spans = [e for e in ev if e["ph"] == "X"]
+assert all(e["dur"] >= 0 and e["ts"] >= -1 for e in spans)
+for r in (0, 1):
+    names = {e["name"] for e in spans if e["pid"] == r and e["cat"] == "collective"}
+    for want in ("all_gather 'model'", "psum_scatter 'model'"):
+        assert want in names, (r, want, names)
+    assert any(e["pid"] == r and e["cat"] == "products" for e in spans), r
+    assert any(e["pid"] == r and e["cat"] in ("start", "wait") or e["pid"] == r and e["name"].startswith("psum") for e in spans), r
+    # --trace-steps 2: the optimizer ran twice on this rank
+    assert sum(1 for e in spans if e["pid"] == r and e["cat"] == "optimizer") == 2, r
+print(len(spans), "spans; collectives of each rank:", sorted({e["name"] for e in spans if e["cat"] == "collective"}))
+PY
+    ;;
   errors)
     t=(--layers 1 --d-model 16 --heads 2 --context 8 --steps 3 --warmup 1 --val-windows 8)
     both() {  # both <message regex> <ranks> <devices per rank> <args...>: every rank prints it
@@ -180,6 +211,7 @@ PY
     both "--warmup 5 must be less than --steps 3" 2 1 --layers 1 --d-model 16 --heads 2 --context 8 --batch 4 --steps 3 --warmup 5
     both "--mesh 'data=3' does not multiply to the 2 devices" 2 1 "${t[@]}" --batch 4 --mesh data=3
     both "no checkpoint in --checkpoint-dir $work/none" 2 1 "${t[@]}" --batch 4 --sample --checkpoint-dir "$work/none"
+    both ".*--trace /nonexistent/t.json: cannot write the timeline there" 2 1 "${t[@]}" --batch 4 --trace /nonexistent/t.json
     run 2 1 "${t[@]}" --batch 4 --checkpoint-dir "$work/c" --json > /dev/null
     both ".* holds the model layers=1,d_model=16,heads=2,context=8,vocab=256, this run has layers=1,d_model=32" \
       2 1 --layers 1 --d-model 32 --heads 2 --context 8 --batch 4 --steps 3 --warmup 1 --checkpoint-dir "$work/c" --resume

@@ -35,6 +35,7 @@
 #include "shard/core/detail/tape.hpp"
 #include "shard/core/primitive.hpp"
 #include "shard/core/tensor.hpp"
+#include "shard/core/timeline.hpp"
 #include "shard/core/trace.hpp"
 #include "shard/error.hpp"  // shard::source_location
 
@@ -456,6 +457,7 @@ bind_result_t<P, X...> bind_at(const P& p, const shard::source_location& where, 
     return batch_primitive(p, where, top->level, xs...);
   }
   if (tape) return record_primitive(*tape, p, where, xs...);
+  const TimelineScope traced("op", p.name());
   if constexpr (MovesAcross<P, X...>) {
     return p.across(xs...);
   } else if constexpr ((is_tensor_v<X> && ...)) {
@@ -498,6 +500,7 @@ X bind_list_at(const P& p, const shard::source_location& where, const std::vecto
     }
     return with_vma(*tape, std::move(out), vma_of_all(*tape, inputs));
   }
+  const TimelineScope traced("op", p.name());
   if constexpr (is_tensor_v<X>) {
     return p.kernel(xs);
   } else {

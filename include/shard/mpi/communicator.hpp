@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -86,6 +87,15 @@ class Communicator {
     check(MPI_Allreduce(&value, &out, 1, datatype<T>(), op, comm_), "MPI_Allreduce");
     return out;
   }
+  /// Collective: `root`'s value on every rank.
+  template <typename T>
+  T broadcast(T value, int root) const {
+    check(MPI_Bcast(&value, 1, datatype<T>(), root, comm_), "MPI_Bcast");
+    return value;
+  }
+  /// Collective: `root` receives every rank's text in rank order (its own too) and hands each to
+  /// `sink(rank, text)` as it arrives (one rank's text in memory at a time); the others send theirs.
+  void gather_texts(const std::string& mine, int root, const std::function<void(int, const std::string&)>& sink) const;
   /// Collective: true on every rank iff `flag` is true on any rank.
   bool any(bool flag) const { return allreduce<int>(flag ? 1 : 0, MPI_MAX) != 0; }
 
