@@ -2,13 +2,17 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
+#include "shard/core/buffer_pool.hpp"
 #include "shard/core/memory.hpp"
 #include "shard/core/tensor_ops.hpp"  // Tensor::operator[](index list), instantiated below
 #include "shard/error.hpp"
@@ -24,23 +28,43 @@ bool g_keep_freed = false;  // set_keep_freed_memory
 /// and memcpy run at full speed only when source and destination share their offset within
 /// a cache line. glibc's 16-byte alignment left that to chance: a 4-16 MiB Sendrecv between
 /// buffers at line offsets 0 and 16 took 1.2-1.6x as long as between equal offsets here.
-/// Aligned by hand (64 bytes more from plain operator new, the offset kept in the byte
-/// before the data) rather than with an over-aligned new: that goes through memalign, which
-/// splits heap chunks so freed blocks are not reused exactly (200 allocate/free cycles of
-/// 1 MiB page-faulted 2305 times against 256).
+/// Aligned by hand (64 bytes more from plain operator new) rather than with an over-aligned
+/// new: that goes through memalign, which splits heap chunks so freed blocks are not reused
+/// exactly (200 allocate/free cycles of 1 MiB page-faulted 2305 times against 256).
+///
+/// Every buffer has kHeader bytes before its data: the jit buffer pool it belongs to (or null)
+/// at data - 16, and in the byte before the data the offset from the start of the block.
 constexpr std::size_t kLine = 64;
+constexpr std::size_t kHeader = 16;
+constexpr std::size_t kAlignFrom = 16 * 1024;  // smaller buffers: operator new's 16-byte alignment
+std::atomic<std::int64_t> g_system_allocations{0};
 
-void* line_aligned_new(std::size_t bytes) {
-  auto* raw = static_cast<unsigned char*>(::operator new(bytes + kLine));
-  const std::size_t offset = kLine - reinterpret_cast<std::uintptr_t>(raw) % kLine;  // 1..64
-  unsigned char* p = raw + offset;
+void* system_new(std::size_t bytes) {
+  auto* raw =
+      static_cast<unsigned char*>(::operator new(bytes + kHeader + (bytes >= kAlignFrom ? kLine : 0)));
+  std::size_t offset = kHeader;
+  if (bytes >= kAlignFrom)
+    offset += (kLine - reinterpret_cast<std::uintptr_t>(raw + kHeader) % kLine) % kLine;
+  unsigned char* p = raw + offset;  // offset 16..79
   p[-1] = static_cast<unsigned char>(offset);
+  detail::BufferPool::State* none = nullptr;
+  std::memcpy(p - kHeader, &none, sizeof none);
+  g_system_allocations.fetch_add(1, std::memory_order_relaxed);
   return p;
 }
 
-void line_aligned_delete(void* p) noexcept {
+void system_delete(void* p) noexcept {
   auto* q = static_cast<unsigned char*>(p);
   ::operator delete(q - q[-1]);
+}
+
+detail::BufferPool::State* pool_of(void* p) noexcept {
+  detail::BufferPool::State* st;
+  std::memcpy(&st, static_cast<unsigned char*>(p) - kHeader, sizeof st);
+  return st;
+}
+void set_pool_of(void* p, detail::BufferPool::State* st) noexcept {
+  std::memcpy(static_cast<unsigned char*>(p) - kHeader, &st, sizeof st);
 }
 
 /// Freed large buffers kept for reuse at exactly the same size: a functional collective
@@ -50,7 +74,7 @@ void line_aligned_delete(void* p) noexcept {
 /// (process_vm_readv) of 64 KiB-1 MiB ran 2-3x slower than into a fixed buffer.
 class BufferCache {
  public:
-  static constexpr std::size_t kMinBytes = 16 * 1024;
+  static constexpr std::size_t kMinBytes = kAlignFrom;
   static constexpr std::size_t kMaxEntries = 16;
   static constexpr std::size_t kMaxBytes = std::size_t{1} << 30;
 
@@ -72,7 +96,7 @@ class BufferCache {
     if (bytes < kMinBytes || !shard::keep_freed_memory() || bytes > kMaxBytes) return false;
     std::lock_guard lock(mutex_);
     while (!entries_.empty() && (entries_.size() >= kMaxEntries || held_ + bytes > kMaxBytes)) {
-      line_aligned_delete(entries_.front().p);  // the oldest goes back to malloc
+      system_delete(entries_.front().p);  // the oldest goes back to malloc
       held_ -= entries_.front().bytes;
       entries_.erase(entries_.begin());
     }
@@ -83,7 +107,7 @@ class BufferCache {
 
   void clear() {
     std::lock_guard lock(mutex_);
-    for (auto& e : entries_) line_aligned_delete(e.p);
+    for (auto& e : entries_) system_delete(e.p);
     entries_.clear();
     held_ = 0;
   }
@@ -105,7 +129,9 @@ BufferCache& cache() {
 
 }  // namespace
 
-TensorMemoryStats tensor_memory_stats() { return {g_live.load(), g_peak.load()}; }
+TensorMemoryStats tensor_memory_stats() {
+  return {g_live.load(), g_peak.load(), g_system_allocations.load(std::memory_order_relaxed)};
+}
 
 void reset_tensor_memory_peak() { g_peak.store(g_live.load()); }
 
@@ -124,22 +150,141 @@ bool keep_freed_memory() { return g_keep_freed; }
 
 namespace detail {
 
-void* tensor_alloc(std::size_t bytes, const Shape& shape, const char* dtype) {
-  // Buffers of at least BufferCache::kMinBytes start on a cache line; smaller ones come from
-  // plain operator new.
-  void* p = cache().take(bytes);
-  if (!p) {
-    try {
-      p = bytes >= BufferCache::kMinBytes ? line_aligned_new(bytes) : ::operator new(bytes);
-    } catch (const std::bad_alloc&) {
-      cache().clear();  // hand the kept buffers back and try once more
-      try {
-        p = bytes >= BufferCache::kMinBytes ? line_aligned_new(bytes) : ::operator new(bytes);
-      } catch (const std::bad_alloc&) {
-        raise<AllocationError>("cannot allocate ", bytes, " bytes for a ", dtype, to_string(shape),
-                               " array on this rank (", g_live.load(), " bytes of arrays are live here)");
-      }
+// ---- the jit buffer pool (core/buffer_pool.hpp)
+struct BufferPool::State {
+  struct Slot {
+    std::vector<void*> free;
+    std::int64_t taken = 0;  // net buffers taken since the call began
+    std::int64_t peak = 0;
+  };
+  std::mutex mutex;
+  std::unordered_map<std::size_t, Slot> slots;
+  std::int64_t refs = 1;  // the owner, and every buffer tagged with this pool
+  bool closed = false;
+  bool missed = false;  // the call allocated from the system
+  std::int64_t system_allocations = 0, reused = 0, free_bytes = 0;
+
+  /// A free buffer of `bytes`, or null (then the caller allocates and adopt()s one).
+  void* take(std::size_t bytes) {
+    const std::lock_guard lock(mutex);
+    Slot& s = slots[bytes];
+    s.peak = std::max(s.peak, ++s.taken);
+    if (s.free.empty()) {
+      missed = true;
+      return nullptr;
     }
+    void* p = s.free.back();
+    s.free.pop_back();
+    ++reused;
+    free_bytes -= static_cast<std::int64_t>(bytes);
+    return p;
+  }
+  void adopt(void* p) {
+    set_pool_of(p, this);
+    const std::lock_guard lock(mutex);
+    ++refs;
+    ++system_allocations;
+  }
+  /// A tagged buffer whose last Tensor died: kept, or freed when the pool is gone.
+  void give(void* p, std::size_t bytes) noexcept {
+    bool last = false;
+    {
+      const std::lock_guard lock(mutex);
+      if (!closed) {
+        try {
+          Slot& s = slots[bytes];
+          s.free.push_back(p);
+          --s.taken;
+          free_bytes += static_cast<std::int64_t>(bytes);
+          return;
+        } catch (...) {  // the free list could not grow: the buffer goes to the system
+        }
+      }
+      last = --refs == 0;
+    }
+    system_delete(p);
+    if (last) delete this;
+  }
+};
+
+namespace {
+thread_local BufferPool* t_pool = nullptr;
+}
+
+BufferPool::BufferPool() : state_(new State) {}
+
+BufferPool::~BufferPool() {
+  bool last = false;
+  {
+    const std::lock_guard lock(state_->mutex);
+    state_->closed = true;
+    for (auto& [bytes, slot] : state_->slots) {
+      for (void* p : slot.free) system_delete(p);
+      state_->refs -= static_cast<std::int64_t>(slot.free.size());
+      slot.free.clear();
+    }
+    last = --state_->refs == 0;
+  }
+  if (last) delete state_;
+}
+
+BufferPool::Stats BufferPool::stats() const {
+  const std::lock_guard lock(state_->mutex);
+  return Stats{state_->system_allocations, state_->reused, state_->free_bytes};
+}
+
+void BufferPool::begin_call() {
+  const std::lock_guard lock(state_->mutex);
+  state_->missed = false;
+  for (auto& [bytes, slot] : state_->slots) slot.taken = slot.peak = 0;
+}
+
+void BufferPool::end_call() {
+  const std::lock_guard lock(state_->mutex);
+  if (!state_->missed) return;
+  for (auto& [bytes, slot] : state_->slots)
+    while (static_cast<std::int64_t>(slot.free.size()) < slot.peak) {
+      void* p = system_new(bytes);
+      set_pool_of(p, state_);
+      slot.free.push_back(p);
+      ++state_->refs;
+      ++state_->system_allocations;
+      state_->free_bytes += static_cast<std::int64_t>(bytes);
+    }
+}
+
+BufferPoolScope::BufferPoolScope(BufferPool* pool) noexcept : previous_(t_pool) { t_pool = pool; }
+BufferPoolScope::~BufferPoolScope() { t_pool = previous_; }
+BufferPool* active_buffer_pool() noexcept { return t_pool; }
+
+namespace {
+void* new_buffer(std::size_t bytes, const Shape& shape, const char* dtype) {
+  if (void* p = cache().take(bytes)) return p;
+  try {
+    return system_new(bytes);
+  } catch (const std::bad_alloc&) {
+    cache().clear();  // hand the kept buffers back and try once more
+    try {
+      return system_new(bytes);
+    } catch (const std::bad_alloc&) {
+      raise<AllocationError>("cannot allocate ", bytes, " bytes for a ", dtype, to_string(shape),
+                             " array on this rank (", g_live.load(), " bytes of arrays are live here)");
+    }
+  }
+}
+}  // namespace
+
+void* tensor_alloc(std::size_t bytes, const Shape& shape, const char* dtype) {
+  // Buffers of at least 16 KiB start on a cache line (system_new).
+  void* p = nullptr;
+  if (BufferPool* pool = t_pool) {
+    p = pool->state()->take(bytes);
+    if (!p) {
+      p = new_buffer(bytes, shape, dtype);
+      pool->state()->adopt(p);
+    }
+  } else {
+    p = new_buffer(bytes, shape, dtype);
   }
   const std::int64_t live =
       g_live.fetch_add(static_cast<std::int64_t>(bytes)) + static_cast<std::int64_t>(bytes);
@@ -151,14 +296,15 @@ void* tensor_alloc(std::size_t bytes, const Shape& shape, const char* dtype) {
 
 void tensor_free(void* p, std::size_t bytes) noexcept {
   g_live.fetch_sub(static_cast<std::int64_t>(bytes));
+  if (BufferPool::State* st = pool_of(p)) {
+    st->give(p, bytes);
+    return;
+  }
   try {
     if (cache().give(p, bytes)) return;
   } catch (...) {  // the cache could not grow: free normally
   }
-  if (bytes >= BufferCache::kMinBytes)
-    line_aligned_delete(p);
-  else
-    ::operator delete(p);
+  system_delete(p);
 }
 
 SharedBuffer::~SharedBuffer() { tensor_free(data, bytes); }

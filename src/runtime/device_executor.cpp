@@ -1,5 +1,6 @@
 #include "shard/runtime/detail/device_executor.hpp"
 
+#include "shard/core/buffer_pool.hpp"
 #include "shard/core/timeline.hpp"
 
 namespace shard::detail {
@@ -31,8 +32,10 @@ void DeviceExecutor::worker_loop(int index) {
     if (index >= job_size_) continue;
     const auto* job = job_;
     const auto* on_failure = on_failure_;
+    BufferPool* const pool = pool_;
     lock.unlock();
     try {
+      const BufferPoolScope buffers(pool);  // the caller's (jit's buffers)
       (*job)(index);
     } catch (...) {
       record_failure(std::current_exception());  // before waking peers: the root cause wins
@@ -59,6 +62,7 @@ void DeviceExecutor::run(int n, const std::function<void(int)>& fn, const std::f
     job_ = &fn;
     on_failure_ = &on_failure;
     job_size_ = n;
+    pool_ = active_buffer_pool();
     pending_ = n - 1;
     first_error_ = nullptr;
     ++generation_;

@@ -607,4 +607,26 @@ SHARD_MPI_TEST(Jit, TrainStepWithOptimizerUpdate) {
   }
 }
 
+SHARD_MPI_TEST(Jit, GradOfAShardMapInsideJitIsRefusedOutsideWorks) {
+  // jit(grad(f)) with f calling shard_map: the shard_map is one opaque equation, which a grad
+  // inside the jit cannot see through; refused on every rank (it gave a zero gradient), while
+  // grad(jit(f)) replays the program for the tape and equals eager's gradient.
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"data"});
+  const auto x = device_put(random_tensor<float>({4 * n, 3}, 91), NamedSharding(mesh, P("data", None)));
+  const auto w = device_put(random_tensor<float>({3, 2}, 92), NamedSharding(mesh, P()));
+  auto loss = [&](const ShardedArray<float>& wt, const ShardedArray<float>& xs) {
+    return shard_map(mesh, {P(), P("data", None)}, P(),
+                     [](DeviceContext& ctx, const Tensor<float>& wb, const Tensor<float>& xb) {
+                       return ctx.psum(sum(square(matmul(xb, wb))), "data");
+                     })(wt, xs);
+  };
+  const Tensor<double> want = host_double(grad(loss)(w, x));
+  EXPECT_THROW((void)jit(grad(loss))(w, x), ValueError);
+  expect_equal(host_double(grad(jit(loss))(w, x)), want, 1e-6, "grad(jit(shard_map))");
+  // Not differentiated with respect to the shard_map's operands: jit(grad) is fine.
+  auto other = [&](const ShardedArray<float>& v) { return sum(v * v) + loss(w, x); };
+  expect_equal(host_double(jit(grad(other))(w)), host_double(grad(other)(w)), 1e-6, "grad past a shard_map");
+}
+
 }  // namespace

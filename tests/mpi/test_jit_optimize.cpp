@@ -2,7 +2,9 @@
 // bit for bit what the unfused program and eager give (on uneven shapes, blocks shorter and longer
 // than a tile, replicated axes, bool and cast intermediates), reads each input once and writes
 // only what the rest of the program uses; a broadcasting op or a reshard ends a chain; the
-// passes switch off; grad and vmap around a fused program replay it op by op.
+// passes switch off; grad and vmap around a fused program replay it op by op. A program's buffers
+// are reused from call to call: after the first call, no Tensor buffer comes from the system
+// (device threads of a shard_map, reshards' transfers and results too), unless switched off.
 
 #include <cmath>
 #include <cstdint>
@@ -218,6 +220,50 @@ SHARD_MPI_TEST(JitOptimize, HostTensorChainsFuse) {
   const auto prog = f.lower(x).optimized();
   EXPECT_EQ(prog.num_ops(), 1u) << prog.to_string();
   expect_same(host_double(f(x)), host_double(astype<float>(exp(-x * x) + 1.0)), "host chain");
+}
+
+/// A program of every kind of op: a fused chain, a reduction, a product, a reshard's transfers and
+/// a shard_map whose body runs on each device thread with a psum.
+struct Mixed {
+  Mesh mesh;
+  auto operator()(const ShardedArray<float>& x, const ShardedArray<float>& w) const {
+    const auto h = maximum(x * 1.5f - 0.25f, 0.f);
+    const auto p = matmul(h, w);
+    const auto moved = reshard(p, NamedSharding(mesh, P(None, "a")));
+    const auto s = shard_map(
+        mesh, P(None, "a"), P(None, "a"),
+        [](DeviceContext& ctx, const Tensor<float>& b) { return b * 2.f + ctx.psum(b, "a"); })(moved);
+    return std::make_tuple(s, sum(h, {1}));
+  }
+};
+
+SHARD_MPI_TEST(JitOptimize, NoAllocationPerCallAfterTheFirst) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  std::vector<ShardedArray<float>> xs;  // a new input each call, the same signature
+  for (int k = 0; k < 6; ++k)
+    xs.push_back(device_put(random_tensor<float>({4 * n, 6}, 70 + k), NamedSharding(mesh, P("a", None))));
+  const auto w = device_put(random_tensor<float>({6, 2 * n}, 80), NamedSharding(mesh, P()));
+  const Mixed g{mesh};
+  for (const bool reuse : {true, false}) {
+    auto f = jit(g, JitOptions{.reuse_buffers = reuse});
+    auto out = f(xs[0], w);  // traced and run once
+    std::int64_t later = 0;  // system allocations of calls 2.. (the last call's results held meanwhile)
+    for (std::size_t k = 1; k < xs.size(); ++k) {
+      const std::int64_t before = tensor_memory_stats().system_allocations;
+      out = f(xs[k], w);
+      const std::int64_t made = tensor_memory_stats().system_allocations - before;
+      later += made;
+      const auto want = g(xs[k], w);
+      expect_same(host_double(std::get<0>(out)), host_double(std::get<0>(want)), "shard_map result");
+      expect_same(host_double(std::get<1>(out)), host_double(std::get<1>(want)), "row sums");
+    }
+    if (reuse) {
+      EXPECT_EQ(later, 0) << "Tensor buffers taken from the system by calls 2-6";
+    } else {
+      EXPECT_GT(later, 0) << "without the pool small buffers come from the system each call";
+    }
+  }
 }
 
 }  // namespace

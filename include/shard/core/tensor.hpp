@@ -32,6 +32,9 @@ namespace shard {
 struct TensorMemoryStats {
   std::int64_t live_bytes;
   std::int64_t peak_bytes;
+  /// Buffers taken from the system allocator since the process started (not reused from the
+  /// freed-buffer cache or a jit program's buffer pool).
+  std::int64_t system_allocations = 0;
 };
 TensorMemoryStats tensor_memory_stats();
 /// Sets the peak to the current live bytes.

@@ -54,6 +54,7 @@
 
 #include "shard/array/driver.hpp"
 #include "shard/array/reshard.hpp"
+#include "shard/core/buffer_pool.hpp"
 #include "shard/core/none.hpp"
 #include "shard/core/tree.hpp"
 #include "shard/error.hpp"
@@ -94,6 +95,10 @@ struct JitOptions {
   /// Run each chain of elementwise ops as one pass over memory (jit/optimize.hpp). A vmap, grad or
   /// outer jit around the jitted function replays the program op by op either way.
   bool fuse = true;
+  /// Keep the program's Tensor buffers between calls (core/buffer_pool.hpp): after the first
+  /// call, a call with the same signature takes every intermediate and result buffer from the
+  /// program's pool, none from the system (`tensor_memory_stats().system_allocations` stays).
+  bool reuse_buffers = true;
 };
 
 /// A traced program (make_jaxpr, Jitted::lower): prints as one line per op with each value's
@@ -235,6 +240,7 @@ struct JitEntry {
   std::shared_ptr<Program> program;
   std::any output_skeleton;                  // the output tree with empty arrays
   std::shared_ptr<const Program> optimized;  // what a call replays (the passes of optimize.hpp)
+  std::shared_ptr<BufferPool> buffers = std::make_shared<BufferPool>();  // its calls' buffers
 };
 
 struct JitCache {
@@ -471,6 +477,9 @@ class Jitted {
   auto run(const detail::JitEntry& entry, bool transformed, const Args&... args) const {
     using Out = std::invoke_result_t<const F&, const Args&...>;
     const detail::Program& prog = transformed || !entry.optimized ? *entry.program : *entry.optimized;
+    detail::BufferPool* const pool = !transformed && options_.reuse_buffers ? entry.buffers.get() : nullptr;
+    const detail::BufferPoolScope buffers(pool);
+    if (pool) pool->begin_call();
     detail::ReplayEnv env;
     env.plain = transformed;
     env.slots.resize(prog.values.size());
@@ -486,7 +495,7 @@ class Jitted {
     std::size_t o = 0;
     std::vector<int> returned;  // a value returned twice gives two arrays, as eager's copies are
     const Out& skeleton = *std::any_cast<Out>(&entry.output_skeleton);
-    return tree_map(
+    auto out = tree_map(
         [&](const auto& leaf) {
           using X = std::remove_cvref_t<decltype(leaf)>;
           const std::size_t i = o++;
@@ -507,6 +516,9 @@ class Jitted {
           return v.alias();
         },
         skeleton);
+    env.slots.clear();  // the intermediates go back to the pool within the call
+    if (pool) pool->end_call();
+    return out;
   }
 
   F f_;

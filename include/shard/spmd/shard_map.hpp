@@ -250,11 +250,22 @@ class ShardMapped {
   auto operator()(const Args&... args) const {
     if constexpr (checked<Args...>()) {
       // Inside jit: one equation of the program, the body run as written when it replays.
-      if (const std::uint64_t level = detail::trace_level_of(args...))
+      if (const std::uint64_t level = detail::trace_level_of(args...)) {
+        // A grad inside the jit (jit(grad(f)) with f calling this shard_map) would not see the body's
+        // ops through the opaque equation: its gradient would be silently zero. Refused until the
+        // equation carries its VJP.
+        detail::Tape* tape = nullptr;
+        (tree_for_each([&](const auto& leaf) { tape = tape ? tape : detail::recording_tape_for(leaf); }, args), ...);
+        if (tape && tape->id() > level)
+          raise<ValueError>(located("shard_map", where_),
+                            ": differentiated inside jit (jit(grad(f)) or jit(value_and_grad(f)) where f calls "
+                            "shard_map) is not supported yet; differentiate outside (grad(jit(f)) replays the "
+                            "program for the tape), or run the step without jit");
         return detail::trace_opaque(
             "shard_map",
             [self = *this](const auto&... a) { return self.call(std::index_sequence_for<Args...>{}, a...); }, level,
             args...);
+      }
       return call(std::index_sequence_for<Args...>{}, args...);
     }
   }

@@ -11,6 +11,8 @@
 
 namespace shard::detail {
 
+class BufferPool;
+
 class DeviceExecutor {
  public:
   DeviceExecutor() = default;
@@ -39,6 +41,7 @@ class DeviceExecutor {
   bool stop_ = false;
   std::exception_ptr first_error_;
   const std::function<void(int)>* on_failure_ = nullptr;
+  BufferPool* pool_ = nullptr;  // the caller's buffer pool, named on the workers too
 };
 
 }  // namespace shard::detail

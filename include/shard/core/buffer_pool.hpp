@@ -1,0 +1,59 @@
+#pragma once
+/// \file A pool of Tensor buffers that one program reuses from call to call (jit's buffers: no
+/// allocation per replay after the first). While a BufferPoolScope names a pool on a thread (the
+/// device executor hands the caller's pool to its workers), every Tensor buffer that thread
+/// allocates comes from the pool's freed buffers of exactly that size, else from the system and
+/// is then the pool's: when its last Tensor dies (during the call or after it, on any thread) it
+/// goes back to the pool's free list instead of the system. After a call that had to allocate,
+/// the pool keeps as many free buffers of each size as the call had in use at once, so the next
+/// call finds them even while the caller still holds the last call's results (the price: one set
+/// of results more, as JAX's buffers without donation). Destroying the pool frees its free
+/// buffers; the ones still in use go to the system when their Tensors die.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace shard::detail {
+
+class BufferPool {
+ public:
+  BufferPool();
+  ~BufferPool();
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  struct Stats {
+    std::int64_t system_allocations = 0;  ///< buffers the pool took from the system
+    std::int64_t reused = 0;              ///< allocations served from its free buffers
+    std::int64_t free_bytes = 0;          ///< bytes held in its free lists now
+  };
+  Stats stats() const;
+  /// Starts a call's accounting (what it has in use at once, per size).
+  void begin_call();
+  /// Ends it: after a call that allocated from the system, tops the free lists up to what the
+  /// call had in use at once (per size).
+  void end_call();
+
+  struct State;
+  State* state() const { return state_; }
+
+ private:
+  State* state_;
+};
+
+/// Names `pool` (null: none) as this thread's pool for its lifetime; restores the previous one.
+class BufferPoolScope {
+ public:
+  explicit BufferPoolScope(BufferPool* pool) noexcept;
+  ~BufferPoolScope();
+  BufferPoolScope(const BufferPoolScope&) = delete;
+  BufferPoolScope& operator=(const BufferPoolScope&) = delete;
+
+ private:
+  BufferPool* previous_;
+};
+
+/// This thread's pool (null when none).
+BufferPool* active_buffer_pool() noexcept;
+
+}  // namespace shard::detail
