@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "shard/core/time_split.hpp"
+#include "shard/core/detail/int_wrap.hpp"
 #include "shard/core/timeline.hpp"
 #include "shard/comm/comm_stats.hpp"
 #include "shard/comm/detail/collective.hpp"
@@ -101,11 +102,11 @@ void combine(Tensor<T>& acc, const Tensor<T>& x, ReduceKind op) {
       break;
     case ReduceKind::kProd:
       if constexpr (!std::is_same_v<T, bool>)
-        for (std::int64_t i = 0; i < n; ++i) a[i] = static_cast<T>(a[i] * b[i]);
+        for (std::int64_t i = 0; i < n; ++i) a[i] = mul_wrap(a[i], b[i]);  // integers wrap
       break;
     default:
       if constexpr (!std::is_same_v<T, bool>)
-        for (std::int64_t i = 0; i < n; ++i) a[i] = static_cast<T>(a[i] + b[i]);
+        for (std::int64_t i = 0; i < n; ++i) a[i] = add_wrap(a[i], b[i]);
   }
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "shard/comm/detail/mesh_comms.hpp"
+#include "shard/core/detail/int_wrap.hpp"
 
 namespace shard::detail {
 
@@ -78,14 +79,14 @@ void shared_reduce(const Mesh& mesh, const CollectiveSpec& s, Tensor<T>& acc, co
     const T* __restrict a = window_slot<T>(w, 0);
     const T* __restrict b = window_slot<T>(w, 1);
     T* __restrict o = acc.data();
-    for (std::int64_t i = 0; i < len; ++i) o[i] = a[i] + b[i];
+    for (std::int64_t i = 0; i < len; ++i) o[i] = add_wrap(a[i], b[i]);  // integers wrap
     return;
   }
   const std::int64_t lo = len * w.index / w.size, hi = len * (w.index + 1) / w.size;
   T* __restrict sum = window_slot<T>(w, 0) + lo;
   for (int r = 1; r < w.size; ++r) {
     const T* __restrict other = window_slot<T>(w, r) + lo;
-    for (std::int64_t i = 0; i < hi - lo; ++i) sum[i] += other[i];
+    for (std::int64_t i = 0; i < hi - lo; ++i) sum[i] = add_wrap(sum[i], other[i]);
   }
   shared_window_barrier(mesh, w, s.name, where);
   std::memcpy(acc.data(), w.base, acc.bytes());

@@ -100,8 +100,8 @@ T int_pow(T base, T exp) {
   if (exp < 0) return base == T(1) ? T(1) : base == T(-1) ? (exp % 2 ? T(-1) : T(1)) : T(0);
   T r = 1;
   while (exp) {
-    if (exp & 1) r = static_cast<T>(r * base);
-    base = static_cast<T>(base * base);
+    if (exp & 1) r = detail::mul_wrap(r, base);
+    base = detail::mul_wrap(base, base);
     exp >>= 1;
   }
   return r;
@@ -135,9 +135,9 @@ auto with_binary(BinaryOp op, Go&& go) {
     }
   } else {
     switch (op) {
-      case BinaryOp::kAdd: return go([](T x, T y) { return static_cast<T>(x + y); });
-      case BinaryOp::kSub: return go([](T x, T y) { return static_cast<T>(x - y); });
-      case BinaryOp::kMul: return go([](T x, T y) { return static_cast<T>(x * y); });
+      case BinaryOp::kAdd: return go([](T x, T y) { return detail::add_wrap(x, y); });  // integers wrap
+      case BinaryOp::kSub: return go([](T x, T y) { return detail::sub_wrap(x, y); });
+      case BinaryOp::kMul: return go([](T x, T y) { return detail::mul_wrap(x, y); });
       case BinaryOp::kMax:
         return go([](T x, T y) {
           if constexpr (is_floating_v<T>) return (x > y || x != x) ? x : y;  // nan propagates
@@ -279,9 +279,9 @@ auto with_unary(UnaryOp op, Go&& go) {
     }
   } else if constexpr (std::is_integral_v<T>) {
     switch (op) {
-      case UnaryOp::kNeg: return go([](T x) { return static_cast<T>(-x); });
-      case UnaryOp::kAbs: return go([](T x) { return x < 0 ? static_cast<T>(-x) : x; });
-      case UnaryOp::kSquare: return go([](T x) { return static_cast<T>(x * x); });
+      case UnaryOp::kNeg: return go([](T x) { return detail::sub_wrap(T(0), x); });  // -MIN is MIN, as numpy's
+      case UnaryOp::kAbs: return go([](T x) { return x < 0 ? detail::sub_wrap(T(0), x) : x; });
+      case UnaryOp::kSquare: return go([](T x) { return detail::mul_wrap(x, x); });
       case UnaryOp::kSign: return go([](T x) { return static_cast<T>((x > 0) - (x < 0)); });
       case UnaryOp::kRelu: return go([](T x) { return x > 0 ? x : T(0); });
       case UnaryOp::kFloor:

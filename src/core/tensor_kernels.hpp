@@ -10,6 +10,7 @@
 
 #include "core/shape_rules.hpp"  // the shape checks both views' kernels share
 #include "shard/core/box.hpp"
+#include "shard/core/detail/int_wrap.hpp"
 #include "shard/core/tensor_ops.hpp"
 
 namespace shard::detail {

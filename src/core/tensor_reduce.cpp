@@ -47,11 +47,11 @@ template <typename A>
 struct Combine {
   static A sum(A x, A y) {
     if constexpr (std::is_same_v<A, bool>) return x || y;
-    else return x + y;
+    else return detail::add_wrap(x, y);  // integers wrap
   }
   static A prod(A x, A y) {
     if constexpr (std::is_same_v<A, bool>) return x && y;
-    else return x * y;
+    else return detail::mul_wrap(x, y);
   }
   static A max(A x, A y) {
     if constexpr (is_floating_v<A>) return (y > x || y != y) ? y : x;
@@ -68,9 +68,10 @@ struct Combine {
 /// numpy's pairwise summation of n contiguous values into A.
 template <typename A, typename T>
 A pairwise_sum(const T* a, std::int64_t n) {
+  using detail::add_wrap;  // integers wrap (their accumulator is int64)
   if (n < 8) {
     A r = A(0);
-    for (std::int64_t i = 0; i < n; ++i) r += static_cast<A>(a[i]);
+    for (std::int64_t i = 0; i < n; ++i) r = add_wrap(r, static_cast<A>(a[i]));
     return r;
   }
   if (n <= 128) {
@@ -78,14 +79,15 @@ A pairwise_sum(const T* a, std::int64_t n) {
     for (int j = 0; j < 8; ++j) r[j] = static_cast<A>(a[j]);
     const std::int64_t m = n - n % 8;
     for (std::int64_t i = 8; i < m; i += 8)
-      for (int j = 0; j < 8; ++j) r[j] += static_cast<A>(a[i + j]);
-    A res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-    for (std::int64_t i = m; i < n; ++i) res += static_cast<A>(a[i]);
+      for (int j = 0; j < 8; ++j) r[j] = add_wrap(r[j], static_cast<A>(a[i + j]));
+    A res = add_wrap(add_wrap(add_wrap(r[0], r[1]), add_wrap(r[2], r[3])),
+                     add_wrap(add_wrap(r[4], r[5]), add_wrap(r[6], r[7])));
+    for (std::int64_t i = m; i < n; ++i) res = add_wrap(res, static_cast<A>(a[i]));
     return res;
   }
   std::int64_t half = n / 2;
   half -= half % 8;
-  return pairwise_sum<A>(a, half) + pairwise_sum<A>(a + half, n - half);
+  return add_wrap(pairwise_sum<A>(a, half), pairwise_sum<A>(a + half, n - half));
 }
 
 /// f-reduction of n contiguous values with 8 independent lanes (n >= 1).
@@ -115,14 +117,14 @@ void pairwise_rows(const T* a, std::int64_t n, std::int64_t inner, A* out, A* sc
     for (std::int64_t r = 1; r < n; ++r) {
       const T* __restrict row = a + r * inner;
       A* __restrict o = out;
-      for (std::int64_t k = 0; k < inner; ++k) o[k] += static_cast<A>(row[k]);
+      for (std::int64_t k = 0; k < inner; ++k) o[k] = detail::add_wrap(o[k], static_cast<A>(row[k]));
     }
     return;
   }
   const std::int64_t half = n / 2;
   pairwise_rows(a, half, inner, out, scratch + inner);
   pairwise_rows(a + half * inner, n - half, inner, scratch, scratch + inner);
-  for (std::int64_t k = 0; k < inner; ++k) out[k] += scratch[k];
+  for (std::int64_t k = 0; k < inner; ++k) out[k] = detail::add_wrap(out[k], scratch[k]);
 }
 
 template <typename A, typename T, typename F>

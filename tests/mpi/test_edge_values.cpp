@@ -1,9 +1,12 @@
 // Nothing silently wrong (issue 33's value classes), against numpy's semantics on a host
 // reference: a generated sweep of nan and +-inf at every position through every floating
 // reduction and argmax/argmin, split over every device and replicated, 2-D along each dim; integer
-// floor_divide / remainder at MIN, -1, 0, MAX; astype of out-of-range floats to integers
-// (saturating, as JAX); an optimizer state that belongs to other parameters or is damaged; print
-// options out of range.
+// floor_divide / remainder at MIN, -1, 0, MAX; every other integer op (add, subtract, multiply,
+// maximum, minimum, the bitwise ops, negative, abs, square, sign, sum, prod, max, min, argmax,
+// argmin, cumsum, the psum that combines devices) at MIN, MIN+1, -1, 0, 1, MAX-1, MAX, wrapping as
+// numpy's and JAX's two's complement does (no undefined signed overflow: UBSan runs this); astype of
+// out-of-range floats to integers (saturating, as JAX); an optimizer state that belongs to other parameters
+// or is damaged; print options out of range.
 
 #include <climits>
 #include <cmath>
@@ -153,6 +156,125 @@ void check_integer_division() {
     EXPECT_EQ(fr.flat(k), mod_ref(x, y)) << "remainder " << what;
     EXPECT_EQ(sr.flat(k), mod_ref(x, y)) << "sharded remainder " << what;
   }
+}
+
+/// Two's complement arithmetic, as numpy and JAX compute integers (the reference: unsigned 64-bit).
+template <typename I>
+I wrapped(std::uint64_t v) {
+  return static_cast<I>(static_cast<std::make_unsigned_t<I>>(v));
+}
+
+template <typename I>
+void check_integer_ops() {
+  using U = std::uint64_t;
+  const I lo = std::numeric_limits<I>::min(), hi = std::numeric_limits<I>::max();
+  const std::vector<I> values{lo, static_cast<I>(lo + 1), -1, 0, 1, static_cast<I>(hi - 1), hi};
+  const std::int64_t m = static_cast<std::int64_t>(values.size());
+  Tensor<I> a({m, m}), b({m, m});  // every pair
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < m; ++j) {
+      a.flat(i * m + j) = values[static_cast<std::size_t>(i)];
+      b.flat(i * m + j) = values[static_cast<std::size_t>(j)];
+    }
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const NamedSharding rows(mesh, P("a", None)), cols(mesh, P(None, "a"));
+  const auto sa = device_put(a, rows), sb = device_put(b, rows);
+  const auto ca = device_put(a, cols);  // reductions along a split dim combine devices (psum)
+  const std::string type = dtype_name<I>();
+  struct Binary {
+    const char* name;
+    Tensor<I> got, sharded;
+    I (*want)(I, I);
+  };
+  const std::vector<Binary> binary{
+      {"add", a + b, (sa + sb).to_host(), [](I x, I y) { return wrapped<I>(U(x) + U(y)); }},
+      {"subtract", a - b, (sa - sb).to_host(), [](I x, I y) { return wrapped<I>(U(x) - U(y)); }},
+      {"multiply", a * b, (sa * sb).to_host(), [](I x, I y) { return wrapped<I>(U(x) * U(y)); }},
+      {"maximum", maximum(a, b), maximum(sa, sb).to_host(), [](I x, I y) { return x > y ? x : y; }},
+      {"minimum", minimum(a, b), minimum(sa, sb).to_host(), [](I x, I y) { return x < y ? x : y; }},
+      {"bitwise_and", a & b, (sa & sb).to_host(), [](I x, I y) { return static_cast<I>(x & y); }},
+      {"bitwise_xor", a ^ b, (sa ^ sb).to_host(), [](I x, I y) { return static_cast<I>(x ^ y); }}};
+  for (const auto& op : binary)
+    for (std::int64_t k = 0; k < m * m; ++k) {
+      const I x = a.flat(k), y = b.flat(k);
+      EXPECT_EQ(op.got.flat(k), op.want(x, y)) << op.name << "(" << x << ", " << y << ") " << type;
+      EXPECT_EQ(op.sharded.flat(k), op.want(x, y))
+          << "sharded " << op.name << "(" << x << ", " << y << ") " << type;
+    }
+  struct Unary {
+    const char* name;
+    Tensor<I> got, sharded;
+    I (*want)(I);
+  };
+  const std::vector<Unary> unary{
+      {"negative", -a, (-sa).to_host(), [](I x) { return wrapped<I>(U(0) - U(x)); }},
+      {"abs", abs(a), abs(sa).to_host(), [](I x) { return x < 0 ? wrapped<I>(U(0) - U(x)) : x; }},
+      {"square", square(a), square(sa).to_host(), [](I x) { return wrapped<I>(U(x) * U(x)); }},
+      {"sign", sign(a), sign(sa).to_host(), [](I x) { return static_cast<I>((x > 0) - (x < 0)); }}};
+  for (const auto& op : unary)
+    for (std::int64_t k = 0; k < m * m; ++k) {
+      EXPECT_EQ(op.got.flat(k), op.want(a.flat(k))) << op.name << "(" << a.flat(k) << ") " << type;
+      EXPECT_EQ(op.sharded.flat(k), op.want(a.flat(k)))
+          << "sharded " << op.name << "(" << a.flat(k) << ") " << type;
+    }
+  // Reductions along each dim (rows: each row is one value repeated; columns: every value), in
+  // both views and on both layouts (a split reduced dim adds a psum over 'a').
+  for (const int dim : {0, 1}) {
+    const Tensor<I> host_sum = sum(a, {dim}), host_prod = prod(a, {dim});
+    const Tensor<I> host_max = max(a, {dim}), host_min = min(a, {dim});
+    const Tensor<std::int64_t> host_argmax = argmax(a, dim), host_argmin = argmin(a, dim);
+    const Tensor<I> host_cumsum = cumsum(a, dim);
+    for (const auto* x : {&sa, &ca}) {
+      const std::string what =
+          type + " along dim " + std::to_string(dim) + " of " + x->sharding().to_string();
+      const Tensor<I> s_sum = sum(*x, {dim}).to_host(), s_prod = prod(*x, {dim}).to_host();
+      const Tensor<I> s_max = max(*x, {dim}).to_host(), s_min = min(*x, {dim}).to_host();
+      const Tensor<std::int64_t> s_argmax = argmax(*x, dim).to_host(), s_argmin = argmin(*x, dim).to_host();
+      const Tensor<I> s_cumsum = cumsum(*x, dim).to_host();
+      for (std::int64_t o = 0; o < m; ++o) {
+        U total = 0, product = 1, running = 0;
+        I best = lo, worst = hi;
+        std::int64_t at_best = 0, at_worst = 0;
+        for (std::int64_t r = 0; r < m; ++r) {
+          const I v = dim == 0 ? a.flat(r * m + o) : a.flat(o * m + r);
+          total += U(v);
+          product *= U(v);
+          running += U(v);
+          if (r == 0 || v > best) best = v, at_best = r;
+          if (r == 0 || v < worst) worst = v, at_worst = r;
+          const std::int64_t flat = dim == 0 ? r * m + o : o * m + r;
+          EXPECT_EQ(host_cumsum.flat(flat), wrapped<I>(running)) << "cumsum " << what;
+          EXPECT_EQ(s_cumsum.flat(flat), wrapped<I>(running)) << "sharded cumsum " << what;
+        }
+        EXPECT_EQ(host_sum.flat(o), wrapped<I>(total)) << "sum " << what << " at " << o;
+        EXPECT_EQ(s_sum.flat(o), wrapped<I>(total)) << "sharded sum " << what << " at " << o;
+        EXPECT_EQ(host_prod.flat(o), wrapped<I>(product)) << "prod " << what << " at " << o;
+        EXPECT_EQ(s_prod.flat(o), wrapped<I>(product)) << "sharded prod " << what << " at " << o;
+        EXPECT_EQ(host_max.flat(o), best) << "max " << what;
+        EXPECT_EQ(s_max.flat(o), best) << "sharded max " << what;
+        EXPECT_EQ(host_min.flat(o), worst) << "min " << what;
+        EXPECT_EQ(s_min.flat(o), worst) << "sharded min " << what;
+        EXPECT_EQ(host_argmax.flat(o), at_best) << "argmax " << what;
+        EXPECT_EQ(s_argmax.flat(o), at_best) << "sharded argmax " << what;
+        EXPECT_EQ(host_argmin.flat(o), at_worst) << "argmin " << what;
+        EXPECT_EQ(s_argmin.flat(o), at_worst) << "sharded argmin " << what;
+      }
+    }
+  }
+  // A sum over the devices inside a shard_map: psum of MAX on every device wraps.
+  const auto maxes = device_put(Tensor<I>({n, 2}, hi), rows);
+  const Tensor<I> summed =
+      shard_map(mesh, P("a", None), P(None, None),
+                [](DeviceContext& ctx, const Tensor<I>& blk) { return ctx.psum(blk, "a"); })(maxes)
+          .to_host();
+  for (std::int64_t k = 0; k < summed.size(); ++k)
+    EXPECT_EQ(summed.flat(k), wrapped<I>(U(hi) * U(n))) << "psum of " << n << " x MAX " << type;
+}
+
+SHARD_MPI_TEST(EdgeValues, IntegerOpsWrapAtTheLimits) {
+  check_integer_ops<std::int32_t>();
+  check_integer_ops<std::int64_t>();
 }
 
 SHARD_MPI_TEST(EdgeValues, IntegerDivisionAtTheLimits) {
