@@ -60,7 +60,16 @@ ShardedArray<T>::ShardedArray(Shape shape, NamedSharding sharding, std::vector<S
 }
 
 template <typename T>
+void ShardedArray<T>::raise_inaccessible(const char* what) const {
+  if (batch_) detail::raise_batched_access(what, *batch_);
+  raise<ValueError>(what, " of a deleted array: its buffers were donated to a jit call (JitOptions::donate_argnums) "
+                    "or freed with delete_buffers(), as JAX deletes a donated array; use the call's result instead, "
+                    "or do not donate an argument you read again");
+}
+
+template <typename T>
 const Shard<T>& ShardedArray<T>::shard_of(int device_id) const {
+  if (deleted_) raise_inaccessible("shard_of()");
   // A shard_map body reading a differentiated array's block through a capture: its gradient
   // could not flow back (it would silently be 0).
   if (ad_)
@@ -179,7 +188,7 @@ template <typename T>
 T ShardedArray<T>::item(shard::source_location where) const {
   const detail::CallScope scope("item", where);
   if (empty()) raise<ValueError>("item(): the array is empty (default-constructed and never assigned an array)");
-  if (batch_) detail::raise_batched_access("item()", *batch_);
+  if (batch_ || deleted_) raise_inaccessible("item()");
   if (size() != 1)
     raise<ShapeError>("item(): the array has shape ", to_string(shape_), " (", size(),
                       " elements); item() reads a 0-d or size-1 array");
@@ -196,6 +205,7 @@ T ShardedArray<T>::item(shard::source_location where) const {
 template <typename T>
 Tensor<T> ShardedArray<T>::gather(int root, shard::source_location where) const {
   const detail::CallScope scope("gather", where);
+  if (deleted_) raise_inaccessible("gather()");
   const auto& comm = world();
   if (root < 0 || root >= comm.size())
     raise<ValueError>("gather: root ", root, " is not a rank (there are ", comm.size(), " ranks)");

@@ -185,6 +185,21 @@ struct BufferPool::State {
     ++refs;
     ++system_allocations;
   }
+  /// A buffer of no pool freed during a call: joins the free list (the pool is open: its call runs).
+  void adopt_free(void* p, std::size_t bytes) noexcept {
+    {
+      const std::lock_guard lock(mutex);
+      try {
+        slots[bytes].free.push_back(p);
+        set_pool_of(p, this);
+        ++refs;
+        free_bytes += static_cast<std::int64_t>(bytes);
+        return;
+      } catch (...) {  // the free list could not grow
+      }
+    }
+    system_delete(p);
+  }
   /// A tagged buffer whose last Tensor died: kept, or freed when the pool is gone.
   void give(void* p, std::size_t bytes) noexcept {
     bool last = false;
@@ -298,6 +313,10 @@ void tensor_free(void* p, std::size_t bytes) noexcept {
   g_live.fetch_sub(static_cast<std::int64_t>(bytes));
   if (BufferPool::State* st = pool_of(p)) {
     st->give(p, bytes);
+    return;
+  }
+  if (BufferPool* pool = t_pool) {  // freed during a call (a donated argument): the program's now
+    pool->state()->adopt_free(p, bytes);
     return;
   }
   try {

@@ -266,4 +266,55 @@ SHARD_MPI_TEST(JitOptimize, NoAllocationPerCallAfterTheFirst) {
   }
 }
 
+SHARD_MPI_TEST(JitOptimize, DonatedArgumentsAreDeletedAndTheirMemoryReused) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const NamedSharding rows(mesh, P("a", None));
+  // x's last use comes before the result is made (a reduction between): with x donated, its
+  // memory holds t or the result; without, x, t and the result are all alive at once.
+  auto step = [](const ShardedArray<float>& x, const ShardedArray<float>& w) {
+    const auto t = x * 0.5f + w;
+    return t - mean(t, {1}, true);
+  };
+  const std::int64_t rows_n = 64 * n, cols = 512;  // 128 KiB per device: buffers of their own
+  const Tensor<float> host = random_tensor<float>({rows_n, cols}, 95);
+  const auto w = device_put(random_tensor<float>({rows_n, cols}, 96), rows);
+  std::int64_t peaks[2] = {0, 0};
+  for (const bool donate : {false, true}) {
+    auto f = jit(
+        step, JitOptions{.fuse = false, .donate_argnums = donate ? std::vector<int>{0} : std::vector<int>{}});
+    auto x = device_put(host, rows);
+    auto want = device_put(host, rows);
+    for (int k = 0; k < 5; ++k) {
+      const ShardedArray<float>& caller = x;  // the caller's handle: deleted by a donating call
+      reset_tensor_memory_peak();
+      const std::int64_t live = tensor_memory_stats().live_bytes;
+      const std::int64_t allocations = tensor_memory_stats().system_allocations;
+      auto next = f(caller, w);
+      if (k >= 2) peaks[donate] = std::max(peaks[donate], tensor_memory_stats().peak_bytes - live);
+      if (k >= 1 && donate) {
+        EXPECT_EQ(tensor_memory_stats().system_allocations - allocations, 0) << "call " << k;
+      }
+      EXPECT_EQ(x.is_deleted(), donate) << "call " << k;
+      if (donate) {
+        EXPECT_THROW((void)sum(x), ValueError);
+        EXPECT_THROW((void)x.to_host(), ValueError);
+        EXPECT_THROW((void)x.addressable_shards(), ValueError);
+      }
+      want = step(want, w);
+      expect_same(host_double(next), host_double(want), "call " + std::to_string(k));
+      x = std::move(next);
+    }
+  }
+  // One array is 128 KiB per device (x2 devices per rank at dpr 2): the donated call holds one less.
+  const std::int64_t array_bytes = rows_n * cols * 4 / n * shard::testing::runtime().devices_per_rank();
+  EXPECT_LE(peaks[1], peaks[0] - array_bytes / 2) << "peak bytes of a call: donated " << peaks[1] << ", not "
+                                                  << peaks[0] << " (an array is " << array_bytes << ")";
+  // A position past the arguments.
+  auto bad = jit(step, JitOptions{.donate_argnums = {2}});
+  const auto y = device_put(host, rows);
+  EXPECT_THROW((void)bad(y, w), ValueError);
+  EXPECT_FALSE(y.is_deleted());
+}
+
 }  // namespace

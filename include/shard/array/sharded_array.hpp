@@ -91,15 +91,24 @@ class ShardedArray : public detail::ArrayMethods<ShardedArray, T> {
   /// The shards of this process's devices (JAX's addressable_shards), in mesh order; a
   /// device whose box is empty has a zero-size shard.
   const std::vector<Shard<T>>& addressable_shards() const {
-    if (batch_) [[unlikely]]
-      detail::raise_batched_access("addressable_shards()", *batch_);
+    if (batch_ || deleted_) [[unlikely]]
+      raise_inaccessible("addressable_shards()");
     return shards_;
   }
   std::vector<Shard<T>>& addressable_shards() {
-    if (batch_) [[unlikely]]
-      detail::raise_batched_access("addressable_shards()", *batch_);
+    if (batch_ || deleted_) [[unlikely]]
+      raise_inaccessible("addressable_shards()");
     return shards_;
   }
+  /// JAX's x.delete(): drops this array's references to its shards' memory (freed unless another
+  /// array aliases it); every later read of it, and every op on it, raises ValueError. What
+  /// jit's `donate_argnums` does to the caller's donated arrays. Local.
+  void delete_buffers() {
+    for (auto& s : shards_) s.data = Tensor<T>();
+    deleted_ = true;
+  }
+  /// JAX's x.is_deleted(): true after delete_buffers() (or a jit call it was donated to).
+  bool is_deleted() const { return deleted_; }
   /// The shard of a local device; throws ValueError if the device is not local or not in the mesh,
   /// and when a shard_map body reads the block of a differentiated array it captured (its
   /// gradient could not flow back: pass it to the shard_map as an argument).
@@ -122,15 +131,25 @@ class ShardedArray : public detail::ArrayMethods<ShardedArray, T> {
  private:
   struct AliasTag {};
   ShardedArray(const ShardedArray& o, AliasTag)
-      : shape_(o.shape_), sharding_(o.sharding_), committed_(o.committed_), ad_(o.ad_), batch_(o.batch_) {
+      : shape_(o.shape_),
+        sharding_(o.sharding_),
+        committed_(o.committed_),
+        deleted_(o.deleted_),
+        ad_(o.ad_),
+        batch_(o.batch_) {
     shards_.reserve(o.shards_.size());
     for (const auto& s : o.shards_) shards_.push_back(Shard<T>{s.device, s.box, s.data.alias()});
   }
+
+  /// ValueError for a read of a batched or traced value (its elements do not exist) or of a
+  /// deleted (donated) array.
+  [[noreturn]] void raise_inaccessible(const char* what) const;
 
   Shape shape_;
   NamedSharding sharding_;
   std::vector<Shard<T>> shards_;
   bool committed_ = true;
+  bool deleted_ = false;  // delete_buffers(): donated to a jit call
   std::shared_ptr<detail::AdValue> ad_;
   std::shared_ptr<const detail::BatchBase> batch_;
 };

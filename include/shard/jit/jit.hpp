@@ -99,6 +99,13 @@ struct JitOptions {
   /// call, a call with the same signature takes every intermediate and result buffer from the
   /// program's pool, none from the system (`tensor_memory_stats().system_allocations` stays).
   bool reuse_buffers = true;
+  /// jax.jit's donate_argnums: the positions of arguments whose arrays the call may reuse. After
+  /// the call started, each ShardedArray of a donated argument is deleted in the caller's hands
+  /// (is_deleted(); any read or op raises ValueError, as JAX's), and its memory goes back to the
+  /// program's buffers once the program no longer needs it, so `params = step(params)` holds one
+  /// set of parameters, not two. Host Tensors are not donated. Ignored when a grad, vmap or outer
+  /// jit replays the program op by op.
+  std::vector<int> donate_argnums{};
 };
 
 /// A traced program (make_jaxpr, Jitted::lower): prints as one line per op with each value's
@@ -337,11 +344,13 @@ class Jitted {
                     "differ from its parameters)");
     } else {
       const detail::CallScope scope("jit", where_);
-      const auto placed = place(args...);
+      check_donate_argnums(sizeof...(Args));
+      auto placed = place(args...);
       bool transformed = false;
       const std::shared_ptr<const detail::JitEntry> entry =
           std::apply([&](const auto&... a) { return entry_for(transformed, a...); }, placed);
-      return std::apply([&](const auto&... a) { return run(*entry, transformed, a...); }, placed);
+      if (!transformed && !options_.donate_argnums.empty()) donate(args...);
+      return std::apply([&](auto&... a) { return run(*entry, transformed, a...); }, placed);
     }
   }
 
@@ -380,6 +389,34 @@ class Jitted {
     }
     (std::index_sequence_for<Args...>{});
   }
+  void check_donate_argnums(std::size_t n) const {
+    for (const int i : options_.donate_argnums)
+      if (i < 0 || static_cast<std::size_t>(i) >= n)
+        raise<ValueError>(located("jit", where_), ": donate_argnums names argument ", i,
+                          " but the function is called with ", n, " arguments (positions 0 to ", n - 1, ")");
+  }
+  bool donated(std::size_t i) const {
+    return std::find(options_.donate_argnums.begin(), options_.donate_argnums.end(), static_cast<int>(i)) !=
+           options_.donate_argnums.end();
+  }
+  /// Deletes the caller's donated arrays (the call holds its own references to their memory).
+  template <typename... Args>
+  void donate(const Args&... args) const {
+    std::size_t i = 0;
+    (
+        [&](const auto& arg) {
+          if (donated(i++))
+            tree_for_each(
+                [](const auto& leaf) {
+                  using X = std::remove_cvref_t<decltype(leaf)>;
+                  // The caller's array: JAX deletes a donated array in its caller's hands too.
+                  if constexpr (detail::is_sharded_v<X>) const_cast<X&>(leaf).delete_buffers();
+                },
+                arg);
+        }(args),
+        ...);
+  }
+
   JitSharding in_sharding(std::size_t i) const {
     return options_.in_shardings.empty() ? JitSharding(None) : options_.in_shardings[i];
   }
@@ -474,7 +511,7 @@ class Jitted {
   }
 
   template <typename... Args>
-  auto run(const detail::JitEntry& entry, bool transformed, const Args&... args) const {
+  auto run(const detail::JitEntry& entry, bool transformed, Args&... args) const {
     using Out = std::invoke_result_t<const F&, const Args&...>;
     const detail::Program& prog = transformed || !entry.optimized ? *entry.program : *entry.optimized;
     detail::BufferPool* const pool = !transformed && options_.reuse_buffers ? entry.buffers.get() : nullptr;
@@ -491,6 +528,19 @@ class Jitted {
          },
          args),
      ...);
+    if (!transformed && !options_.donate_argnums.empty()) {
+      // The program's slots hold the donated arrays now: drop the call's own references, so
+      // their memory is freed (into the pool) after its last use in the program.
+      std::size_t i = 0;
+      const auto drop = [&](auto& arg) {
+        using A = std::remove_cvref_t<decltype(arg)>;
+        if constexpr (detail::has_leaves<A> && std::is_default_constructible_v<A> &&
+                      std::is_move_assignable_v<A>)
+          if (donated(i)) arg = A{};
+        ++i;
+      };
+      (drop(args), ...);
+    }
     detail::replay(prog, env);
     std::size_t o = 0;
     std::vector<int> returned;  // a value returned twice gives two arrays, as eager's copies are
