@@ -156,6 +156,7 @@ struct BufferPool::State {
     std::vector<void*> free;
     std::int64_t taken = 0;  // net buffers taken since the call began
     std::int64_t peak = 0;
+    std::int64_t keep = 0;  // the largest peak of a call: how many free buffers are kept
   };
   std::mutex mutex;
   std::unordered_map<std::size_t, Slot> slots;
@@ -185,21 +186,6 @@ struct BufferPool::State {
     ++refs;
     ++system_allocations;
   }
-  /// A buffer of no pool freed during a call: joins the free list (the pool is open: its call runs).
-  void adopt_free(void* p, std::size_t bytes) noexcept {
-    {
-      const std::lock_guard lock(mutex);
-      try {
-        slots[bytes].free.push_back(p);
-        set_pool_of(p, this);
-        ++refs;
-        free_bytes += static_cast<std::int64_t>(bytes);
-        return;
-      } catch (...) {  // the free list could not grow
-      }
-    }
-    system_delete(p);
-  }
   /// A tagged buffer whose last Tensor died: kept, or freed when the pool is gone.
   void give(void* p, std::size_t bytes) noexcept {
     bool last = false;
@@ -207,11 +193,15 @@ struct BufferPool::State {
       const std::lock_guard lock(mutex);
       if (!closed) {
         try {
+          // Kept up to what a call had in use at once (results the caller held by the hundred
+          // and then dropped go back to the system).
           Slot& s = slots[bytes];
-          s.free.push_back(p);
           --s.taken;
-          free_bytes += static_cast<std::int64_t>(bytes);
-          return;
+          if (static_cast<std::int64_t>(s.free.size()) < std::max(s.keep, s.peak)) {
+            s.free.push_back(p);
+            free_bytes += static_cast<std::int64_t>(bytes);
+            return;
+          }
         } catch (...) {  // the free list could not grow: the buffer goes to the system
         }
       }
@@ -256,6 +246,7 @@ void BufferPool::begin_call() {
 
 void BufferPool::end_call() {
   const std::lock_guard lock(state_->mutex);
+  for (auto& [bytes, slot] : state_->slots) slot.keep = std::max(slot.keep, slot.peak);
   if (!state_->missed) return;
   for (auto& [bytes, slot] : state_->slots)
     while (static_cast<std::int64_t>(slot.free.size()) < slot.peak) {
@@ -313,10 +304,6 @@ void tensor_free(void* p, std::size_t bytes) noexcept {
   g_live.fetch_sub(static_cast<std::int64_t>(bytes));
   if (BufferPool::State* st = pool_of(p)) {
     st->give(p, bytes);
-    return;
-  }
-  if (BufferPool* pool = t_pool) {  // freed during a call (a donated argument): the program's now
-    pool->state()->adopt_free(p, bytes);
     return;
   }
   try {

@@ -300,6 +300,8 @@ SHARD_MPI_TEST(JitOptimize, DonatedArgumentsAreDeletedAndTheirMemoryReused) {
         EXPECT_THROW((void)sum(x), ValueError);
         EXPECT_THROW((void)x.to_host(), ValueError);
         EXPECT_THROW((void)x.addressable_shards(), ValueError);
+        EXPECT_THROW((void)(x[{0, 0}]), ValueError);  // on every rank (one holds no part of it): no hang
+        EXPECT_THROW((void)f(x, w), ValueError);      // a deleted argument
       }
       want = step(want, w);
       expect_same(host_double(next), host_double(want), "call " + std::to_string(k));

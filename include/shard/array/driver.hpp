@@ -431,11 +431,16 @@ auto run_factored(const P& p, const shard::source_location& where, const Sharded
 /// ValueError for an empty (default-constructed, never assigned) ShardedArray operand.
 template <ArrayLike X>
 void check_not_empty(const X& x, const char* op) {
-  if constexpr (is_sharded_v<X>)
+  if constexpr (is_sharded_v<X>) {
     if (x.empty()) [[unlikely]]
       raise<ValueError>(op,
                         ": an operand is an empty ShardedArray (default-constructed and never assigned an "
                         "array); assign one before using it");
+    // Every rank knows it (donation is collective): raised before any communication, also on a
+    // rank whose part of the op would not read the shards.
+    if (x.is_deleted()) [[unlikely]]
+      (void)x.addressable_shards();  // raises the deleted array's ValueError
+  }
 }
 
 /// The primitives bound on this thread so far (each bind, also those a batching rule or a VJP

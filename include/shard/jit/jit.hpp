@@ -177,6 +177,11 @@ struct SignatureVisitor {
       if (leaf.empty())
         raise<ValueError>("jit: argument ", arg, path.to_string(),
                           " is an empty ShardedArray (default-constructed, never assigned an array)");
+      if (leaf.is_deleted())
+        raise<ValueError>(
+            "jit: argument ", arg, path.to_string(),
+            " is a deleted array (donated to an earlier jit call, or delete_buffers()); pass the "
+            "call's result instead");
     } else {
       sig.key += "T";
     }
