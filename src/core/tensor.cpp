@@ -163,7 +163,6 @@ struct BufferPool::State {
   std::int64_t refs = 1;  // the owner, and every buffer tagged with this pool
   bool closed = false;
   bool missed = false;  // the call allocated from the system
-  std::int64_t system_allocations = 0, reused = 0, free_bytes = 0;
 
   /// A free buffer of `bytes`, or null (then the caller allocates and adopt()s one).
   void* take(std::size_t bytes) {
@@ -176,15 +175,12 @@ struct BufferPool::State {
     }
     void* p = s.free.back();
     s.free.pop_back();
-    ++reused;
-    free_bytes -= static_cast<std::int64_t>(bytes);
     return p;
   }
   void adopt(void* p) {
     set_pool_of(p, this);
     const std::lock_guard lock(mutex);
     ++refs;
-    ++system_allocations;
   }
   /// A tagged buffer whose last Tensor died: kept, or freed when the pool is gone.
   void give(void* p, std::size_t bytes) noexcept {
@@ -199,7 +195,6 @@ struct BufferPool::State {
           --s.taken;
           if (static_cast<std::int64_t>(s.free.size()) < std::max(s.keep, s.peak)) {
             s.free.push_back(p);
-            free_bytes += static_cast<std::int64_t>(bytes);
             return;
           }
         } catch (...) {  // the free list could not grow: the buffer goes to the system
@@ -233,11 +228,6 @@ BufferPool::~BufferPool() {
   if (last) delete state_;
 }
 
-BufferPool::Stats BufferPool::stats() const {
-  const std::lock_guard lock(state_->mutex);
-  return Stats{state_->system_allocations, state_->reused, state_->free_bytes};
-}
-
 void BufferPool::begin_call() {
   const std::lock_guard lock(state_->mutex);
   state_->missed = false;
@@ -254,8 +244,6 @@ void BufferPool::end_call() {
       set_pool_of(p, state_);
       slot.free.push_back(p);
       ++state_->refs;
-      ++state_->system_allocations;
-      state_->free_bytes += static_cast<std::int64_t>(bytes);
     }
 }
 

@@ -22,12 +22,6 @@ class BufferPool {
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
 
-  struct Stats {
-    std::int64_t system_allocations = 0;  ///< buffers the pool took from the system
-    std::int64_t reused = 0;              ///< allocations served from its free buffers
-    std::int64_t free_bytes = 0;          ///< bytes held in its free lists now
-  };
-  Stats stats() const;
   /// Starts a call's accounting (what it has in use at once, per size).
   void begin_call();
   /// Ends it: after a call that allocated from the system, tops the free lists up to what the
