@@ -151,11 +151,23 @@ std::int64_t Model::parameter_count() const {
   return n;
 }
 
-Model init(const Config& cfg, const shard::Mesh& mesh, shard::random::Key key) {
+shard::PartitionSpec fsdp_spec(const ParamInfo& info, int data) {
+  std::vector<shard::SpecEntry> entries(info.shape.size());
+  for (int d = 0; d < info.spec.size() && d < static_cast<int>(entries.size()); ++d) entries[static_cast<std::size_t>(d)] = info.spec[d];
+  for (std::size_t d = 0; d < entries.size(); ++d)
+    if (entries[d].is_none() && info.shape[d] % data == 0) {
+      entries[d] = shard::SpecEntry("data");
+      return shard::PartitionSpec(std::move(entries));
+    }
+  return info.spec;
+}
+
+Model init(const Config& cfg, const shard::Mesh& mesh, shard::random::Key key, bool fsdp) {
   Model m{cfg, mesh, {}};
   const auto info = param_info(cfg);
+  const int data = mesh.axis_size("data");
   for (std::size_t i = 0; i < info.size(); ++i) {
-    const shard::NamedSharding s(mesh, info[i].spec);
+    const shard::NamedSharding s(mesh, fsdp ? fsdp_spec(info[i], data) : info[i].spec);
     const bool gain = info[i].name.size() > 2 && info[i].name.ends_with("_g");
     if (info[i].init_std > 0)
       m.params.push_back(shard::random::normal<float>(shard::random::fold_in(key, static_cast<std::uint32_t>(i)),

@@ -58,10 +58,17 @@ struct ParamInfo {
 };
 std::vector<ParamInfo> param_info(const Config& cfg);
 
+/// --fsdp (ZeRO-3): a parameter's layout at rest, its model spec with 'data' added on its first
+/// dim that has no axis and whose size divides by `data` (as unchanged when none does). The loss's
+/// shard_map takes the model specs, so each call all_gathers every weight over 'data' where it is
+/// used, and the gradient comes back in the layout at rest (its sum over 'data' scattered).
+shard::PartitionSpec fsdp_spec(const ParamInfo& info, int data);
+
 /// GPT-2's initialisation from `key`: normal(0, 0.02) weights (0.02 / sqrt(2 layers) for the
 /// projections into the residual stream), zero biases, unit LayerNorm gains. The values do not
 /// depend on the mesh.
-Model init(const Config& cfg, const shard::Mesh& mesh, shard::random::Key key);
+/// `fsdp`: each parameter laid out by fsdp_spec over the mesh's 'data' axis.
+Model init(const Config& cfg, const shard::Mesh& mesh, shard::random::Key key, bool fsdp = false);
 
 /// The mean next-token cross-entropy (nats) of tokens x (B, T) against targets y, both laid
 /// out P('data', 'model'); a replicated 0-d array. Differentiable in `params`.

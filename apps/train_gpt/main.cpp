@@ -37,7 +37,7 @@ struct Config {
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta2 = 0.99, clip = 1.0, max_seconds = 0, temperature = 0;
   int keep = 2;
   std::int64_t trace_steps = 3;
-  bool json = false, resume = false, sample = false, shard_state = false, comm_stats = false;
+  bool json = false, resume = false, sample = false, shard_state = false, comm_stats = false, jit = false, fsdp = false;
 };
 
 /// The sum over ranks of `value` (each rank's counted once, at its first device). Collective.
@@ -222,7 +222,10 @@ int run(shard::Runtime& rt, Config& c) {
   const auto n_train = static_cast<std::int64_t>(corpus.train.size());
   if (n_train <= c.model.context)
     shard::raise<shard::ValueError>("--context ", c.model.context, " is longer than the training split");
-  gpt::Model m = gpt::init(c.model, mesh, shard::random::key(static_cast<std::uint64_t>(c.seed)));
+  // The bytes of arrays this rank holds for the parameters and the optimizer's state (the library's
+  // counter of live array bytes, before and after making them).
+  const std::int64_t live_before = shard::tensor_memory_stats().live_bytes;
+  gpt::Model m = gpt::init(c.model, mesh, shard::random::key(static_cast<std::uint64_t>(c.seed)), c.fsdp);
   if (c.sample) return sample(rt, c, m, data);
   if (!c.dump_init.empty()) {  // the initial parameters, for benchmarks/torch_gpt.py --init-npy
     if (rt.process_index() == 0) ::mkdir(c.dump_init.c_str(), 0755);
@@ -233,8 +236,9 @@ int run(shard::Runtime& rt, Config& c) {
                                  c.weight_decay, 0.9, c.beta2, 1e-8)
                  .mask_weight_decay([](const shard::Shape& s) { return s.size() >= 2; });
   if (c.clip > 0) opt.clip_by_global_norm(c.clip);
-  if (c.shard_state) opt.shard_state_over("data");
+  if (c.shard_state || c.fsdp) opt.shard_state_over("data");
   auto state = opt.init(m.params);
+  const std::int64_t state_bytes = shard::tensor_memory_stats().live_bytes - live_before;
   std::int64_t step = 0;
   if (c.resume) step = load_checkpoint(c, m, &state);
   const shard::NamedSharding tokens(mesh, P("data", "model"));
@@ -255,7 +259,7 @@ int run(shard::Runtime& rt, Config& c) {
         << shard::bf16_products_path() << ", measured " << peak_bf16 << " GFLOP/s in all\n";
     shard::apps::print0(rt, s.str());
   }
-  char line[512];
+  char line[1024];
   std::int64_t val_step = -1;
   auto print_val = [&](std::int64_t at) {
     val_step = at;
@@ -269,7 +273,7 @@ int run(shard::Runtime& rt, Config& c) {
   const double tokens_per_step = static_cast<double>(c.batch * c.model.context);
   const std::int64_t last = c.max_steps > 0 ? std::min(c.max_steps, c.steps) : c.steps;
   shard::ProgressBar bar("train_gpt", last, "tok/s", rt.process_index() == 0 && !c.json, c.log_every > 0 ? c.log_every * 10 : 0);
-  double train_s = 0, last_loss = std::nan("");
+  double train_s = 0, first_s = 0, last_loss = std::nan("");
   std::string step_comm;  // --comm-stats: what this rank sent during the first step
   std::int64_t trained = 0;
   const auto started = std::chrono::steady_clock::now();
@@ -277,6 +281,24 @@ int run(shard::Runtime& rt, Config& c) {
   shard::time_split_reset();
   shard::TimeSplit split_outside;  // what validation inside the loop spent: not the steps'
   const shard::apps::TracedSteps traced(rt, c.trace_steps);
+  // --jit: value_and_grad and the optimizer's update in one jitted step; the parameters and the
+  // optimizer's state are donated (their buffers are reused by the step's results).
+  auto jit_step = shard::jit(
+      [&](const std::vector<Array>& p, const shard::optim::State<float>& s0, const gpt::Tokens& x,
+          const gpt::Tokens& y) {
+        auto f = [&](const std::vector<Array>& q) { return gpt::loss(c.model, mesh, q, x, y); };
+        auto [value, grads] = shard::value_and_grad(f, opt.grad_sharding())(p);
+        std::vector<Array> params = p;
+        shard::optim::State<float> s = s0;
+        opt.update(params, grads, s);
+        return std::make_tuple(params, s, value);
+      },
+      [] { shard::JitOptions o{.donate_argnums = {0, 1}}; const char* e = std::getenv("XJ");
+           if (e && std::string(e).find('r') != std::string::npos) o.reuse_buffers = false;
+           if (e && std::string(e).find('f') != std::string::npos) o.fuse = false;
+           if (e && std::string(e).find('d') != std::string::npos) o.donate_argnums = {};
+           if (e && std::string(e).find('p') != std::string::npos) o.propagate = false;
+           return o; }());
   while (step < last) {
     traced.before(trained);
     const auto t0 = std::chrono::steady_clock::now();
@@ -284,18 +306,28 @@ int run(shard::Runtime& rt, Config& c) {
                                                             c.model.context);
     const auto [x, y] = shard::data::token_windows(corpus.train, offsets, c.model.context, tokens);
     const auto before = shard::comm_stats().entries();
-    auto f = [&](const std::vector<Array>& p) { return gpt::loss(c.model, mesh, p, x, y); };
-    auto [value, grads] = shard::value_and_grad(f, opt.grad_sharding())(m.params);
-    last_loss = value.to_host().item();
+    const double lr = opt.config().lr(state.step.item());
+    if (c.jit) {
+      // The whole step as one program, traced at the first call (--jit).
+      auto [p, s, value] = jit_step(m.params, state, x, y);
+      m.params = std::move(p);
+      state = std::move(s);
+      last_loss = value.to_host().item();
+    } else {
+      auto f = [&](const std::vector<Array>& p) { return gpt::loss(c.model, mesh, p, x, y); };
+      auto [value, grads] = shard::value_and_grad(f, opt.grad_sharding())(m.params);
+      last_loss = value.to_host().item();
+      if (std::isfinite(last_loss)) opt.update(m.params, grads, state);
+    }
     if (!std::isfinite(last_loss))
       shard::raise<shard::ValueError>("training diverged: the loss is ", last_loss, " at step ", step + 1,
                                       " (lower --lr)");
-    const double lr = opt.config().lr(state.step.item());
-    opt.update(m.params, grads, state);
     if (c.comm_stats && trained == 0) step_comm = comm_difference(before, shard::comm_stats().entries());
     ++step;
     ++trained;
-    train_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    train_s += step_s;
+    if (trained == 1) first_s = step_s;
     traced.after(trained);
     const double tps = static_cast<double>(trained) * tokens_per_step / train_s;
     if (c.json && c.log_every > 0 && step % c.log_every == 0) {
@@ -327,6 +359,9 @@ int run(shard::Runtime& rt, Config& c) {
   const shard::TimeSplit split = minus(shard::time_split(), split_outside);
   shard::time_split_enable(false);
   const double tps = train_s > 0 ? static_cast<double>(trained) * tokens_per_step / train_s : 0;
+  // Without the first step (jit traces it; eager warms its caches): the rate of the steps after.
+  const double steady_tps =
+      trained > 1 && train_s > first_s ? static_cast<double>(trained - 1) * tokens_per_step / (train_s - first_s) : tps;
   const double mfu = peak > 0 ? gpt::train_flops(c.model, tps) / 1e9 / peak : 0;
   const double mfu_bf16 = peak_bf16 > 0 ? gpt::train_flops(c.model, tps) / 1e9 / peak_bf16 : 0;
   // Rank 0's split of a step (ms; several devices per rank: their threads' sums over devices).
@@ -356,10 +391,12 @@ int run(shard::Runtime& rt, Config& c) {
                   "{\"summary\": true, \"framework\": \"shard\", \"ranks\": %d, \"devices_per_rank\": %d, \"mesh\": "
                   "\"data=%d,model=%d\", \"steps\": %lld, \"tokens_per_second\": %.1f, \"train_seconds\": %.3f, "
                   "\"final_loss\": %.6f, \"final_val_loss\": %.6f, \"params\": %lld, \"mfu\": %.4f, \"sgemm_gflops\": %.1f, "
-                  "\"dtype\": \"%s\", \"mfu_bf16\": %.4f, \"bf16_gemm_gflops\": %.1f}\n",
+                  "\"dtype\": \"%s\", \"mfu_bf16\": %.4f, \"bf16_gemm_gflops\": %.1f, "
+                  "\"tokens_per_second_after_first\": %.1f, \"param_state_bytes\": %lld, \"jit\": %s, \"fsdp\": %s}\n",
                   rt.process_count(), rt.devices_per_rank(), data, model, static_cast<long long>(step), tps, train_s,
                   last_loss, val, static_cast<long long>(m.parameter_count()), mfu, peak, c.model.dtype.c_str(), mfu_bf16,
-                  peak_bf16);
+                  peak_bf16, steady_tps, static_cast<long long>(state_bytes), c.jit ? "true" : "false",
+                  c.fsdp ? "true" : "false");
   else
     std::snprintf(line, sizeof line,
                   "done: %lld steps, %.0f tokens/s over %.1f s of training, validation loss %.4f; model FLOP "
@@ -370,6 +407,11 @@ int run(shard::Runtime& rt, Config& c) {
                           " GFLOP/s)").c_str()
                        : "");
   shard::apps::print0(rt, line);
+  if (!c.json) {
+    std::snprintf(line, sizeof line, "parameters and optimizer state: %.2f MB on rank 0%s%s\n",
+                  static_cast<double>(state_bytes) / 1e6, c.fsdp ? " (--fsdp)" : "", c.jit ? "; steps jitted" : "");
+    shard::apps::print0(rt, line);
+  }
   return 0;
 }
 
@@ -415,6 +457,9 @@ int main(int argc, char** argv) {
         ("comm-stats", "print what rank 0 sent in one training step, per collective and mesh axes (CommStats)")
         ("trace-steps", po::value(&c.trace_steps)->default_value(c.trace_steps), "--trace: the training steps the timeline keeps (after the first)")
         ("dtype", po::value(&c.model.dtype)->default_value(c.model.dtype), "compute dtype: float32, or bfloat16 (float32 master weights, optimizer state and loss)")
+        ("fsdp", "split each parameter and its optimizer state over 'data' (ZeRO-3 / FSDP): the loss all_gathers each "
+                 "weight where it is used and the gradients come back split")
+        ("jit", "run each training step as one jitted program (value_and_grad and the optimizer's update)")
         ("json", "one JSON object per line (losses, validation, summary) instead of text");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
@@ -426,6 +471,8 @@ int main(int argc, char** argv) {
     c.sample = vm.count("sample") > 0;
     c.shard_state = vm.count("shard-optimizer-state") > 0;
     c.comm_stats = vm.count("comm-stats") > 0;
+    c.jit = vm.count("jit") > 0;
+    c.fsdp = vm.count("fsdp") > 0;
     using shard::apps::check_at_least;
     using shard::apps::check_finite_in;
     for (const auto& [flag, v, lo] : {std::tuple<const char*, std::int64_t, std::int64_t>{"layers", c.model.layers, 1},

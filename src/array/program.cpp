@@ -19,7 +19,9 @@ void replay(const Program& program, ReplayEnv& env) {
     const ProgramEqn& e = program.eqns[i];
     {
       const TimelineScope traced("jit", e.op.c_str());
+      env.dying = release ? &program.release[i] : nullptr;
       e.run(env, e);
+      env.dying = nullptr;
     }
     if (release)
       for (const int v : program.release[i]) env.slots[static_cast<std::size_t>(v)].reset();

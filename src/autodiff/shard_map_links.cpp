@@ -120,10 +120,67 @@ void ShardMapAd::attach(ShardedArray<T>& y, std::size_t f, const std::shared_ptr
   }
 }
 
-#define SHARD_INSTANTIATE_LINKS(T)                                                 \
-  template void ShardMapAd::link<T>(const ShardedArray<T>&, const PartitionSpec&); \
-  template Tensor<T> ShardMapAd::block<T>(const Tensor<T>&, int, std::size_t);     \
-  template void ShardMapAd::attach<T>(ShardedArray<T>&, std::size_t, const std::shared_ptr<ShardMapAd>&);
+template <Dtype T>
+ShardedArray<T> JitAdLinks<T>::leaf(const ShardedArray<T>& x, Tape& tape) {
+  ShardedArray<T> out = x.alias();
+  if constexpr (FloatDtype<T>) {
+    auto node = std::make_shared<Node<ShardedArray<T>>>("shard_map argument", tape, 0,
+                                                        NodeMeta<ShardedArray<T>>(out));
+    node->leaf = true;
+    out.set_ad(std::make_shared<AdValue>(AdValue{tape.id(), 0, std::move(node)}));
+  } else {
+    out.set_ad(nullptr);
+  }
+  return out;
+}
+
+template <Dtype T>
+void JitAdLinks<T>::seed(const ShardedArray<T>& y, const ShardedArray<T>& ct, const Tape& tape) {
+  if (auto n = node_of(y, tape)) n->add(ct.alias(), n->vma);
+}
+
+template <Dtype T>
+ShardedArray<T> JitAdLinks<T>::cotangent(const ShardedArray<T>& leaf) {
+  const auto& a = leaf.ad();
+  if (a && a->node) {
+    auto node = std::static_pointer_cast<Node<ShardedArray<T>>>(a->node);
+    if (node->has_cotangent()) {
+      ShardedArray<T> g = std::move(node->total());
+      node->reset();
+      g.set_ad(nullptr);
+      return g;
+    }
+  }
+  return zeros<T>(leaf.shape(), leaf.sharding());
+}
+
+template <Dtype T>
+bool JitAdLinks<T>::tracked(const ShardedArray<T>& x, const Tape& tape) {
+  return node_of(x, tape) != nullptr;
+}
+
+template <Dtype T>
+void JitAdLinks<T>::collect(ShardedArray<T>& y, Tape& tape,
+                            std::function<void(const ShardedArray<T>&)> take) {
+  if constexpr (FloatDtype<T>) {
+    auto node =
+        std::make_shared<Node<ShardedArray<T>>>("shard_map output", tape, 0, NodeMeta<ShardedArray<T>>(y));
+    node->rule = [take = std::move(take)](const ShardedArray<T>& ct, std::uint32_t) { take(ct); };
+    tape.append(node);
+    y.set_ad(std::make_shared<AdValue>(AdValue{tape.id(), 0, std::move(node)}));
+  }
+}
+
+template <Dtype T>
+void JitAdLinks<T>::push(const ShardedArray<T>& x, const Tape& tape, const ShardedArray<T>& ct) {
+  if (auto n = node_of(x, tape)) n->add(ct.alias(), 0);
+}
+
+#define SHARD_INSTANTIATE_LINKS(T)                                                                        \
+  template void ShardMapAd::link<T>(const ShardedArray<T>&, const PartitionSpec&);                        \
+  template Tensor<T> ShardMapAd::block<T>(const Tensor<T>&, int, std::size_t);                            \
+  template void ShardMapAd::attach<T>(ShardedArray<T>&, std::size_t, const std::shared_ptr<ShardMapAd>&); \
+  template struct JitAdLinks<T>;
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_LINKS)
 #undef SHARD_INSTANTIATE_LINKS
 

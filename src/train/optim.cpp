@@ -306,13 +306,14 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
                         ": called inside vmap on batched parameters or gradients; update outside the vmapped function");
   if (const std::uint64_t level = detail::trace_level_of(params, grads, state.arrays, state.step)) {
     // Inside jit: one equation whose run is the update below on copies of its operands.
-    auto run = [this, where](const std::vector<ShardedArray<T>>& p, const std::vector<ShardedArray<T>>& g,
-                             const std::map<std::string, ShardedArray<T>>& arrays,
-                             const ShardedArray<std::int64_t>& step) {
-      std::vector<ShardedArray<T>> next = p;  // deep copies: the program's values stay as they are
-      State<T> s{step, arrays};
-      update(next, g, s, where);
-      return std::tuple{std::move(next), std::move(s.arrays), std::move(s.step)};
+    // By value: the trace's shadows are copied (the program's values stay as they are); on replay
+    // parameters and state the program reads last here (donated ones) are moved in and updated in
+    // place (update copies a buffer another array still shares).
+    auto run = [this, where](std::vector<ShardedArray<T>> p, const std::vector<ShardedArray<T>>& g,
+                             std::map<std::string, ShardedArray<T>> arrays, ShardedArray<std::int64_t> step) {
+      State<T> s{std::move(step), std::move(arrays)};
+      update(p, g, s, where);
+      return std::tuple{std::move(p), std::move(s.arrays), std::move(s.step)};
     };
     auto [p, arrays, step] = detail::trace_opaque("optimizer_update", run, level, params, grads, state.arrays, state.step);
     params = std::move(p);

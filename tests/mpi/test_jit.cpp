@@ -603,30 +603,103 @@ SHARD_MPI_TEST(Jit, TrainStepWithOptimizerUpdate) {
       }
       const std::string text = step.lower(jitted, state, x, y).to_string();
       EXPECT_NE(text.find("optimizer_update"), std::string::npos) << text;
+      // Not donated: the caller's parameters and state are left as they were (the update copies
+      // what the caller still shares); donated: updated in place, the same values as eager.
+      std::map<std::string, Tensor<double>> before;
+      for (const auto& [name, w] : jitted) before.emplace(name, host_double(w));
+      const Tensor<double> mu_before = host_double(state.arrays.begin()->second);
+      (void)step(jitted, state, x, y);
+      for (const auto& [name, w] : jitted)
+        expect_equal(host_double(w), before.at(name), 0, what + " kept " + name);
+      expect_equal(host_double(state.arrays.begin()->second), mu_before, 0, what + " kept state");
+      auto donating = jit(
+          [&](Params p, optim::State<float> s, const ShardedArray<float>& in,
+              const ShardedArray<float>& out) {
+            auto [l, g] = value_and_grad(loss)(p, in, out);
+            opt.update(p, g, s);
+            return std::tuple{p, s, l};
+          },
+          JitOptions{.propagate = propagate, .donate_argnums = {0, 1}});
+      Params donated = params0;
+      auto dstate = opt.init(donated);
+      for (int i = 0; i < 3; ++i) {
+        ShardedArray<float> l;
+        std::tie(donated, dstate, l) = donating(donated, dstate, x, y);
+        EXPECT_NEAR(l.item(), eager_losses[static_cast<std::size_t>(i)],
+                    tol * (1 + std::abs(eager_losses[0])))
+            << what << " donated";
+      }
+      for (const auto& [name, w] : eager)
+        expect_equal(host_double(donated.at(name)), host_double(w), tol, what + " donated " + name);
+      for (const auto& [name, a] : eager_state.arrays)
+        expect_equal(host_double(dstate.arrays.at(name)), host_double(a), tol,
+                     what + " donated state " + name);
     }
   }
 }
 
-SHARD_MPI_TEST(Jit, GradOfAShardMapInsideJitIsRefusedOutsideWorks) {
-  // jit(grad(f)) with f calling shard_map: the shard_map is one opaque equation, which a grad
-  // inside the jit cannot see through; refused on every rank (it gave a zero gradient), while
-  // grad(jit(f)) replays the program for the tape and equals eager's gradient.
+SHARD_MPI_TEST(Jit, GradOfAShardMapInsideJitEqualsEager) {
+  // jit(grad(f)) with f calling shard_map: a forward equation that keeps the body's pullback and a
+  // backward equation that applies it; equal to eager's gradient and to grad(jit(f))'s, at every
+  // call (the pullback of each call is its own), with several outputs, a list argument, an integer
+  // argument, an output the loss ignores, and an argument the outputs do not depend on.
   const int n = shard::testing::runtime().device_count();
   const Mesh mesh = make_mesh({n}, {"data"});
-  const auto x = device_put(random_tensor<float>({4 * n, 3}, 91), NamedSharding(mesh, P("data", None)));
-  const auto w = device_put(random_tensor<float>({3, 2}, 92), NamedSharding(mesh, P()));
+  auto w = device_put(random_tensor<float>({3, 2}, 92), NamedSharding(mesh, P()));
   auto loss = [&](const ShardedArray<float>& wt, const ShardedArray<float>& xs) {
     return shard_map(mesh, {P(), P("data", None)}, P(),
                      [](DeviceContext& ctx, const Tensor<float>& wb, const Tensor<float>& xb) {
                        return ctx.psum(sum(square(matmul(xb, wb))), "data");
                      })(wt, xs);
   };
-  const Tensor<double> want = host_double(grad(loss)(w, x));
-  EXPECT_THROW((void)jit(grad(loss))(w, x), ValueError);
-  expect_equal(host_double(grad(jit(loss))(w, x)), want, 1e-6, "grad(jit(shard_map))");
-  // Not differentiated with respect to the shard_map's operands: jit(grad) is fine.
-  auto other = [&](const ShardedArray<float>& v) { return sum(v * v) + loss(w, x); };
-  expect_equal(host_double(jit(grad(other))(w)), host_double(grad(other)(w)), 1e-6, "grad past a shard_map");
+  auto jg = jit(grad(loss));
+  auto jvg = jit(value_and_grad(loss));
+  for (int call = 0; call < 3; ++call) {
+    const auto x =
+        device_put(random_tensor<float>({4 * n, 3}, 91 + call), NamedSharding(mesh, P("data", None)));
+    const Tensor<double> want = host_double(grad(loss)(w, x));
+    expect_equal(host_double(jg(w, x)), want, 1e-6, "jit(grad(shard_map))");
+    auto [v, g] = jvg(w, x);
+    expect_equal(host_double(v), host_double(loss(w, x)), 1e-6, "jit(value_and_grad) value");
+    expect_equal(host_double(g), want, 1e-6, "jit(value_and_grad) gradient");
+    expect_equal(host_double(grad(jit(loss))(w, x)), want, 1e-6, "grad(jit(shard_map))");
+    // Not differentiated with respect to the shard_map's operands: the opaque equation.
+    auto other = [&](const ShardedArray<float>& u) { return sum(u * u) + loss(w, x); };
+    expect_equal(host_double(jit(grad(other))(w)), host_double(grad(other)(w)), 1e-6,
+                 "grad past a shard_map");
+  }
+  // Two outputs (one unused by the loss), a list of parameters, integer labels, an unused parameter.
+  Tensor<std::int32_t> lab = random_tensor<std::int32_t>({4 * n}, 93);
+  for (auto& v : lab) v = (v % 2 + 2) % 2;
+  const auto labels = device_put(lab, NamedSharding(mesh, P("data")));
+  std::vector<ShardedArray<float>> ps{w, device_put(random_tensor<float>({2}, 94), NamedSharding(mesh, P())),
+                                      device_put(random_tensor<float>({5}, 95), NamedSharding(mesh, P()))};
+  auto two = [&](const std::vector<ShardedArray<float>>& p, const ShardedArray<float>& xs,
+                 const ShardedArray<std::int32_t>& ys) {
+    auto [l, h] = shard_map(mesh, {P(), P("data", None), P("data")}, {P(), P("data", None)},
+                            [](DeviceContext& ctx, const std::vector<Tensor<float>>& pb,
+                               const Tensor<float>& xb, const Tensor<std::int32_t>& yb) {
+                              const Tensor<float> z = tanh(matmul(xb, pb[0]) + pb[1]);
+                              const Tensor<float> picked = take_along_axis(z, reshape(yb, {-1, 1}), 1);
+                              return std::make_tuple(ctx.psum(sum(picked), "data"), z);
+                            })(p, xs, ys);
+    return l + 0.0f * sum(h);
+  };
+  auto jtwo = jit(grad(two));
+  for (int call = 0; call < 2; ++call) {
+    const auto x = device_put(random_tensor<float>({4 * n, 3}, 96 + call) * 0.0003f,
+                              NamedSharding(mesh, P("data", None)));
+    const auto want = grad(two)(ps, x, labels);
+    const auto got = jtwo(ps, x, labels);
+    ASSERT_EQ(got.size(), 3u);
+    for (std::size_t k = 0; k < 3; ++k)
+      expect_equal(host_double(got[k]), host_double(want[k]), 1e-6, "list parameter gradient");
+  }
+  // The program: one forward and one backward equation for the shard_map.
+  const std::string text = make_jaxpr(grad(loss))(
+      w, device_put(random_tensor<float>({4 * n, 3}, 99), NamedSharding(mesh, P("data", None))));
+  EXPECT_NE(text.find("shard_map_forward_vjp"), std::string::npos) << text;
+  EXPECT_NE(text.find("shard_map_vjp"), std::string::npos) << text;
 }
 
 }  // namespace

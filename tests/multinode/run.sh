@@ -105,7 +105,10 @@ case $case in
     mpirun -n 4 "$build/apps/train_gpt" "${gpt[@]}" > "$work/one_host.jsonl"
     MIN_BYTES=50000 crossed "$work/two_hosts.jsonl" across tcp,vader,self -n 4 --map-by node "$build/apps/train_gpt" "${gpt[@]}"
     $python "$here/../train/compare.py" losses 1e-5 "$work/one_host.jsonl" "$work/two_hosts.jsonl"
-    echo "train_gpt: 2 hosts x 2 ranks give the single-host losses"
+    # FSDP (parameters and optimizer state split over 'data', across the hosts) in a jitted step
+    MIN_BYTES=50000 crossed "$work/two_hosts_fsdp.jsonl" across tcp,vader,self -n 4 --map-by node "$build/apps/train_gpt" "${gpt[@]}" --fsdp --jit
+    $python "$here/../train/compare.py" losses 1e-5 "$work/one_host.jsonl" "$work/two_hosts_fsdp.jsonl"
+    echo "train_gpt: 2 hosts x 2 ranks give the single-host losses (also with --fsdp --jit)"
     ;;
   separate)
     if MN_TIMEOUT=60 across vader,self -n 4 --map-by node "$build/apps/shard_info" > "$work/out.txt" 2>&1; then

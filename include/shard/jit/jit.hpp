@@ -27,7 +27,9 @@
 /// Composition: jit(grad(f)), grad(jit(f)), jit(vmap(f)), vmap(jit(f)), jit(shard_map(...)) and
 /// nested jits. Under an outer grad, vmap or jit the program is replayed op by op through the
 /// driver, so the outer transformation sees every op. A shard_map inside jit is one equation of
-/// the program (its body runs as written when the program runs).
+/// the program (its body runs as written when the program runs); differentiated by a grad inside
+/// the jit it is two: the forward keeping the body's pullback, and its application
+/// (spmd/detail/shard_map_jit.hpp).
 ///
 /// Sharding propagation (jit/propagate.hpp): with `propagate` on, each factor-rule op's layout
 /// (its operands' and result's shardings and the closing collective) is chosen over the whole

@@ -18,6 +18,7 @@
 #include "shard/comm/detail/collective.hpp"
 #include "shard/core/detail/tape.hpp"
 #include "shard/spmd/detail/shard_map_ad.hpp"
+#include "shard/spmd/detail/shard_map_jit.hpp"
 #include "shard/spmd/detail/vmap_collectives.hpp"
 #include "shard/error.hpp"
 #include "shard/comm/group_shared.hpp"
@@ -251,16 +252,14 @@ class ShardMapped {
     if constexpr (checked<Args...>()) {
       // Inside jit: one equation of the program, the body run as written when it replays.
       if (const std::uint64_t level = detail::trace_level_of(args...)) {
-        // A grad inside the jit (jit(grad(f)) with f calling this shard_map) would not see the body's
-        // ops through the opaque equation: its gradient would be silently zero. Refused until the
-        // equation carries its VJP.
+        // A grad inside the jit (jit(grad(f)) with f calling this shard_map) differentiating it:
+        // a forward equation that keeps the pullback and a backward one (shard_map_jit.hpp).
         detail::Tape* tape = nullptr;
         (tree_for_each([&](const auto& leaf) { tape = tape ? tape : detail::recording_tape_for(leaf); }, args), ...);
-        if (tape && tape->id() > level)
-          raise<ValueError>(located("shard_map", where_),
-                            ": differentiated inside jit (jit(grad(f)) or jit(value_and_grad(f)) where f calls "
-                            "shard_map) is not supported yet; differentiate outside (grad(jit(f)) replays the "
-                            "program for the tape), or run the step without jit");
+        if (tape && tape->id() > level && detail::any_tracked(*tape, args...))
+          return detail::trace_shard_map_vjp(
+              [self = *this](const auto&... a) { return self.call(std::index_sequence_for<Args...>{}, a...); }, level,
+              *tape, args...);
         return detail::trace_opaque(
             "shard_map",
             [self = *this](const auto&... a) { return self.call(std::index_sequence_for<Args...>{}, a...); }, level,

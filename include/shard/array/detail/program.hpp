@@ -17,6 +17,7 @@
 /// the layouts propagation chose (jit/propagate.hpp): the plan of a factor-rule op, the operand
 /// shardings of every other op as it ran when traced.
 
+#include <algorithm>
 #include <any>
 #include <cstdint>
 #include <functional>
@@ -185,9 +186,23 @@ struct ReplayEnv {
   /// The operands carry records (vmap, a tape, an outer jit): each equation binds its primitive as
   /// an eager op does, so the outer transformation sees every op.
   bool plain = false;
+  /// The values the running equation reads last (dropped after it; null: not known).
+  const std::vector<int>* dying = nullptr;
   template <typename X>
   const X& get(int id) const {
     return *std::any_cast<X>(&slots[static_cast<std::size_t>(id)]);
+  }
+  /// The value of slot `id` for an equation that may update it in place: moved out of its slot
+  /// when the equation reads it last (and only once: `uses`), so that no other reference keeps
+  /// its buffers; an alias otherwise.
+  template <typename X>
+  X take(int id, std::size_t uses) {
+    if (uses == 1 && dying && std::find(dying->begin(), dying->end(), id) != dying->end()) {
+      X x = std::move(*std::any_cast<X>(&slots[static_cast<std::size_t>(id)]));
+      slots[static_cast<std::size_t>(id)].reset();
+      return x;
+    }
+    return get<X>(id).alias();
   }
   template <typename X>
   void set(int id, X x) {

@@ -345,20 +345,23 @@ auto trace_opaque(const char* name, Fn fn, std::uint64_t level, const Args&... a
       tree_map([](const auto& leaf) { return std::remove_cvref_t<decltype(leaf)>(); }, args)...);
   e.run = [fn, skeleton, ins = e.in, outs = e.out](ReplayEnv& env, const ProgramEqn& eqn) {
     std::size_t k = 0;
+    // An operand the program reads last here is moved out of its slot: a fn that takes it by value
+    // and updates it in place (the optimizer's update of donated parameters) then copies nothing.
     auto fill = [&](const auto& arg) {
       return tree_map(
           [&](const auto& leaf) {
             using X = std::remove_cvref_t<decltype(leaf)>;
             const std::size_t i = k++;
-            return replay_operand(env, eqn, i, env.get<X>(ins[i]));
+            const auto uses = static_cast<std::size_t>(std::count(ins.begin(), ins.end(), ins[i]));
+            return replay_operand(env, eqn, i, env.take<X>(ins[i], uses));
           },
           arg);
     };
-    const std::tuple<Args...> filled = [&]<std::size_t... I>(std::index_sequence<I...>) {
+    std::tuple<Args...> filled = [&]<std::size_t... I>(std::index_sequence<I...>) {
       return std::tuple<Args...>{fill(std::get<I>(*skeleton))...};  // braces: in order
     }
     (std::index_sequence_for<Args...>{});
-    Out r = std::apply(fn, filled);
+    Out r = std::apply(fn, std::move(filled));
     std::size_t o = 0;
     tree_for_each([&](const auto& leaf) { env.set(outs[o++], leaf.alias()); }, r);
   };

@@ -94,4 +94,23 @@ struct ShardMapAd final : NodeBase {
   bool seeded = false;
 };
 
+/// What a shard_map's equations in a jit trace need of the autodiff layer when a grad inside the
+/// jit differentiates it (jit(grad(f)): spmd/detail/shard_map_jit.hpp), for one dtype; defined
+/// with the nodes (src/autodiff/shard_map_links.cpp). Non-floating arrays are never tracked.
+template <Dtype T>
+struct JitAdLinks {
+  /// x as a leaf of `tape` (an alias; a non-floating array as it is).
+  static ShardedArray<T> leaf(const ShardedArray<T>& x, Tape& tape);
+  /// Adds ct to the cotangent of y's node on `tape` (nothing when y has none there).
+  static void seed(const ShardedArray<T>& y, const ShardedArray<T>& ct, const Tape& tape);
+  /// The cotangent the backward pass of its tape left at `leaf` (zeros when none), taken.
+  static ShardedArray<T> cotangent(const ShardedArray<T>& leaf);
+  /// True when x has a node on `tape`.
+  static bool tracked(const ShardedArray<T>& x, const Tape& tape);
+  /// Makes y a node of `tape` whose rule hands the cotangent it gets to `take`.
+  static void collect(ShardedArray<T>& y, Tape& tape, std::function<void(const ShardedArray<T>&)> take);
+  /// Pushes ct to x's node on `tape`.
+  static void push(const ShardedArray<T>& x, const Tape& tape, const ShardedArray<T>& ct);
+};
+
 }  // namespace shard::detail
