@@ -5,6 +5,19 @@
 
 namespace shard::detail {
 
+namespace {
+thread_local int t_in_device_function = 0;
+/// Marks the thread as running a device's function for the scope.
+struct InDeviceFunction {
+  InDeviceFunction() { ++t_in_device_function; }
+  ~InDeviceFunction() { --t_in_device_function; }
+  InDeviceFunction(const InDeviceFunction&) = delete;
+  InDeviceFunction& operator=(const InDeviceFunction&) = delete;
+};
+}  // namespace
+
+bool in_device_function() { return t_in_device_function > 0; }
+
 DeviceExecutor::~DeviceExecutor() {
   {
     std::lock_guard lock(mutex_);
@@ -36,6 +49,7 @@ void DeviceExecutor::worker_loop(int index) {
     lock.unlock();
     try {
       const BufferPoolScope buffers(pool);  // the caller's (jit's buffers)
+      const InDeviceFunction marked;
       (*job)(index);
     } catch (...) {
       record_failure(std::current_exception());  // before waking peers: the root cause wins
@@ -51,8 +65,10 @@ void DeviceExecutor::record_failure(std::exception_ptr e) {
   if (!first_error_) first_error_ = std::move(e);
 }
 
-void DeviceExecutor::run(int n, const std::function<void(int)>& fn, const std::function<void(int)>& on_failure) {
+void DeviceExecutor::run(int n, const std::function<void(int)>& fn,
+                         const std::function<void(int)>& on_failure) {
   if (n <= 1) {
+    const InDeviceFunction marked;
     if (n == 1) fn(0);
     return;
   }
@@ -69,6 +85,7 @@ void DeviceExecutor::run(int n, const std::function<void(int)>& fn, const std::f
   }
   wake_.notify_all();
   try {
+    const InDeviceFunction marked;
     fn(0);
   } catch (...) {
     record_failure(std::current_exception());

@@ -8,6 +8,7 @@
 
 #include "shard/core/timeline.hpp"
 #include "shard/error.hpp"
+#include "shard/runtime/detail/device_executor.hpp"
 #include "shard/runtime/runtime.hpp"
 
 namespace shard {
@@ -16,11 +17,25 @@ namespace {
 std::int64_t g_started_ns = -1;
 }
 
-void start_trace() { g_started_ns = detail::timeline_start(); }
+namespace {
+/// ValueError inside a shard_map body: the trace is the rank's, started and written once.
+void check_not_in_body(const char* call) {
+  if (detail::in_device_function())
+    raise<ValueError>(call,
+                      " inside a shard_map (or pmap) body: the timeline belongs to the rank, "
+                      "not to a device; call it outside the body, on every rank");
+}
+}  // namespace
+
+void start_trace() {
+  check_not_in_body("start_trace()");
+  g_started_ns = detail::timeline_start();
+}
 
 bool tracing() { return detail::trace_on(); }
 
 void stop_trace(const std::string& path) {
+  check_not_in_body("stop_trace()");
   Runtime& rt = Runtime::current();
   const mpi::Communicator& world = rt.world();
   // Agreed first: a rank that never started would otherwise send nothing while others wait.

@@ -191,6 +191,32 @@ SHARD_MPI_TEST(Timeline, ErrorsOnEveryRank) {
         << e.what();
   }
   EXPECT_FALSE(tracing());
+  // Inside a shard_map body (run once per device thread): ValueError on every rank, naming the
+  // fix, for start_trace and stop_trace; the trace started outside is still written.
+  const Mesh mesh = make_mesh({shard::testing::runtime().device_count()}, {"d"});
+  const auto x = device_put(random_tensor<float>({2 * mesh.size()}, 7), NamedSharding(mesh, P("d")));
+  start_trace();
+  const std::string in_body = shared_path("in_body");
+  for (const bool stop : {false, true}) {
+    try {
+      (void)shard_map(mesh, P("d"), P("d"), [stop, &in_body](const Tensor<float>& b) {
+        if (stop)
+          stop_trace(in_body);
+        else
+          start_trace();
+        return b * 2.0f;
+      })(x);
+      ADD_FAILURE() << "no ValueError";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("outside the body"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(tracing());
+  const std::string path = shared_path("after_body");
+  stop_trace(path);
+  EXPECT_FALSE(tracing());
+  shard::testing::runtime().world().barrier();
+  if (shard::testing::runtime().process_index() == 0) std::remove(path.c_str());
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ void start_trace();
 bool tracing();
 /// Collective over all ranks: stops recording and writes every rank's timeline to `path` (rank 0
 /// writes; IoError on every rank when it cannot). Raises ValueError when no trace was started.
+/// Both raise ValueError inside a shard_map or pmap body (the timeline is the rank's).
 void stop_trace(const std::string& path);
 
 }  // namespace shard

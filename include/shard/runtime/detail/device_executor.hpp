@@ -13,6 +13,10 @@ namespace shard::detail {
 
 class BufferPool;
 
+/// True on a thread while it runs one device's function of DeviceExecutor::run (a shard_map or
+/// pmap body): a rank-level collective there would be issued once per device thread.
+bool in_device_function();
+
 class DeviceExecutor {
  public:
   DeviceExecutor() = default;
