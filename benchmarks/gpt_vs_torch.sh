@@ -6,8 +6,9 @@
 #   b) torch_gpt.py in one process with RANKS threads (torch's and OpenBLAS's);
 #   c) torch_gpt.py with DistributedDataParallel (gloo) on RANKS processes of one thread;
 #   d) train_gpt --dtype bfloat16 as a);
-#   e) torch_gpt.py --ddp --autocast (torch.autocast to bfloat16 around the forward) as c).
-# With --repeats N (default 2) the five runs are repeated N times in turn (a b c d e a ...: this
+#   e) torch_gpt.py --ddp --autocast (torch.autocast to bfloat16 around the forward) as c);
+#   f) train_gpt --dtype bfloat16 --jit (the step as one jitted program) as a).
+# With --repeats N (default 2) the six runs are repeated N times in turn (a b c d e f a ...: this
 # VM's speed drifts over minutes) and each configuration's fastest run counts.
 # Prints a markdown table of tokens/s (training steps only, evaluation excluded), the ratio
 # Shard / that run, and the final training and validation losses (the runs start from
@@ -70,6 +71,8 @@ for r in $(seq "$repeats"); do
   mpirun -n "$ranks" --bind-to core "$app" --mesh "data=$ranks" --dtype bfloat16 "${flags[@]}" > "$work/shard_bf16.$r.jsonl"
   echo "e) torch_gpt.py --ddp --autocast, $ranks processes x 1 thread (round $r of $repeats)" >&2
   $py benchmarks/torch_gpt.py --ddp --autocast --nproc "$ranks" --threads 1 "${flags[@]}" > "$work/ddp_bf16.$r.jsonl"
+  echo "f) mpirun -n $ranks train_gpt --mesh data=$ranks --dtype bfloat16 --jit (round $r of $repeats)" >&2
+  mpirun -n "$ranks" --bind-to core "$app" --mesh "data=$ranks" --dtype bfloat16 --jit "${flags[@]}" > "$work/shard_bf16_jit.$r.jsonl"
 done
 
 $py - "$ranks" "$repeats" "$work" <<'PY'
@@ -94,12 +97,14 @@ def num(row, key, fmt):
     v = row.get(key)
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
 
-shard, torch1, ddp, shard_bf16, ddp_bf16 = (summary(p) for p in ("shard", "torch", "ddp", "shard_bf16", "ddp_bf16"))
+shard, torch1, ddp, shard_bf16, ddp_bf16, shard_bf16_jit = (
+    summary(p) for p in ("shard", "torch", "ddp", "shard_bf16", "ddp_bf16", "shard_bf16_jit"))
 runs = [(f"train_gpt, {ranks} ranks (data={ranks})", shard),
         (f"PyTorch, 1 process x {ranks} threads", torch1),
         (f"PyTorch DDP (gloo), {ranks} processes x 1 thread", ddp),
         (f"train_gpt --dtype bfloat16, {ranks} ranks", shard_bf16),
-        (f"PyTorch DDP with bfloat16 autocast, {ranks} processes x 1 thread", ddp_bf16)]
+        (f"PyTorch DDP with bfloat16 autocast, {ranks} processes x 1 thread", ddp_bf16),
+        (f"train_gpt --dtype bfloat16 --jit, {ranks} ranks", shard_bf16_jit)]
 print()
 print(f"{shard['params']} parameters; {shard['steps']} steps; best of {repeats} round(s) each; train_gpt MFU {num(shard, 'mfu', '.3f')} "
       f"of its measured SGEMM rate ({num(shard, 'sgemm_gflops', '.1f')} GFLOP/s)")

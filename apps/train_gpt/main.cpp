@@ -392,10 +392,11 @@ int run(shard::Runtime& rt, Config& c) {
                   "\"data=%d,model=%d\", \"steps\": %lld, \"tokens_per_second\": %.1f, \"train_seconds\": %.3f, "
                   "\"final_loss\": %.6f, \"final_val_loss\": %.6f, \"params\": %lld, \"mfu\": %.4f, \"sgemm_gflops\": %.1f, "
                   "\"dtype\": \"%s\", \"mfu_bf16\": %.4f, \"bf16_gemm_gflops\": %.1f, "
-                  "\"tokens_per_second_after_first\": %.1f, \"param_state_bytes\": %lld, \"jit\": %s, \"fsdp\": %s}\n",
+                  "\"tokens_per_second_after_first\": %.1f, \"first_step_seconds\": %.3f, \"param_state_bytes\": %lld, "
+                  "\"jit\": %s, \"fsdp\": %s}\n",
                   rt.process_count(), rt.devices_per_rank(), data, model, static_cast<long long>(step), tps, train_s,
                   last_loss, val, static_cast<long long>(m.parameter_count()), mfu, peak, c.model.dtype.c_str(), mfu_bf16,
-                  peak_bf16, steady_tps, static_cast<long long>(state_bytes), c.jit ? "true" : "false",
+                  peak_bf16, steady_tps, first_s, static_cast<long long>(state_bytes), c.jit ? "true" : "false",
                   c.fsdp ? "true" : "false");
   else
     std::snprintf(line, sizeof line,

@@ -242,18 +242,38 @@ Tensor<T> attention_forward(const Tensor<T>& q, const Tensor<T>& k, const Tensor
 
 void check_attention_shapes(const Shape& q, const Shape& k, const Shape& v) { check(q, k, v, false); }
 
+// bfloat16 operands: attention runs in float32 on the operands widened once (exact), and its
+// outputs (the probabilities a backward pass keeps too) are rounded once. Its products are small
+// (a causal block of 32 query rows against one head's keys: 32 x 32..T x H) and many: as bfloat16
+// products each pays a oneDNN call (1.5x slower end to end than float32 sgemm here, 2026-11-29),
+// and the float32 scores are what autocast's softmax reads anyway.
 template <Dtype T>
 Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, double scale, bool causal,
                           Tensor<T>* probs) {
   const ScopedTime timed(TimeKind::kAttention);
   const Problem d = check(q.shape(), k.shape(), v.shape(), causal);
-  return attention_forward(q, k, v, d, static_cast<compute_t<T>>(scale), probs);
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    Tensor<float> pf;
+    const Tensor<float> out = attention_forward(astype_kernel<float>(q), astype_kernel<float>(k),
+                                                astype_kernel<float>(v), d, static_cast<float>(scale),
+                                                probs ? &pf : nullptr);
+    if (probs) *probs = astype_kernel<bfloat16>(pf);
+    return astype_kernel<bfloat16>(out);
+  } else {
+    return attention_forward(q, k, v, d, static_cast<compute_t<T>>(scale), probs);
+  }
 }
 
 template <Dtype T>
 std::array<Tensor<T>, 3> fused_attention_vjp(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                              const Tensor<T>& probs, const Tensor<T>& ct, double scale_in,
                                              bool causal) {
+  if constexpr (std::is_same_v<T, bfloat16>) {  // in float32, as the forward (fused_attention)
+    auto [dq, dk, dv] = fused_attention_vjp<float>(astype_kernel<float>(q), astype_kernel<float>(k),
+                                                   astype_kernel<float>(v), astype_kernel<float>(probs),
+                                                   astype_kernel<float>(ct), scale_in, causal);
+    return {astype_kernel<bfloat16>(dq), astype_kernel<bfloat16>(dk), astype_kernel<bfloat16>(dv)};
+  }
   using C = compute_t<T>;
   constexpr bool kNarrow = !std::is_same_v<T, C>;
   const ScopedTime timed(TimeKind::kAttention);

@@ -210,6 +210,13 @@ void update_block(const Optimizer::Config& c, bool decays, std::int64_t n, T* w,
             static_cast<C>(c.b2), static_cast<C>(c.eps), ic1, ic2);
 }
 
+/// x's blocks in buffers of their own (a borrowed block copied).
+template <typename T>
+void own_blocks(ShardedArray<T>& x) {
+  for (auto& s : x.addressable_shards())
+    if (!s.data.owns_memory() && s.data.size() > 0) s.data = Tensor<T>(s.data);
+}
+
 template <typename T>
 Tensor<T>& own(Tensor<T>& t) {
   t.detach_if_aliased();  // a live vjp's residual keeps the old values
@@ -311,6 +318,11 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
     // place (update copies a buffer another array still shares).
     auto run = [this, where](std::vector<ShardedArray<T>> p, const std::vector<ShardedArray<T>>& g,
                              std::map<std::string, ShardedArray<T>> arrays, ShardedArray<std::int64_t> step) {
+      // A block over memory the program does not own (Tensor::borrow: group-shared memory, a
+      // caller's buffer) is copied: the jitted update writes only buffers of its own.
+      for (auto& x : p) own_blocks(x);
+      for (auto& [name, a] : arrays) own_blocks(a);
+      own_blocks(step);
       State<T> s{std::move(step), std::move(arrays)};
       update(p, g, s, where);
       return std::tuple{std::move(p), std::move(s.arrays), std::move(s.step)};

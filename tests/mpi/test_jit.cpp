@@ -702,4 +702,67 @@ SHARD_MPI_TEST(Jit, GradOfAShardMapInsideJitEqualsEager) {
   EXPECT_NE(text.find("shard_map_vjp"), std::string::npos) << text;
 }
 
+SHARD_MPI_TEST(Jit, GradThroughAShardMapTracksOnlyTheDifferentiatedArguments) {
+  // jit(grad(f)) differentiates only what the grad does: a body may apply an op without a VJP
+  // (pmax) to data that is not differentiated, and the data's cotangents are neither computed nor
+  // summed (the jitted step sends what the eager one sends). Nested jits around the shard_map
+  // give eager's values too. A jitted update of parameters over borrowed memory, not donated,
+  // leaves the caller's memory as it was.
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"data"});
+  const NamedSharding rep(mesh, P()), rows(mesh, P("data", None));
+  const auto w = device_put(random_tensor<float>({3, 2}, 31), rep);
+  const auto c = device_put(random_tensor<float>({64, 64}, 32), rep);
+  const auto x = device_put(random_tensor<float>({4 * n, 3}, 33), rows);
+  auto f = [&](const ShardedArray<float>& wt, const ShardedArray<float>& ct, const ShardedArray<float>& xs) {
+    return shard_map(
+        mesh, {P(), P(), P("data", None)}, P(),
+        [](DeviceContext& ctx, const Tensor<float>& wb, const Tensor<float>& cb, const Tensor<float>& xb) {
+          const Tensor<float> m = ctx.pmax(max(abs(xb)), "data");
+          return ctx.psum(sum(square(matmul(xb / m, wb))) + 0.001f * sum(cb), "data");
+        })(wt, ct, xs);
+  };
+  const Tensor<double> want = host_double(grad(f)(w, c, x));
+  auto jg = jit(grad(f));
+  expect_equal(host_double(jg(w, c, x)), want, 1e-6, "jit(grad) with pmax on data");
+  comm_stats().reset();
+  (void)grad(f)(w, c, x);
+  const std::int64_t eager_bytes = comm_stats().total().bytes;
+  comm_stats().reset();
+  const Tensor<double> got = host_double(jg(w, c, x));
+  comm_stats().reset();
+  (void)jg(w, c, x);
+  EXPECT_EQ(comm_stats().total().bytes, eager_bytes) << comm_stats().to_string();
+  expect_equal(got, want, 1e-6, "jit(grad) again");
+  // Nested jits.
+  auto g = [&](const ShardedArray<float>& wt) { return f(wt, c, x); };
+  const double value = f(w, c, x).item();
+  EXPECT_NEAR(jit(jit(g))(w).item(), value, 1e-6 * (1 + std::abs(value)));
+  expect_equal(host_double(jit(grad(jit(g)))(w)), want, 1e-6, "jit(grad(jit))");
+  expect_equal(host_double(jit(jit(grad(g)))(w)), want, 1e-6, "jit(jit(grad))");
+  // Borrowed parameters, a jitted sgd step without donation.
+  const auto local = mesh.local_device_ids();
+  const Tensor<float> init = random_tensor<float>({3, 2}, 34);
+  std::vector<std::vector<float>> memory(local.size(),
+                                         std::vector<float>(init.data(), init.data() + init.size()));
+  std::vector<Shard<float>> shards;
+  for (std::size_t i = 0; i < local.size(); ++i)
+    shards.push_back(Shard<float>{local[i], rep.box(local[i], Shape{3, 2}),
+                                  Tensor<float>::borrow(memory[i].data(), Shape{3, 2})});
+  std::vector<ShardedArray<float>> borrowed{ShardedArray<float>(Shape{3, 2}, rep, std::move(shards))};
+  const auto opt = optim::sgd(0.1);
+  auto state = opt.init(borrowed);
+  auto step = jit([&](std::vector<ShardedArray<float>> p, optim::State<float> s) {
+    auto gr = grad([&](const std::vector<ShardedArray<float>>& q) { return f(q[0], c, x); })(p);
+    opt.update(p, gr, s);
+    return std::tuple{p, s};
+  });
+  auto [next, next_state] = step(borrowed, state);
+  for (std::size_t i = 0; i < local.size(); ++i)
+    for (std::size_t e = 0; e < memory[i].size(); ++e)
+      EXPECT_EQ(memory[i][e], init.flat(static_cast<std::int64_t>(e)));
+  const Tensor<double> at_init = host_double(grad(f)(device_put(init, rep), c, x));
+  expect_equal(host_double(next[0]), host_double(init) - 0.1 * at_init, 1e-5, "the jitted sgd step");
+}
+
 }  // namespace

@@ -192,6 +192,11 @@ struct Where : Primitive {
 template <Dtype U>
 struct Astype : Primitive {
   static constexpr bool kernel_validates = true;
+  /// Linear and local: in a differentiated shard_map body the cotangent parts that vary over axes
+  /// the value does not pass through to the operand's node (a bfloat16 copy of an invariant
+  /// float32 parameter has its gradient summed once, in float32, with the parameters' bucketed
+  /// and overlapped reduction, instead of a blocking psum at the cast).
+  static constexpr bool linear_local = true;
   const char* name() const { return "astype"; }
   static const FactorRule& rule() { return detail::elementwise_rule(1); }
   template <typename... A>

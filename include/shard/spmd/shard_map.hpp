@@ -250,7 +250,8 @@ class ShardMapped {
   template <typename... Args>
   auto operator()(const Args&... args) const {
     if constexpr (checked<Args...>()) {
-      // Inside jit: one equation of the program, the body run as written when it replays.
+      // Inside jit: one equation of the program, the body run as written when it replays (through
+      // this operator again: replayed inside an outer jit, it is an equation of that one).
       if (const std::uint64_t level = detail::trace_level_of(args...)) {
         // A grad inside the jit (jit(grad(f)) with f calling this shard_map) differentiating it:
         // a forward equation that keeps the pullback and a backward one (shard_map_jit.hpp).
@@ -258,11 +259,15 @@ class ShardMapped {
         (tree_for_each([&](const auto& leaf) { tape = tape ? tape : detail::recording_tape_for(leaf); }, args), ...);
         if (tape && tape->id() > level && detail::any_tracked(*tape, args...))
           return detail::trace_shard_map_vjp(
-              [self = *this](const auto&... a) { return self.call(std::index_sequence_for<Args...>{}, a...); }, level,
+              [self = *this](const auto&... a) -> decltype(this->call(std::index_sequence_for<Args...>{}, a...)) {
+                return self(a...);
+              }, level,
               *tape, args...);
         return detail::trace_opaque(
             "shard_map",
-            [self = *this](const auto&... a) { return self.call(std::index_sequence_for<Args...>{}, a...); }, level,
+            [self = *this](const auto&... a) -> decltype(this->call(std::index_sequence_for<Args...>{}, a...)) {
+                return self(a...);
+              }, level,
             args...);
       }
       return call(std::index_sequence_for<Args...>{}, args...);

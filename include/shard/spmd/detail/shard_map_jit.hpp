@@ -11,6 +11,7 @@
 /// On replay each call runs both again on its own values; the pullback lives from the forward
 /// equation to the backward one (the program's liveness drops it there).
 
+#include <algorithm>
 #include <any>
 #include <cstddef>
 #include <cstdint>
@@ -39,33 +40,50 @@ struct ShardMapPullback {
   std::optional<Out> outs;
 };
 
-/// True when a floating array of the arguments has a node on `tape`.
+/// Per array of the arguments (tree order): whether the grad's `tape` differentiates it (a
+/// floating array with a node there).
 template <typename... Args>
-bool any_tracked(const Tape& tape, const Args&... args) {
-  bool any = false;
+std::vector<bool> tracked_arrays(const Tape& tape, const Args&... args) {
+  std::vector<bool> tracked;
   (tree_for_each(
        [&](const auto& x) {
          using X = std::remove_cvref_t<decltype(x)>;
-         if constexpr (FloatDtype<elem_t<X>>) any = any || JitAdLinks<elem_t<X>>::tracked(x, tape);
+         if constexpr (FloatDtype<elem_t<X>>)
+           tracked.push_back(JitAdLinks<elem_t<X>>::tracked(x, tape));
+         else
+           tracked.push_back(false);
        },
        args),
    ...);
-  return any;
+  return tracked;
 }
 
-/// fn(args...) with every floating array of the arguments a leaf of a fresh tape: the outputs
+/// True when a floating array of the arguments has a node on `tape`.
+template <typename... Args>
+bool any_tracked(const Tape& tape, const Args&... args) {
+  const std::vector<bool> t = tracked_arrays(tape, args...);
+  return std::find(t.begin(), t.end(), true) != t.end();
+}
+
+/// fn(args...) with the arrays `tracked` marks (tree order) leaves of a fresh tape (the others are
+/// constants there, as they are for the grad: an op without a VJP may read them): the outputs
 /// (without records) and the pullback.
 template <typename Fn, typename... Args>
-auto forward_with_pullback(const Fn& fn, const Args&... args) {
+auto forward_with_pullback(const Fn& fn, const std::vector<bool>& tracked, const Args&... args) {
   using Out = decltype(fn(args...));
   using Pb = ShardMapPullback<Out, Args...>;
   auto pb = std::make_shared<Pb>();
   pb->tape = std::make_shared<Tape>();
   Tape& tape = *pb->tape;
+  std::size_t i = 0;
   auto leaf = [&](const auto& x) {
-    return JitAdLinks<elem_t<std::remove_cvref_t<decltype(x)>>>::leaf(x, tape);
+    using X = std::remove_cvref_t<decltype(x)>;
+    if (tracked[i++]) return JitAdLinks<elem_t<X>>::leaf(x, tape);
+    X c = x.alias();
+    c.set_ad(nullptr);
+    return c;
   };
-  pb->leaves.emplace(tree_map(leaf, args)...);
+  pb->leaves.emplace(std::tuple<Args...>{tree_map(leaf, args)...});  // braces: in order
   {
     TapeScope scope(&tape);
     pb->outs.emplace(std::apply(fn, *pb->leaves));
@@ -86,7 +104,8 @@ auto forward_with_pullback(const Fn& fn, const Args&... args) {
 /// (its residuals kept; the last application frees them, and skips the copies keeping costs).
 template <typename Out, typename... Args>
 std::vector<std::any> apply_pullback(ShardMapPullback<Out, Args...>& pb,
-                                     const std::vector<const std::any*>& cts, bool keep) {
+                                     const std::vector<const std::any*>& cts,
+                                     const std::vector<bool>& tracked, bool keep) {
   const DeferredReductionScope deferred;
   std::size_t k = 0;
   tree_for_each(
@@ -97,12 +116,16 @@ std::vector<std::any> apply_pullback(ShardMapPullback<Out, Args...>& pb,
       *pb.outs);
   pb.tape->backward(keep);
   std::vector<std::any> grads;
+  std::size_t i = 0;
   std::apply(
       [&](const auto&... l) {
         (tree_for_each(
              [&](const auto& x) {
                using X = std::remove_cvref_t<decltype(x)>;
-               if constexpr (FloatDtype<elem_t<X>>) grads.emplace_back(JitAdLinks<elem_t<X>>::cotangent(x));
+               if constexpr (FloatDtype<elem_t<X>>) {
+                 if (tracked[i]) grads.emplace_back(JitAdLinks<elem_t<X>>::cotangent(x));
+               }
+               ++i;
              },
              l),
          ...);
@@ -119,12 +142,13 @@ template <typename Out, typename... Args>
 struct ShardMapJitNode final : NodeBase {
   using Pb = ShardMapPullback<Out, Args...>;
   ShardMapJitNode(std::uint64_t level_, int res_id_, Tape& tape_, std::shared_ptr<Pb> shadow_pb_,
-                  const Args&... args)
+                  std::shared_ptr<const std::vector<bool>> tracked_, const Args&... args)
       : NodeBase("shard_map"),
         level(level_),
         res_id(res_id_),
         tape(&tape_),
         shadow_pb(std::move(shadow_pb_)),
+        tracked(std::move(tracked_)),
         traced_args(tree_map([](const auto& x) { return x.alias(); }, args)...) {}
 
   bool has_cotangent() const override { return seeded; }
@@ -165,13 +189,13 @@ struct ShardMapJitNode final : NodeBase {
     std::size_t s = 0;
     for (const int id : ct_ids) ptrs.push_back(id >= 0 ? &ct_shadows[s++] : nullptr);
     const CommSnapshot before = comm_snapshot();
-    std::vector<std::any> shadow_grads = apply_pullback(*shadow_pb, ptrs, /*keep=*/true);
+    std::vector<std::any> shadow_grads = apply_pullback(*shadow_pb, ptrs, *tracked, /*keep=*/true);
     b.comms = comms_since(before);
     // One result per floating argument array the grad tracks; pushed to its node once the
     // equation is in the program (a reshard the push adds reads it).
     std::vector<int> outs;
     std::vector<std::function<void()>> pushes;
-    std::size_t g = 0;
+    std::size_t g = 0, a = 0;
     const int producer = static_cast<int>(pr.eqns.size());
     std::apply(
         [&](const auto&... l) {
@@ -180,11 +204,8 @@ struct ShardMapJitNode final : NodeBase {
                  using X = std::remove_cvref_t<decltype(x)>;
                  using T = elem_t<X>;
                  if constexpr (FloatDtype<T>) {
+                   if (!(*tracked)[a++]) return;
                    const X& sg = *std::any_cast<X>(&shadow_grads[g++]);
-                   if (!JitAdLinks<T>::tracked(x, *tape)) {
-                     outs.push_back(-1);
-                     return;
-                   }
                    ProgramValue cv = value_of(sg, ProgramValue::Kind::kResult);
                    cv.producer = producer;
                    const int id = add_value(pr, std::move(cv));
@@ -193,6 +214,8 @@ struct ShardMapJitNode final : NodeBase {
                    pushes.push_back([this, x = x.alias(), traced = make_traced(sg.alias(), level, id)] {
                      JitAdLinks<T>::push(x, *tape, traced);
                    });
+                 } else {
+                   ++a;
                  }
                },
                l),
@@ -202,12 +225,12 @@ struct ShardMapJitNode final : NodeBase {
     // The replay's pullback is applied as often as the trace applied it (a vjp_fn called twice
     // inside the jit): every application but the last keeps it.
     const int index = (*applications)++;
-    b.run = [res_id = res_id, ct_ids, outs, index, applications = applications](ReplayEnv& env,
-                                                                                const ProgramEqn&) {
+    b.run = [res_id = res_id, ct_ids, outs, index, applications = applications, tracked = tracked](
+                ReplayEnv& env, const ProgramEqn&) {
       Pb& pb = *env.get<std::shared_ptr<Pb>>(res_id);
       std::vector<const std::any*> in;
       for (const int id : ct_ids) in.push_back(id >= 0 ? &env.slots[static_cast<std::size_t>(id)] : nullptr);
-      std::vector<std::any> grads = apply_pullback(pb, in, /*keep=*/index + 1 < *applications);
+      std::vector<std::any> grads = apply_pullback(pb, in, *tracked, /*keep=*/index + 1 < *applications);
       for (std::size_t i = 0; i < outs.size(); ++i)
         if (outs[i] >= 0) env.slots[static_cast<std::size_t>(outs[i])] = std::move(grads[i]);
     };
@@ -220,6 +243,7 @@ struct ShardMapJitNode final : NodeBase {
   int res_id;
   Tape* tape;
   std::shared_ptr<Pb> shadow_pb;  ///< the pullback on the shadows (traces the backward equation)
+  std::shared_ptr<const std::vector<bool>> tracked;  ///< per array of the arguments: differentiated
   std::tuple<Args...> traced_args;
   std::vector<std::optional<std::any>> cts;  ///< per array of the outputs: its traced cotangent
   std::shared_ptr<int> applications = std::make_shared<int>(0);  ///< backward equations traced
@@ -243,11 +267,14 @@ auto trace_shard_map_vjp(Fn fn, std::uint64_t level, Tape& tape, const Args&... 
        },
        args),
    ...);
+  // Only the arrays the grad differentiates are tracked (the others are constants of the body's
+  // tapes, as for the grad outside jit: no cotangent is computed or summed for them).
+  auto tracked = std::make_shared<const std::vector<bool>>(tracked_arrays(tape, args...));
   const CommSnapshot before = comm_snapshot();
   auto [shadow, shadow_pb] = [&] {
     const std::tuple<Args...> shadows{
         tree_map([&](const auto& leaf) { return shadow_of(leaf, level).alias(); }, args)...};
-    return std::apply([&](const auto&... s) { return forward_with_pullback(fn, s...); }, shadows);
+    return std::apply([&](const auto&... s) { return forward_with_pullback(fn, *tracked, s...); }, shadows);
   }();
   e.comms = comms_since(before);
   const int producer = static_cast<int>(prog.eqns.size());
@@ -269,7 +296,7 @@ auto trace_shard_map_vjp(Fn fn, std::uint64_t level, Tape& tape, const Args&... 
   e.out.push_back(res_id);
   auto skeleton = std::make_shared<const std::tuple<Args...>>(
       tree_map([](const auto& leaf) { return std::remove_cvref_t<decltype(leaf)>(); }, args)...);
-  e.run = [fn, skeleton, ins = e.in, outs, res_id](ReplayEnv& env, const ProgramEqn& eqn) {
+  e.run = [fn, skeleton, ins = e.in, outs, res_id, tracked](ReplayEnv& env, const ProgramEqn& eqn) {
     std::size_t k = 0;
     auto fill = [&](const auto& arg) {
       return tree_map(
@@ -284,7 +311,8 @@ auto trace_shard_map_vjp(Fn fn, std::uint64_t level, Tape& tape, const Args&... 
       return std::tuple<Args...>{fill(std::get<I>(*skeleton))...};  // braces: in order
     }
     (std::index_sequence_for<Args...>{});
-    auto [o, pb] = std::apply([&](const auto&... a) { return forward_with_pullback(fn, a...); }, filled);
+    auto [o, pb] =
+        std::apply([&](const auto&... a) { return forward_with_pullback(fn, *tracked, a...); }, filled);
     std::size_t j = 0;
     tree_for_each([&](const auto& leaf) { env.set(outs[j++], leaf.alias()); }, o);
     env.set(res_id, std::move(pb));
@@ -292,8 +320,8 @@ auto trace_shard_map_vjp(Fn fn, std::uint64_t level, Tape& tape, const Args&... 
   prog.eqns.push_back(std::move(e));
 
   // The grad's side: the shard_map's node, then a collector on each floating output.
-  auto node =
-      std::make_shared<ShardMapJitNode<Out, Args...>>(level, res_id, tape, std::move(shadow_pb), args...);
+  auto node = std::make_shared<ShardMapJitNode<Out, Args...>>(level, res_id, tape, std::move(shadow_pb),
+                                                              tracked, args...);
   tape.append(node);
   std::size_t count = 0;
   tree_for_each([&](const auto&) { ++count; }, out);
