@@ -17,15 +17,22 @@ SHARD_MPI_TEST(Errors, UnknownAxis) {
 }
 
 SHARD_MPI_TEST(Errors, AxisUsedTwice) {
-  expect_error<ShardingError>([] { NamedSharding(mesh_2d(), P("a", {"b", "a"})); }, {"'a'", "more than once"});
+  expect_error<ShardingError>(
+      [] {
+        NamedSharding(mesh_2d(), P("a", {"b", "a"}));
+      },
+      {"'a'", "more than once"});
 }
 
 SHARD_MPI_TEST(Errors, MeshSizeDoesNotMatchDeviceList) {
   const int n = runtime().device_count();
   std::vector<int> ids(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) ids[i] = i;
-  expect_error<ShardingError>([&] { Mesh({n, 2}, {"a", "b"}, ids); },
-                              {std::to_string(2 * n) + " devices", "device list has " + std::to_string(n)});
+  expect_error<ShardingError>(
+      [&] {
+        Mesh({n, 2}, {"a", "b"}, ids);
+      },
+      {std::to_string(2 * n) + " devices", "device list has " + std::to_string(n)});
   expect_error<ShardingError>([&] { Mesh({n}, {"a", "b"}, ids); }, {"axis names"});
   expect_error<ShardingError>([&] { make_mesh({n, 3}, {"a", "b"}); }, {"make_mesh", std::to_string(3 * n)});
 }
@@ -84,8 +91,23 @@ SHARD_MPI_TEST(Errors, BadRootAndNonLocalShard) {
 }
 
 SHARD_MPI_TEST(Errors, BadPartitionSpecText) {
-  expect_error<ValueError>([] { PartitionSpec::parse("P('a', ('b', None))"); }, {"cannot parse", "None inside"});
+  expect_error<ValueError>([] { PartitionSpec::parse("P('a', ('b', None))"); },
+                           {"cannot parse", "None inside"});
   expect_error<ValueError>([] { PartitionSpec::parse("P('a'"); }, {"cannot parse"});
+}
+
+SHARD_MPI_TEST(Errors, ShardMapInsideABodyIsRefused) {
+  // A shard_map called inside a shard_map body: ValueError on every rank naming the restriction, at
+  // one device per rank as at several (it crashed at 2 devices per rank), and the next call works.
+  const Mesh mesh = make_mesh({runtime().device_count()}, {"d"});
+  const auto x = device_put(random_tensor<float>({2 * mesh.size()}, 5), NamedSharding(mesh, P("d")));
+  auto outer = shard_map(mesh, P("d"), P("d"), [&](const Tensor<float>& b) {
+    (void)shard_map(mesh, P("d"), P("d"), [](const Tensor<float>& c) { return c * 2.0f; })(x);
+    return b;
+  });
+  expect_error<ValueError>([&] { (void)outer(x); }, {"inside a shard_map", "nesting is not supported"});
+  const auto y = shard_map(mesh, P("d"), P("d"), [](const Tensor<float>& b) { return b * 2.0f; })(x);
+  EXPECT_EQ(y.to_host().flat(1), 2.0f * random_tensor<float>({2 * mesh.size()}, 5).flat(1));
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "shard/array/sharded_array.hpp"
 #include "shard/core/tensor_ops.hpp"
 #include "shard/array/reshard.hpp"
+#include "shard/runtime/detail/device_executor.hpp"
 #include "shard/ops/ops.hpp"
 #include "shard/spmd/device_context.hpp"
 
@@ -316,6 +317,11 @@ class ShardMapped {
   template <std::size_t... I, typename... Args>
   auto call(std::index_sequence<I...>, const Args&... args) const {
     const detail::CallScope scope("shard_map", where_);
+    if (detail::in_device_function())
+      raise<ValueError>(located("shard_map", where_),
+                        ": called inside a shard_map (or pmap) body; nesting is not supported (JAX nests a "
+                        "shard_map only over mesh axes its parent leaves automatic): work on the body's blocks "
+                        "with the collectives (psum, all_gather, ...), or call the shard_maps one after the other");
     for (const auto& t : out_)
       for (const auto& s : t.specs()) NamedSharding(mesh_, s);  // usage errors before any communication
     auto prepared = std::make_tuple(detail::ArgTraits<Args>::prepare(mesh_, in_[I], args, I)...);
