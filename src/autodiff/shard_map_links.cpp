@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "shard/autodiff/autodiff.hpp"
 #include "shard/autodiff/detail/ad_node.hpp"
 #include "shard/ops/detail/grad_reduce.hpp"
 #include "shard/spmd/detail/shard_map_ad.hpp"
@@ -122,16 +123,13 @@ void ShardMapAd::attach(ShardedArray<T>& y, std::size_t f, const std::shared_ptr
 
 template <Dtype T>
 ShardedArray<T> JitAdLinks<T>::leaf(const ShardedArray<T>& x, Tape& tape) {
-  ShardedArray<T> out = x.alias();
   if constexpr (FloatDtype<T>) {
-    auto node = std::make_shared<Node<ShardedArray<T>>>("shard_map argument", tape, 0,
-                                                        NodeMeta<ShardedArray<T>>(out));
-    node->leaf = true;
-    out.set_ad(std::make_shared<AdValue>(AdValue{tape.id(), 0, std::move(node)}));
+    return make_leaf(x, tape, "shard_map");
   } else {
+    ShardedArray<T> out = x.alias();
     out.set_ad(nullptr);
+    return out;
   }
-  return out;
 }
 
 template <Dtype T>
@@ -141,17 +139,7 @@ void JitAdLinks<T>::seed(const ShardedArray<T>& y, const ShardedArray<T>& ct, co
 
 template <Dtype T>
 ShardedArray<T> JitAdLinks<T>::cotangent(const ShardedArray<T>& leaf) {
-  const auto& a = leaf.ad();
-  if (a && a->node) {
-    auto node = std::static_pointer_cast<Node<ShardedArray<T>>>(a->node);
-    if (node->has_cotangent()) {
-      ShardedArray<T> g = std::move(node->total());
-      node->reset();
-      g.set_ad(nullptr);
-      return g;
-    }
-  }
-  return zeros<T>(leaf.shape(), leaf.sharding());
+  return leaf_cotangent(leaf, leaf);
 }
 
 template <Dtype T>

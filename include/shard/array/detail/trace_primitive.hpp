@@ -3,6 +3,7 @@
 /// traced operands is run on their shadows and appended to the trace's program
 /// (array/detail/program.hpp); replaying the program binds it again.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <memory>
@@ -308,6 +309,70 @@ std::uint64_t trace_level_of(const Args&... args) {
   return level;
 }
 
+/// The operands of an equation that takes trees of arrays (every array of `args`, in tree
+/// order): their ids and shardings appended to `e`; returns the trees of their shadows.
+template <typename... Args>
+std::tuple<Args...> trace_tree_operands(TraceFrame& frame, ProgramEqn& e, const char* name,
+                                        const Args&... args) {
+  (tree_for_each(
+       [&](const auto& leaf) {
+         e.in.push_back(trace_operand(frame, leaf, name));
+         e.in_shardings.push_back(sharding_if_sharded(shadow_of(leaf, frame.level)));
+       },
+       args),
+   ...);
+  return std::tuple<Args...>{
+      tree_map([&](const auto& leaf) { return shadow_of(leaf, frame.level).alias(); }, args)...};
+}
+
+/// The equation's results from the trees it gave on the shadows: each array a value of `prog` made
+/// by `e` (its id appended to e.out), returned traced.
+template <typename Out>
+Out traced_tree_results(TraceFrame& frame, ProgramEqn& e, const Out& shadow) {
+  Program& prog = *frame.program;
+  const int producer = static_cast<int>(prog.eqns.size());
+  return tree_map(
+      [&](const auto& leaf) {
+        ProgramValue v = value_of(leaf, ProgramValue::Kind::kResult);
+        v.producer = producer;
+        const int id = add_value(prog, std::move(v));
+        e.out.push_back(id);
+        return make_traced(leaf.alias(), frame.level, id);
+      },
+      shadow);
+}
+
+/// The trees of arrays shaped like `skeleton` as the equation's replay reads them (operand ids
+/// `ins`, in tree order), each lined up as it was when traced. An operand the program reads last
+/// here is moved out of its slot: a function that takes it by value and updates it in place (the
+/// optimizer's update of donated parameters) then copies nothing.
+template <typename... Args>
+std::tuple<Args...> replayed_tree_operands(ReplayEnv& env, const ProgramEqn& eqn, const std::vector<int>& ins,
+                                           const std::tuple<Args...>& skeleton) {
+  std::size_t k = 0;
+  auto fill = [&](const auto& arg) {
+    return tree_map(
+        [&](const auto& leaf) {
+          using X = std::remove_cvref_t<decltype(leaf)>;
+          const std::size_t i = k++;
+          const auto uses = static_cast<std::size_t>(std::count(ins.begin(), ins.end(), ins[i]));
+          return replay_operand(env, eqn, i, env.take<X>(ins[i], uses));
+        },
+        arg);
+  };
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::tuple<Args...>{fill(std::get<I>(skeleton))...};  // braces: in order
+  }
+  (std::index_sequence_for<Args...>{});
+}
+
+/// The trees' structure without their arrays (what a replay fills).
+template <typename... Args>
+std::shared_ptr<const std::tuple<Args...>> tree_skeleton(const Args&... args) {
+  return std::make_shared<const std::tuple<Args...>>(
+      tree_map([](const auto& leaf) { return std::remove_cvref_t<decltype(leaf)>(); }, args)...);
+}
+
 /// A call jit records as one equation instead of op by op (a shard_map: its body runs per device
 /// on blocks): `fn` runs on the shadows now and on the program's values when it replays, its
 /// arguments lined up as they were when traced.
@@ -316,56 +381,20 @@ auto trace_opaque(const char* name, Fn fn, std::uint64_t level, const Args&... a
   using Out = decltype(fn(args...));
   TraceFrame* frame = trace_frame(level);
   if (!frame) raise_escaped_trace(name);
-  Program& prog = *frame->program;
   ProgramEqn e;
   e.op = name;
-  (tree_for_each(
-       [&](const auto& leaf) {
-         e.in.push_back(trace_operand(*frame, leaf, name));
-         e.in_shardings.push_back(sharding_if_sharded(shadow_of(leaf, level)));
-       },
-       args),
-   ...);
+  const std::tuple<Args...> shadows = trace_tree_operands(*frame, e, name, args...);
   const CommSnapshot before = comm_snapshot();
-  const std::tuple<Args...> shadows{
-      tree_map([&](const auto& leaf) { return shadow_of(leaf, level).alias(); }, args)...};
   Out shadow = std::apply(fn, shadows);
   e.comms = comms_since(before);
-  const int producer = static_cast<int>(prog.eqns.size());
-  Out out = tree_map(
-      [&](const auto& leaf) {
-        ProgramValue v = value_of(leaf, ProgramValue::Kind::kResult);
-        v.producer = producer;
-        const int id = add_value(prog, std::move(v));
-        e.out.push_back(id);
-        return make_traced(leaf.alias(), level, id);
-      },
-      shadow);
-  auto skeleton = std::make_shared<const std::tuple<Args...>>(
-      tree_map([](const auto& leaf) { return std::remove_cvref_t<decltype(leaf)>(); }, args)...);
-  e.run = [fn, skeleton, ins = e.in, outs = e.out](ReplayEnv& env, const ProgramEqn& eqn) {
-    std::size_t k = 0;
-    // An operand the program reads last here is moved out of its slot: a fn that takes it by value
-    // and updates it in place (the optimizer's update of donated parameters) then copies nothing.
-    auto fill = [&](const auto& arg) {
-      return tree_map(
-          [&](const auto& leaf) {
-            using X = std::remove_cvref_t<decltype(leaf)>;
-            const std::size_t i = k++;
-            const auto uses = static_cast<std::size_t>(std::count(ins.begin(), ins.end(), ins[i]));
-            return replay_operand(env, eqn, i, env.take<X>(ins[i], uses));
-          },
-          arg);
-    };
-    std::tuple<Args...> filled = [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::tuple<Args...>{fill(std::get<I>(*skeleton))...};  // braces: in order
-    }
-    (std::index_sequence_for<Args...>{});
-    Out r = std::apply(fn, std::move(filled));
+  Out out = traced_tree_results(*frame, e, shadow);
+  e.run = [fn, skeleton = tree_skeleton(args...), ins = e.in, outs = e.out](ReplayEnv& env,
+                                                                            const ProgramEqn& eqn) {
+    Out r = std::apply(fn, replayed_tree_operands(env, eqn, ins, *skeleton));
     std::size_t o = 0;
     tree_for_each([&](const auto& leaf) { env.set(outs[o++], leaf.alias()); }, r);
   };
-  prog.eqns.push_back(std::move(e));
+  frame->program->eqns.push_back(std::move(e));
   return out;
 }
 

@@ -260,59 +260,26 @@ auto trace_shard_map_vjp(Fn fn, std::uint64_t level, Tape& tape, const Args&... 
   Program& prog = *frame->program;
   ProgramEqn e;
   e.op = "shard_map_forward_vjp";
-  (tree_for_each(
-       [&](const auto& leaf) {
-         e.in.push_back(trace_operand(*frame, leaf, "shard_map"));
-         e.in_shardings.push_back(sharding_if_sharded(shadow_of(leaf, level)));
-       },
-       args),
-   ...);
+  const std::tuple<Args...> shadows = trace_tree_operands(*frame, e, "shard_map", args...);
   // Only the arrays the grad differentiates are tracked (the others are constants of the body's
   // tapes, as for the grad outside jit: no cotangent is computed or summed for them).
   auto tracked = std::make_shared<const std::vector<bool>>(tracked_arrays(tape, args...));
   const CommSnapshot before = comm_snapshot();
-  auto [shadow, shadow_pb] = [&] {
-    const std::tuple<Args...> shadows{
-        tree_map([&](const auto& leaf) { return shadow_of(leaf, level).alias(); }, args)...};
-    return std::apply([&](const auto&... s) { return forward_with_pullback(fn, *tracked, s...); }, shadows);
-  }();
+  auto [shadow, shadow_pb] =
+      std::apply([&](const auto&... s) { return forward_with_pullback(fn, *tracked, s...); }, shadows);
   e.comms = comms_since(before);
-  const int producer = static_cast<int>(prog.eqns.size());
-  Out out = tree_map(
-      [&](const auto& leaf) {
-        ProgramValue v = value_of(leaf, ProgramValue::Kind::kResult);
-        v.producer = producer;
-        const int id = add_value(prog, std::move(v));
-        e.out.push_back(id);
-        return make_traced(leaf.alias(), level, id);
-      },
-      shadow);
+  Out out = traced_tree_results(*frame, e, shadow);
   const std::vector<int> outs = e.out;
   ProgramValue r;
   r.kind = ProgramValue::Kind::kVjp;
   r.dtype = "vjp";
-  r.producer = producer;
+  r.producer = static_cast<int>(prog.eqns.size());
   const int res_id = add_value(prog, std::move(r));
   e.out.push_back(res_id);
-  auto skeleton = std::make_shared<const std::tuple<Args...>>(
-      tree_map([](const auto& leaf) { return std::remove_cvref_t<decltype(leaf)>(); }, args)...);
-  e.run = [fn, skeleton, ins = e.in, outs, res_id, tracked](ReplayEnv& env, const ProgramEqn& eqn) {
-    std::size_t k = 0;
-    auto fill = [&](const auto& arg) {
-      return tree_map(
-          [&](const auto& leaf) {
-            using X = std::remove_cvref_t<decltype(leaf)>;
-            const std::size_t i = k++;
-            return replay_operand(env, eqn, i, env.get<X>(ins[i]));
-          },
-          arg);
-    };
-    const std::tuple<Args...> filled = [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::tuple<Args...>{fill(std::get<I>(*skeleton))...};  // braces: in order
-    }
-    (std::index_sequence_for<Args...>{});
-    auto [o, pb] =
-        std::apply([&](const auto&... a) { return forward_with_pullback(fn, *tracked, a...); }, filled);
+  e.run = [fn, skeleton = tree_skeleton(args...), ins = e.in, outs, res_id, tracked](ReplayEnv& env,
+                                                                                     const ProgramEqn& eqn) {
+    auto [o, pb] = std::apply([&](const auto&... a) { return forward_with_pullback(fn, *tracked, a...); },
+                              replayed_tree_operands(env, eqn, ins, *skeleton));
     std::size_t j = 0;
     tree_for_each([&](const auto& leaf) { env.set(outs[j++], leaf.alias()); }, o);
     env.set(res_id, std::move(pb));
