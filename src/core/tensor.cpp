@@ -33,7 +33,8 @@ bool g_keep_freed = false;  // set_keep_freed_memory
 /// exactly (200 allocate/free cycles of 1 MiB page-faulted 2305 times against 256).
 ///
 /// Every buffer has kHeader bytes before its data: the jit buffer pool it belongs to (or null)
-/// at data - 16, and in the byte before the data the offset from the start of the block.
+/// at data - 16, the pool's lane that took it at data - 8, and in the byte before the data the
+/// offset from the start of the block.
 constexpr std::size_t kLine = 64;
 constexpr std::size_t kHeader = 16;
 constexpr std::size_t kAlignFrom = 16 * 1024;  // smaller buffers: operator new's 16-byte alignment
@@ -65,6 +66,11 @@ detail::BufferPool::State* pool_of(void* p) noexcept {
 }
 void set_pool_of(void* p, detail::BufferPool::State* st) noexcept {
   std::memcpy(static_cast<unsigned char*>(p) - kHeader, &st, sizeof st);
+}
+/// The pool's lane (core/buffer_pool.hpp) that took a pooled buffer, at data - 8.
+unsigned lane_of(void* p) noexcept { return static_cast<unsigned char*>(p)[-8]; }
+void set_lane_of(void* p, unsigned lane) noexcept {
+  static_cast<unsigned char*>(p)[-8] = static_cast<unsigned char>(lane);
 }
 
 /// Freed large buffers kept for reuse at exactly the same size: a functional collective
@@ -154,9 +160,22 @@ namespace detail {
 struct BufferPool::State {
   struct Slot {
     std::vector<void*> free;
-    std::int64_t taken = 0;  // net buffers taken since the call began
-    std::int64_t peak = 0;
-    std::int64_t keep = 0;  // the largest peak of a call: how many free buffers are kept
+    // Per lane (core/buffer_pool.hpp): net buffers taken since the call began, and their peak.
+    std::vector<std::int64_t> taken, peak;
+    std::int64_t bound = 0;  // the sum of the lanes' peaks: what any interleaving has in use at once
+    std::int64_t keep = 0;   // the largest bound of a call: how many free buffers are kept
+
+    void count(unsigned lane, std::int64_t delta) {
+      if (lane >= taken.size()) {
+        taken.resize(lane + 1, 0);
+        peak.resize(lane + 1, 0);
+      }
+      taken[lane] += delta;
+      if (taken[lane] > peak[lane]) {
+        bound += taken[lane] - peak[lane];
+        peak[lane] = taken[lane];
+      }
+    }
   };
   std::mutex mutex;
   std::unordered_map<std::size_t, Slot> slots;
@@ -164,21 +183,23 @@ struct BufferPool::State {
   bool closed = false;
   bool missed = false;  // the call allocated from the system
 
-  /// A free buffer of `bytes`, or null (then the caller allocates and adopt()s one).
-  void* take(std::size_t bytes) {
+  /// A free buffer of `bytes` for `lane`, or null (then the caller allocates and adopt()s one).
+  void* take(std::size_t bytes, unsigned lane) {
     const std::lock_guard lock(mutex);
     Slot& s = slots[bytes];
-    s.peak = std::max(s.peak, ++s.taken);
+    s.count(lane, 1);
     if (s.free.empty()) {
       missed = true;
       return nullptr;
     }
     void* p = s.free.back();
     s.free.pop_back();
+    set_lane_of(p, lane);
     return p;
   }
-  void adopt(void* p) {
+  void adopt(void* p, unsigned lane) {
     set_pool_of(p, this);
+    set_lane_of(p, lane);
     const std::lock_guard lock(mutex);
     ++refs;
   }
@@ -192,8 +213,8 @@ struct BufferPool::State {
           // Kept up to what a call had in use at once (results the caller held by the hundred
           // and then dropped go back to the system).
           Slot& s = slots[bytes];
-          --s.taken;
-          if (static_cast<std::int64_t>(s.free.size()) < std::max(s.keep, s.peak)) {
+          s.count(lane_of(p), -1);
+          if (static_cast<std::int64_t>(s.free.size()) < std::max(s.keep, s.bound)) {
             s.free.push_back(p);
             return;
           }
@@ -209,7 +230,8 @@ struct BufferPool::State {
 
 namespace {
 thread_local BufferPool* t_pool = nullptr;
-}
+thread_local unsigned t_lane = 0;
+}  // namespace
 
 BufferPool::BufferPool() : state_(new State) {}
 
@@ -231,15 +253,19 @@ BufferPool::~BufferPool() {
 void BufferPool::begin_call() {
   const std::lock_guard lock(state_->mutex);
   state_->missed = false;
-  for (auto& [bytes, slot] : state_->slots) slot.taken = slot.peak = 0;
+  for (auto& [bytes, slot] : state_->slots) {
+    std::fill(slot.taken.begin(), slot.taken.end(), 0);
+    std::fill(slot.peak.begin(), slot.peak.end(), 0);
+    slot.bound = 0;
+  }
 }
 
 void BufferPool::end_call() {
   const std::lock_guard lock(state_->mutex);
-  for (auto& [bytes, slot] : state_->slots) slot.keep = std::max(slot.keep, slot.peak);
+  for (auto& [bytes, slot] : state_->slots) slot.keep = std::max(slot.keep, slot.bound);
   if (!state_->missed) return;
   for (auto& [bytes, slot] : state_->slots)
-    while (static_cast<std::int64_t>(slot.free.size()) < slot.peak) {
+    while (static_cast<std::int64_t>(slot.free.size()) < slot.bound) {
       void* p = system_new(bytes);
       set_pool_of(p, state_);
       slot.free.push_back(p);
@@ -247,8 +273,15 @@ void BufferPool::end_call() {
     }
 }
 
-BufferPoolScope::BufferPoolScope(BufferPool* pool) noexcept : previous_(t_pool) { t_pool = pool; }
-BufferPoolScope::~BufferPoolScope() { t_pool = previous_; }
+BufferPoolScope::BufferPoolScope(BufferPool* pool, int lane) noexcept
+    : previous_(t_pool), previous_lane_(static_cast<int>(t_lane)) {
+  t_pool = pool;
+  t_lane = static_cast<unsigned>(std::clamp(lane, 0, 255));
+}
+BufferPoolScope::~BufferPoolScope() {
+  t_pool = previous_;
+  t_lane = static_cast<unsigned>(previous_lane_);
+}
 BufferPool* active_buffer_pool() noexcept { return t_pool; }
 
 namespace {
@@ -272,10 +305,10 @@ void* tensor_alloc(std::size_t bytes, const Shape& shape, const char* dtype) {
   // Buffers of at least 16 KiB start on a cache line (system_new).
   void* p = nullptr;
   if (BufferPool* pool = t_pool) {
-    p = pool->state()->take(bytes);
+    p = pool->state()->take(bytes, t_lane);
     if (!p) {
       p = new_buffer(bytes, shape, dtype);
-      pool->state()->adopt(p);
+      pool->state()->adopt(p, t_lane);
     }
   } else {
     p = new_buffer(bytes, shape, dtype);

@@ -48,7 +48,7 @@ void DeviceExecutor::worker_loop(int index) {
     BufferPool* const pool = pool_;
     lock.unlock();
     try {
-      const BufferPoolScope buffers(pool);  // the caller's (jit's buffers)
+      const BufferPoolScope buffers(pool, index);  // the caller's (jit's buffers), counted as lane `index`
       const InDeviceFunction marked;
       (*job)(index);
     } catch (...) {

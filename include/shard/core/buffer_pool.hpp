@@ -9,7 +9,13 @@
 /// call finds them even while the caller still holds the last call's results (the price: one set
 /// of results more, as JAX's buffers without donation). Destroying the pool frees its free
 /// buffers; the ones still in use go to the system when their Tensors die.
-
+///
+/// "In use at once" is counted per lane (the thread that allocated a buffer: the caller is lane
+/// 0, the executor's device threads 1, 2, ...) and summed over lanes: each device thread runs the
+/// same ops in the same order every call, but how two of them interleave changes from call to
+/// call, and the sum of each lane's own peak bounds what any interleaving has in use at once
+/// (the whole peak, measured once, did not: a later call's interleaving needed one buffer more
+/// and took it from the system).
 #include <cstddef>
 #include <cstdint>
 
@@ -35,16 +41,18 @@ class BufferPool {
   State* state_;
 };
 
-/// Names `pool` (null: none) as this thread's pool for its lifetime; restores the previous one.
+/// Names `pool` (null: none) as this thread's pool for its lifetime, the thread counted as `lane`
+/// (0: the caller; the executor's device threads: their device index); restores the previous ones.
 class BufferPoolScope {
  public:
-  explicit BufferPoolScope(BufferPool* pool) noexcept;
+  explicit BufferPoolScope(BufferPool* pool, int lane = 0) noexcept;
   ~BufferPoolScope();
   BufferPoolScope(const BufferPoolScope&) = delete;
   BufferPoolScope& operator=(const BufferPoolScope&) = delete;
 
  private:
   BufferPool* previous_;
+  int previous_lane_;
 };
 
 /// This thread's pool (null when none).
