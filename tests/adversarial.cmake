@@ -66,6 +66,20 @@ if(SHARD_BUILD_APPS)
   shard_adversarial(gpt_model_too_big
     "rank 1. error: the model .layers=1000000000.* needs at least .* GiB per rank;rank 0. error: the model"
     ${_adv_run} $<TARGET_FILE:train_gpt> --layers 1000000000 --warmup 1 --steps 2)
+  # The fault hook's sweep (SHARD_FAULT_COLLECTIVE): rank 1 of a train_gpt run (one step and a
+  # checkpoint save) diverges at its k-th checked collective, one more collective (extra) or
+  # another one (rename); every run ends in a collective mismatch on both ranks within 10 s.
+  # A fixed-seed sample of positions; every position with SHARD_FULL_MATRIX=1 (CI's slow tier).
+  foreach(mode extra rename)
+    add_test(NAME adversarial.fault_sweep.${mode}
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/adversarial/fault_sweep.sh $<TARGET_FILE:train_gpt>
+                     ${MPIEXEC_EXECUTABLE} ${mode})
+    set_tests_properties(adversarial.fault_sweep.${mode} PROPERTIES TIMEOUT 1800 LABELS "mpi;adversarial"
+                         ENVIRONMENT "${SHARD_MPI_TEST_ENV}")
+  endforeach()
+  shard_adversarial(env_fault_hook
+    "rank 1. error: SHARD_FAULT_COLLECTIVE='extra:0': expected count, extra:K.:RANK. or rename:K.:RANK. .K >= 1.;rank 0. error: SHARD_FAULT_COLLECTIVE='extra:0'"
+    ${CMAKE_COMMAND} -E env SHARD_FAULT_COLLECTIVE=extra:0 ${_adv_run} $<TARGET_FILE:shard_info>)
   # Environment variables, one per kind of value (flag, seconds, integer): every rank names it.
   shard_adversarial(env_flag
     "rank 1. error: SHARD_CHECK_COLLECTIVES must be 1 or 0 .on/off, true/false, yes/no., got 'maybe';rank 0. error: SHARD_CHECK_COLLECTIVES must be 1 or 0"

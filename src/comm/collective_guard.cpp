@@ -2,6 +2,8 @@
 // (SHARD_COLLECTIVE_TIMEOUT) and the barrier of group-shared memory, which runs under both
 // like any collective. See shard/comm/detail/collective_guard.hpp.
 
+#include "shard/comm/detail/collective_guard.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -12,16 +14,14 @@
 #include <memory>
 #include <thread>
 
+#include "comm/collective_guard_internal.hpp"
 #include "shard/comm/detail/collective.hpp"
-#include "shard/comm/detail/collective_guard.hpp"
-#include "shard/runtime/detail/env.hpp"
 #include "shard/comm/detail/mesh_comms.hpp"
 #include "shard/comm/group_shared.hpp"
 #include "shard/error.hpp"
 #include "shard/mpi/agree.hpp"
 #include "shard/mpi/communicator.hpp"
-
-#include "comm/collective_guard_internal.hpp"
+#include "shard/runtime/detail/env.hpp"
 
 namespace shard::detail {
 
@@ -30,9 +30,10 @@ int g_collective_guard = 0;
 namespace {
 
 double g_timeout = 0;
+double g_abort_grace = 5.0;
 mpi::Communicator g_watchdog_comm;  // a duplicate of the world for the arrival messages
-DeviceGroup g_world;       // a duplicate of the world: the exchanges of meshes spanning every rank, shard_map's
-                           // and the program's ends, failure marks (never met by a data transfer)
+DeviceGroup g_world;  // a duplicate of the world: the exchanges of meshes spanning every rank, shard_map's
+                      // and the program's ends, failure marks (never met by a data transfer)
 DeviceGroup g_world_data;  // the Runtime's world (not owned): the comm verbs' whole-world transfers
 
 using Clock = std::chrono::steady_clock;
@@ -84,13 +85,13 @@ struct Announcement {
 bool g_failure_sent = false;
 int g_failures_received = 0;
 std::map<int, Announcement> g_received;  // by sender, since the last retire_failure_notices
-std::vector<char> g_failure_message;  // the text sent (alive until the sends finish)
+std::vector<char> g_failure_message;     // the text sent (alive until the sends finish)
 std::vector<MPI_Request> g_failure_sends;
-std::string g_poisoned;  // non-empty: why no more collectives can run in this job
-int g_learned_from = -1;  // the rank whose announced failure this rank raised (-1: none)
+std::string g_poisoned;              // non-empty: why no more collectives can run in this job
+int g_learned_from = -1;             // the rank whose announced failure this rank raised (-1: none)
 bool g_learned_by_exchange = false;  // ... met as a failure mark in an exchange (not by polling)
-bool g_peer_exiting = false;  // an exchange met a rank's failure mark: that rank takes part in no more
-bool g_job_failing = false;  // guarded_main is ending the job with an error
+bool g_peer_exiting = false;         // an exchange met a rank's failure mark: that rank takes part in no more
+bool g_job_failing = false;          // guarded_main is ending the job with an error
 // Whether a polled wait raises another rank's announced failure. Not in the exchanges every
 // rank comes to anyway (shard_map's and the program's ends, a failure mark): there the failure
 // arrives as the mark, and leaving the exchange half done would poison the job.
@@ -105,12 +106,15 @@ struct NotListening {
 
 const Announcement& receive_announcement(int source, const MPI_Status* probed) {
   MPI_Status st;
-  if (probed) st = *probed;
-  else mpi::check(MPI_Probe(source, kFailureTag, g_watchdog_comm.get(), &st), "MPI_Probe");
+  if (probed)
+    st = *probed;
+  else
+    mpi::check(MPI_Probe(source, kFailureTag, g_watchdog_comm.get(), &st), "MPI_Probe");
   int len = 0;
   MPI_Get_count(&st, MPI_CHAR, &len);
   std::vector<char> buf(static_cast<std::size_t>(std::max(len, 2)), 0);
-  mpi::check(MPI_Recv(buf.data(), len, MPI_CHAR, st.MPI_SOURCE, kFailureTag, g_watchdog_comm.get(), MPI_STATUS_IGNORE),
+  mpi::check(MPI_Recv(buf.data(), len, MPI_CHAR, st.MPI_SOURCE, kFailureTag, g_watchdog_comm.get(),
+                      MPI_STATUS_IGNORE),
              "MPI_Recv");
   ++g_failures_received;
   Announcement a;
@@ -122,13 +126,14 @@ const Announcement& receive_announcement(int source, const MPI_Status* probed) {
 
 /// Raises the failure rank `source` announced (receiving it first if needed): the same
 /// shard::Error subclass, "rank R failed: <its message>", and what this rank was waiting in.
-[[noreturn]] void raise_announced(int source, const std::string& waiting_in, const MPI_Status* probed = nullptr) {
+[[noreturn]] void raise_announced(int source, const std::string& waiting_in,
+                                  const MPI_Status* probed = nullptr) {
   auto it = g_received.find(source);
   const Announcement& a = it != g_received.end() ? it->second : receive_announcement(source, probed);
   g_learned_from = source;
   g_learned_by_exchange = probed == nullptr;
-  mpi::throw_error_of_kind(a.kind, cat("rank ", source, " failed: ", a.text, " (this rank learned of it waiting in ",
-                                       waiting_in, ")"));
+  mpi::throw_error_of_kind(a.kind, cat("rank ", source, " failed: ", a.text,
+                                       " (this rank learned of it waiting in ", waiting_in, ")"));
 }
 
 /// Raises the failure another rank announced (announce_failure), if one has arrived (polled
@@ -139,7 +144,8 @@ void raise_if_failure_announced(const std::string& waiting_in) {
   MPI_Status st;
   mpi::check(MPI_Iprobe(MPI_ANY_SOURCE, kFailureTag, g_watchdog_comm.get(), &flag, &st), "MPI_Iprobe");
   if (!flag) return;
-  if (g_poisoned.empty()) g_poisoned = cat("rank ", st.MPI_SOURCE, " failed while this rank waited in ", waiting_in);
+  if (g_poisoned.empty())
+    g_poisoned = cat("rank ", st.MPI_SOURCE, " failed while this rank waited in ", waiting_in);
   raise_announced(st.MPI_SOURCE, waiting_in, &st);
 }
 
@@ -147,7 +153,8 @@ void raise_if_failure_announced(const std::string& waiting_in) {
 /// which did. Meanwhile a failure announced by another rank is raised here (see above).
 bool poll_requests(int n, MPI_Request* r, std::vector<char>& done, double timeout, const CollectiveSpec& s) {
   done.assign(static_cast<std::size_t>(n), 0);
-  const auto deadline = timeout > 0 ? Clock::now() + std::chrono::duration<double>(timeout) : Clock::time_point::max();
+  const auto deadline =
+      timeout > 0 ? Clock::now() + std::chrono::duration<double>(timeout) : Clock::time_point::max();
   int left = n;
   for (long spin = 0;; ++spin) {
     for (int i = 0; i < n; ++i) {
@@ -162,23 +169,26 @@ bool poll_requests(int n, MPI_Request* r, std::vector<char>& done, double timeou
     if (left == 0) return true;
     if (Clock::now() >= deadline) return false;
     if (spin % 64 == 63 && g_listening) raise_if_failure_announced(collective_text(s));
-    if (spin < 2000) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (spin < 2000)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 
 }  // namespace
 
 /// Waits for requests of a collective's MPI call under the watchdog; aborts on timeout.
-void watchdog_wait(int n, MPI_Request* r, const CollectiveSpec& s, const DeviceGroup& g, const char* routine) {
+void watchdog_wait(int n, MPI_Request* r, const CollectiveSpec& s, const DeviceGroup& g,
+                   const char* routine) {
   // Not listening for announced failures here: raising would leave the call posted over
   // buffers the caller frees. A failure reaches this rank at the arrival messages before a
   // collective, or as a failure mark in the next exchange.
   const NotListening quiet;
   std::vector<char> done;
   if (poll_requests(n, r, done, g_timeout, s)) return;
-  watchdog_abort(cat(collective_text(s), " (", routine, " on ranks ",
-                     ranks_text(g.ranks), ") did not complete within ", g_timeout,
+  watchdog_abort(cat(collective_text(s), " (", routine, " on ranks ", ranks_text(g.ranks),
+                     ") did not complete within ", g_timeout,
                      " s (SHARD_COLLECTIVE_TIMEOUT); every rank of the mesh had arrived at a collective"));
 }
 
@@ -187,7 +197,8 @@ namespace {
 /// Watchdog: tells every other rank of the mesh that this one arrived (one small message each,
 /// on a duplicate of the world made at start-up, so no communicator has to be created first:
 /// creating one would wait for the missing rank) and waits for theirs until the deadline.
-void await_arrival(const std::vector<int>& ranks, int me, const CollectiveSpec& s, long seq, const std::string& where) {
+void await_arrival(const std::vector<int>& ranks, int me, const CollectiveSpec& s, long seq,
+                   const std::string& where) {
   if (ranks.size() < 2 || g_watchdog_comm.is_null()) return;
   // On the heap: if a failure announced meanwhile is raised, the messages stay posted and MPI
   // may still write into the buffers: they are leaked then, never freed under MPI.
@@ -204,11 +215,13 @@ void await_arrival(const std::vector<int>& ranks, int me, const CollectiveSpec& 
     if (ranks[j] == me) continue;
     peer.push_back(ranks[j]);
     a->recvs.emplace_back();
-    mpi::check(MPI_Irecv(&a->in[j], 1, MPI_LONG, ranks[j], kArrivalTag, g_watchdog_comm.get(), &a->recvs.back()),
-               "MPI_Irecv");
+    mpi::check(
+        MPI_Irecv(&a->in[j], 1, MPI_LONG, ranks[j], kArrivalTag, g_watchdog_comm.get(), &a->recvs.back()),
+        "MPI_Irecv");
     a->sends.emplace_back();
-    mpi::check(MPI_Isend(&a->out, 1, MPI_LONG, ranks[j], kArrivalTag, g_watchdog_comm.get(), &a->sends.back()),
-               "MPI_Isend");
+    mpi::check(
+        MPI_Isend(&a->out, 1, MPI_LONG, ranks[j], kArrivalTag, g_watchdog_comm.get(), &a->sends.back()),
+        "MPI_Isend");
   }
   try {
     std::vector<char> done;
@@ -216,10 +229,10 @@ void await_arrival(const std::vector<int>& ranks, int me, const CollectiveSpec& 
       std::vector<int> missing;
       for (std::size_t i = 0; i < done.size(); ++i)
         if (!done[i]) missing.push_back(peer[i]);
-      watchdog_abort(cat(collective_text(s), " (collective #", seq,
-                         " here, at ", where, ") did not complete within ", g_timeout,
-                         " s (SHARD_COLLECTIVE_TIMEOUT): rank", missing.size() > 1 ? "s " : " ", ranks_text(missing),
-                         " had not arrived; ranks ", ranks_text(ranks), " take part"));
+      watchdog_abort(cat(collective_text(s), " (collective #", seq, " here, at ", where,
+                         ") did not complete within ", g_timeout, " s (SHARD_COLLECTIVE_TIMEOUT): rank",
+                         missing.size() > 1 ? "s " : " ", ranks_text(missing), " had not arrived; ranks ",
+                         ranks_text(ranks), " take part"));
     }
     std::vector<char> sent;
     if (!poll_requests(static_cast<int>(a->sends.size()), a->sends.data(), sent, g_timeout, s))
@@ -291,7 +304,8 @@ std::uint64_t fingerprint_of(const CollectiveSpec& s) {
   f.add(static_cast<std::uint64_t>(s.in_shape.size()));
   f.add(static_cast<std::uint64_t>(s.dim) << 32 | static_cast<std::uint32_t>(s.concat_dim));
   f.add(s.tiled ? 1 : 0);
-  for (const auto& [a, b] : s.perm) f.add(static_cast<std::uint64_t>(a) << 32 | static_cast<std::uint32_t>(b));
+  for (const auto& [a, b] : s.perm)
+    f.add(static_cast<std::uint64_t>(a) << 32 | static_cast<std::uint32_t>(b));
   return f.h;
 }
 
@@ -302,7 +316,8 @@ std::uint64_t fingerprint_of(const std::string& what) {
 }
 
 /// Every rank's description, by communicator rank (after a mismatch: every participant calls it).
-std::vector<std::string> gather_descriptions(const DeviceGroup& g, const std::string& mine, const CollectiveSpec& s) {
+std::vector<std::string> gather_descriptions(const DeviceGroup& g, const std::string& mine,
+                                             const CollectiveSpec& s) {
   const int n = static_cast<int>(g.ranks.size());
   int len = static_cast<int>(mine.size());
   std::vector<int> lens(static_cast<std::size_t>(n)), displs(static_cast<std::size_t>(n));
@@ -365,8 +380,9 @@ std::string mismatch_text(const DeviceGroup& g, const std::vector<std::string>& 
   std::size_t other = 1;
   while (other < n && d[other] == d[0]) ++other;
   if (other == n) other = n - 1;  // a hash collision cannot make equal texts differ; be safe anyway
-  return cat("rank ", g.ranks[0], " called ", d[0], ", but rank ", g.ranks[other], " called ", d[other],
-             "; every rank must issue the same collectives in the same order (found by SHARD_CHECK_COLLECTIVES)");
+  return cat(
+      "rank ", g.ranks[0], " called ", d[0], ", but rank ", g.ranks[other], " called ", d[other],
+      "; every rank must issue the same collectives in the same order (found by SHARD_CHECK_COLLECTIVES)");
 }
 
 /// The spec that names a whole-world exchange in messages ("the end of shard_map").
@@ -379,6 +395,26 @@ CollectiveSpec world_spec(const char* name) {
 
 bool spans_world(const Mesh& mesh) {
   return !g_world.comm.is_null() && mesh.comms().spans_world(static_cast<int>(g_world.ranks.size()));
+}
+
+/// The spec this rank's check presents for `s` at a checked collective on `g`: the fault hook
+/// (collective_fault.cpp) may run an extra exchange first, or present another collective.
+const CollectiveSpec& fault_hook(const DeviceGroup& g, const CollectiveSpec& s, CollectiveSpec& scratch) {
+  switch (fault_at_checked_collective(g_world.comm.is_null() ? -1 : g_world.comm.rank())) {
+    case FaultAction::kNone:
+      return s;
+    case FaultAction::kRename:
+      scratch = renamed_by_fault(s);
+      return scratch;
+    case FaultAction::kExtra:
+      break;
+  }
+  const CollectiveSpec extra = world_spec("an extra collective (SHARD_FAULT_COLLECTIVE)");
+  const std::string what = extra_collective_text(s);
+  const Outcome o = exchange(g, extra, fingerprint_of(what), -1, false, nullptr, [&] { return what; });
+  if (o.failed >= 0) raise_announced(o.failed, what);
+  if (!o.same) raise<CollectiveMismatchError>("collective mismatch: ", mismatch_text(g, o.descriptions));
+  return s;
 }
 
 }  // namespace
@@ -404,8 +440,11 @@ void guard_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vect
   if (!collective_check_on()) return;
   const DeviceGroup& g = world ? g_world : comms.guard_group();
   if (g.comm.is_null() || g.ranks.size() < 2) return;  // the mesh lives on this rank alone
-  const Outcome o = exchange(g, s, fingerprint_of(s), -1, false, nullptr, [&] {
-    return cat(collective_text(s), " (collective #", seq, " on mesh ", mesh.to_string(), ") at ", call_site_text(site));
+  CollectiveSpec scratch;
+  const CollectiveSpec& shown = fault_hook(g, s, scratch);
+  const Outcome o = exchange(g, shown, fingerprint_of(shown), -1, false, nullptr, [&] {
+    return cat(collective_text(shown), " (collective #", seq, " on mesh ", mesh.to_string(), ") at ",
+               call_site_text(site));
   });
   if (o.failed >= 0) raise_announced(o.failed, collective_text(s));
   if (!o.same)
@@ -419,14 +458,18 @@ void check_world_transfer(const CollectiveSpec& s, const shard::source_location&
   if (collective_watchdog_on())
     await_arrival(g_world.ranks, g_world.comm.rank(), s, ++g_world_transfers, call_site_text(where));
   if (!collective_check_on()) return;
-  const Outcome o = exchange(g_world, s, fingerprint_of(s), -1, false, nullptr,
-                             [&] { return cat(collective_text(s), " at ", call_site_text(where)); });
+  CollectiveSpec scratch;
+  const CollectiveSpec& shown = fault_hook(g_world, s, scratch);
+  const Outcome o = exchange(g_world, shown, fingerprint_of(shown), -1, false, nullptr,
+                             [&] { return cat(collective_text(shown), " at ", call_site_text(where)); });
   if (o.failed >= 0) raise_announced(o.failed, collective_text(s));
-  if (!o.same) raise<CollectiveMismatchError>("collective mismatch: ", mismatch_text(g_world, o.descriptions));
+  if (!o.same)
+    raise<CollectiveMismatchError>("collective mismatch: ", mismatch_text(g_world, o.descriptions));
 }
 
 const DeviceGroup& world_device_group() {
-  if (g_world_data.comm.is_null()) raise<RuntimeError>("no shard::Runtime exists; create one at the start of main()");
+  if (g_world_data.comm.is_null())
+    raise<RuntimeError>("no shard::Runtime exists; create one at the start of main()");
   return g_world_data;
 }
 
@@ -444,11 +487,13 @@ Agreement agree_at_end_of_shard_map(std::exception_ptr& err, const std::int64_t 
     Outcome o;
     if (g_world.comm.is_null() || !collective_check_on()) {
       // Without the check: the plain allreduce (the words and the failure only).
-      std::int64_t v[7] = {err ? -static_cast<std::int64_t>(g_learned_from >= 0 ? g_learned_from : me) : kNone};
+      std::int64_t v[7] = {err ? -static_cast<std::int64_t>(g_learned_from >= 0 ? g_learned_from : me)
+                               : kNone};
       std::copy(std::begin(words), std::end(words), v + 1);
       if (!g_world.comm.is_null()) {
         const BlockingWait wait("MPI_Allreduce", spec, g_world.ranks);
-        mpi::check(MPI_Allreduce(MPI_IN_PLACE, v, 7, MPI_INT64_T, MPI_MAX, g_world.comm.get()), "MPI_Allreduce");
+        mpi::check(MPI_Allreduce(MPI_IN_PLACE, v, 7, MPI_INT64_T, MPI_MAX, g_world.comm.get()),
+                   "MPI_Allreduce");
       }
       Agreement a;
       a.failed = v[0] == kNone ? -1 : static_cast<int>(-v[0]);
@@ -467,7 +512,7 @@ Agreement agree_at_end_of_shard_map(std::exception_ptr& err, const std::int64_t 
       return a;
     }
     // Some rank is elsewhere.
-    if (o.exiting >= 0) {  // it ends the job: it will not come here
+    if (o.exiting >= 0) {                    // it ends the job: it will not come here
       if (err) std::rethrow_exception(err);  // this rank's own error is the one to print here
       raise_announced(o.exiting, spec.name);
     }
@@ -484,11 +529,12 @@ Agreement agree_at_end_of_shard_map(std::exception_ptr& err, const std::int64_t 
 }
 
 bool agree_at_end_of_program() {
+  report_fault_count();
   if (g_world.comm.is_null() || !collective_check_on() || g_job_failing || !mpi::is_active()) return true;
   static const CollectiveSpec spec = world_spec("the end of the program (shard::Runtime's destructor)");
   const NotListening quiet;
-  const Outcome o = exchange(g_world, spec, fingerprint_of(spec.name), -1, false, nullptr,
-                             [&] { return spec.name; });
+  const Outcome o =
+      exchange(g_world, spec, fingerprint_of(spec.name), -1, false, nullptr, [&] { return spec.name; });
   if (o.same) return true;
   std::exception_ptr err;
   try {
@@ -518,8 +564,9 @@ void mark_failure_for_exit(const std::exception_ptr& err) {
   // rank that never comes to one leaves this rank waiting: end the process after the grace.
   static const CollectiveSpec spec = world_spec("a failed rank's mark (ending the job)");
   const ExitUnlessDoneWithin limit(
-      abort_grace_seconds(), cat("the other ranks did not reach a collective check within ", abort_grace_seconds(),
-                                 " s (SHARD_ABORT_GRACE) after this failure: aborting the job"));
+      abort_grace_seconds(),
+      cat("the other ranks did not reach a collective check within ", abort_grace_seconds(),
+          " s (SHARD_ABORT_GRACE) after this failure: aborting the job"));
   try {
     const NotListening quiet;
     (void)exchange(g_world, spec, fingerprint_of(spec.name), g_world.comm.rank(), true, nullptr,
@@ -560,17 +607,20 @@ void retire_failure_notices(const mpi::Communicator& world) {
   int sum[2] = {0, 0};
   mpi::check(MPI_Allreduce(v, sum, 2, MPI_INT, MPI_SUM, world.get()), "MPI_Allreduce");
   // Receive the announcements not yet received (sent eagerly or waiting for this receive).
-  for (int left = sum[0] - v[0] - g_failures_received; left > 0; --left) (void)receive_announcement(MPI_ANY_SOURCE, nullptr);
+  for (int left = sum[0] - v[0] - g_failures_received; left > 0; --left)
+    (void)receive_announcement(MPI_ANY_SOURCE, nullptr);
   if (!g_failure_sends.empty())
-    mpi::check(MPI_Waitall(static_cast<int>(g_failure_sends.size()), g_failure_sends.data(), MPI_STATUSES_IGNORE),
-               "MPI_Waitall");
+    mpi::check(
+        MPI_Waitall(static_cast<int>(g_failure_sends.size()), g_failure_sends.data(), MPI_STATUSES_IGNORE),
+        "MPI_Waitall");
   g_failure_sends.clear();
   g_failure_sent = false;
   g_failures_received = 0;
   g_received.clear();
   g_learned_from = -1;
   g_learned_by_exchange = false;
-  if (sum[1] > 0 && g_poisoned.empty()) g_poisoned = "another rank left a collective unfinished after a failure";
+  if (sum[1] > 0 && g_poisoned.empty())
+    g_poisoned = "another rank left a collective unfinished after a failure";
 }
 
 void raise_if_poisoned() {
@@ -605,6 +655,7 @@ void set_collective_guard(bool check, double timeout_seconds) {
 void configure_collective_guard_from_env(bool& check, double& timeout_seconds) {
   check = env_flag("SHARD_CHECK_COLLECTIVES").value_or(true);
   timeout_seconds = env_seconds("SHARD_COLLECTIVE_TIMEOUT", 1e6).value_or(-1.0);  // -1: the watcher's default
+  configure_fault_hook();
 }
 
 void shared_window_barrier(const Mesh& mesh, const SharedWindow& w, const std::string& name,
@@ -635,10 +686,6 @@ void shared_window_barrier(const Mesh& mesh, const SharedWindow& w, const std::s
   mpi::check(MPI_Barrier(g.comm.get()), "MPI_Barrier");
   mesh.comms().sync_windows(w.axes);
 }
-
-namespace {
-double g_abort_grace = 5.0;
-}  // namespace
 
 double abort_grace_seconds() { return g_abort_grace; }
 void set_abort_grace_seconds(double seconds) { g_abort_grace = seconds; }

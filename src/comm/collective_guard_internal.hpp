@@ -53,4 +53,19 @@ void mpi_call(const CollectiveSpec& s, const DeviceGroup& g, const char* routine
   polled_call(s, g, routine, start);
 }
 
+/// The fault hook (SHARD_FAULT_COLLECTIVE, collective_fault.cpp): one rank diverges at its k-th
+/// checked collective, as a bug in its code would (tests/adversarial/fault_sweep.sh).
+/// Reads the variable (ValueError when malformed; the Runtime's start).
+void configure_fault_hook();
+enum class FaultAction { kNone, kExtra, kRename };
+/// Counts a checked collective of this rank (`world_rank`): what the hook does there.
+FaultAction fault_at_checked_collective(int world_rank);
+/// The collective this rank presents instead of `s` (kRename): a psum becomes a pmax, anything
+/// else a psum.
+CollectiveSpec renamed_by_fault(const CollectiveSpec& s);
+/// The description of the extra collective presented before `s` (kExtra): its fingerprint too.
+std::string extra_collective_text(const CollectiveSpec& s);
+/// At the program's end under "count": prints how many collectives this rank checked.
+void report_fault_count();
+
 }  // namespace shard::detail

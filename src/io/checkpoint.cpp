@@ -16,13 +16,13 @@
 #include <utility>
 
 #include "io/json.hpp"
+#include "io/manifest.hpp"
 #include "shard/comm/detail/comm_verbs.hpp"
 #include "shard/error.hpp"
 #include "shard/io/io.hpp"
-#include "shard/ops/ops.hpp"
 #include "shard/mpi/agree.hpp"
+#include "shard/ops/ops.hpp"
 #include "shard/runtime/runtime.hpp"
-#include "io/manifest.hpp"
 
 namespace shard {
 
@@ -88,7 +88,8 @@ std::int64_t step_of(const std::string& name) {
 /// Finished checkpoints of `dir` (step, path), highest step first; none if `dir` is missing.
 /// Only real directories: a symlinked step-* entry is never followed (it could lead anywhere,
 /// and pruning would delete what it points to); `symlinks` receives those.
-std::vector<std::pair<std::int64_t, fs::path>> list_steps(const fs::path& dir, std::vector<fs::path>* symlinks = nullptr) {
+std::vector<std::pair<std::int64_t, fs::path>> list_steps(const fs::path& dir,
+                                                          std::vector<fs::path>* symlinks = nullptr) {
   std::vector<std::pair<std::int64_t, fs::path>> out;
   std::error_code ec;
   if (!fs::exists(dir, ec)) return out;
@@ -120,9 +121,11 @@ std::string broadcast(std::string s) {
   return s;
 }
 
-/// Runs fn on rank 0 only and raises its error (if any) on every rank.
+/// Runs fn on rank 0 only and raises its error (if any) on every rank: a checked collective
+/// (`what` names it), so a rank that is elsewhere is met here, not in the raw agreement.
 template <typename F>
-void on_root(F&& fn) {
+void on_root(const char* what, F&& fn) {
+  detail::check_transfer(detail::CommOp{"checkpoint", what});
   mpi::agreed(world(), [&] {
     if (world().rank() == 0) fn();
   });
@@ -190,7 +193,8 @@ bool process_gone(pid_t pid) {
   std::fclose(f);
   const std::string stat(buf, n);
   const auto paren = stat.rfind(')');  // "pid (comm) S ...": the state follows the command name
-  return paren != std::string::npos && paren + 2 < stat.size() && (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
+  return paren != std::string::npos && paren + 2 < stat.size() &&
+         (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
 }
 
 /// One writer per checkpoint directory: rank 0 holds <dir>/.commit.lock while it commits, a
@@ -225,7 +229,8 @@ class CommitLock {
       const bool gone = owner_host == host && pid > 0 && process_gone(static_cast<pid_t>(pid));
       if (!gone)
         raise<IoError>("checkpoint: another writer (", owner.empty() ? std::string("unknown") : owner,
-                       ") is committing to '", dir.string(), "'; a checkpoint directory takes one writer at a time (",
+                       ") is committing to '", dir.string(),
+                       "'; a checkpoint directory takes one writer at a time (",
                        "if no such job runs, remove '", path_.string(), "')");
       std::error_code ec;
       fs::remove(path_, ec);  // its process is gone: take the lock over
@@ -284,7 +289,8 @@ void CheckpointWriter::set(const std::string& key, const std::string& value) {
   metadata_[key] = value;
 }
 
-std::string CheckpointWriter::commit(std::int64_t step) {
+std::string CheckpointWriter::commit(std::int64_t step, shard::source_location where) {
+  const detail::CallScope scope("CheckpointWriter::commit", where);
   // Every rank must commit the same checkpoint: the saves below are collective one array at a
   // time, so ranks that recorded different arrays (or steps) would wait in different collectives.
   // Agreed first, on every rank, before anything is created.
@@ -295,8 +301,8 @@ std::string CheckpointWriter::commit(std::int64_t step) {
       std::string mesh;
       for (std::size_t k = 0; k < p.entry.mesh_axes.size(); ++k)
         mesh += (k ? ", '" : "'") + p.entry.mesh_axes[k] + "': " + std::to_string(p.entry.mesh_shape[k]);
-      plan += "array '" + p.entry.name + "' " + p.entry.dtype + to_string(p.entry.shape) + " " + p.entry.spec +
-              " on Mesh(" + mesh + ")\n";
+      plan += "array '" + p.entry.name + "' " + p.entry.dtype + to_string(p.entry.shape) + " " +
+              p.entry.spec + " on Mesh(" + mesh + ")\n";
     }
     for (const auto& [k, v] : metadata_) plan += "metadata '" + k + "' = '" + v + "'\n";
     const std::string root = broadcast(plan);
@@ -305,17 +311,19 @@ std::string CheckpointWriter::commit(std::int64_t step) {
       auto lines = [](const std::string& s) {
         std::vector<std::string> out;
         std::size_t at = 0;
-        for (std::size_t nl; (nl = s.find('\n', at)) != std::string::npos; at = nl + 1) out.push_back(s.substr(at, nl - at));
+        for (std::size_t nl; (nl = s.find('\n', at)) != std::string::npos; at = nl + 1)
+          out.push_back(s.substr(at, nl - at));
         return out;
       };
       const auto mine = lines(plan), theirs = lines(root);
       std::size_t k = 0;
       while (k < mine.size() && k < theirs.size() && mine[k] == theirs[k]) ++k;
-      raise<ValueError>("CheckpointWriter::commit: this rank commits ",
-                        k < mine.size() ? mine[k] : std::string("nothing more"), " where rank 0 commits ",
-                        k < theirs.size() ? theirs[k] : std::string("nothing more"),
-                        ": every rank must add the same arrays and metadata (in the same order) and commit the "
-                        "same step; nothing was written");
+      raise<ValueError>(
+          "CheckpointWriter::commit: this rank commits ",
+          k < mine.size() ? mine[k] : std::string("nothing more"), " where rank 0 commits ",
+          k < theirs.size() ? theirs[k] : std::string("nothing more"),
+          ": every rank must add the same arrays and metadata (in the same order) and commit the "
+          "same step; nothing was written");
     });
   }
   if (step < 0) raise<ValueError>("CheckpointWriter::commit: step must be >= 0, got ", step);
@@ -323,7 +331,7 @@ std::string CheckpointWriter::commit(std::int64_t step) {
   const fs::path final_dir = dir / step_dir_name(step);
   std::string tmp;
   CommitLock lock;
-  on_root([&] {
+  on_root("the commit lock and its temporary directory", [&] {
     std::error_code ec;
     if (fs::create_directories(dir, ec); ec) fs_error("cannot create directory", dir, ec.message());
     lock.acquire(dir);
@@ -349,7 +357,7 @@ std::string CheckpointWriter::commit(std::int64_t step) {
       m.arrays.push_back(p.entry);
     }
     // Everything below runs on rank 0 after every rank has written and closed its files.
-    on_root([&] {
+    on_root("the manifest and the rename into place", [&] {
       write_synced(fs::path(tmp) / kManifest, manifest_json(m));
       sync_dir(tmp);
       std::error_code ec;
@@ -386,20 +394,22 @@ std::string CheckpointWriter::commit(std::int64_t step) {
   }
   pending_.clear();
   metadata_.clear();
-  on_root([&] { prune(dir, keep_, final_dir); });
-  on_root([&] { lock.release(); });
+  on_root("pruning older steps", [&] { prune(dir, keep_, final_dir); });
+  on_root("releasing the commit lock", [&] { lock.release(); });
   return final_dir.string();
 }
 
-std::string latest_checkpoint(const std::string& directory) {
+std::string latest_checkpoint(const std::string& directory, shard::source_location where) {
+  const detail::CallScope scope("latest_checkpoint", where);
   std::string found;
-  on_root([&] {
+  on_root("listing the steps", [&] {
     std::error_code ec;
     std::vector<fs::path> symlinks;
     const auto steps = list_steps(directory, &symlinks);
     if (!symlinks.empty())
       fs_error("refusing to read", symlinks.front(),
-               "a checkpoint directory is a symlink; checkpoints must be real directories (move or copy it in place)");
+               "a checkpoint directory is a symlink; checkpoints must be real directories (move or copy it "
+               "in place)");
     for (const auto& [step, path] : steps)
       if (fs::exists(path / kManifest, ec)) {
         found = path.string();
@@ -409,10 +419,11 @@ std::string latest_checkpoint(const std::string& directory) {
   return broadcast(found);
 }
 
-CheckpointManifest read_manifest(const std::string& checkpoint_path) {
+CheckpointManifest read_manifest(const std::string& checkpoint_path, shard::source_location where) {
+  const detail::CallScope scope("read_manifest", where);
   const fs::path path = fs::path(checkpoint_path) / kManifest;
   std::string text;
-  on_root([&] {
+  on_root("reading the manifest", [&] {
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) fs_error("cannot open", path, std::strerror(errno));
     char buf[65536];
@@ -423,12 +434,22 @@ CheckpointManifest read_manifest(const std::string& checkpoint_path) {
     if (failed) fs_error("cannot read", path, "read error");
   });
   // Every rank parses the same text, so a bad manifest raises the same error everywhere.
-  return detail::parse_manifest_text(broadcast(std::move(text)), path.string());
+  CheckpointManifest m = detail::parse_manifest_text(broadcast(std::move(text)), path.string());
+  // A commit names the directory after the manifest's step (a copy renamed by hand to another
+  // name is fine): a step-N directory whose manifest says another step was edited or damaged.
+  const fs::path dir = fs::path(checkpoint_path).lexically_normal();
+  const std::string name = (dir.has_filename() ? dir : dir.parent_path()).filename().string();
+  if (const std::int64_t named = step_of(name); named >= 0 && named != m.step)
+    raise<ValueError>(path.string(), ": the manifest says step ", m.step, " but its directory is ", name,
+                      " (the manifest was edited or damaged)");
+  return m;
 }
 
 template <typename T>
 ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const CheckpointManifest& manifest,
-                                      const std::string& name, const NamedSharding& sharding) {
+                                      const std::string& name, const NamedSharding& sharding,
+                                      shard::source_location where) {
+  const detail::CallScope scope("load_checkpoint_array", where);
   const CheckpointEntry& e = manifest.entry(name);
   if (e.dtype != dtype_name<T>()) {
     // bfloat16 and float32 load as each other (numpy has no bfloat16: a model may be saved in
@@ -440,7 +461,8 @@ ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const 
         converted.emplace(astype<T>(load_checkpoint_array<float>(checkpoint_path, manifest, name, sharding)));
     } else if constexpr (std::is_same_v<T, float>) {
       if (e.dtype == dtype_name<bfloat16>())
-        converted.emplace(astype<T>(load_checkpoint_array<bfloat16>(checkpoint_path, manifest, name, sharding)));
+        converted.emplace(
+            astype<T>(load_checkpoint_array<bfloat16>(checkpoint_path, manifest, name, sharding)));
     }
     if (converted) return std::move(*converted);
     raise<ValueError>("load_checkpoint_array: array '", name, "' of ", checkpoint_path, " is ", e.dtype,
@@ -452,18 +474,20 @@ ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const 
   const std::string file = (fs::path(checkpoint_path) / e.file).string();
   // Rank 0 looks at the entry itself (not what it points to): a symlink could lead out of
   // the checkpoint directory, and a missing file deserves a message naming the array.
-  on_root([&] {
+  on_root("the array file's entry", [&] {
     std::error_code ec;
     const fs::file_status st = fs::symlink_status(file, ec);
     if (st.type() == fs::file_type::not_found)
-      raise<IoError>("load_checkpoint_array: ", checkpoint_path, " lacks '", e.file, "', the file of array '", name,
-                     "' that its manifest lists (the checkpoint is incomplete or was modified)");
+      raise<IoError>("load_checkpoint_array: ", checkpoint_path, " lacks '", e.file, "', the file of array '",
+                     name, "' that its manifest lists (the checkpoint is incomplete or was modified)");
     if (ec) fs_error("cannot inspect", file, ec.message());
     if (st.type() == fs::file_type::symlink)
       raise<ValueError>("load_checkpoint_array: manifest names a path outside its directory: '", file,
-                        "' (the file of array '", name, "') is a symlink; checkpoint files must be regular files");
+                        "' (the file of array '", name,
+                        "') is a symlink; checkpoint files must be regular files");
     if (st.type() != fs::file_type::regular)
-      raise<IoError>("load_checkpoint_array: '", file, "' (the file of array '", name, "') is not a regular file");
+      raise<IoError>("load_checkpoint_array: '", file, "' (the file of array '", name,
+                     "') is not a regular file");
   });
   ShardedArray<T> x = io::load_npy<T>(file, sharding);
   if (x.shape() != e.shape)
@@ -480,22 +504,25 @@ ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const 
 template <typename T>
 ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const CheckpointManifest& manifest,
                                       const std::string& name, const NamedSharding& sharding,
-                                      const Shape& expected_shape) {
+                                      const Shape& expected_shape, shard::source_location where) {
+  const detail::CallScope scope("load_checkpoint_array", where);
   const CheckpointEntry& e = manifest.entry(name);
   if (e.shape != expected_shape)
     raise<ShapeError>("load_checkpoint_array: array '", name, "' of ", checkpoint_path, " has shape ",
                       to_string(e.shape), " but the model expects ", to_string(expected_shape),
                       "; the checkpoint was saved from a different model");
-  return load_checkpoint_array<T>(checkpoint_path, manifest, name, sharding);
+  return load_checkpoint_array<T>(checkpoint_path, manifest, name, sharding, where);
 }
 
-#define SHARD_INSTANTIATE_CHECKPOINT(T)                                                            \
-  template void CheckpointWriter::add<T>(const std::string&, const ShardedArray<T>&);              \
-  template void CheckpointWriter::add<T>(const std::string&, ShardedArray<T>&&);                   \
-  template ShardedArray<T> load_checkpoint_array<T>(const std::string&, const CheckpointManifest&, \
-                                                    const std::string&, const NamedSharding&);    \
-  template ShardedArray<T> load_checkpoint_array<T>(const std::string&, const CheckpointManifest&, \
-                                                    const std::string&, const NamedSharding&, const Shape&);
+#define SHARD_INSTANTIATE_CHECKPOINT(T)                                                                     \
+  template void CheckpointWriter::add<T>(const std::string&, const ShardedArray<T>&);                       \
+  template void CheckpointWriter::add<T>(const std::string&, ShardedArray<T>&&);                            \
+  template ShardedArray<T> load_checkpoint_array<T>(const std::string&, const CheckpointManifest&,          \
+                                                    const std::string&, const NamedSharding&,               \
+                                                    shard::source_location);                                \
+  template ShardedArray<T> load_checkpoint_array<T>(const std::string&, const CheckpointManifest&,          \
+                                                    const std::string&, const NamedSharding&, const Shape&, \
+                                                    shard::source_location);
 SHARD_FOR_EACH_NUMERIC_DTYPE(SHARD_INSTANTIATE_CHECKPOINT)
 #undef SHARD_INSTANTIATE_CHECKPOINT
 

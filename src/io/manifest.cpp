@@ -1,13 +1,15 @@
 // The checkpoint manifest (manifest.json): parsing and validation of the text, and
 // CheckpointManifest's accessors. Pure string code, no MPI (fuzz/fuzz_manifest.cpp).
 
+#include "io/manifest.hpp"
+
 #include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cstdint>
 #include <string>
 
 #include "io/json.hpp"
-#include "io/manifest.hpp"
 #include "shard/core/dtype.hpp"
 #include "shard/error.hpp"
 
@@ -64,7 +66,8 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& wh
   const ManifestReader r(what);
   if (root.kind != K::kObject) raise<ValueError>(what, ": the manifest must be a JSON object");
   if (r.field(root, "format", K::kString, "the manifest").text != detail::kManifestFormat)
-    raise<ValueError>(what, ": not a Shard checkpoint manifest (format is not '", detail::kManifestFormat, "')");
+    raise<ValueError>(what, ": not a Shard checkpoint manifest (format is not '", detail::kManifestFormat,
+                      "')");
   if (const auto v = r.integer(r.field(root, "version", K::kNumber, "the manifest"), "'version'"); v != 1)
     raise<ValueError>(what, ": manifest version ", v, " is not supported (this Shard reads version 1)");
   CheckpointManifest m;
@@ -82,7 +85,8 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& wh
     if (!detail::is_plain_name(e.file))
       raise<ValueError>(what, ": manifest names a path outside its directory: file '", e.file, "' of array '",
                         e.name, "' (files must be plain names such as 'w1.npy')");
-    if (!detail::is_plain_name(e.name)) raise<ValueError>(what, ": array name '", e.name, "' is not a plain name");
+    if (!detail::is_plain_name(e.name))
+      raise<ValueError>(what, ": array name '", e.name, "' is not a plain name");
     for (const auto& other : m.arrays)
       if (other.name == e.name || other.file == e.file)
         raise<ValueError>(what, ": arrays '", other.name, "' and '", e.name, "' share a name or a file");
@@ -92,8 +96,14 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& wh
     for (const auto& d : r.field(a, "shape", K::kArray, where).items)
       e.shape.push_back(r.integer(d, "the shape of array '" + e.name + "'"));
     e.spec = r.field(a, "spec", K::kString, where).text;
-    for (const auto& d : r.field(a, "mesh_shape", K::kArray, where).items)
-      e.mesh_shape.push_back(static_cast<int>(r.integer(d, "the mesh shape of array '" + e.name + "'")));
+    std::int64_t devices = 1;  // a mesh of at most INT_MAX devices (MPI's ranks are ints), none empty
+    for (const auto& d : r.field(a, "mesh_shape", K::kArray, where).items) {
+      const std::int64_t size = r.integer(d, "the mesh shape of array '" + e.name + "'");
+      if (size < 1 || size > INT_MAX || (devices *= size) > INT_MAX)
+        raise<ValueError>(what, ": the mesh shape of array '", e.name, "' must hold 1 to ", INT_MAX,
+                          " devices, each axis at least 1, not a ", d.text, " axis");
+      e.mesh_shape.push_back(static_cast<int>(size));
+    }
     if (const JsonValue* axes = a.find("mesh_axes"); axes && axes->kind == K::kArray)
       for (const auto& n : axes->items) e.mesh_axes.push_back(n.text);
     e.checksum =
@@ -121,7 +131,8 @@ const CheckpointEntry& CheckpointManifest::entry(const std::string& name) const 
 
 std::int64_t CheckpointManifest::integer(const std::string& key) const {
   const auto it = metadata.find(key);
-  if (it == metadata.end()) raise<ValueError>("checkpoint of step ", step, ": its manifest has no metadata '", key, "'");
+  if (it == metadata.end())
+    raise<ValueError>("checkpoint of step ", step, ": its manifest has no metadata '", key, "'");
   const std::string& text = it->second;
   std::int64_t v = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);

@@ -1,17 +1,17 @@
 // shard::optim (optim.hpp): schedules, the global norm, and the in-place updates.
 
-#include "shard/core/time_split.hpp"
 #include "shard/train/optim.hpp"
 
 #include <cmath>
 #include <limits>
-#include <tuple>
 #include <numbers>
+#include <tuple>
 
+#include "shard/array/reshard.hpp"
 #include "shard/comm/detail/collective.hpp"
+#include "shard/core/time_split.hpp"
 #include "shard/error.hpp"
 #include "shard/ops/ops.hpp"
-#include "shard/array/reshard.hpp"
 
 namespace shard::optim {
 
@@ -46,10 +46,10 @@ Schedule linear_warmup(Schedule after, std::int64_t warmup_steps, double init) {
 Schedule warmup_cosine_decay(double init, double peak, std::int64_t warmup_steps, std::int64_t decay_steps,
                              double end) {
   if (decay_steps <= warmup_steps)
-    raise<ValueError>("warmup_cosine_decay: decay_steps (", decay_steps, ") must exceed warmup_steps (", warmup_steps,
-                      ")");
-  return linear_warmup(cosine_decay(peak, decay_steps - warmup_steps, peak != 0 ? end / peak : 0.0), warmup_steps,
-                       init);
+    raise<ValueError>("warmup_cosine_decay: decay_steps (", decay_steps, ") must exceed warmup_steps (",
+                      warmup_steps, ")");
+  return linear_warmup(cosine_decay(peak, decay_steps - warmup_steps, peak != 0 ? end / peak : 0.0),
+                       warmup_steps, init);
 }
 
 // ---------------------------------------------------------------- construction
@@ -114,7 +114,8 @@ namespace {
 
 /// The state's slots for the optimizer.
 std::vector<std::string> slots(const Optimizer::Config& c) {
-  if (c.kind == Optimizer::Kind::kSgd) return c.momentum > 0 ? std::vector<std::string>{"momentum"} : std::vector<std::string>{};
+  if (c.kind == Optimizer::Kind::kSgd)
+    return c.momentum > 0 ? std::vector<std::string>{"momentum"} : std::vector<std::string>{};
   return {"mu", "nu"};
 }
 
@@ -158,8 +159,8 @@ SHARD_OPTIM_CLONES void sgd_plain(std::int64_t n, T* __restrict w, const T* __re
   }
 }
 template <typename T, typename C = compute_t<T>>
-SHARD_OPTIM_CLONES void sgd_momentum(std::int64_t n, T* __restrict w, const T* __restrict g, T* __restrict v, C l,
-                                     C sc, C wd, C mu, bool nesterov) {
+SHARD_OPTIM_CLONES void sgd_momentum(std::int64_t n, T* __restrict w, const T* __restrict g, T* __restrict v,
+                                     C l, C sc, C wd, C mu, bool nesterov) {
   if (nesterov) {
     for (std::int64_t k = 0; k < n; ++k) {
       const C wk = static_cast<C>(w[k]);
@@ -197,10 +198,13 @@ template <typename T>
 void update_block(const Optimizer::Config& c, bool decays, std::int64_t n, T* w, const T* g, T* s0, T* s1,
                   double lr, double scale, std::int64_t t) {
   using C = compute_t<T>;
-  const C l = static_cast<C>(lr), sc = static_cast<C>(scale), wd = decays ? static_cast<C>(c.weight_decay) : C(0);
+  const C l = static_cast<C>(lr), sc = static_cast<C>(scale),
+          wd = decays ? static_cast<C>(c.weight_decay) : C(0);
   if (c.kind == Optimizer::Kind::kSgd) {
-    if (!s0) sgd_plain(n, w, g, l, sc, wd);
-    else sgd_momentum(n, w, g, s0, l, sc, wd, static_cast<C>(c.momentum), c.nesterov);
+    if (!s0)
+      sgd_plain(n, w, g, l, sc, wd);
+    else
+      sgd_momentum(n, w, g, s0, l, sc, wd, static_cast<C>(c.momentum), c.nesterov);
     return;
   }
   const C ic1 = static_cast<C>(1.0 / (1.0 - std::pow(c.b1, static_cast<double>(t + 1))));
@@ -269,23 +273,24 @@ double global_norm(const std::vector<ShardedArray<T>>& xs) {
   std::vector<std::string> axes = mesh.axis_names();
   const NamedSharding per_device(mesh, PartitionSpec({SpecEntry(axes)}));
   const auto n = static_cast<std::int64_t>(ids.size());
-  const ShardedArray<double> parts =
-      generate<double>(Shape{n}, per_device, [&](const Box& b) {
-        Tensor<double> t(b.extent, 0.0);
-        for (std::int64_t i = 0; i < b.extent[0]; ++i) {
-          const int dev = ids[static_cast<std::size_t>(b.offset[0] + i)];
-          const auto it = partial.find(dev);
-          if (it != partial.end()) t.flat(i) = it->second;
-        }
-        return t;
-      });
+  const ShardedArray<double> parts = generate<double>(Shape{n}, per_device, [&](const Box& b) {
+    Tensor<double> t(b.extent, 0.0);
+    for (std::int64_t i = 0; i < b.extent[0]; ++i) {
+      const int dev = ids[static_cast<std::size_t>(b.offset[0] + i)];
+      const auto it = partial.find(dev);
+      if (it != partial.end()) t.flat(i) = it->second;
+    }
+    return t;
+  });
   const ShardedArray<double> total = sum(parts);
   const auto& sh = total.addressable_shards();
   return std::sqrt(sh.empty() ? 0.0 : sh.front().data.flat(0));
 }
 
 GradSharding Optimizer::grad_sharding() const {
-  return [axis = c_.state_axis](const NamedSharding& s, const Shape& shape) { return state_sharding(s, shape, axis); };
+  return [axis = c_.state_axis](const NamedSharding& s, const Shape& shape) {
+    return state_sharding(s, shape, axis);
+  };
 }
 
 template <typename T>
@@ -297,7 +302,8 @@ State<T> Optimizer::init(const std::vector<ShardedArray<T>>& params, shard::sour
     const NamedSharding sh = state_sharding(params[i].sharding(), params[i].shape(), c_.state_axis);
     for (const auto& slot : slots(c_)) s.arrays.emplace(key(slot, i), zeros<T>(params[i].shape(), sh));
   }
-  if (!params.empty()) s.step = zeros<std::int64_t>(Shape{}, NamedSharding(params.front().mesh(), PartitionSpec()));
+  if (!params.empty())
+    s.step = zeros<std::int64_t>(Shape{}, NamedSharding(params.front().mesh(), PartitionSpec()));
   return s;
 }
 
@@ -309,8 +315,9 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
   const auto batched = [](const ShardedArray<T>& x) { return x.batch() && !x.batch()->trace; };
   for (std::size_t i = 0; i < params.size() + grads.size(); ++i)
     if (batched(i < params.size() ? params[i] : grads[i - params.size()]))
-      raise<ValueError>(located("Optimizer::update", where),
-                        ": called inside vmap on batched parameters or gradients; update outside the vmapped function");
+      raise<ValueError>(
+          located("Optimizer::update", where),
+          ": called inside vmap on batched parameters or gradients; update outside the vmapped function");
   if (const std::uint64_t level = detail::trace_level_of(params, grads, state.arrays, state.step)) {
     // Inside jit: one equation whose run is the update below on copies of its operands.
     // By value: the trace's shadows are copied (the program's values stay as they are); on replay
@@ -327,7 +334,8 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
       update(p, g, s, where);
       return std::tuple{std::move(p), std::move(s.arrays), std::move(s.step)};
     };
-    auto [p, arrays, step] = detail::trace_opaque("optimizer_update", run, level, params, grads, state.arrays, state.step);
+    auto [p, arrays, step] =
+        detail::trace_opaque("optimizer_update", run, level, params, grads, state.arrays, state.step);
     params = std::move(p);
     state.arrays = std::move(arrays);
     state.step = std::move(step);
@@ -348,22 +356,24 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
                           "': make it with init(params) of this optimizer and these parameters");
       // A state made for other parameters (or laid out otherwise) would be read out of bounds.
       if (it->second.shape() != params[i].shape())
-        raise<ShapeError>("optimizer update: state '", key(slot, i), "' has shape ", to_string(it->second.shape()),
-                          " but parameter ", i, " has shape ", to_string(params[i].shape()),
+        raise<ShapeError>("optimizer update: state '", key(slot, i), "' has shape ",
+                          to_string(it->second.shape()), " but parameter ", i, " has shape ",
+                          to_string(params[i].shape()),
                           ": the state belongs to other parameters; make it with init(params)");
       if (!(it->second.sharding() == want))
-        raise<ShardingError>("optimizer update: state '", key(slot, i), "' is laid out ",
-                             it->second.sharding().to_string(), " but parameter ", i, " (",
-                             params[i].sharding().to_string(), ") needs its state laid out ", want.to_string(),
-                             ": reshard the state with the parameters, or make it with init(params)");
+        raise<ShardingError>(
+            "optimizer update: state '", key(slot, i), "' is laid out ", it->second.sharding().to_string(),
+            " but parameter ", i, " (", params[i].sharding().to_string(), ") needs its state laid out ",
+            want.to_string(), ": reshard the state with the parameters, or make it with init(params)");
     }
   }
   if (!params.empty() && state.step.empty())
     raise<ValueError>("optimizer update: the state has no step count: make it with init(params)");
   const std::int64_t t = count_of(state.step);
   if (t < 0)
-    raise<ValueError>("optimizer update: the state's step count is ", t,
-                      " (negative: a damaged state or checkpoint); make it with init(params) or load a good one");
+    raise<ValueError>(
+        "optimizer update: the state's step count is ", t,
+        " (negative: a damaged state or checkpoint); make it with init(params) or load a good one");
   double norm = 0, scale = 1;
   if (c_.max_norm > 0 || c_.if_finite) norm = global_norm(grads);
   if (c_.if_finite && !std::isfinite(norm)) return norm;  // parameters, state and step count unchanged
@@ -399,7 +409,8 @@ double Optimizer::update(std::vector<ShardedArray<T>>& params, const std::vector
       const std::int64_t row = w.shape().empty() ? 1 : w.size() / std::max<std::int64_t>(w.shape()[0], 1);
       const std::int64_t r0 = sb.offset[0] - ps[k].box.offset[0];
       const std::int64_t nr = sb.extent[0];
-      update_block(c_, decays, nr * row, w.data() + r0 * row, gk.data() + (rows_only ? 0 : r0 * row), m0, m1, lr, scale, t);
+      update_block(c_, decays, nr * row, w.data() + r0 * row, gk.data() + (rows_only ? 0 : r0 * row), m0, m1,
+                   lr, scale, t);
     }
     if (split) {  // all_gather the updated rows over the state axis, in place in each block
       std::vector<Tensor<T>*> blocks;
@@ -430,30 +441,35 @@ void State<T>::save(CheckpointWriter& w, const std::string& prefix) const {
 }
 
 template <typename T>
-void State<T>::load(const std::string& checkpoint_path, const CheckpointManifest& m, const std::string& prefix) {
+void State<T>::load(const std::string& checkpoint_path, const CheckpointManifest& m,
+                    const std::string& prefix) {
   for (auto& [name, a] : arrays) {
     std::string file = name;
     for (auto& ch : file)
       if (ch == '/') ch = '.';
     a = load_checkpoint_array<T>(checkpoint_path, m, prefix + file, a.sharding(), a.shape());
   }
-  if (!m.metadata.count(prefix + "step")) raise<ValueError>("optimizer state: the checkpoint has no '", prefix, "step'");
+  if (!m.metadata.count(prefix + "step"))
+    raise<ValueError>("optimizer state: the checkpoint has no '", prefix, "step'");
   const Mesh& mesh = arrays.empty() ? step.mesh() : arrays.begin()->second.mesh();
   if (mesh.empty())
     raise<ValueError>("optimizer state: load into the state of init(params) on the mesh to resume on");
   const std::int64_t count = m.integer(prefix + "step");
-  if (count < 0)
+  // Above 2^53 a count is no longer exact as the double of the bias corrections, and the next
+  // updates would overflow it: no run takes that many steps.
+  constexpr std::int64_t kMaxCount = std::int64_t{1} << 53;
+  if (count < 0 || count > kMaxCount)
     raise<ValueError>("optimizer state: the checkpoint's '", prefix, "step' is ", count,
-                      " (a step count is >= 0): the checkpoint is damaged");
+                      " (a step count is between 0 and 2^53): the checkpoint is damaged");
   step = full<std::int64_t>(Shape{}, count, NamedSharding(mesh, PartitionSpec()));
 }
 
-#define SHARD_INSTANTIATE_OPTIM(T)                                                                                 \
-  template struct State<T>;                                                                                        \
-  template double global_norm<T>(const std::vector<ShardedArray<T>>&);                                             \
-  template State<T> Optimizer::init<T>(const std::vector<ShardedArray<T>>&, shard::source_location) const;           \
-  template double Optimizer::update<T>(std::vector<ShardedArray<T>>&, const std::vector<ShardedArray<T>>&, State<T>&,  \
-                                       shard::source_location) const;
+#define SHARD_INSTANTIATE_OPTIM(T)                                                                         \
+  template struct State<T>;                                                                                \
+  template double global_norm<T>(const std::vector<ShardedArray<T>>&);                                     \
+  template State<T> Optimizer::init<T>(const std::vector<ShardedArray<T>>&, shard::source_location) const; \
+  template double Optimizer::update<T>(std::vector<ShardedArray<T>>&, const std::vector<ShardedArray<T>>&, \
+                                       State<T>&, shard::source_location) const;
 SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_OPTIM)
 #undef SHARD_INSTANTIATE_OPTIM
 

@@ -197,5 +197,34 @@ SHARD_MPI_TEST(CallSites, CollectiveMismatchNamesEachRanksLine) {
       {"collective mismatch", here(host_line), here(psum_line)});
 }
 
+SHARD_MPI_TEST(CallSites, CheckpointsNameTheirLines) {
+  const Mesh mesh = mesh_1d();
+  const NamedSharding s(mesh, P("a"));
+  const auto x = device_put(random_tensor<float>({2 * runtime().device_count(), 3}, 9), s);
+  TempDir dir("shard-test-sites-", false);
+  CheckpointWriter w(dir.str(), 1);
+  w.add("x", x);
+  int line = __LINE__ + 1;
+  expect_site<ValueError>([&] { (void)w.commit(-3); },
+                          {here(line), "CheckpointWriter::commit", "step must be >= 0"});
+  const std::string p = w.commit(2);
+  const CheckpointManifest m = read_manifest(p);
+  line = __LINE__ + 1;
+  expect_site<ValueError>([&] { (void)load_checkpoint_array<double>(p, m, "x", s); },
+                          {here(line), "load_checkpoint_array"});
+  line = __LINE__ + 1;
+  expect_site<ShapeError>([&] { (void)load_checkpoint_array<float>(p, m, "x", s, Shape{1}); }, {here(line)});
+  line = __LINE__ + 1;
+  expect_site<IoError>([&] { (void)read_manifest(dir.str() + "/step-00000009"); },
+                       {here(line), "read_manifest"});
+  if (runtime().process_count() < 2) return;
+  // A collective mismatch inside a commit (rank 1 recorded one more array) names the commit's line.
+  CheckpointWriter v(dir.str(), 1);
+  v.add("x", x);
+  if (runtime().process_index() == 1) v.add("y", x);
+  line = __LINE__ + 1;
+  expect_site<Error>([&] { (void)v.commit(3); }, {here(line), "CheckpointWriter::commit"});
+}
+
 }  // namespace
 }  // namespace shard::testing

@@ -10,12 +10,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <optional>
 
 #include "mpi_test.hpp"
@@ -162,7 +164,9 @@ SHARD_MPI_TEST(Checkpoint, SymlinkedStepsAndASecondWriterAreRefused) {
   model.commit(dir.str(), 3, 2);
   model.commit(elsewhere.str(), 9, 2);
   // A step directory that is a symlink (to a real checkpoint elsewhere) is never followed.
-  on_root([&] { fs::create_directory_symlink(elsewhere.path() / "step-00000009", dir.path() / "step-00000009"); });
+  on_root([&] {
+    fs::create_directory_symlink(elsewhere.path() / "step-00000009", dir.path() / "step-00000009");
+  });
   expect_error<IoError>([&] { latest_checkpoint(dir.str()); }, {"step-00000009", "symlink"});
   on_root([&] { fs::remove(dir.path() / "step-00000009"); });
   EXPECT_EQ(latest_checkpoint(dir.str()), (dir.path() / "step-00000003").string());
@@ -287,7 +291,6 @@ SHARD_MPI_TEST(Checkpoint, FailedCommitKeepsThePreviousCheckpoint) {
                           model.w_for(1)));
 }
 
-
 /// Collective: rank 0's string on every rank.
 std::string bcast_string(std::string s) {
   int n = static_cast<int>(s.size());
@@ -313,7 +316,8 @@ std::string error_on_every_rank(F&& fn) {
     fn();
   } catch (const Error& e) {
     what = e.what();
-    EXPECT_NE(what.find("[rank " + std::to_string(runtime().process_index()) + "]"), std::string::npos) << what;
+    EXPECT_NE(what.find("[rank " + std::to_string(runtime().process_index()) + "]"), std::string::npos)
+        << what;
   }
   EXPECT_EQ(all_ranks(what.empty()), !all_ranks(!what.empty()))
       << "some ranks raised and others did not: '" << what << "'";
@@ -351,8 +355,9 @@ SHARD_MPI_TEST(Checkpoint, TruncatedMissingAndFlippedFilesAreRejected) {
     std::string bytes = original;
     bytes[at] = static_cast<char>(bytes[at] ^ 0xff);
     with_bytes(bytes);
-    expect_error<IoError>([&] { load_checkpoint_array<float>(p, m, "w", s); },
-                          {"checksum mismatch for array 'w'", "w.npy", "the file is corrupt or was modified"});
+    expect_error<IoError>(
+        [&] { load_checkpoint_array<float>(p, m, "w", s); },
+        {"checksum mismatch for array 'w'", "w.npy", "the file is corrupt or was modified"});
   }
   // A byte appended: the data is intact, so it loads (as numpy does).
   with_bytes(original + "x");
@@ -421,7 +426,8 @@ SHARD_MPI_TEST(Checkpoint, HostileManifestsAndModelMismatches) {
   const NamedSharding s(mesh_ab(), P("a", "b"));
 
   // Paths out of the directory in the manifest's "file" and "name" fields...
-  for (const char* path : {"../step-00000004/w.npy", "/etc/passwd", "./w.npy", "w.npy/..", "..\\u002fw.npy"}) {
+  for (const char* path :
+       {"../step-00000004/w.npy", "/etc/passwd", "./w.npy", "w.npy/..", "..\\u002fw.npy"}) {
     edit_manifest(p, "\"file\": \"w.npy\"", std::string("\"file\": \"") + path + "\"");
     expect_error<ValueError>([&] { read_manifest(p); }, {"manifest names a path outside its directory"});
     on_root([&] { write_file(fs::path(p) / "manifest.json", original); });
@@ -474,14 +480,22 @@ SHARD_MPI_TEST(Checkpoint, HostileManifestsAndModelMismatches) {
 
   // The shape: the model expects another shape than the checkpoint has (checked before any
   // file is read); the manifest records another shape than the file holds.
-  expect_error<ShapeError>([&] { load_checkpoint_array<float>(p, m, "w", s, Shape{10, 13}); },
-                           {"array 'w'", p, "has shape (13, 10) but the model expects (10, 13)"});
-  expect_error<ShapeError>([&] { load_checkpoint_array<float>(p, m, "b", s, Shape{10, 1}); },
-                           {"array 'b'", "has shape (10,) but the model expects (10, 1)"});
+  expect_error<ShapeError>(
+      [&] {
+        load_checkpoint_array<float>(p, m, "w", s, Shape{10, 13});
+      },
+      {"array 'w'", p, "has shape (13, 10) but the model expects (10, 13)"});
+  expect_error<ShapeError>(
+      [&] {
+        load_checkpoint_array<float>(p, m, "b", s, Shape{10, 1});
+      },
+      {"array 'b'", "has shape (10,) but the model expects (10, 1)"});
   EXPECT_TRUE(equals_host(load_checkpoint_array<float>(p, m, "w", s, Shape{13, 10}), model.w_for(4)));
   edit_manifest(p, "\"shape\": [10]", "\"shape\": [10, 1]");
   expect_error<ShapeError>(
-      [&] { load_checkpoint_array<float>(p, read_manifest(p), "b", NamedSharding(mesh_a(), P()), Shape{10, 1}); },
+      [&] {
+        load_checkpoint_array<float>(p, read_manifest(p), "b", NamedSharding(mesh_a(), P()), Shape{10, 1});
+      },
       {"'b'", "b.npy", "has shape (10,)", "records (10, 1)"});
   on_root([&] { write_file(fs::path(p) / "manifest.json", original); });
   // An array the model needs that the checkpoint lacks.
@@ -593,7 +607,8 @@ SHARD_MPI_TEST(Checkpoint, FullDiskKeepsThePreviousCheckpoint) {
     EXPECT_EQ(latest_checkpoint(dir), p1);
     const CheckpointManifest m = read_manifest(p1);
     EXPECT_EQ(m.metadata.at("epoch"), "1");
-    EXPECT_TRUE(equals_host(load_checkpoint_array<float>(p1, m, "w", NamedSharding(mesh_a(), P(None, "a"))), first));
+    EXPECT_TRUE(
+        equals_host(load_checkpoint_array<float>(p1, m, "w", NamedSharding(mesh_a(), P(None, "a"))), first));
   };
 
   // The data does not fit: two 156 KiB arrays.
@@ -638,6 +653,117 @@ SHARD_MPI_TEST(Checkpoint, FullDiskKeepsThePreviousCheckpoint) {
   EXPECT_EQ(listing(dir), (std::vector<std::string>{"step-00000001", "step-00000002"}));
   EXPECT_EQ(latest_checkpoint(dir), p2);
   EXPECT_TRUE(equals_host(load_checkpoint_array<float>(p2, read_manifest(p2), "w", s), first));
+}
+
+/// Every number in a checkpoint's manifest (steps, shapes, mesh sizes, the optimizer's step count
+/// in the metadata), in valid JSON, set in turn to values out of range (negative, zero, past
+/// int32 and int64, not an integer): each load either raises a shard::Error on every rank or
+/// gives exactly the arrays the files hold and the step count the manifest says; never a crash,
+/// never other values. The counts are printed (docs/reliability.md lists them).
+SHARD_MPI_TEST(Checkpoint, EveryNumberOfAManifestOutOfRange) {
+  TempDir dir("shard-test-ckpt-", false);
+  const NamedSharding ws(mesh_ab(), P("a", "b")), bs(mesh_a(), P("a"));
+  const Tensor<float> wh = random_tensor<float>({13, 10}, 61), bh = random_tensor<float>({10}, 62);
+  std::vector<ShardedArray<float>> params{device_put(wh, ws), device_put(bh, bs)};
+  const auto opt = optim::adam(1e-2);
+  optim::State<float> st = opt.init(params);
+  std::vector<ShardedArray<float>> grads{device_put(random_tensor<float>({13, 10}, 63), ws),
+                                         device_put(random_tensor<float>({10}, 64), bs)};
+  opt.update(params, grads, st);
+  opt.update(params, grads, st);
+  std::string p;
+  {
+    CheckpointWriter w(dir.str(), 1);
+    w.add("w", params[0]);
+    w.add("b", params[1]);
+    st.save(w);
+    p = w.commit(4);
+  }
+  const std::string original =
+      bcast_string(runtime().process_index() == 0 ? read_file(fs::path(p) / "manifest.json") : "");
+  const Tensor<float> w_want = params[0].to_host(), b_want = params[1].to_host();
+  std::map<std::string, Tensor<float>> state_want;
+  for (const auto& [name, a] : st.arrays) state_want[name] = a.to_host();
+
+  // The numbers outside strings, and the strings that hold only an integer (the metadata).
+  std::vector<std::pair<std::size_t, std::size_t>> tokens;  // offset, length
+  bool in_string = false;
+  for (std::size_t i = 0; i < original.size(); ++i) {
+    const char c = original[i];
+    if (c == '\\' && in_string) {
+      ++i;
+      continue;
+    }
+    if (c == '"') {
+      if (!in_string) {
+        std::size_t e = i + 1;
+        while (e < original.size() && std::isdigit(static_cast<unsigned char>(original[e]))) ++e;
+        if (e > i + 1 && e < original.size() && original[e] == '"') tokens.emplace_back(i + 1, e - i - 1);
+      }
+      in_string = !in_string;
+      continue;
+    }
+    if (!in_string && (std::isdigit(static_cast<unsigned char>(c)) || c == '-')) {
+      std::size_t e = i + 1;
+      while (e < original.size() &&
+             (std::isdigit(static_cast<unsigned char>(original[e])) || original[e] == '.' ||
+              original[e] == 'e' || original[e] == 'E' || original[e] == '+' || original[e] == '-'))
+        ++e;
+      tokens.emplace_back(i, e - i);
+      i = e - 1;
+    }
+  }
+  ASSERT_GE(tokens.size(), 8u) << original;
+  const std::vector<std::string> values{"-1",
+                                        "0",
+                                        "2147483648",
+                                        "-9223372036854775808",
+                                        "9223372036854775807",
+                                        "9223372036854775808",
+                                        "99999999999999999999999",
+                                        "1.5",
+                                        "1e308"};
+  int refused = 0, same = 0, cases = 0;
+  for (const auto& [at, len] : tokens) {
+    const std::string context = original.substr(at > 40 ? at - 40 : 0, std::min<std::size_t>(at, 40) + len);
+    const std::string key = "\"opt.step\": \"";
+    const bool is_step_count = at >= key.size() && original.compare(at - key.size(), key.size(), key) == 0;
+    for (const std::string& v : values) {
+      ++cases;
+      std::string text = original;
+      text.replace(at, len, v);
+      on_root([&] { write_file(fs::path(p) / "manifest.json", text); });
+      int threw = 0;
+      std::string wrong;
+      try {
+        const CheckpointManifest m = read_manifest(p);
+        const auto w2 = load_checkpoint_array<float>(p, m, "w", ws, wh.shape());
+        const auto b2 = load_checkpoint_array<float>(p, m, "b", bs, bh.shape());
+        optim::State<float> st2 = opt.init(params);
+        st2.load(p, m);
+        if (!equals_host(w2, w_want)) wrong += " w";
+        if (!equals_host(b2, b_want)) wrong += " b";
+        for (const auto& [name, a] : st2.arrays)
+          if (!equals_host(a, state_want.at(name))) wrong += " state " + name;
+        const std::int64_t want_step = is_step_count ? std::stoll(v) : st.step.item();
+        if (st2.step.item() != want_step) wrong += " step " + std::to_string(st2.step.item());
+      } catch (const Error&) {
+        threw = 1;
+      }
+      int lo = threw, hi = threw;
+      MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, runtime().world().get());
+      MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, runtime().world().get());
+      EXPECT_EQ(lo, hi) << "some ranks raised, some did not: '" << context << "' -> " << v;
+      EXPECT_EQ(wrong, "") << "loaded other values:" << wrong << " after '" << context << "' -> " << v;
+      (threw ? refused : same) += 1;
+    }
+  }
+  on_root([&] { write_file(fs::path(p) / "manifest.json", original); });
+  if (runtime().process_index() == 0)
+    std::printf(
+        "[ manifest ] %zu numbers x %zu values: %d cases, %d refused on every rank, %d loaded the same "
+        "values\n",
+        tokens.size(), values.size(), cases, refused, same);
 }
 
 }  // namespace

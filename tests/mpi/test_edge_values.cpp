@@ -8,9 +8,11 @@
 // out-of-range floats to integers (saturating, as JAX); an optimizer state that belongs to other parameters
 // or is damaged; print options out of range.
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
@@ -30,12 +32,13 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 /// numpy's max / min / sum / argmax / argmin of one line: a nan anywhere makes max and min nan,
 /// and argmax and argmin the index of the first nan; otherwise the first extreme.
 struct Reference {
-  double max = -kInf, min = kInf, sum = 0;
+  double max = -kInf, min = kInf, sum = 0, prod = 1, logsumexp = 0;
   std::int64_t argmax = -1, argmin = -1;
   explicit Reference(const std::vector<double>& v) {
     for (std::size_t i = 0; i < v.size(); ++i) {
       const auto k = static_cast<std::int64_t>(i);
       sum += v[i];
+      prod *= v[i];
       if (std::isnan(v[i]) && !std::isnan(max)) {
         max = min = v[i];
         argmax = argmin = k;
@@ -43,6 +46,14 @@ struct Reference {
       if (std::isnan(max)) continue;
       if (argmax < 0 || v[i] > max) max = v[i], argmax = k;
       if (argmin < 0 || v[i] < min) min = v[i], argmin = k;
+    }
+    // log(sum(exp(v))): nan with a nan, inf with an inf, -inf only if every term is -inf.
+    if (std::isnan(max) || std::isinf(max)) {
+      logsumexp = max;
+    } else {
+      double s = 0;
+      for (const double x : v) s += std::exp(x - max);
+      logsumexp = max + std::log(s);
     }
   }
 };
@@ -58,51 +69,139 @@ void expect_same(double got, double want, const std::string& what) {
 }
 
 /// Every reduction of a [rows, cols] float array holding `special` at (r, c), reduced along `dim`,
-/// laid out by `spec`, against the reference of each line; on every rank.
-void check_reductions(const Mesh& mesh, const PartitionSpec& spec, std::int64_t rows, std::int64_t cols,
-                      std::int64_t r, std::int64_t c, double special, int dim) {
+/// laid out by `spec`, in both views (the ShardedArray and the host Tensor), against the reference
+/// of each line; on every rank. Returns the number of values checked.
+int check_reductions(const Mesh& mesh, const PartitionSpec& spec, std::int64_t rows, std::int64_t cols,
+                     std::int64_t r, std::int64_t c, double special, int dim) {
   Tensor<float> h = random_tensor<float>({rows, cols}, static_cast<std::uint64_t>(7 + r * cols + c));
   h.flat(r * cols + c) = static_cast<float>(special);
   const auto x = device_put(h, NamedSharding(mesh, spec));
   const std::string what = "value " + std::to_string(special) + " at (" + std::to_string(r) + ", " +
                            std::to_string(c) + ") of " + to_string(h.shape()) + " " + spec.to_string() +
                            " along dim " + std::to_string(dim);
-  const Tensor<float> mx = max(x, {dim}).to_host(), mn = min(x, {dim}).to_host(),
-                      sm = sum(x, {dim}).to_host(), me = mean(x, {dim}).to_host();
+  const std::vector<std::string> names{"max", "min", "sum", "mean", "prod", "logsumexp"};
+  const std::vector<Tensor<float>> sharded{max(x, {dim}).to_host(),  min(x, {dim}).to_host(),
+                                           sum(x, {dim}).to_host(),  mean(x, {dim}).to_host(),
+                                           prod(x, {dim}).to_host(), logsumexp(x, {dim}).to_host()};
+  const std::vector<Tensor<float>> host{max(h, {dim}),  min(h, {dim}),  sum(h, {dim}),
+                                        mean(h, {dim}), prod(h, {dim}), logsumexp(h, {dim})};
   const Tensor<std::int64_t> am = argmax(x, dim).to_host(), an = argmin(x, dim).to_host();
-  const Tensor<float> tmx = max(h, {dim});
-  const Tensor<std::int64_t> tam = argmax(h, dim);
+  const Tensor<std::int64_t> tam = argmax(h, dim), tan = argmin(h, dim);
   const std::int64_t lines = dim == 0 ? cols : rows, len = dim == 0 ? rows : cols;
+  int checked = 0;
   for (std::int64_t l = 0; l < lines; ++l) {
     std::vector<double> v;
     for (std::int64_t k = 0; k < len; ++k)
       v.push_back(dim == 0 ? h.flat(k * cols + l) : h.flat(l * cols + k));
     const Reference ref(v);
     const std::string at = what + ", line " + std::to_string(l);
-    expect_same(mx.flat(l), ref.max, "max " + at);
-    expect_same(tmx.flat(l), ref.max, "Tensor max " + at);
-    expect_same(mn.flat(l), ref.min, "min " + at);
-    expect_same(sm.flat(l), ref.sum, "sum " + at);
-    expect_same(me.flat(l), ref.sum / static_cast<double>(len), "mean " + at);
+    const double want[] = {ref.max,  ref.min,      ref.sum, ref.sum / static_cast<double>(len),
+                           ref.prod, ref.logsumexp};
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      expect_same(sharded[k].flat(l), want[k], names[k] + " " + at);
+      expect_same(host[k].flat(l), want[k], "Tensor " + names[k] + " " + at);
+    }
     EXPECT_EQ(am.flat(l), ref.argmax) << "argmax " << at;
     EXPECT_EQ(tam.flat(l), ref.argmax) << "Tensor argmax " << at;
     EXPECT_EQ(an.flat(l), ref.argmin) << "argmin " << at;
+    EXPECT_EQ(tan.flat(l), ref.argmin) << "Tensor argmin " << at;
+    checked += 2 * static_cast<int>(names.size()) + 4;
   }
+  return checked;
+}
+
+/// Every comparison and maximum / minimum of a [rows, cols] float array holding `special` at
+/// (r, c) against a random array and against a scalar, laid out by `spec`, in both views, against
+/// IEEE's (and numpy's) rules: a nan compares false except with !=; maximum and minimum
+/// propagate it. Returns the number of values checked.
+int check_comparisons(const Mesh& mesh, const PartitionSpec& spec, std::int64_t rows, std::int64_t cols,
+                      std::int64_t r, std::int64_t c, double special) {
+  Tensor<float> h = random_tensor<float>({rows, cols}, static_cast<std::uint64_t>(99 + r * cols + c));
+  h.flat(r * cols + c) = static_cast<float>(special);
+  const Tensor<float> g = random_tensor<float>({rows, cols}, 5);
+  const NamedSharding sh(mesh, spec);
+  const auto x = device_put(h, sh), y = device_put(g, sh);
+  const float s = 0.25f;
+  const std::vector<std::string> names{"<", "<=", ">", ">=", "==", "!="};
+  auto ref = [](int op, float a, float b) {
+    switch (op) {
+      case 0:
+        return a < b;
+      case 1:
+        return a <= b;
+      case 2:
+        return a > b;
+      case 3:
+        return a >= b;
+      case 4:
+        return a == b;
+      default:
+        return a != b;
+    }
+  };
+  std::vector<Tensor<bool>> got;  // per op: array vs array, array vs scalar, scalar vs array; both views
+  got.push_back((x < y).to_host()), got.push_back((x <= y).to_host()), got.push_back((x > y).to_host());
+  got.push_back((x >= y).to_host()), got.push_back(equal(x, y).to_host()),
+      got.push_back(not_equal(x, y).to_host());
+  got.push_back((x < s).to_host()), got.push_back((x <= s).to_host()), got.push_back((x > s).to_host());
+  got.push_back((x >= s).to_host()), got.push_back(equal(x, s).to_host()),
+      got.push_back(not_equal(x, s).to_host());
+  got.push_back((s < x).to_host()), got.push_back((s <= x).to_host()), got.push_back((s > x).to_host());
+  got.push_back((s >= x).to_host()), got.push_back(equal(s, x).to_host()),
+      got.push_back(not_equal(s, x).to_host());
+  got.push_back(h < g), got.push_back(h <= g), got.push_back(h > g);
+  got.push_back(h >= g), got.push_back(equal(h, g)), got.push_back(not_equal(h, g));
+  const Tensor<float> mx = maximum(x, y).to_host(), mn = minimum(x, y).to_host(), tmx = maximum(h, g),
+                      tmn = minimum(h, g);
+  const std::string what = "value " + std::to_string(special) + " at (" + std::to_string(r) + ", " +
+                           std::to_string(c) + ") " + spec.to_string();
+  int checked = 0;
+  for (std::int64_t i = 0; i < rows * cols; ++i) {
+    const float a = h.flat(i), b = g.flat(i);
+    for (int op = 0; op < 6; ++op) {
+      EXPECT_EQ(got[op].flat(i), ref(op, a, b)) << "x " << names[op] << " y, " << what << ", element " << i;
+      EXPECT_EQ(got[6 + op].flat(i), ref(op, a, s)) << "x " << names[op] << " scalar, " << what;
+      EXPECT_EQ(got[12 + op].flat(i), ref(op, s, a)) << "scalar " << names[op] << " x, " << what;
+      EXPECT_EQ(got[18 + op].flat(i), ref(op, a, b)) << "Tensor x " << names[op] << " y, " << what;
+    }
+    const double want_max = std::isnan(a) ? kNan : std::max(a, b),
+                 want_min = std::isnan(a) ? kNan : std::min(a, b);
+    expect_same(mx.flat(i), want_max, "maximum " + what);
+    expect_same(mn.flat(i), want_min, "minimum " + what);
+    expect_same(tmx.flat(i), want_max, "Tensor maximum " + what);
+    expect_same(tmn.flat(i), want_min, "Tensor minimum " + what);
+    checked += 28;
+  }
+  return checked;
 }
 
 SHARD_MPI_TEST(EdgeValues, NanAndInfinityThroughEveryReduction) {
   const int n = shard::testing::runtime().device_count();
   const Mesh mesh = make_mesh({n}, {"a"});
-  const std::int64_t rows = n + 1, cols = 3;  // uneven over the devices
+  const std::int64_t cols = 3;
   const bool full = shard::testing::full_matrix();
-  for (const PartitionSpec& spec : {P("a"), P(), P(None, "a")})
-    for (const double special : {kNan, kInf, -kInf})
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t c = 0; c < cols; ++c) {
-          if (!full && (r * cols + c) % 2 == 1 && r != rows - 1)
-            continue;  // a fixed half in the default tier
-          for (int dim = 0; dim < 2; ++dim) check_reductions(mesh, spec, rows, cols, r, c, special, dim);
-        }
+  int cases = 0, values = 0;
+  // n + 1 rows: uneven over the devices; n - 1 (at least 1): the last device's shard is empty.
+  for (const std::int64_t rows : {std::int64_t{n} + 1, std::int64_t{std::max(n - 1, 1)}})
+    for (const PartitionSpec& spec : {P("a"), P(), P(None, "a")})
+      for (const double special : {kNan, kInf, -kInf})
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t c = 0; c < cols; ++c) {
+            if (!full && (r * cols + c) % 2 == 1 && r != rows - 1)
+              continue;  // a fixed half in the default tier
+            for (int dim = 0; dim < 2; ++dim)
+              values += check_reductions(mesh, spec, rows, cols, r, c, special, dim);
+            values += check_comparisons(mesh, spec, rows, cols, r, c, special);
+            ++cases;
+          }
+  if (shard::testing::runtime().process_index() == 0)
+    std::printf(
+        "[ sweep    ] nan/+-inf: %d placements (2 shapes x 3 specs x 3 values x positions), %d values "
+        "checked "
+        "(max, min, sum, mean, prod, logsumexp, argmax, argmin along each dim; <, <=, >, >=, ==, !=, "
+        "maximum, "
+        "minimum; both views)\n",
+        cases, values);
   // The case the adversarial pass reported: [1, 1, 1, nan] split and replicated.
   Tensor<float> t({4});
   for (int i = 0; i < 3; ++i) t.flat(i) = 1.f;

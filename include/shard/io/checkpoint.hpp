@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "shard/array/sharded_array.hpp"
 #include "shard/core/dtype.hpp"
 #include "shard/core/tree.hpp"
 #include "shard/sharding/named_sharding.hpp"
-#include "shard/array/sharded_array.hpp"
 
 namespace shard {
 
@@ -91,7 +91,7 @@ class CheckpointWriter {
   /// plus the `keep` - 1 others with the highest steps. The writer is then empty and can
   /// record the next checkpoint. On failure every rank raises IoError and the checkpoints
   /// already in the directory are untouched.
-  std::string commit(std::int64_t step);
+  std::string commit(std::int64_t step, shard::source_location where = shard::source_location::current());
 
   const std::string& directory() const { return directory_; }
 
@@ -113,30 +113,34 @@ class CheckpointWriter {
 
 /// Collective: the path of the checkpoint with the highest step in `directory`, or "" if
 /// there is none (or no directory). Temp directories of unfinished commits are ignored.
-std::string latest_checkpoint(const std::string& directory);
+std::string latest_checkpoint(const std::string& directory,
+                              shard::source_location where = shard::source_location::current());
 
 /// Collective: rank 0 reads `<checkpoint_path>/manifest.json` and broadcasts it; every rank
 /// parses and validates it (required fields, known dtypes, unique names, file names that
 /// stay inside the checkpoint directory), raising the same error everywhere.
-CheckpointManifest read_manifest(const std::string& checkpoint_path);
+CheckpointManifest read_manifest(const std::string& checkpoint_path,
+                                 shard::source_location where = shard::source_location::current());
 
 /// Collective: loads array `name` of the checkpoint onto `sharding`. Checks T against the
 /// recorded dtype (ValueError; except that bfloat16 and float32 load as each other: a float32
-/// entry into bfloat16 rounded to nearest even, a bfloat16 one into float32 exactly), that the file is a regular file inside the checkpoint
-/// directory (ValueError for a path or symlink leading out of it, IoError if it is missing),
-/// the file's shape against the manifest (ShapeError), and the checksum of what was read
+/// entry into bfloat16 rounded to nearest even, a bfloat16 one into float32 exactly), that the file is a
+/// regular file inside the checkpoint directory (ValueError for a path or symlink leading out of it, IoError
+/// if it is missing), the file's shape against the manifest (ShapeError), and the checksum of what was read
 /// against the manifest (IoError: the file is truncated, corrupt or was modified). Every
 /// failure is raised on every rank.
 template <typename T>
 ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const CheckpointManifest& manifest,
-                                      const std::string& name, const NamedSharding& sharding);
+                                      const std::string& name, const NamedSharding& sharding,
+                                      shard::source_location where = shard::source_location::current());
 
 /// The same, for a model that needs a given shape: ShapeError naming the array, both shapes
 /// and the checkpoint, before any file is read, if the manifest records another shape.
 template <typename T>
 ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const CheckpointManifest& manifest,
                                       const std::string& name, const NamedSharding& sharding,
-                                      const Shape& expected_shape);
+                                      const Shape& expected_shape,
+                                      shard::source_location where = shard::source_location::current());
 
 /// Collective: the tree CheckpointWriter::add_tree(prefix, ...) recorded, loaded onto the
 /// shardings of `like` (a tree of the same structure: e.g. the model initialised on the mesh to
@@ -144,13 +148,16 @@ ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const 
 /// load_checkpoint_array does.
 template <typename Tree>
 Tree load_checkpoint_tree(const std::string& checkpoint_path, const CheckpointManifest& manifest,
-                          const std::string& prefix, const Tree& like) {
+                          const std::string& prefix, const Tree& like,
+                          shard::source_location where = shard::source_location::current()) {
+  const detail::CallScope scope("load_checkpoint_tree", where);
   return tree_map_with_path(
       [&](const TreePath& path, const auto& leaf) {
         using A = std::remove_cvref_t<decltype(leaf)>;
-        static_assert(detail::is_sharded_v<A>, "load_checkpoint_tree: `like` must be a tree of ShardedArrays");
-        return load_checkpoint_array<elem_t<A>>(checkpoint_path, manifest, path.dotted(prefix), leaf.sharding(),
-                                                leaf.shape());
+        static_assert(detail::is_sharded_v<A>,
+                      "load_checkpoint_tree: `like` must be a tree of ShardedArrays");
+        return load_checkpoint_array<elem_t<A>>(checkpoint_path, manifest, path.dotted(prefix),
+                                                leaf.sharding(), leaf.shape());
       },
       like);
 }
@@ -159,10 +166,11 @@ Tree load_checkpoint_tree(const std::string& checkpoint_path, const CheckpointMa
   extern template void CheckpointWriter::add<T>(const std::string&, const ShardedArray<T>&);              \
   extern template void CheckpointWriter::add<T>(const std::string&, ShardedArray<T>&&);                   \
   extern template ShardedArray<T> load_checkpoint_array<T>(const std::string&, const CheckpointManifest&, \
-                                                           const std::string&, const NamedSharding&);    \
+                                                           const std::string&, const NamedSharding&,      \
+                                                           shard::source_location);                       \
   extern template ShardedArray<T> load_checkpoint_array<T>(const std::string&, const CheckpointManifest&, \
-                                                           const std::string&, const NamedSharding&,     \
-                                                           const Shape&);
+                                                           const std::string&, const NamedSharding&,      \
+                                                           const Shape&, shard::source_location);
 SHARD_FOR_EACH_NUMERIC_DTYPE(SHARD_DECLARE_CHECKPOINT)
 #undef SHARD_DECLARE_CHECKPOINT
 
