@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "shard/error.hpp"
+#include "core/tensor_kernels.hpp"
 #include "shard/core/tensor_ops.hpp"
 #include "shard/core/trace.hpp"
-#include "core/tensor_kernels.hpp"
+#include "shard/error.hpp"
 
 namespace shard {
 
@@ -23,8 +23,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
     const std::int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     const std::int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
     if (da != db && da != 1 && db != 1)
-      raise<ShapeError>("shapes ", to_string(a), " and ", to_string(b), " do not broadcast (dim ", i, ": ", da,
-                        " vs ", db, ")");
+      raise<ShapeError>("shapes ", to_string(a), " and ", to_string(b), " do not broadcast (dim ", i, ": ",
+                        da, " vs ", db, ")");
     out[i] = da == 1 ? db : da;
   }
   return out;
@@ -48,7 +48,8 @@ const char* op_name(UnaryOp op) { return detail::unary_op_name(op); }
 // ---------------------------------------------------------------- loops
 
 template <typename R, typename A, typename B, typename F>
-SHARD_SIMD_CLONES void loop_vv(std::int64_t n, const A* __restrict a, const B* __restrict b, R* __restrict o, F f) {
+SHARD_SIMD_CLONES void loop_vv(std::int64_t n, const A* __restrict a, const B* __restrict b, R* __restrict o,
+                               F f) {
   for (std::int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);
 }
 template <typename R, typename A, typename B, typename F>
@@ -64,8 +65,10 @@ SHARD_SIMD_CLONES void loop_sv(std::int64_t n, A a, const B* __restrict b, R* __
 /// bool, so loops writing bool would not vectorise).
 template <typename R>
 auto* out_ptr(Tensor<R>& t) {
-  if constexpr (std::is_same_v<R, bool>) return reinterpret_cast<unsigned char*>(t.data());
-  else return t.data();
+  if constexpr (std::is_same_v<R, bool>)
+    return reinterpret_cast<unsigned char*>(t.data());
+  else
+    return t.data();
 }
 
 /// out = f(a, b) elementwise, a and b broadcast to out's shape.
@@ -85,9 +88,12 @@ void zip_into(const Tensor<T>& a, const Tensor<T>& b, Tensor<R>& out, F f) {
   detail::broadcast_rows<2>(out.shape(), st, [&](std::int64_t o, auto off, auto step, std::int64_t len) {
     const T* x = pa + off[0];
     const T* y = pb + off[1];
-    if (step[0] == 1 && step[1] == 1) loop_vv(len, x, y, po + o, f);
-    else if (step[0] == 1 && step[1] == 0) loop_vs(len, x, *y, po + o, f);
-    else if (step[0] == 0 && step[1] == 1) loop_sv(len, *x, y, po + o, f);
+    if (step[0] == 1 && step[1] == 1)
+      loop_vv(len, x, y, po + o, f);
+    else if (step[0] == 1 && step[1] == 0)
+      loop_vs(len, x, *y, po + o, f);
+    else if (step[0] == 0 && step[1] == 1)
+      loop_sv(len, *x, y, po + o, f);
     else
       for (std::int64_t k = 0; k < len; ++k) po[o + k] = f(x[k * step[0]], y[k * step[1]]);
   });
@@ -126,28 +132,29 @@ auto with_binary(BinaryOp op, Go&& go) {
     switch (op) {
       case BinaryOp::kAdd:
       case BinaryOp::kOr:
-      case BinaryOp::kMax: return go([](bool x, bool y) { return x || y; });
+      case BinaryOp::kMax:
+        return go([](bool x, bool y) { return x || y; });
       case BinaryOp::kMul:
       case BinaryOp::kAnd:
-      case BinaryOp::kMin: return go([](bool x, bool y) { return x && y; });
-      case BinaryOp::kXor: return go([](bool x, bool y) { return x != y; });
-      default: unsupported<T>(op);
+      case BinaryOp::kMin:
+        return go([](bool x, bool y) { return x && y; });
+      case BinaryOp::kXor:
+        return go([](bool x, bool y) { return x != y; });
+      default:
+        unsupported<T>(op);
     }
   } else {
     switch (op) {
-      case BinaryOp::kAdd: return go([](T x, T y) { return detail::add_wrap(x, y); });  // integers wrap
-      case BinaryOp::kSub: return go([](T x, T y) { return detail::sub_wrap(x, y); });
-      case BinaryOp::kMul: return go([](T x, T y) { return detail::mul_wrap(x, y); });
+      case BinaryOp::kAdd:
+        return go([](T x, T y) { return detail::add_wrap(x, y); });  // integers wrap
+      case BinaryOp::kSub:
+        return go([](T x, T y) { return detail::sub_wrap(x, y); });
+      case BinaryOp::kMul:
+        return go([](T x, T y) { return detail::mul_wrap(x, y); });
       case BinaryOp::kMax:
-        return go([](T x, T y) {
-          if constexpr (is_floating_v<T>) return (x > y || x != x) ? x : y;  // nan propagates
-          else return x > y ? x : y;
-        });
+        return go([](T x, T y) { return detail::max_nan(x, y); });  // nan propagates
       case BinaryOp::kMin:
-        return go([](T x, T y) {
-          if constexpr (is_floating_v<T>) return (x < y || x != x) ? x : y;
-          else return x < y ? x : y;
-        });
+        return go([](T x, T y) { return detail::min_nan(x, y); });
       case BinaryOp::kDiv:
         if constexpr (is_floating_v<T>) return go([](T x, T y) { return static_cast<T>(x / y); });
         [[fallthrough]];
@@ -158,7 +165,8 @@ auto with_binary(BinaryOp op, Go&& go) {
           return go([](T x, T y) {
             if (y == 0) return T(0);
             // MIN / -1 overflows (SIGFPE): numpy and JAX wrap, to MIN.
-            if (y == T(-1)) return static_cast<T>(std::make_unsigned_t<T>(0) - static_cast<std::make_unsigned_t<T>>(x));
+            if (y == T(-1))
+              return static_cast<T>(std::make_unsigned_t<T>(0) - static_cast<std::make_unsigned_t<T>>(x));
             T q = static_cast<T>(x / y);
             if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
             return q;
@@ -180,8 +188,10 @@ auto with_binary(BinaryOp op, Go&& go) {
           });
         }
       case BinaryOp::kPow:
-        if constexpr (is_floating_v<T>) return go([](T x, T y) { return static_cast<T>(std::pow(x, y)); });
-        else return go([](T x, T y) { return int_pow(x, y); });
+        if constexpr (is_floating_v<T>)
+          return go([](T x, T y) { return static_cast<T>(std::pow(x, y)); });
+        else
+          return go([](T x, T y) { return int_pow(x, y); });
       case BinaryOp::kAnd:
       case BinaryOp::kOr:
       case BinaryOp::kXor:
@@ -199,12 +209,18 @@ auto with_binary(BinaryOp op, Go&& go) {
 template <typename T, typename Go>
 auto with_compare(CompareOp op, Go&& go) {
   switch (op) {
-    case CompareOp::kLess: return go([](T x, T y) { return x < y; });
-    case CompareOp::kLessEqual: return go([](T x, T y) { return x <= y; });
-    case CompareOp::kGreater: return go([](T x, T y) { return x > y; });
-    case CompareOp::kGreaterEqual: return go([](T x, T y) { return x >= y; });
-    case CompareOp::kEqual: return go([](T x, T y) { return x == y; });
-    default: return go([](T x, T y) { return x != y; });
+    case CompareOp::kLess:
+      return go([](T x, T y) { return x < y; });
+    case CompareOp::kLessEqual:
+      return go([](T x, T y) { return x <= y; });
+    case CompareOp::kGreater:
+      return go([](T x, T y) { return x > y; });
+    case CompareOp::kGreaterEqual:
+      return go([](T x, T y) { return x >= y; });
+    case CompareOp::kEqual:
+      return go([](T x, T y) { return x == y; });
+    default:
+      return go([](T x, T y) { return x != y; });
   }
 }
 
@@ -263,59 +279,92 @@ template <typename T, typename Go>
 auto with_unary(UnaryOp op, Go&& go) {
   if constexpr (std::is_same_v<T, bfloat16>) {
     // bfloat16: float32's functor on the widened value, its result rounded once.
-    return with_unary<float>(op, [&](auto f) { return go([f](bfloat16 x) { return bfloat16(f(float(x))); }); });
+    return with_unary<float>(op,
+                             [&](auto f) { return go([f](bfloat16 x) { return bfloat16(f(float(x))); }); });
   } else if constexpr (std::is_same_v<T, bool>) {
     switch (op) {
-      case UnaryOp::kNot: return go([](bool x) { return !x; });
+      case UnaryOp::kNot:
+        return go([](bool x) { return !x; });
       case UnaryOp::kAbs:
       case UnaryOp::kSquare:
       case UnaryOp::kSign:
       case UnaryOp::kRelu:
       case UnaryOp::kFloor:
       case UnaryOp::kCeil:
-      case UnaryOp::kRound: return go([](bool x) { return x; });
+      case UnaryOp::kRound:
+        return go([](bool x) { return x; });
       default:
         raise<ValueError>(op_name(op), " is not defined for bool arrays; convert with astype first");
     }
   } else if constexpr (std::is_integral_v<T>) {
     switch (op) {
-      case UnaryOp::kNeg: return go([](T x) { return detail::sub_wrap(T(0), x); });  // -MIN is MIN, as numpy's
-      case UnaryOp::kAbs: return go([](T x) { return x < 0 ? detail::sub_wrap(T(0), x) : x; });
-      case UnaryOp::kSquare: return go([](T x) { return detail::mul_wrap(x, x); });
-      case UnaryOp::kSign: return go([](T x) { return static_cast<T>((x > 0) - (x < 0)); });
-      case UnaryOp::kRelu: return go([](T x) { return x > 0 ? x : T(0); });
+      case UnaryOp::kNeg:
+        return go([](T x) { return detail::sub_wrap(T(0), x); });  // -MIN is MIN, as numpy's
+      case UnaryOp::kAbs:
+        return go([](T x) { return x < 0 ? detail::sub_wrap(T(0), x) : x; });
+      case UnaryOp::kSquare:
+        return go([](T x) { return detail::mul_wrap(x, x); });
+      case UnaryOp::kSign:
+        return go([](T x) { return static_cast<T>((x > 0) - (x < 0)); });
+      case UnaryOp::kRelu:
+        return go([](T x) { return x > 0 ? x : T(0); });
       case UnaryOp::kFloor:
       case UnaryOp::kCeil:
-      case UnaryOp::kRound: return go([](T x) { return x; });
-      case UnaryOp::kNot: return go([](T x) { return static_cast<T>(~x); });
+      case UnaryOp::kRound:
+        return go([](T x) { return x; });
+      case UnaryOp::kNot:
+        return go([](T x) { return static_cast<T>(~x); });
       default:
-        raise<ValueError>(op_name(op), " of a ", dtype_name<T>(), " array: the kernel takes floating arrays (the "
+        raise<ValueError>(op_name(op), " of a ", dtype_name<T>(),
+                          " array: the kernel takes floating arrays (the "
                           "front end, e.g. shard::exp(x), converts integers to floating first)");
     }
   } else {
     switch (op) {
-      case UnaryOp::kExp: return go([](T x) { return std::exp(x); });
-      case UnaryOp::kLog: return go([](T x) { return std::log(x); });
-      case UnaryOp::kLog1p: return go([](T x) { return std::log1p(x); });
-      case UnaryOp::kExpm1: return go([](T x) { return std::expm1(x); });
-      case UnaryOp::kSin: return go([](T x) { return std::sin(x); });
-      case UnaryOp::kCos: return go([](T x) { return std::cos(x); });
-      case UnaryOp::kTanh: return go([](T x) { return tanh_of(x); });
-      case UnaryOp::kGelu: return go([](T x) { return gelu_of(x); });
-      case UnaryOp::kGeluGrad: return go([](T x) { return gelu_grad_of(x); });
-      case UnaryOp::kSqrt: return go([](T x) { return std::sqrt(x); });
-      case UnaryOp::kRsqrt: return go([](T x) { return T(1) / std::sqrt(x); });
-      case UnaryOp::kErf: return go([](T x) { return std::erf(x); });
-      case UnaryOp::kSigmoid: return go([](T x) { return T(1) / (T(1) + std::exp(-x)); });
-      case UnaryOp::kReciprocal: return go([](T x) { return T(1) / x; });
-      case UnaryOp::kRelu: return go([](T x) { return x < T(0) ? T(0) : x; });  // nan passes through
-      case UnaryOp::kAbs: return go([](T x) { return std::fabs(x); });
-      case UnaryOp::kNeg: return go([](T x) { return -x; });
-      case UnaryOp::kSquare: return go([](T x) { return x * x; });
-      case UnaryOp::kSign: return go([](T x) { return x > T(0) ? T(1) : x < T(0) ? T(-1) : x; });  // 0, -0, nan kept
-      case UnaryOp::kFloor: return go([](T x) { return std::floor(x); });
-      case UnaryOp::kCeil: return go([](T x) { return std::ceil(x); });
-      case UnaryOp::kRound: return go([](T x) { return std::nearbyint(x); });  // half to even, like numpy
+      case UnaryOp::kExp:
+        return go([](T x) { return std::exp(x); });
+      case UnaryOp::kLog:
+        return go([](T x) { return std::log(x); });
+      case UnaryOp::kLog1p:
+        return go([](T x) { return std::log1p(x); });
+      case UnaryOp::kExpm1:
+        return go([](T x) { return std::expm1(x); });
+      case UnaryOp::kSin:
+        return go([](T x) { return std::sin(x); });
+      case UnaryOp::kCos:
+        return go([](T x) { return std::cos(x); });
+      case UnaryOp::kTanh:
+        return go([](T x) { return tanh_of(x); });
+      case UnaryOp::kGelu:
+        return go([](T x) { return gelu_of(x); });
+      case UnaryOp::kGeluGrad:
+        return go([](T x) { return gelu_grad_of(x); });
+      case UnaryOp::kSqrt:
+        return go([](T x) { return std::sqrt(x); });
+      case UnaryOp::kRsqrt:
+        return go([](T x) { return T(1) / std::sqrt(x); });
+      case UnaryOp::kErf:
+        return go([](T x) { return std::erf(x); });
+      case UnaryOp::kSigmoid:
+        return go([](T x) { return T(1) / (T(1) + std::exp(-x)); });
+      case UnaryOp::kReciprocal:
+        return go([](T x) { return T(1) / x; });
+      case UnaryOp::kRelu:
+        return go([](T x) { return x < T(0) ? T(0) : x; });  // nan passes through
+      case UnaryOp::kAbs:
+        return go([](T x) { return std::fabs(x); });
+      case UnaryOp::kNeg:
+        return go([](T x) { return -x; });
+      case UnaryOp::kSquare:
+        return go([](T x) { return x * x; });
+      case UnaryOp::kSign:
+        return go([](T x) { return x > T(0) ? T(1) : x < T(0) ? T(-1) : x; });  // 0, -0, nan kept
+      case UnaryOp::kFloor:
+        return go([](T x) { return std::floor(x); });
+      case UnaryOp::kCeil:
+        return go([](T x) { return std::ceil(x); });
+      case UnaryOp::kRound:
+        return go([](T x) { return std::nearbyint(x); });  // half to even, like numpy
       case UnaryOp::kNot:
         raise<ValueError>("logical_not of a ", dtype_name<T>(), " array: the kernel takes bool arrays");
     }
@@ -339,8 +388,10 @@ template <Dtype T>
 Tensor<T> detail::binary_kernel(const Tensor<T>& a, T s, BinaryOp op, bool scalar_first) {
   Tensor<T> out(a.shape());
   with_binary<T>(op, [&](auto f) {
-    if (scalar_first) loop_sv(a.size(), s, a.data(), out.data(), f);
-    else loop_vs(a.size(), a.data(), s, out.data(), f);
+    if (scalar_first)
+      loop_sv(a.size(), s, a.data(), out.data(), f);
+    else
+      loop_vs(a.size(), a.data(), s, out.data(), f);
     return 0;
   });
   return out;
@@ -388,8 +439,10 @@ template <Dtype T>
 Tensor<bool> detail::compare_kernel(const Tensor<T>& a, T s, CompareOp op, bool scalar_first) {
   Tensor<bool> out(a.shape());
   with_compare<T>(op, [&](auto f) {
-    if (scalar_first) loop_sv(a.size(), s, a.data(), out_ptr(out), f);
-    else loop_vs(a.size(), a.data(), s, out_ptr(out), f);
+    if (scalar_first)
+      loop_sv(a.size(), s, a.data(), out_ptr(out), f);
+    else
+      loop_vs(a.size(), a.data(), s, out_ptr(out), f);
     return 0;
   });
   return out;
@@ -402,8 +455,8 @@ SHARD_SIMD_CLONES void loop_v(std::int64_t n, const T* __restrict in, T* __restr
 }
 /// o = c ? s : v (s_first) or c ? v : s, with a scalar s.
 template <typename T>
-SHARD_SIMD_CLONES void select_svv(std::int64_t n, const unsigned char* __restrict c, T s, const T* __restrict v,
-                                  T* __restrict o, bool s_first) {
+SHARD_SIMD_CLONES void select_svv(std::int64_t n, const unsigned char* __restrict c, T s,
+                                  const T* __restrict v, T* __restrict o, bool s_first) {
   if (s_first)
     for (std::int64_t i = 0; i < n; ++i) o[i] = c[i] ? s : v[i];
   else
@@ -442,7 +495,8 @@ Tensor<T> detail::where_kernel(const Tensor<bool>& cond, const Tensor<T>& a, con
     select_vvv(out.size(), pc, pa, pb, po);
     return out;
   }
-  if (cond.shape() == shape && (a.shape() == shape || a.size() == 1) && (b.shape() == shape || b.size() == 1)) {
+  if (cond.shape() == shape && (a.shape() == shape || a.size() == 1) &&
+      (b.shape() == shape || b.size() == 1)) {
     const bool sa = a.shape() != shape, sb = b.shape() != shape;  // size 1, broadcast
     if (sa && sb) {
       for (std::int64_t i = 0; i < out.size(); ++i) po[i] = pc[i] ? pa[0] : pb[0];
@@ -456,7 +510,8 @@ Tensor<T> detail::where_kernel(const Tensor<bool>& cond, const Tensor<T>& a, con
     return out;
   }
   const std::array<Shape, 3> st{detail::broadcast_strides(cond.shape(), shape),
-                                detail::broadcast_strides(a.shape(), shape), detail::broadcast_strides(b.shape(), shape)};
+                                detail::broadcast_strides(a.shape(), shape),
+                                detail::broadcast_strides(b.shape(), shape)};
   detail::broadcast_rows<3>(shape, st, [&](std::int64_t o, auto off, auto step, std::int64_t len) {
     for (std::int64_t k = 0; k < len; ++k) {
       const T x = pa[off[1] + k * step[1]], y = pb[off[2] + k * step[2]];
@@ -467,7 +522,8 @@ Tensor<T> detail::where_kernel(const Tensor<bool>& cond, const Tensor<T>& a, con
 }
 
 namespace {
-SHARD_SIMD_CLONES void to_bfloat16_bits(std::int64_t n, const float* __restrict in, std::uint16_t* __restrict out) {
+SHARD_SIMD_CLONES void to_bfloat16_bits(std::int64_t n, const float* __restrict in,
+                                        std::uint16_t* __restrict out) {
   for (std::int64_t i = 0; i < n; ++i) {
     // bfloat16::round_to_bits without a branch: round to nearest even, a nan kept quiet.
     const auto u = std::bit_cast<std::uint32_t>(in[i]);
@@ -476,7 +532,8 @@ SHARD_SIMD_CLONES void to_bfloat16_bits(std::int64_t n, const float* __restrict 
     out[i] = static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
   }
 }
-SHARD_SIMD_CLONES void from_bfloat16_bits(std::int64_t n, const std::uint16_t* __restrict in, float* __restrict out) {
+SHARD_SIMD_CLONES void from_bfloat16_bits(std::int64_t n, const std::uint16_t* __restrict in,
+                                          float* __restrict out) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(in[i]) << 16);
 }
 }  // namespace
@@ -498,8 +555,10 @@ void detail::binary_span(BinaryOp op, std::int64_t n, const T* a, const T* b, T*
 template <Dtype T>
 void detail::binary_scalar_span(BinaryOp op, std::int64_t n, const T* a, T s, bool scalar_first, T* out) {
   with_binary<T>(op, [&](auto f) {
-    if (scalar_first) loop_sv(n, s, a, out, f);
-    else loop_vs(n, a, s, out, f);
+    if (scalar_first)
+      loop_sv(n, s, a, out, f);
+    else
+      loop_vs(n, a, s, out, f);
     return 0;
   });
 }
@@ -512,11 +571,14 @@ void detail::compare_span(CompareOp op, std::int64_t n, const T* a, const T* b, 
   });
 }
 template <Dtype T>
-void detail::compare_scalar_span(CompareOp op, std::int64_t n, const T* a, T s, bool scalar_first, bool* out) {
+void detail::compare_scalar_span(CompareOp op, std::int64_t n, const T* a, T s, bool scalar_first,
+                                 bool* out) {
   auto* o = reinterpret_cast<unsigned char*>(out);
   with_compare<T>(op, [&](auto f) {
-    if (scalar_first) loop_sv(n, s, a, o, f);
-    else loop_vs(n, a, s, o, f);
+    if (scalar_first)
+      loop_sv(n, s, a, o, f);
+    else
+      loop_vs(n, a, s, o, f);
     return 0;
   });
 }
@@ -536,7 +598,8 @@ namespace detail {
 template <Dtype T>
 Tensor<T> gelu_vjp(const Tensor<T>& x, const Tensor<T>& ct) {
   if (x.shape() != ct.shape())
-    raise<ShapeError>("gelu_vjp: cotangent shape ", to_string(ct.shape()), " differs from ", to_string(x.shape()));
+    raise<ShapeError>("gelu_vjp: cotangent shape ", to_string(ct.shape()), " differs from ",
+                      to_string(x.shape()));
   Tensor<T> out(x.shape());
   const T *px = x.data(), *pc = ct.data();
   T* po = out.data();
@@ -550,13 +613,13 @@ SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_GELU_VJP)
 #undef SHARD_INSTANTIATE_GELU_VJP
 }  // namespace detail
 
-#define SHARD_INSTANTIATE_ELEMENTWISE(T)                                                           \
-  template Tensor<T> detail::binary_kernel<T>(const Tensor<T>&, const Tensor<T>&, BinaryOp);       \
-  template Tensor<T> detail::binary_kernel<T>(const Tensor<T>&, T, BinaryOp, bool);                \
-  template void binary_inplace<T>(Tensor<T>&, const Tensor<T>&, BinaryOp);                         \
-  template Tensor<bool> detail::compare_kernel<T>(const Tensor<T>&, const Tensor<T>&, CompareOp);  \
-  template Tensor<bool> detail::compare_kernel<T>(const Tensor<T>&, T, CompareOp, bool);           \
-  template Tensor<T> detail::unary_kernel<T>(const Tensor<T>&, UnaryOp);                           \
+#define SHARD_INSTANTIATE_ELEMENTWISE(T)                                                               \
+  template Tensor<T> detail::binary_kernel<T>(const Tensor<T>&, const Tensor<T>&, BinaryOp);           \
+  template Tensor<T> detail::binary_kernel<T>(const Tensor<T>&, T, BinaryOp, bool);                    \
+  template void binary_inplace<T>(Tensor<T>&, const Tensor<T>&, BinaryOp);                             \
+  template Tensor<bool> detail::compare_kernel<T>(const Tensor<T>&, const Tensor<T>&, CompareOp);      \
+  template Tensor<bool> detail::compare_kernel<T>(const Tensor<T>&, T, CompareOp, bool);               \
+  template Tensor<T> detail::unary_kernel<T>(const Tensor<T>&, UnaryOp);                               \
   template Tensor<T> detail::where_kernel<T>(const Tensor<bool>&, const Tensor<T>&, const Tensor<T>&); \
   template void detail::binary_span<T>(BinaryOp, std::int64_t, const T*, const T*, T*);                \
   template void detail::binary_scalar_span<T>(BinaryOp, std::int64_t, const T*, T, bool, T*);          \

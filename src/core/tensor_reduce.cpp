@@ -15,10 +15,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "shard/error.hpp"
+#include "core/tensor_kernels.hpp"
 #include "shard/core/tensor_ops.hpp"
 #include "shard/core/trace.hpp"
-#include "core/tensor_kernels.hpp"
+#include "shard/error.hpp"
 
 namespace shard {
 
@@ -31,36 +31,40 @@ using acc_t = std::conditional_t<is_floating_v<T>, double,
 
 template <typename T>
 T lowest() {
-  if constexpr (std::is_same_v<T, bool>) return false;
-  else if constexpr (is_floating_v<T>) return -std::numeric_limits<T>::infinity();
-  else return std::numeric_limits<T>::lowest();
+  if constexpr (std::is_same_v<T, bool>)
+    return false;
+  else if constexpr (is_floating_v<T>)
+    return -std::numeric_limits<T>::infinity();
+  else
+    return std::numeric_limits<T>::lowest();
 }
 template <typename T>
 T highest() {
-  if constexpr (std::is_same_v<T, bool>) return true;
-  else if constexpr (is_floating_v<T>) return std::numeric_limits<T>::infinity();
-  else return std::numeric_limits<T>::max();
+  if constexpr (std::is_same_v<T, bool>)
+    return true;
+  else if constexpr (is_floating_v<T>)
+    return std::numeric_limits<T>::infinity();
+  else
+    return std::numeric_limits<T>::max();
 }
 
 /// The combining step of each kind on an accumulator type A (nan propagates through max/min).
 template <typename A>
 struct Combine {
   static A sum(A x, A y) {
-    if constexpr (std::is_same_v<A, bool>) return x || y;
-    else return detail::add_wrap(x, y);  // integers wrap
+    if constexpr (std::is_same_v<A, bool>)
+      return x || y;
+    else
+      return detail::add_wrap(x, y);  // integers wrap
   }
   static A prod(A x, A y) {
-    if constexpr (std::is_same_v<A, bool>) return x && y;
-    else return detail::mul_wrap(x, y);
+    if constexpr (std::is_same_v<A, bool>)
+      return x && y;
+    else
+      return detail::mul_wrap(x, y);
   }
-  static A max(A x, A y) {
-    if constexpr (is_floating_v<A>) return (y > x || y != y) ? y : x;
-    else return y > x ? y : x;
-  }
-  static A min(A x, A y) {
-    if constexpr (is_floating_v<A>) return (y < x || y != y) ? y : x;
-    else return y < x ? y : x;
-  }
+  static A max(A x, A y) { return detail::max_nan(x, y); }
+  static A min(A x, A y) { return detail::min_nan(x, y); }
 };
 
 // ---- contiguous runs
@@ -155,24 +159,40 @@ void reduce_middle(const T* in, const detail::ThreeDims& v, ReduceKind kind, A* 
       switch (kind) {
         case ReduceKind::kSum:
         case ReduceKind::kMean:
-          if constexpr (std::is_same_v<A, bool>) *r = lanes_reduce<A>(a, v.n, false, C::sum);
-          else *r = pairwise_sum<A>(a, v.n);
+          if constexpr (std::is_same_v<A, bool>)
+            *r = lanes_reduce<A>(a, v.n, false, C::sum);
+          else
+            *r = pairwise_sum<A>(a, v.n);
           break;
-        case ReduceKind::kProd: *r = lanes_reduce<A>(a, v.n, A(1), C::prod); break;
-        case ReduceKind::kMax: *r = lanes_reduce<A>(a, v.n, static_cast<A>(a[0]), C::max); break;
-        case ReduceKind::kMin: *r = lanes_reduce<A>(a, v.n, static_cast<A>(a[0]), C::min); break;
+        case ReduceKind::kProd:
+          *r = lanes_reduce<A>(a, v.n, A(1), C::prod);
+          break;
+        case ReduceKind::kMax:
+          *r = lanes_reduce<A>(a, v.n, static_cast<A>(a[0]), C::max);
+          break;
+        case ReduceKind::kMin:
+          *r = lanes_reduce<A>(a, v.n, static_cast<A>(a[0]), C::min);
+          break;
       }
       continue;
     }
     switch (kind) {
       case ReduceKind::kSum:
       case ReduceKind::kMean:
-        if constexpr (std::is_same_v<A, bool>) rows_reduce(a, v.n, v.inner, r, C::sum);
-        else pairwise_rows(a, v.n, v.inner, r, scratch.data());
+        if constexpr (std::is_same_v<A, bool>)
+          rows_reduce(a, v.n, v.inner, r, C::sum);
+        else
+          pairwise_rows(a, v.n, v.inner, r, scratch.data());
         break;
-      case ReduceKind::kProd: rows_reduce(a, v.n, v.inner, r, C::prod); break;
-      case ReduceKind::kMax: rows_reduce(a, v.n, v.inner, r, C::max); break;
-      case ReduceKind::kMin: rows_reduce(a, v.n, v.inner, r, C::min); break;
+      case ReduceKind::kProd:
+        rows_reduce(a, v.n, v.inner, r, C::prod);
+        break;
+      case ReduceKind::kMax:
+        rows_reduce(a, v.n, v.inner, r, C::max);
+        break;
+      case ReduceKind::kMin:
+        rows_reduce(a, v.n, v.inner, r, C::min);
+        break;
     }
   }
 }
@@ -185,8 +205,10 @@ Shape reduced_shape(const Shape& shape, const std::vector<int>& dims, bool keepd
   for (int d = 0; d < static_cast<int>(shape.size()); ++d) {
     const bool r = j < dims.size() && dims[j] == d;
     if (r) ++j;
-    if (!r) out.push_back(shape[d]);
-    else if (keepdims) out.push_back(1);
+    if (!r)
+      out.push_back(shape[d]);
+    else if (keepdims)
+      out.push_back(1);
   }
   return out;
 }
@@ -218,7 +240,8 @@ Tensor<A> reduce_acc(const Tensor<T>& x, ReduceKind kind, const std::vector<int>
     const bool r = j < static_cast<int>(dims.size()) && dims[j] == d;
     if (r) ++j;
     if (x.shape()[d] == 1) continue;
-    if (!size.empty() && reduced.back() == r) size.back() *= x.shape()[d];
+    if (!size.empty() && reduced.back() == r)
+      size.back() *= x.shape()[d];
     else {
       size.push_back(x.shape()[d]);
       reduced.push_back(r);
@@ -230,10 +253,13 @@ Tensor<A> reduce_acc(const Tensor<T>& x, ReduceKind kind, const std::vector<int>
   for (int g = static_cast<int>(size.size()) - 1; g >= 0; --g) {
     if (!reduced[g]) continue;
     detail::ThreeDims v;
-    for (int k = 0; k < static_cast<int>(size.size()); ++k) (k < g ? v.outer : k == g ? v.n : v.inner) *= size[k];
+    for (int k = 0; k < static_cast<int>(size.size()); ++k)
+      (k < g ? v.outer : k == g ? v.n : v.inner) *= size[k];
     auto next = std::make_unique<A[]>(static_cast<std::size_t>(v.outer * v.inner));
-    if (first) reduce_middle<A>(x.data(), v, kind, next.get());
-    else reduce_middle<A>(acc.get(), v, kind, next.get());
+    if (first)
+      reduce_middle<A>(x.data(), v, kind, next.get());
+    else
+      reduce_middle<A>(acc.get(), v, kind, next.get());
     acc = std::move(next);
     size.erase(size.begin() + g);
     reduced.erase(reduced.begin() + g);
@@ -256,7 +282,8 @@ Tensor<T> detail::reduce_kernel(const Tensor<T>& x, ReduceKind kind, const Dims&
   std::int64_t count = 1;
   for (int d : dims) count *= x.shape()[d];
   if (kind == ReduceKind::kMean && !is_floating_v<T>)
-    raise<ValueError>("mean kernel of a ", dtype_name<T>(), " tensor: the front end shard::mean converts integers "
+    raise<ValueError>("mean kernel of a ", dtype_name<T>(),
+                      " tensor: the front end shard::mean converts integers "
                       "to floating first");
   if (count == 0 && (kind == ReduceKind::kMax || kind == ReduceKind::kMin))
     raise<ValueError>(kind_name(kind), " over zero elements of a ", dtype_name<T>(), to_string(x.shape()),
@@ -265,7 +292,8 @@ Tensor<T> detail::reduce_kernel(const Tensor<T>& x, ReduceKind kind, const Dims&
   Tensor<T> out(acc.shape());
   for (std::int64_t i = 0; i < out.size(); ++i) {
     if constexpr (is_floating_v<T>)
-      out.flat(i) = static_cast<T>(kind == ReduceKind::kMean ? acc.flat(i) / static_cast<double>(count) : acc.flat(i));
+      out.flat(i) =
+          static_cast<T>(kind == ReduceKind::kMean ? acc.flat(i) / static_cast<double>(count) : acc.flat(i));
     else
       out.flat(i) = static_cast<T>(acc.flat(i));
   }
@@ -279,7 +307,8 @@ Tensor<double> sum_in_double(const Tensor<T>& x, const std::vector<int>& dims, b
   return reduce_acc<double>(x, ReduceKind::kSum, dims, keepdims);
 }
 template <Dtype T>
-Tensor<T> reduce_or_identity(const Tensor<T>& x, ReduceKind kind, const std::vector<int>& dims, bool keepdims) {
+Tensor<T> reduce_or_identity(const Tensor<T>& x, ReduceKind kind, const std::vector<int>& dims,
+                             bool keepdims) {
   if (kind == ReduceKind::kMax || kind == ReduceKind::kMin) return reduce_acc<T>(x, kind, dims, keepdims);
   const Tensor<acc_t<T>> acc = reduce_acc<acc_t<T>>(x, kind, dims, keepdims);
   Tensor<T> out(acc.shape());
@@ -346,8 +375,8 @@ namespace {
 /// add as unsigned 64-bit values, so overflow wraps (as JAX's int32 and int64 do) instead of
 /// being undefined.
 template <typename T>
-void scan_lines(const T* in, const detail::ThreeDims& v, bool reverse, const detail::scan_acc_t<T>* start, T* out,
-                detail::scan_acc_t<T>* totals) {
+void scan_lines(const T* in, const detail::ThreeDims& v, bool reverse, const detail::scan_acc_t<T>* start,
+                T* out, detail::scan_acc_t<T>* totals) {
   using W = std::conditional_t<is_floating_v<T>, double, std::uint64_t>;
   std::vector<W> acc(static_cast<std::size_t>(v.inner));
   for (std::int64_t o = 0; o < v.outer; ++o) {
@@ -363,14 +392,16 @@ void scan_lines(const T* in, const detail::ThreeDims& v, bool reverse, const det
       }
     }
     if (totals)
-      for (std::int64_t k = 0; k < v.inner; ++k) totals[o * v.inner + k] = static_cast<detail::scan_acc_t<T>>(acc[k]);
+      for (std::int64_t k = 0; k < v.inner; ++k)
+        totals[o * v.inner + k] = static_cast<detail::scan_acc_t<T>>(acc[k]);
   }
 }
 
 template <typename T>
 void no_bool_scan() {
   if constexpr (std::is_same_v<T, bool>)
-    raise<ValueError>("prefix_sum kernel of a bool array: the front end shard::cumsum converts bool to int32 first");
+    raise<ValueError>(
+        "prefix_sum kernel of a bool array: the front end shard::cumsum converts bool to int32 first");
 }
 
 }  // namespace
@@ -393,8 +424,8 @@ Tensor<T> prefix_sum_from(const Tensor<T>& x, int d, bool reverse, const Tensor<
   no_bool_scan<T>();
   Tensor<T> out(x.shape());
   if constexpr (!std::is_same_v<T, bool>)
-    scan_lines<T>(x.data(), three_dims(x.shape(), d, d + 1), reverse, start ? start->data() : nullptr, out.data(),
-                  nullptr);
+    scan_lines<T>(x.data(), three_dims(x.shape(), d, d + 1), reverse, start ? start->data() : nullptr,
+                  out.data(), nullptr);
   return out;
 }
 
@@ -405,13 +436,14 @@ Tensor<T> detail::prefix_sum_kernel(const Tensor<T>& x, int axis, bool reverse) 
   return detail::prefix_sum_from(x, resolve_dim(axis, x.rank(), "cumsum"), reverse, nullptr);
 }
 
-#define SHARD_INSTANTIATE_REDUCE(T)                                                   \
-  template Tensor<T> detail::reduce_kernel<T>(const Tensor<T>&, ReduceKind, const Dims&, bool); \
-  template Tensor<T> detail::prefix_sum_kernel<T>(const Tensor<T>&, int, bool);        \
-  template Tensor<detail::scan_acc_t<T>> detail::line_totals<T>(const Tensor<T>&, int); \
-  template Tensor<T> detail::prefix_sum_from<T>(const Tensor<T>&, int, bool,                    \
-                                                const Tensor<detail::scan_acc_t<T>>*);        \
-  template Tensor<T> detail::reduce_or_identity<T>(const Tensor<T>&, ReduceKind, const std::vector<int>&, bool); \
+#define SHARD_INSTANTIATE_REDUCE(T)                                                                       \
+  template Tensor<T> detail::reduce_kernel<T>(const Tensor<T>&, ReduceKind, const Dims&, bool);           \
+  template Tensor<T> detail::prefix_sum_kernel<T>(const Tensor<T>&, int, bool);                           \
+  template Tensor<detail::scan_acc_t<T>> detail::line_totals<T>(const Tensor<T>&, int);                   \
+  template Tensor<T> detail::prefix_sum_from<T>(const Tensor<T>&, int, bool,                              \
+                                                const Tensor<detail::scan_acc_t<T>>*);                    \
+  template Tensor<T> detail::reduce_or_identity<T>(const Tensor<T>&, ReduceKind, const std::vector<int>&, \
+                                                   bool);                                                 \
   template Tensor<std::int64_t> detail::arg_reduce_kernel<T>(const Tensor<T>&, int, bool, bool);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_REDUCE)
 #undef SHARD_INSTANTIATE_REDUCE

@@ -1,5 +1,7 @@
 #pragma once
-/// \file Integer arithmetic that wraps (kernels, reductions and the collectives' combines).
+/// \file The arithmetic that the kernels, the reductions and the collectives' combines share, so
+/// that every view and every device count gives the same values: integers wrap, max and min
+/// propagate nan.
 
 #include <type_traits>
 
@@ -35,6 +37,24 @@ constexpr A mul_wrap(A x, A y) {
   } else {
     return static_cast<A>(x * y);
   }
+}
+
+/// numpy's and JAX's maximum / minimum (and the combining step of max / min reductions): a nan on
+/// either side is the result (a plain comparison with nan is false and would drop it); otherwise
+/// the larger (smaller). Other types as the plain comparison (bool: or / and).
+template <typename A>
+constexpr A max_nan(A x, A y) {
+  if constexpr (std::is_integral_v<A>)
+    return y > x ? y : x;
+  else
+    return (y > x || y != y) ? y : x;  // x nan: neither holds, x stays
+}
+template <typename A>
+constexpr A min_nan(A x, A y) {
+  if constexpr (std::is_integral_v<A>)
+    return y < x ? y : x;
+  else
+    return (y < x || y != y) ? y : x;
 }
 
 }  // namespace shard::detail
