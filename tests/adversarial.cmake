@@ -62,6 +62,10 @@ if(SHARD_BUILD_APPS)
   shard_adversarial(checkpoint_commit_mismatch
     "rank 1. error: CheckpointWriter::commit: this rank commits 2 arrays where rank 0 commits 1 arrays;rank 0. error: rank 1 failed: CheckpointWriter::commit"
     ${_adv_run} $<TARGET_FILE:fault_injection> checkpoint_mismatch)
+  # A corpus whose validation split is smaller than one batch of windows: refused before training.
+  shard_adversarial(gpt_small_validation
+    "rank 1. error: the validation split .67 bytes. holds fewer than --batch 4 windows of 64 tokens;rank 0. error: the validation split"
+    ${_adv_cases} gpt_small_validation $<TARGET_FILE:train_gpt> ${_adv_run})
   # A model far beyond the node's memory: refused before anything is allocated.
   shard_adversarial(gpt_model_too_big
     "rank 1. error: the model .layers=1000000000.* needs at least .* GiB per rank;rank 0. error: the model"

@@ -32,12 +32,15 @@ using shard::P;
 struct Config {
   gpt::Config model;
   std::string mesh_text, data_dir = "/usr/share/games/fortunes", checkpoint_dir, dump_init, prompt = "The ";
-  std::int64_t batch = 32, steps = 2000, warmup = 100, seed = 0, eval_every = 200, val_windows = 256, log_every = 10;
+  std::int64_t batch = 32, steps = 2000, warmup = 100, seed = 0, eval_every = 200, val_windows = 256,
+               log_every = 10;
   std::int64_t checkpoint_every = 0, sample_tokens = 300, max_steps = 0;
-  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta2 = 0.99, clip = 1.0, max_seconds = 0, temperature = 0;
+  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta2 = 0.99, clip = 1.0, max_seconds = 0,
+         temperature = 0;
   int keep = 2;
   std::int64_t trace_steps = 3;
-  bool json = false, resume = false, sample = false, shard_state = false, comm_stats = false, jit = false, fsdp = false;
+  bool json = false, resume = false, sample = false, shard_state = false, comm_stats = false, jit = false,
+       fsdp = false;
 };
 
 /// The sum over ranks of `value` (each rank's counted once, at its first device). Collective.
@@ -46,12 +49,13 @@ double sum_over_ranks(const shard::Mesh& mesh, double value) {
   const auto local = mesh.local_device_ids();
   const int first_local = local.empty() ? -1 : *std::min_element(local.begin(), local.end());
   const shard::NamedSharding per_device(mesh, P(shard::SpecEntry(mesh.axis_names())));
-  const auto parts = shard::generate<double>({static_cast<std::int64_t>(ids.size())}, per_device, [&](const shard::Box& bx) {
-    shard::Tensor<double> t(bx.extent, 0.0);
-    for (std::int64_t i = 0; i < bx.extent[0]; ++i)
-      if (ids[static_cast<std::size_t>(bx.offset[0] + i)] == first_local) t.flat(i) = value;
-    return t;
-  });
+  const auto parts =
+      shard::generate<double>({static_cast<std::int64_t>(ids.size())}, per_device, [&](const shard::Box& bx) {
+        shard::Tensor<double> t(bx.extent, 0.0);
+        for (std::int64_t i = 0; i < bx.extent[0]; ++i)
+          if (ids[static_cast<std::size_t>(bx.offset[0] + i)] == first_local) t.flat(i) = value;
+        return t;
+      });
   return shard::sum(parts).to_host().item();
 }
 /// Rank 0's `value` on every rank (the others pass 0). Collective.
@@ -104,21 +108,30 @@ std::string comm_difference(const std::map<std::pair<std::string, std::string>, 
     if (calls == 0 && bytes == 0) continue;
     std::string axes;
     for (const char ch : key.second) axes += ch == '"' ? '\'' : ch;
-    out += (out.size() > 1 ? ", \"" : "\"") + key.first + " " + axes + "\": [" + std::to_string(calls) + ", " +
-           std::to_string(bytes) + "]";
+    out += (out.size() > 1 ? ", \"" : "\"") + key.first + " " + axes + "\": [" + std::to_string(calls) +
+           ", " + std::to_string(bytes) + "]";
   }
   return out + "}";
+}
+
+/// How many validation windows of --context tokens an evaluation reads (a multiple of --batch);
+/// ValueError when the split holds fewer than one batch of them (checked before training too).
+std::int64_t validation_windows(const Config& c, std::size_t val_bytes) {
+  const std::int64_t T = c.model.context;
+  const std::int64_t avail = (static_cast<std::int64_t>(val_bytes) - 1) / T;
+  const std::int64_t windows = std::min(c.val_windows, avail) / c.batch * c.batch;
+  if (windows < c.batch)
+    shard::raise<shard::ValueError>("the validation split (", val_bytes, " bytes) holds fewer than --batch ",
+                                    c.batch, " windows of ", T,
+                                    " tokens (a larger --data-dir, or a smaller --batch or --context)");
+  return windows;
 }
 
 /// The mean loss over the validation windows (non-overlapping, from the start of the split).
 double validation_loss(const Config& c, const gpt::Model& m, const std::vector<std::uint8_t>& val,
                        const shard::NamedSharding& tokens) {
   const std::int64_t T = c.model.context;
-  const std::int64_t avail = (static_cast<std::int64_t>(val.size()) - 1) / T;
-  const std::int64_t windows = std::min(c.val_windows, avail) / c.batch * c.batch;
-  if (windows < c.batch)
-    shard::raise<shard::ValueError>("the validation split (", val.size(), " bytes) holds fewer than --batch ", c.batch,
-                                    " windows of ", T, " tokens");
+  const std::int64_t windows = validation_windows(c, val.size());
   double total = 0;
   for (std::int64_t first = 0; first < windows; first += c.batch) {
     std::vector<std::int64_t> offsets;
@@ -129,10 +142,11 @@ double validation_loss(const Config& c, const gpt::Model& m, const std::vector<s
   return total / static_cast<double>(windows / c.batch);
 }
 
-void save_checkpoint(const Config& c, const gpt::Model& m, const shard::optim::State<float>& st, std::int64_t step) {
+void save_checkpoint(const Config& c, const gpt::Model& m, const shard::optim::State<float>& st,
+                     std::int64_t step) {
   if (!std::isfinite(shard::optim::global_norm(m.params)))
-    shard::raise<shard::ValueError>("training diverged: the parameters hold NaN or infinite values at step ", step,
-                                    "; no checkpoint written (lower --lr)");
+    shard::raise<shard::ValueError>("training diverged: the parameters hold NaN or infinite values at step ",
+                                    step, "; no checkpoint written (lower --lr)");
   shard::CheckpointWriter w(c.checkpoint_dir, c.keep);
   const auto names = m.names();
   for (std::size_t i = 0; i < names.size(); ++i) w.add(names[i], m.params[i]);
@@ -150,11 +164,13 @@ std::int64_t load_checkpoint(const Config& c, gpt::Model& m, shard::optim::State
   const auto it = man.metadata.find("model");
   if (it == man.metadata.end() || it->second != c.model.to_string())
     shard::raise<shard::ValueError>(path, " holds the model ", it == man.metadata.end() ? "?" : it->second,
-                                    ", this run has ", c.model.to_string(), " (give the same --layers, --d-model, "
+                                    ", this run has ", c.model.to_string(),
+                                    " (give the same --layers, --d-model, "
                                     "--heads, --context)");
   const auto names = m.names();
   for (std::size_t i = 0; i < names.size(); ++i)
-    m.params[i] = shard::load_checkpoint_array<float>(path, man, names[i], m.params[i].sharding(), m.params[i].shape());
+    m.params[i] =
+        shard::load_checkpoint_array<float>(path, man, names[i], m.params[i].sharding(), m.params[i].shape());
   if (st) st->load(path, man);
   return man.step;
 }
@@ -196,19 +212,22 @@ int sample(shard::Runtime& rt, const Config& c, gpt::Model& m, int data) {
   if (c.json) {
     std::string esc;
     for (const char ch : out) {
-      if (ch == '"' || ch == '\\') esc += std::string("\\") + ch;
-      else if (ch == '\n') esc += "\\n";
+      if (ch == '"' || ch == '\\')
+        esc += std::string("\\") + ch;
+      else if (ch == '\n')
+        esc += "\\n";
       else if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) {
         char buf[8];
         std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(ch));
         esc += buf;
-      } else esc += ch;
+      } else
+        esc += ch;
     }
-    shard::apps::print0(rt, "{\"sample\": \"" + esc + "\", \"step\": " + std::to_string(step) + ", \"temperature\": " +
-                                std::to_string(c.temperature) + "}\n");
+    shard::apps::print0(rt, "{\"sample\": \"" + esc + "\", \"step\": " + std::to_string(step) +
+                                ", \"temperature\": " + std::to_string(c.temperature) + "}\n");
   } else {
-    shard::apps::print0(rt, "train_gpt: sample from " + shard::latest_checkpoint(c.checkpoint_dir) + " (temperature " +
-                                std::to_string(c.temperature) + ")\n" + out + "\n");
+    shard::apps::print0(rt, "train_gpt: sample from " + shard::latest_checkpoint(c.checkpoint_dir) +
+                                " (temperature " + std::to_string(c.temperature) + ")\n" + out + "\n");
   }
   return 0;
 }
@@ -222,6 +241,7 @@ int run(shard::Runtime& rt, Config& c) {
   const auto n_train = static_cast<std::int64_t>(corpus.train.size());
   if (n_train <= c.model.context)
     shard::raise<shard::ValueError>("--context ", c.model.context, " is longer than the training split");
+  if (!c.sample) (void)validation_windows(c, corpus.validation.size());  // before training, not after it
   // The bytes of arrays this rank holds for the parameters and the optimizer's state (the library's
   // counter of live array bytes, before and after making them).
   const std::int64_t live_before = shard::tensor_memory_stats().live_bytes;
@@ -230,7 +250,8 @@ int run(shard::Runtime& rt, Config& c) {
   if (!c.dump_init.empty()) {  // the initial parameters, for benchmarks/torch_gpt.py --init-npy
     if (rt.process_index() == 0) ::mkdir(c.dump_init.c_str(), 0755);
     const auto names = m.names();
-    for (std::size_t i = 0; i < names.size(); ++i) shard::io::save_npy(m.params[i], c.dump_init + "/" + names[i] + ".npy");
+    for (std::size_t i = 0; i < names.size(); ++i)
+      shard::io::save_npy(m.params[i], c.dump_init + "/" + names[i] + ".npy");
   }
   auto opt = shard::optim::adamw(shard::optim::warmup_cosine_decay(0.0, c.lr, c.warmup, c.steps, c.min_lr),
                                  c.weight_decay, 0.9, c.beta2, 1e-8)
@@ -247,16 +268,18 @@ int run(shard::Runtime& rt, Config& c) {
   const double peak_bf16 = bf16 ? measured_gemm_gflops<shard::bfloat16>(mesh) : 0;
   if (!c.json) {
     std::ostringstream s;
-    s << "train_gpt: " << rt.process_count() << " ranks x " << rt.devices_per_rank() << " devices, " << mesh.to_string()
-      << ", " << c.model.to_string() << " (" << m.parameter_count() << " parameters), batch " << c.batch << " x "
-      << c.model.context << " tokens, adamw lr " << c.lr << " (warm-up " << c.warmup << ", cosine to " << c.min_lr
-      << ")" << (step > 0 ? ", resumed at step " + std::to_string(step) : std::string()) << "\n"
+    s << "train_gpt: " << rt.process_count() << " ranks x " << rt.devices_per_rank() << " devices, "
+      << mesh.to_string() << ", " << c.model.to_string() << " (" << m.parameter_count()
+      << " parameters), batch " << c.batch << " x " << c.model.context << " tokens, adamw lr " << c.lr
+      << " (warm-up " << c.warmup << ", cosine to " << c.min_lr << ")"
+      << (step > 0 ? ", resumed at step " + std::to_string(step) : std::string()) << "\n"
       << "data: " << corpus.files << " files, " << corpus.fortunes << " fortunes: " << corpus.train.size()
       << " training and " << corpus.validation.size() << " validation bytes from " << c.data_dir << "\n"
       << shard::blas_summary() << "; measured SGEMM " << peak << " GFLOP/s in all\n";
     if (bf16)
-      s << "dtype bfloat16 (" << shard::MixedBfloat16::to_string() << "); bfloat16 products: "
-        << shard::bf16_products_path() << ", measured " << peak_bf16 << " GFLOP/s in all\n";
+      s << "dtype bfloat16 (" << shard::MixedBfloat16::to_string()
+        << "); bfloat16 products: " << shard::bf16_products_path() << ", measured " << peak_bf16
+        << " GFLOP/s in all\n";
     shard::apps::print0(rt, s.str());
   }
   char line[1024];
@@ -264,15 +287,19 @@ int run(shard::Runtime& rt, Config& c) {
   auto print_val = [&](std::int64_t at) {
     val_step = at;
     const double v = validation_loss(c, m, corpus.validation, tokens);
-    if (c.json) std::snprintf(line, sizeof line, "{\"step\": %lld, \"val_loss\": %.6f}\n", static_cast<long long>(at), v);
-    else std::snprintf(line, sizeof line, "step %lld: validation loss %.4f\n", static_cast<long long>(at), v);
+    if (c.json)
+      std::snprintf(line, sizeof line, "{\"step\": %lld, \"val_loss\": %.6f}\n", static_cast<long long>(at),
+                    v);
+    else
+      std::snprintf(line, sizeof line, "step %lld: validation loss %.4f\n", static_cast<long long>(at), v);
     shard::apps::print0(rt, line);
     return v;
   };
   double val = c.eval_every > 0 ? print_val(step) : std::nan("");
   const double tokens_per_step = static_cast<double>(c.batch * c.model.context);
   const std::int64_t last = c.max_steps > 0 ? std::min(c.max_steps, c.steps) : c.steps;
-  shard::ProgressBar bar("train_gpt", last, "tok/s", rt.process_index() == 0 && !c.json, c.log_every > 0 ? c.log_every * 10 : 0);
+  shard::ProgressBar bar("train_gpt", last, "tok/s", rt.process_index() == 0 && !c.json,
+                         c.log_every > 0 ? c.log_every * 10 : 0);
   double train_s = 0, first_s = 0, last_loss = std::nan("");
   std::string step_comm;  // --comm-stats: what this rank sent during the first step
   std::int64_t trained = 0;
@@ -293,17 +320,20 @@ int run(shard::Runtime& rt, Config& c) {
         opt.update(params, grads, s);
         return std::make_tuple(params, s, value);
       },
-      [] { shard::JitOptions o{.donate_argnums = {0, 1}}; const char* e = std::getenv("XJ");
-           if (e && std::string(e).find('r') != std::string::npos) o.reuse_buffers = false;
-           if (e && std::string(e).find('f') != std::string::npos) o.fuse = false;
-           if (e && std::string(e).find('d') != std::string::npos) o.donate_argnums = {};
-           if (e && std::string(e).find('p') != std::string::npos) o.propagate = false;
-           return o; }());
+      [] {
+        shard::JitOptions o{.donate_argnums = {0, 1}};
+        const char* e = std::getenv("XJ");
+        if (e && std::string(e).find('r') != std::string::npos) o.reuse_buffers = false;
+        if (e && std::string(e).find('f') != std::string::npos) o.fuse = false;
+        if (e && std::string(e).find('d') != std::string::npos) o.donate_argnums = {};
+        if (e && std::string(e).find('p') != std::string::npos) o.propagate = false;
+        return o;
+      }());
   while (step < last) {
     traced.before(trained);
     const auto t0 = std::chrono::steady_clock::now();
-    const auto offsets = shard::data::random_window_offsets(static_cast<std::uint64_t>(c.seed), step, c.batch, n_train,
-                                                            c.model.context);
+    const auto offsets = shard::data::random_window_offsets(static_cast<std::uint64_t>(c.seed), step, c.batch,
+                                                            n_train, c.model.context);
     const auto [x, y] = shard::data::token_windows(corpus.train, offsets, c.model.context, tokens);
     const auto before = shard::comm_stats().entries();
     const double lr = opt.config().lr(state.step.item());
@@ -331,7 +361,8 @@ int run(shard::Runtime& rt, Config& c) {
     traced.after(trained);
     const double tps = static_cast<double>(trained) * tokens_per_step / train_s;
     if (c.json && c.log_every > 0 && step % c.log_every == 0) {
-      std::snprintf(line, sizeof line, "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"tokens_per_second\": %.1f}\n",
+      std::snprintf(line, sizeof line,
+                    "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"tokens_per_second\": %.1f}\n",
                     static_cast<long long>(step), last_loss, lr, tps);
       shard::apps::print0(rt, line);
     }
@@ -341,76 +372,91 @@ int run(shard::Runtime& rt, Config& c) {
     // clock would let ranks stop at different steps and issue different collectives).
     const bool out_of_time =
         c.max_seconds > 0 &&
-        rank0_value(mesh, rt.process_index() == 0 &&
-                              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() >
-                                  c.max_seconds ? 1.0 : 0.0) > 0;
+        rank0_value(
+            mesh, rt.process_index() == 0 &&
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() >
+                              c.max_seconds
+                      ? 1.0
+                      : 0.0) > 0;
     if ((c.eval_every > 0 && step % c.eval_every == 0 && step < last) || out_of_time) {
       bar.finish();
       const shard::TimeSplit kept = shard::time_split();
       val = print_val(step);
       split_outside = add(split_outside, minus(shard::time_split(), kept));
     }
-    if (!c.checkpoint_dir.empty() && c.checkpoint_every > 0 && step % c.checkpoint_every == 0) save_checkpoint(c, m, state, step);
+    if (!c.checkpoint_dir.empty() && c.checkpoint_every > 0 && step % c.checkpoint_every == 0)
+      save_checkpoint(c, m, state, step);
     if (out_of_time) break;
   }
   bar.finish();
   if (val_step != step) val = print_val(step);
-  if (!c.checkpoint_dir.empty() && (c.checkpoint_every <= 0 || step % c.checkpoint_every != 0)) save_checkpoint(c, m, state, step);
+  if (!c.checkpoint_dir.empty() && (c.checkpoint_every <= 0 || step % c.checkpoint_every != 0))
+    save_checkpoint(c, m, state, step);
   const shard::TimeSplit split = minus(shard::time_split(), split_outside);
   shard::time_split_enable(false);
   const double tps = train_s > 0 ? static_cast<double>(trained) * tokens_per_step / train_s : 0;
   // Without the first step (jit traces it; eager warms its caches): the rate of the steps after.
-  const double steady_tps =
-      trained > 1 && train_s > first_s ? static_cast<double>(trained - 1) * tokens_per_step / (train_s - first_s) : tps;
+  const double steady_tps = trained > 1 && train_s > first_s
+                                ? static_cast<double>(trained - 1) * tokens_per_step / (train_s - first_s)
+                                : tps;
   const double mfu = peak > 0 ? gpt::train_flops(c.model, tps) / 1e9 / peak : 0;
   const double mfu_bf16 = peak_bf16 > 0 ? gpt::train_flops(c.model, tps) / 1e9 / peak_bf16 : 0;
   // Rank 0's split of a step (ms; several devices per rank: their threads' sums over devices).
   const double per = trained > 0 ? 1e3 / static_cast<double>(trained) : 0;
   const double dev = static_cast<double>(rt.devices_per_rank());
-  const double step_ms = train_s * per, prod_ms = split.products * per / dev, attn_ms = split.attention * per / dev,
-               comm_ms = split.communication * per / dev, opt_ms = split.optimizer * per / dev;
+  const double step_ms = train_s * per, prod_ms = split.products * per / dev,
+               attn_ms = split.attention * per / dev, comm_ms = split.communication * per / dev,
+               opt_ms = split.optimizer * per / dev;
   const double rest_ms = std::max(0.0, step_ms - prod_ms - attn_ms - comm_ms - opt_ms);
   if (c.comm_stats) {
-    if (c.json) shard::apps::print0(rt, "{\"comm_per_step\": " + step_comm + ", \"rank\": 0}\n");
-    else shard::apps::print0(rt, "sent by rank 0 in one step (calls, bytes): " + step_comm + "\n");
+    if (c.json)
+      shard::apps::print0(rt, "{\"comm_per_step\": " + step_comm + ", \"rank\": 0}\n");
+    else
+      shard::apps::print0(rt, "sent by rank 0 in one step (calls, bytes): " + step_comm + "\n");
   }
   if (c.json)
-    std::snprintf(line, sizeof line,
-                  "{\"time_split_ms\": {\"step\": %.2f, \"products\": %.2f, \"attention\": %.2f, \"communication\": "
-                  "%.2f, \"optimizer\": %.2f, \"elementwise_norms_rest\": %.2f}, \"dtype\": \"%s\", \"rank\": 0}\n",
-                  step_ms, prod_ms, attn_ms, comm_ms, opt_ms, rest_ms, c.model.dtype.c_str());
+    std::snprintf(
+        line, sizeof line,
+        "{\"time_split_ms\": {\"step\": %.2f, \"products\": %.2f, \"attention\": %.2f, \"communication\": "
+        "%.2f, \"optimizer\": %.2f, \"elementwise_norms_rest\": %.2f}, \"dtype\": \"%s\", \"rank\": 0}\n",
+        step_ms, prod_ms, attn_ms, comm_ms, opt_ms, rest_ms, c.model.dtype.c_str());
   else
-    std::snprintf(line, sizeof line,
-                  "a step in %s, %.1f ms on rank 0: products %.1f ms (%.0f%%), attention %.1f (%.0f%%), communication "
-                  "%.1f (%.0f%%), optimizer %.1f (%.0f%%), elementwise, norms and the rest %.1f (%.0f%%)\n",
-                  c.model.dtype.c_str(), step_ms, prod_ms, 100 * prod_ms / step_ms, attn_ms, 100 * attn_ms / step_ms,
-                  comm_ms, 100 * comm_ms / step_ms, opt_ms, 100 * opt_ms / step_ms, rest_ms, 100 * rest_ms / step_ms);
+    std::snprintf(
+        line, sizeof line,
+        "a step in %s, %.1f ms on rank 0: products %.1f ms (%.0f%%), attention %.1f (%.0f%%), communication "
+        "%.1f (%.0f%%), optimizer %.1f (%.0f%%), elementwise, norms and the rest %.1f (%.0f%%)\n",
+        c.model.dtype.c_str(), step_ms, prod_ms, 100 * prod_ms / step_ms, attn_ms, 100 * attn_ms / step_ms,
+        comm_ms, 100 * comm_ms / step_ms, opt_ms, 100 * opt_ms / step_ms, rest_ms, 100 * rest_ms / step_ms);
   if (trained > 0) shard::apps::print0(rt, line);
   if (c.json)
-    std::snprintf(line, sizeof line,
-                  "{\"summary\": true, \"framework\": \"shard\", \"ranks\": %d, \"devices_per_rank\": %d, \"mesh\": "
-                  "\"data=%d,model=%d\", \"steps\": %lld, \"tokens_per_second\": %.1f, \"train_seconds\": %.3f, "
-                  "\"final_loss\": %.6f, \"final_val_loss\": %.6f, \"params\": %lld, \"mfu\": %.4f, \"sgemm_gflops\": %.1f, "
-                  "\"dtype\": \"%s\", \"mfu_bf16\": %.4f, \"bf16_gemm_gflops\": %.1f, "
-                  "\"tokens_per_second_after_first\": %.1f, \"first_step_seconds\": %.3f, \"param_state_bytes\": %lld, "
-                  "\"jit\": %s, \"fsdp\": %s}\n",
-                  rt.process_count(), rt.devices_per_rank(), data, model, static_cast<long long>(step), tps, train_s,
-                  last_loss, val, static_cast<long long>(m.parameter_count()), mfu, peak, c.model.dtype.c_str(), mfu_bf16,
-                  peak_bf16, steady_tps, first_s, static_cast<long long>(state_bytes), c.jit ? "true" : "false",
-                  c.fsdp ? "true" : "false");
+    std::snprintf(
+        line, sizeof line,
+        "{\"summary\": true, \"framework\": \"shard\", \"ranks\": %d, \"devices_per_rank\": %d, \"mesh\": "
+        "\"data=%d,model=%d\", \"steps\": %lld, \"tokens_per_second\": %.1f, \"train_seconds\": %.3f, "
+        "\"final_loss\": %.6f, \"final_val_loss\": %.6f, \"params\": %lld, \"mfu\": %.4f, \"sgemm_gflops\": "
+        "%.1f, "
+        "\"dtype\": \"%s\", \"mfu_bf16\": %.4f, \"bf16_gemm_gflops\": %.1f, "
+        "\"tokens_per_second_after_first\": %.1f, \"first_step_seconds\": %.3f, \"param_state_bytes\": %lld, "
+        "\"jit\": %s, \"fsdp\": %s}\n",
+        rt.process_count(), rt.devices_per_rank(), data, model, static_cast<long long>(step), tps, train_s,
+        last_loss, val, static_cast<long long>(m.parameter_count()), mfu, peak, c.model.dtype.c_str(),
+        mfu_bf16, peak_bf16, steady_tps, first_s, static_cast<long long>(state_bytes),
+        c.jit ? "true" : "false", c.fsdp ? "true" : "false");
   else
     std::snprintf(line, sizeof line,
                   "done: %lld steps, %.0f tokens/s over %.1f s of training, validation loss %.4f; model FLOP "
                   "utilisation %.1f%% of the measured SGEMM rate (%.1f GFLOP/s)%s\n",
                   static_cast<long long>(step), tps, train_s, val, 100 * mfu, peak,
                   bf16 ? (", " + std::to_string(static_cast<int>(std::lround(100 * mfu_bf16))) +
-                          "% of the measured bfloat16 GEMM rate (" + std::to_string(static_cast<int>(peak_bf16)) +
-                          " GFLOP/s)").c_str()
+                          "% of the measured bfloat16 GEMM rate (" +
+                          std::to_string(static_cast<int>(peak_bf16)) + " GFLOP/s)")
+                             .c_str()
                        : "");
   shard::apps::print0(rt, line);
   if (!c.json) {
     std::snprintf(line, sizeof line, "parameters and optimizer state: %.2f MB on rank 0%s%s\n",
-                  static_cast<double>(state_bytes) / 1e6, c.fsdp ? " (--fsdp)" : "", c.jit ? "; steps jitted" : "");
+                  static_cast<double>(state_bytes) / 1e6, c.fsdp ? " (--fsdp)" : "",
+                  c.jit ? "; steps jitted" : "");
     shard::apps::print0(rt, line);
   }
   return 0;
@@ -424,48 +470,66 @@ int main(int argc, char** argv) {
     Config c;
     po::options_description options("train_gpt options");
     shard::apps::add_common_options(options);
-    options.add_options()
-        ("mesh", po::value(&c.mesh_text)->default_value(""), "data=D,model=M with D*M = devices (default: data = all)")
-        ("data-dir", po::value(&c.data_dir)->default_value(c.data_dir), "the fortunes' directory (Debian's fortunes)")
-        ("layers", po::value(&c.model.layers)->default_value(c.model.layers), "transformer blocks")
-        ("d-model", po::value(&c.model.d_model)->default_value(c.model.d_model), "width of the residual stream")
-        ("heads", po::value(&c.model.heads)->default_value(c.model.heads), "attention heads (divisible by model)")
-        ("context", po::value(&c.model.context)->default_value(c.model.context), "tokens per sequence (divisible by model)")
-        ("batch", po::value(&c.batch)->default_value(c.batch), "sequences per step (divisible by data)")
-        ("steps", po::value(&c.steps)->default_value(c.steps), "optimizer steps in all (the cosine's length)")
-        ("lr", po::value(&c.lr)->default_value(c.lr), "peak learning rate")
-        ("min-lr", po::value(&c.min_lr)->default_value(c.min_lr), "learning rate at the end of the cosine")
-        ("warmup", po::value(&c.warmup)->default_value(c.warmup), "linear warm-up steps from 0")
-        ("weight-decay", po::value(&c.weight_decay)->default_value(c.weight_decay), "AdamW's decay of matrices and embeddings")
-        ("beta2", po::value(&c.beta2)->default_value(c.beta2), "AdamW's second-moment decay")
-        ("clip", po::value(&c.clip)->default_value(c.clip), "clip the gradients' global norm to this (0: off)")
-        ("seed", po::value(&c.seed)->default_value(c.seed), "parameters' and batches' seed")
-        ("eval-every", po::value(&c.eval_every)->default_value(c.eval_every), "steps between validation losses (also at the start; 0: at the end only)")
-        ("val-windows", po::value(&c.val_windows)->default_value(c.val_windows), "validation windows of --context tokens")
-        ("log-every", po::value(&c.log_every)->default_value(c.log_every), "steps between --json loss rows")
-        ("max-steps", po::value(&c.max_steps)->default_value(0), "stop after this many steps in all (0: --steps; the schedule still spans --steps)")
-        ("max-seconds", po::value(&c.max_seconds)->default_value(0, "0"), "stop training after this long (0: no limit)")
-        ("checkpoint-dir", po::value(&c.checkpoint_dir)->default_value(""), "write checkpoints here (and --resume, --sample read them)")
-        ("checkpoint-every", po::value(&c.checkpoint_every)->default_value(0), "steps between checkpoints (0: at the end only)")
-        ("keep", po::value(&c.keep)->default_value(2), "checkpoints to keep")
-        ("resume", "continue from the newest checkpoint in --checkpoint-dir (any mesh, any rank count)")
-        ("shard-optimizer-state", "split AdamW's moments over 'data' (ZeRO-1)")
-        ("sample", "print text generated by the newest checkpoint in --checkpoint-dir instead of training")
-        ("prompt", po::value(&c.prompt)->default_value(c.prompt), "--sample: the text to continue")
-        ("sample-tokens", po::value(&c.sample_tokens)->default_value(c.sample_tokens), "--sample: bytes to generate")
-        ("temperature", po::value(&c.temperature)->default_value(0, "0"), "--sample: 0 greedy, else softmax(logits / t)")
-        ("dump-init", po::value(&c.dump_init)->default_value(""), "write the initial parameters as DIR/<name>.npy")
-        ("comm-stats", "print what rank 0 sent in one training step, per collective and mesh axes (CommStats)")
-        ("trace-steps", po::value(&c.trace_steps)->default_value(c.trace_steps), "--trace: the training steps the timeline keeps (after the first)")
-        ("dtype", po::value(&c.model.dtype)->default_value(c.model.dtype), "compute dtype: float32, or bfloat16 (float32 master weights, optimizer state and loss)")
-        ("fsdp", "split each parameter and its optimizer state over 'data' (ZeRO-3 / FSDP): the loss all_gathers each "
-                 "weight where it is used and the gradients come back split")
-        ("jit", "run each training step as one jitted program (value_and_grad and the optimizer's update)")
-        ("json", "one JSON object per line (losses, validation, summary) instead of text");
+    options.add_options()("mesh", po::value(&c.mesh_text)->default_value(""),
+                          "data=D,model=M with D*M = devices (default: data = all)")(
+        "data-dir", po::value(&c.data_dir)->default_value(c.data_dir),
+        "the fortunes' directory (Debian's fortunes)")(
+        "layers", po::value(&c.model.layers)->default_value(c.model.layers), "transformer blocks")(
+        "d-model", po::value(&c.model.d_model)->default_value(c.model.d_model),
+        "width of the residual stream")("heads", po::value(&c.model.heads)->default_value(c.model.heads),
+                                        "attention heads (divisible by model)")(
+        "context", po::value(&c.model.context)->default_value(c.model.context),
+        "tokens per sequence (divisible by model)")("batch", po::value(&c.batch)->default_value(c.batch),
+                                                    "sequences per step (divisible by data)")(
+        "steps", po::value(&c.steps)->default_value(c.steps), "optimizer steps in all (the cosine's length)")(
+        "lr", po::value(&c.lr)->default_value(c.lr), "peak learning rate")(
+        "min-lr", po::value(&c.min_lr)->default_value(c.min_lr), "learning rate at the end of the cosine")(
+        "warmup", po::value(&c.warmup)->default_value(c.warmup), "linear warm-up steps from 0")(
+        "weight-decay", po::value(&c.weight_decay)->default_value(c.weight_decay),
+        "AdamW's decay of matrices and embeddings")("beta2", po::value(&c.beta2)->default_value(c.beta2),
+                                                    "AdamW's second-moment decay")(
+        "clip", po::value(&c.clip)->default_value(c.clip),
+        "clip the gradients' global norm to this (0: off)")("seed", po::value(&c.seed)->default_value(c.seed),
+                                                            "parameters' and batches' seed")(
+        "eval-every", po::value(&c.eval_every)->default_value(c.eval_every),
+        "steps between validation losses (also at the start; 0: at the end only)")(
+        "val-windows", po::value(&c.val_windows)->default_value(c.val_windows),
+        "validation windows of --context tokens")(
+        "log-every", po::value(&c.log_every)->default_value(c.log_every), "steps between --json loss rows")(
+        "max-steps", po::value(&c.max_steps)->default_value(0),
+        "stop after this many steps in all (0: --steps; the schedule still spans --steps)")(
+        "max-seconds", po::value(&c.max_seconds)->default_value(0, "0"),
+        "stop training after this long (0: no limit)")(
+        "checkpoint-dir", po::value(&c.checkpoint_dir)->default_value(""),
+        "write checkpoints here (and --resume, --sample read them)")(
+        "checkpoint-every", po::value(&c.checkpoint_every)->default_value(0),
+        "steps between checkpoints (0: at the end only)")("keep", po::value(&c.keep)->default_value(2),
+                                                          "checkpoints to keep")(
+        "resume", "continue from the newest checkpoint in --checkpoint-dir (any mesh, any rank count)")(
+        "shard-optimizer-state", "split AdamW's moments over 'data' (ZeRO-1)")(
+        "sample", "print text generated by the newest checkpoint in --checkpoint-dir instead of training")(
+        "prompt", po::value(&c.prompt)->default_value(c.prompt), "--sample: the text to continue")(
+        "sample-tokens", po::value(&c.sample_tokens)->default_value(c.sample_tokens),
+        "--sample: bytes to generate")("temperature", po::value(&c.temperature)->default_value(0, "0"),
+                                       "--sample: 0 greedy, else softmax(logits / t)")(
+        "dump-init", po::value(&c.dump_init)->default_value(""),
+        "write the initial parameters as DIR/<name>.npy")(
+        "comm-stats",
+        "print what rank 0 sent in one training step, per collective and mesh axes (CommStats)")(
+        "trace-steps", po::value(&c.trace_steps)->default_value(c.trace_steps),
+        "--trace: the training steps the timeline keeps (after the first)")(
+        "dtype", po::value(&c.model.dtype)->default_value(c.model.dtype),
+        "compute dtype: float32, or bfloat16 (float32 master weights, optimizer state and loss)")(
+        "fsdp",
+        "split each parameter and its optimizer state over 'data' (ZeRO-3 / FSDP): the loss all_gathers each "
+        "weight where it is used and the gradients come back split")(
+        "jit", "run each training step as one jitted program (value_and_grad and the optimizer's update)")(
+        "json", "one JSON object per line (losses, validation, summary) instead of text");
     po::variables_map vm;
-    if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
-                                         "Usage: mpirun -n N train_gpt [--mesh data=D,model=M] [--steps S] ...\n"
-                                         "Trains a byte-level GPT on Debian's fortunes."))
+    if (!shard::apps::parse_command_line(
+            argc, argv, options, vm, rt,
+            "Usage: mpirun -n N train_gpt [--mesh data=D,model=M] [--steps S] ...\n"
+            "Trains a byte-level GPT on Debian's fortunes."))
       return 0;
     c.json = vm.count("json") > 0;
     c.resume = vm.count("resume") > 0;
@@ -476,13 +540,23 @@ int main(int argc, char** argv) {
     c.fsdp = vm.count("fsdp") > 0;
     using shard::apps::check_at_least;
     using shard::apps::check_finite_in;
-    for (const auto& [flag, v, lo] : {std::tuple<const char*, std::int64_t, std::int64_t>{"layers", c.model.layers, 1},
-                                       {"d-model", c.model.d_model, 1}, {"heads", c.model.heads, 1},
-                                       {"context", c.model.context, 1}, {"batch", c.batch, 1}, {"steps", c.steps, 1},
-                                       {"warmup", c.warmup, 0}, {"seed", c.seed, 0}, {"eval-every", c.eval_every, 0},
-                                       {"val-windows", c.val_windows, 1}, {"log-every", c.log_every, 0},
-                                       {"checkpoint-every", c.checkpoint_every, 0}, {"keep", c.keep, 1}, {"max-steps", c.max_steps, 0},
-                                       {"sample-tokens", c.sample_tokens, 0}, {"trace-steps", c.trace_steps, 1}})
+    for (const auto& [flag, v, lo] :
+         {std::tuple<const char*, std::int64_t, std::int64_t>{"layers", c.model.layers, 1},
+          {"d-model", c.model.d_model, 1},
+          {"heads", c.model.heads, 1},
+          {"context", c.model.context, 1},
+          {"batch", c.batch, 1},
+          {"steps", c.steps, 1},
+          {"warmup", c.warmup, 0},
+          {"seed", c.seed, 0},
+          {"eval-every", c.eval_every, 0},
+          {"val-windows", c.val_windows, 1},
+          {"log-every", c.log_every, 0},
+          {"checkpoint-every", c.checkpoint_every, 0},
+          {"keep", c.keep, 1},
+          {"max-steps", c.max_steps, 0},
+          {"sample-tokens", c.sample_tokens, 0},
+          {"trace-steps", c.trace_steps, 1}})
       check_at_least(flag, v, lo);
     check_finite_in("lr", c.lr, 1e-12, 10);
     check_finite_in("min-lr", c.min_lr, 0, 10);

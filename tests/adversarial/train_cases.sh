@@ -6,6 +6,8 @@
 #   test_empty    a test set with no images
 #   manifest_step a checkpoint whose manifest says optimizer_step "abc", resumed
 #   diverge       SGD at lr 1e18: the loss is infinite at step 2; the checkpoint of step 1 stays
+#   gpt_small_validation  train_gpt on a corpus whose validation split holds less than a batch of
+#                 windows: refused before the first step (it used to train, then fail at the end)
 set -euo pipefail
 case_name=$1 app=$2
 shift 2
@@ -36,6 +38,22 @@ case $case_name in
     ls "$work/ck"
     if [ "$(ls "$work/ck")" != step-00000001 ]; then
       echo "train_cases: expected only step-00000001 in $work/ck"
+      exit 0  # a zero exit fails expect_failure.sh
+    fi
+    exit "$rc" ;;
+  gpt_small_validation)
+    mkdir "$work/corpus"
+    python3 -c "
+import random
+r = random.Random(1)
+print('\\n%\\n'.join(''.join(chr(r.randrange(32, 127)) for _ in range(r.randrange(1, 30))) for _ in range(40)))" \
+      > "$work/corpus/fortunes"
+    rc=0
+    "$@" "$app" --data-dir "$work/corpus" --layers 1 --d-model 16 --heads 2 --context 64 --batch 4 --steps 2 \
+      --warmup 0 --eval-every 0 > "$work/out.txt" 2>&1 || rc=$?
+    cat "$work/out.txt"
+    if grep -q "loss" "$work/out.txt"; then
+      echo "train_cases: train_gpt trained before refusing the validation split"
       exit 0  # a zero exit fails expect_failure.sh
     fi
     exit "$rc" ;;

@@ -20,7 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -287,7 +286,9 @@ SHARD_MPI_TEST(Npy, ErrorsOnEveryRank) {
   // truncation check still answers, nothing is allocated.
   on_root([&] { write_file(path, io::npy_header("<f4", {1152921504606846975}) + std::string(48, '\0')); });
   expect_error<IoError>([&] { io::load_npy<float>(path, s); }, {path, "truncated", "(1152921504606846975,)"});
-  on_root([&] { write_file(path, io::npy_header("<f4", {1152921504606846975, 16}) + std::string(48, '\0')); });
+  on_root([&] {
+    write_file(path, io::npy_header("<f4", {1152921504606846975, 16}) + std::string(48, '\0'));
+  });
   expect_error<IoError>([&] { io::load_npy<float>(path, s); }, {path, "too large"});
 
   on_root([&] { write_file(path, "PK\x03\x04 this is a zip file, not a .npy"); });
@@ -310,6 +311,85 @@ SHARD_MPI_TEST(Npy, ErrorsOnEveryRank) {
   const std::string nodir = dir.file("no/such/dir/x.npy");
   expect_error<IoError>([&] { io::save_npy(device_put(host, s), nodir); },
                         {nodir, "cannot open for writing"});
+}
+
+/// Every number of a .npy header's shape, in valid syntax, set in turn to values out of range
+/// (negative, zero, one off, past int32 and int64, not an integer): each load raises a shard::Error
+/// on every rank or gives the array the header describes, read from the file's bytes; never a
+/// crash, never other values. The counts are printed (docs/reliability.md lists them).
+SHARD_MPI_TEST(Npy, EveryShapeNumberOutOfRange) {
+  TempDir dir("shard-test-io-", true);
+  const int n = runtime().device_count();
+  const NamedSharding s(make_mesh({n}, {"a"}), P("a"));
+  const std::string path = dir.file("x.npy");
+  const Tensor<float> host = random_tensor<float>({20, 3}, 19);
+  io::save_npy(device_put(host, s), path);
+  std::string original;
+  on_root([&] { original = read_file(path); });
+  int len = static_cast<int>(original.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, runtime().world().get());
+  original.resize(static_cast<std::size_t>(len));
+  MPI_Bcast(original.data(), len, MPI_CHAR, 0, runtime().world().get());
+  const std::size_t header_end = original.find('\n') + 1;  // the dict ends the header
+  const std::size_t open = original.find("'shape': (") + 10, close = original.find(')', open);
+  const std::vector<std::string> values{"-1",
+                                        "0",
+                                        "1",
+                                        "19",
+                                        "21",
+                                        "2147483648",
+                                        "9223372036854775807",
+                                        "9223372036854775808",
+                                        "99999999999999999999999",
+                                        "1.5",
+                                        "1e308",
+                                        "-0"};
+  int refused = 0, loaded = 0, cases = 0;
+  for (int dim = 0; dim < 2; ++dim) {
+    const std::size_t at = dim == 0 ? open : original.find(", ", open) + 2;
+    const std::size_t end = dim == 0 ? original.find(',', open) : close;
+    for (const std::string& v : values) {
+      // The same header length: the padding before the newline absorbs the change.
+      std::string header = original.substr(0, header_end);
+      header.replace(at, end - at, v);
+      const std::ptrdiff_t grow =
+          static_cast<std::ptrdiff_t>(header.size()) - static_cast<std::ptrdiff_t>(header_end);
+      const std::size_t pad_end = header.size() - 1,
+                        pad_begin = header.find_last_not_of(' ', pad_end - 1) + 1;
+      ASSERT_LT(grow, static_cast<std::ptrdiff_t>(pad_end - pad_begin)) << header;
+      if (grow > 0)
+        header.erase(pad_begin, static_cast<std::size_t>(grow));
+      else
+        header.insert(pad_begin, static_cast<std::size_t>(-grow), ' ');
+      ASSERT_EQ(header.size(), header_end);
+      on_root([&] { write_file(path, header + original.substr(header_end)); });
+      ++cases;
+      int threw = 0;
+      std::string wrong;
+      try {
+        const ShardedArray<float> x = io::load_npy<float>(path, s);
+        // Only valid integers can load: the shape the header says, the file's first values.
+        const Shape want = dim == 0 ? Shape{std::stoll(v), 3} : Shape{20, std::stoll(v)};
+        if (x.shape() != want) wrong = "shape " + to_string(x.shape());
+        const Tensor<float> got = x.to_host();
+        for (std::int64_t i = 0; wrong.empty() && i < got.size(); ++i)
+          if (got.flat(i) != host.flat(i)) wrong = "element " + std::to_string(i);
+      } catch (const Error&) {
+        threw = 1;
+      }
+      int lo = threw, hi = threw;
+      MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, runtime().world().get());
+      MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, runtime().world().get());
+      EXPECT_EQ(lo, hi) << "some ranks raised, some did not: dim " << dim << " -> " << v;
+      EXPECT_EQ(wrong, "") << "dim " << dim << " -> " << v << " loaded other values";
+      (threw ? refused : loaded) += 1;
+    }
+  }
+  if (runtime().process_index() == 0)
+    std::printf(
+        "[ npy      ] 2 shape numbers x %zu values: %d cases, %d refused on every rank, %d loaded as the "
+        "header says\n",
+        values.size(), cases, refused, loaded);
 }
 
 /// A write that fails part-way (a full disk, simulated with a file size limit on the ranks
