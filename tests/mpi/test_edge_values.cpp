@@ -1,6 +1,7 @@
 // Nothing silently wrong (issue 33's value classes), against numpy's semantics on a host
 // reference: a generated sweep of nan and +-inf at every position through every floating
-// reduction and argmax/argmin, split over every device and replicated, 2-D along each dim; integer
+// reduction, argmax/argmin, cumsum, softmax, log_softmax, the comparisons and maximum/minimum,
+// split over every device (one shard empty, or uneven) and replicated, 2-D along each dim; integer
 // floor_divide / remainder at MIN, -1, 0, MAX; every other integer op (add, subtract, multiply,
 // maximum, minimum, the bitwise ops, negative, abs, square, sign, sum, prod, max, min, argmax,
 // argmin, cumsum, the psum that combines devices) at MIN, MIN+1, -1, 0, 1, MAX-1, MAX, wrapping as
@@ -87,6 +88,11 @@ int check_reductions(const Mesh& mesh, const PartitionSpec& spec, std::int64_t r
                                         mean(h, {dim}), prod(h, {dim}), logsumexp(h, {dim})};
   const Tensor<std::int64_t> am = argmax(x, dim).to_host(), an = argmin(x, dim).to_host();
   const Tensor<std::int64_t> tam = argmax(h, dim), tan = argmin(h, dim);
+  // The scans and normalisations along the same dim (shaped like x): cumsum, softmax, log_softmax.
+  const std::vector<std::string> scan_names{"cumsum", "softmax", "log_softmax"};
+  const std::vector<Tensor<float>> scans{cumsum(x, dim).to_host(), softmax(x, dim).to_host(),
+                                         log_softmax(x, dim).to_host()};
+  const std::vector<Tensor<float>> host_scans{cumsum(h, dim), softmax(h, dim), log_softmax(h, dim)};
   const std::int64_t lines = dim == 0 ? cols : rows, len = dim == 0 ? rows : cols;
   int checked = 0;
   for (std::int64_t l = 0; l < lines; ++l) {
@@ -106,6 +112,23 @@ int check_reductions(const Mesh& mesh, const PartitionSpec& spec, std::int64_t r
     EXPECT_EQ(an.flat(l), ref.argmin) << "argmin " << at;
     EXPECT_EQ(tan.flat(l), ref.argmin) << "Tensor argmin " << at;
     checked += 2 * static_cast<int>(names.size()) + 4;
+    // JAX's: a running sum; with s = x - max (nan where it is inf - inf or nan), exp(s) / sum(exp(s))
+    // and s - log(sum(exp(s))): an +inf or a nan in the line makes the whole line nan.
+    double run = 0, z = 0;
+    for (const double e : v) z += std::exp(e - ref.max);
+    const double log_z = std::log(z);
+    for (std::int64_t k = 0; k < len; ++k) {
+      run += v[static_cast<std::size_t>(k)];
+      const double want[] = {run, std::exp(v[static_cast<std::size_t>(k)] - ref.max) / z,
+                             (v[static_cast<std::size_t>(k)] - ref.max) - log_z};
+      const std::int64_t i = dim == 0 ? k * cols + l : l * cols + k;
+      for (std::size_t q = 0; q < scan_names.size(); ++q) {
+        const std::string where = scan_names[q] + " " + at + ", element " + std::to_string(k);
+        expect_same(scans[q].flat(i), want[q], where);
+        expect_same(host_scans[q].flat(i), want[q], "Tensor " + where);
+      }
+      checked += 2 * static_cast<int>(scan_names.size());
+    }
   }
   return checked;
 }
@@ -198,9 +221,8 @@ SHARD_MPI_TEST(EdgeValues, NanAndInfinityThroughEveryReduction) {
     std::printf(
         "[ sweep    ] nan/+-inf: %d placements (2 shapes x 3 specs x 3 values x positions), %d values "
         "checked "
-        "(max, min, sum, mean, prod, logsumexp, argmax, argmin along each dim; <, <=, >, >=, ==, !=, "
-        "maximum, "
-        "minimum; both views)\n",
+        "(max, min, sum, mean, prod, logsumexp, argmax, argmin, cumsum, softmax, log_softmax along each dim; "
+        "<, <=, >, >=, ==, !=, maximum, minimum; both views)\n",
         cases, values);
   // The case the adversarial pass reported: [1, 1, 1, nan] split and replicated.
   Tensor<float> t({4});
