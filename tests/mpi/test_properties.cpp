@@ -11,7 +11,9 @@
 //   3. binary ops with numpy broadcasting (+, -, *, maximum, minimum), a unary map (exp of
 //      x/16 for floats, abs for integers), sum over random dims, max, argmax and 2-D matmul
 //      with random specs (and sometimes a requested output sharding) match the host reference
-//      (floats within a rounding tolerance), with the documented result spec.
+//      (floats within a rounding tolerance), with the documented result spec. In 30% of the
+//      cases the operands hold edge values (nan, +-inf; MIN, MAX, -1, 0), and the references
+//      follow numpy: nan propagates through max and argmax picks the first nan, integers wrap.
 //
 // The seed comes from env SHARD_PROPERTY_SEED, else from the clock; rank 0 picks it and
 // broadcasts it, prints it at the start, and every failure message names it and the case,
@@ -52,7 +54,7 @@ using Kind = ReshardPlan::Kind;
 struct Config {
   std::uint64_t seed = 0;
   int cases = 300;
-  int only = -1;  // >= 0: run just this case
+  int only = -1;         // >= 0: run just this case
   bool verbose = false;  // rank 0 prints each case before running it (to find a crashing one)
 };
 
@@ -172,6 +174,8 @@ struct Case {
   std::int64_t m = 0, k = 0, n = 0;
   PartitionSpec sa, sb;
   std::optional<PartitionSpec> sout;
+  // edge values: nan / +-inf (floats) or MIN / MAX / -1 / 0 (integers) in the operands
+  bool edges = false;
 
   std::string describe(std::uint64_t seed) const;
 };
@@ -186,15 +190,19 @@ std::string Case::describe(std::uint64_t seed) const {
   std::ostringstream os;
   os << "seed " << seed << " case " << index << " (replay: SHARD_PROPERTY_SEED=" << seed
      << " SHARD_PROPERTY_CASE=" << index << "): " << kDtypes[dtype] << " mesh(";
-  for (std::size_t i = 0; i < axes.size(); ++i) os << (i ? ", " : "") << "'" << axes[i] << "': " << mesh_shape[i];
+  for (std::size_t i = 0; i < axes.size(); ++i)
+    os << (i ? ", " : "") << "'" << axes[i] << "': " << mesh_shape[i];
   os << ")";
   if (!device_ids.empty()) os << " devices [" << join(device_ids, ", ") << "]";
-  os << " x" << to_string(shape) << " " << s1.to_string() << " <-> " << s2.to_string() << "; y" << to_string(yshape)
-     << " " << sy.to_string() << (y_first ? " (y first)" : "") << "; sum dims [" << join(sum_dims, ",") << "]";
+  os << " x" << to_string(shape) << " " << s1.to_string() << " <-> " << s2.to_string() << "; y"
+     << to_string(yshape) << " " << sy.to_string() << (y_first ? " (y first)" : "") << "; sum dims ["
+     << join(sum_dims, ",") << "]";
   if (do_max) os << " max dims [" << join(max_dims, ",") << "]";
   if (do_argmax) os << " argmax dim " << argmax_dim;
-  os << "; matmul (" << m << ", " << k << ") " << sa.to_string() << " @ (" << k << ", " << n << ") " << sb.to_string();
+  os << "; matmul (" << m << ", " << k << ") " << sa.to_string() << " @ (" << k << ", " << n << ") "
+     << sb.to_string();
   if (sout) os << " -> " << sout->to_string();
+  if (edges) os << "; with edge values";
   return os.str();
 }
 
@@ -241,8 +249,10 @@ Case generate_case(std::uint64_t seed, int index, int devices) {
   const int yrank = rng.chance(0.4) ? rank : rng.below(rank + 1);
   for (int d = rank - yrank; d < rank; ++d) {
     std::int64_t v = c.shape[static_cast<std::size_t>(d)];
-    if (rng.chance(0.25)) v = 1;
-    else if (v == 1 && rng.chance(0.5)) v = random_dim(rng, c.mesh_shape);
+    if (rng.chance(0.25))
+      v = 1;
+    else if (v == 1 && rng.chance(0.5))
+      v = random_dim(rng, c.mesh_shape);
     c.yshape.push_back(v);
   }
   c.sy = random_spec(rng, c.axes, yrank);
@@ -257,7 +267,8 @@ Case generate_case(std::uint64_t seed, int index, int devices) {
     for (int d = 0; d < rank; ++d)
       if (rng.chance(0.5)) dims.push_back(d);
     if (dims.empty()) dims.push_back(rng.below(rank));
-    c.do_max = std::all_of(dims.begin(), dims.end(), [&](int d) { return c.shape[static_cast<std::size_t>(d)] > 0; });
+    c.do_max = std::all_of(dims.begin(), dims.end(),
+                           [&](int d) { return c.shape[static_cast<std::size_t>(d)] > 0; });
     if (c.do_max) c.max_dims = dims;
     c.argmax_dim = rng.below(rank);
     c.do_argmax = c.shape[static_cast<std::size_t>(c.argmax_dim)] > 0;
@@ -275,10 +286,72 @@ Case generate_case(std::uint64_t seed, int index, int devices) {
     c.sa = c.sb = P(two[0], two[1]);
   }
   if (rng.chance(0.3)) c.sout = random_spec(rng, c.axes, 2);
+  c.edges = rng.chance(0.3);
   return c;
 }
 
 // ---------------------------------------------------------------- host references
+
+/// A random array with, in edge cases, one to three edge values at random places: nan, +inf
+/// or -inf for floats, MIN, MAX, -1 or 0 for integers (then sums and products wrap).
+template <typename T>
+Tensor<T> operand(const Shape& shape, std::uint64_t seed, bool edges) {
+  Tensor<T> t = random_tensor<T>(shape, seed);
+  if (!edges || t.size() == 0) return t;
+  std::mt19937_64 g(seed ^ 0xED6E5ULL);
+  const int count = 1 + static_cast<int>(g() % 3);
+  for (int i = 0; i < count; ++i) {
+    const auto at = static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(t.size()));
+    const int which = static_cast<int>(g() % 4);
+    if constexpr (std::is_floating_point_v<T>) {
+      const T v[] = {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
+                     -std::numeric_limits<T>::infinity(), std::numeric_limits<T>::quiet_NaN()};
+      t.flat(at) = v[which];
+    } else {
+      const T v[] = {std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), T(-1), T(0)};
+      t.flat(at) = v[which];
+    }
+  }
+  return t;
+}
+
+/// numpy's integer arithmetic (two's complement, wrapping) written out on the unsigned type;
+/// floats as IEEE's.
+template <typename T>
+T wrap_add(T a, T b) {
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) + static_cast<std::make_unsigned_t<T>>(b));
+  else
+    return a + b;
+}
+template <typename T>
+T wrap_sub(T a, T b) {
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) - static_cast<std::make_unsigned_t<T>>(b));
+  else
+    return a - b;
+}
+template <typename T>
+T wrap_mul(T a, T b) {
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<T>(static_cast<std::uint64_t>(static_cast<std::int64_t>(a)) *
+                          static_cast<std::uint64_t>(static_cast<std::int64_t>(b)));
+  else
+    return a * b;
+}
+/// numpy's maximum / minimum: a nan on either side is the result.
+template <typename T>
+T nan_max(T a, T b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return a > b ? a : b;
+}
+template <typename T>
+T nan_min(T a, T b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return a < b ? a : b;
+}
 
 template <typename T, typename F>
 Tensor<T> host_zip(const Tensor<T>& a, const Tensor<T>& b, F f) {
@@ -307,17 +380,21 @@ Tensor<T> host_reduce(const Tensor<T>& x, const std::vector<int>& dims_in, bool 
   for (int d = 0; d < x.rank(); ++d)
     if (!contains(dims, d)) out.push_back(x.shape()[d]);
   std::vector<long double> sum(static_cast<std::size_t>(num_elements(out)), 0);
-  std::vector<T> mx(sum.size(), std::numeric_limits<T>::lowest());
+  std::vector<T> wrapped(sum.size(), T(0));  // integers: the sum as numpy's, wrapping
+  std::vector<T> mx(sum.size(), std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                                     : std::numeric_limits<T>::lowest());
   Shape idx(x.shape().size(), 0);
   for (std::int64_t i = 0; i < x.size(); ++i, next_index(idx, x.shape())) {
     std::int64_t o = 0;
     for (int d = 0, k = 0; d < x.rank(); ++d)
       if (!contains(dims, d)) o = o * out[k++] + idx[d];
     sum[o] += x.flat(i);
-    mx[o] = std::max(mx[o], x.flat(i));
+    wrapped[o] = wrap_add(wrapped[o], x.flat(i));
+    mx[o] = nan_max(mx[o], x.flat(i));
   }
   Tensor<T> r(out);
-  for (std::int64_t o = 0; o < r.size(); ++o) r.flat(o) = is_max ? mx[o] : static_cast<T>(sum[o]);
+  for (std::int64_t o = 0; o < r.size(); ++o)
+    r.flat(o) = is_max ? mx[o] : std::is_integral_v<T> ? wrapped[o] : static_cast<T>(sum[o]);
   return r;
 }
 
@@ -328,8 +405,12 @@ Tensor<T> host_matmul(const Tensor<T>& a, const Tensor<T>& b) {
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < n; ++j) {
       long double acc = 0;
-      for (std::int64_t l = 0; l < k; ++l) acc += static_cast<long double>(a.flat(i * k + l)) * b.flat(l * n + j);
-      c.flat(i * n + j) = static_cast<T>(acc);
+      T wrapped = 0;  // integers wrap, as numpy's
+      for (std::int64_t l = 0; l < k; ++l) {
+        acc += static_cast<long double>(a.flat(i * k + l)) * b.flat(l * n + j);
+        wrapped = wrap_add(wrapped, wrap_mul(a.flat(i * k + l), b.flat(l * n + j)));
+      }
+      c.flat(i * n + j) = std::is_integral_v<T> ? wrapped : static_cast<T>(acc);
     }
   return c;
 }
@@ -357,7 +438,8 @@ PartitionSpec matching_spec(const PartitionSpec& out, const Shape& out_shape, co
 /// Absolute tolerance (0: exact).
 template <typename T>
 bool close(T got, T want, double atol) {
-  if (atol == 0) return got == want;
+  if (want != want) return got != got;  // nan where numpy gives nan
+  if (atol == 0 || std::isinf(static_cast<double>(want))) return got == want;
   return std::abs(static_cast<double>(got) - static_cast<double>(want)) <= atol;
 }
 
@@ -369,8 +451,8 @@ double eps() {
 /// Every local shard of `r`: device, box (from reference_box of r's spec), data against the
 /// host reference; and the spec when `spec` is given. Appends problems to `err`. Local.
 template <typename T>
-void check_shards(const ShardedArray<T>& r, const Mesh& mesh, const Tensor<T>& want, const PartitionSpec* spec,
-                  double atol, const std::string& what, std::ostream& err) {
+void check_shards(const ShardedArray<T>& r, const Mesh& mesh, const Tensor<T>& want,
+                  const PartitionSpec* spec, double atol, const std::string& what, std::ostream& err) {
   if (!(r.mesh() == mesh)) err << "\n  " << what << ": result on mesh " << r.mesh().devices_string();
   if (spec && !(r.spec() == *spec))
     err << "\n  " << what << ": spec " << r.spec().to_string() << ", want " << spec->to_string();
@@ -389,15 +471,16 @@ void check_shards(const ShardedArray<T>& r, const Mesh& mesh, const Tensor<T>& w
     const Box ref = reference_box(mesh, r.spec(), want.shape(), local[i]);
     if (s.device != local[i] || s.box != ref || s.data.shape() != ref.extent) {
       err << "\n  " << what << ": shard " << i << " is device " << s.device << " box " << to_string(s.box)
-          << " data " << to_string(s.data.shape()) << ", want device " << local[i] << " box " << to_string(ref);
+          << " data " << to_string(s.data.shape()) << ", want device " << local[i] << " box "
+          << to_string(ref);
       continue;
     }
     const auto v = reference_slice(want, ref);
     for (std::size_t e = 0; e < v.size(); ++e)
       if (!close(s.data.flat(static_cast<std::int64_t>(e)), v[e], atol)) {
         err << "\n  " << what << ": device " << local[i] << " box " << to_string(ref) << " element " << e
-            << ": got " << std::setprecision(17) << +s.data.flat(static_cast<std::int64_t>(e)) << ", want " << +v[e]
-            << " (tolerance " << atol << ")";
+            << ": got " << std::setprecision(17) << +s.data.flat(static_cast<std::int64_t>(e)) << ", want "
+            << +v[e] << " (tolerance " << atol << ")";
         break;
       }
   }
@@ -446,20 +529,25 @@ std::optional<ShardedArray<T>> checked_reshard(const ShardedArray<T>& x, const N
   std::optional<ShardedArray<T>> y;
   ReshardPlan plan;
   Sent sent;
-  if (!step(what, [&] {
-        plan = reshard_plan(x, to);
-        comm_stats().reset();
-        y.emplace(reshard(x, to));
-        sent = {comm_stats().total().calls, comm_stats().total().bytes};
-      }, err))
+  if (!step(
+          what,
+          [&] {
+            plan = reshard_plan(x, to);
+            comm_stats().reset();
+            y.emplace(reshard(x, to));
+            sent = {comm_stats().total().calls, comm_stats().total().bytes};
+          },
+          err))
     return std::nullopt;
   ++stats.kinds[plan.kind];
   stats.checks += 2;
   if (plan.bytes_sent.size() != static_cast<std::size_t>(runtime().process_count()) ||
       sent.bytes != plan.bytes_sent[static_cast<std::size_t>(me)])
-    err << "\n  " << what << ": CommStats saw " << sent.bytes << " B sent by rank " << me << ", reshard_plan says "
+    err << "\n  " << what << ": CommStats saw " << sent.bytes << " B sent by rank " << me
+        << ", reshard_plan says "
         << (plan.bytes_sent.size() > static_cast<std::size_t>(me) ? plan.bytes_sent[me] : -1) << " B ("
-        << plan.to_string() << ")\n" << comm_stats().to_string();
+        << plan.to_string() << ")\n"
+        << comm_stats().to_string();
   if ((plan.kind == Kind::kNone || plan.kind == Kind::kLocal) && sent.calls != 0)
     err << "\n  " << what << ": " << sent.calls << " MPI calls for a " << kind_name(plan.kind) << " plan";
   if (!(y->sharding() == to)) err << "\n  " << what << ": sharding " << y->sharding().to_string();
@@ -472,10 +560,12 @@ void run_case(const Case& c, const Mesh& mesh, Stats& stats, std::ostream& err) 
   const int rank = static_cast<int>(c.shape.size());
   const double e = eps<T>();
   std::uint64_t seed = c.data_seed;
-  const Tensor<T> hx = random_tensor<T>(c.shape, seed++);
+  const Tensor<T> hx = operand<T>(c.shape, seed++, c.edges);
   const NamedSharding s1(mesh, c.s1), s2(mesh, c.s2);
   std::optional<ShardedArray<T>> x;
-  if (!step("device_put(x, " + c.s1.to_string() + ")", [&] { x.emplace(device_put(hx, s1)); }, err)) return;
+  if (!step(
+          "device_put(x, " + c.s1.to_string() + ")", [&] { x.emplace(device_put(hx, s1)); }, err))
+    return;
   check_shards(*x, mesh, hx, &c.s1, 0, "device_put x", err);
 
   // 1 + 2. reshard there and back: the identity, with the bytes the plans predict.
@@ -484,9 +574,12 @@ void run_case(const Case& c, const Mesh& mesh, Stats& stats, std::ostream& err) 
     if (!y) return;
     check_shards(*y, mesh, hx, &c.s2, 0, "reshard to s2", err);
     std::optional<Tensor<T>> host;
-    if (!step("to_host", [&] { host.emplace(y->to_host()); }, err)) return;
+    if (!step(
+            "to_host", [&] { host.emplace(y->to_host()); }, err))
+      return;
     if (!(*host == hx)) err << "\n  to_host() of the resharded array differs from the host array";
-    auto z = checked_reshard(*y, s1, "reshard back " + c.s2.to_string() + " -> " + c.s1.to_string(), stats, err);
+    auto z =
+        checked_reshard(*y, s1, "reshard back " + c.s2.to_string() + " -> " + c.s1.to_string(), stats, err);
     if (!z) return;
     check_shards(*z, mesh, hx, &c.s1, 0, "reshard there and back", err);
     stats.checks += 2;
@@ -494,10 +587,12 @@ void run_case(const Case& c, const Mesh& mesh, Stats& stats, std::ostream& err) 
 
   // 3a. Binary ops with broadcasting; the second operand's reshard costs what its plan says.
   {
-    const Tensor<T> hy = random_tensor<T>(c.yshape, seed++);
+    const Tensor<T> hy = operand<T>(c.yshape, seed++, c.edges);
     const NamedSharding sy(mesh, c.sy);
     std::optional<ShardedArray<T>> y;
-    if (!step("device_put(y, " + c.sy.to_string() + ")", [&] { y.emplace(device_put(hy, sy)); }, err)) return;
+    if (!step(
+            "device_put(y, " + c.sy.to_string() + ")", [&] { y.emplace(device_put(hy, sy)); }, err))
+      return;
     const Shape out = host_broadcast(c.shape, c.yshape);
     const ShardedArray<T>& a = c.y_first ? *y : *x;
     const ShardedArray<T>& b = c.y_first ? *x : *y;
@@ -505,41 +600,48 @@ void run_case(const Case& c, const Mesh& mesh, Stats& stats, std::ostream& err) 
     const Tensor<T>& hb = c.y_first ? hx : hy;
     // The documented rule: the result takes the sharding of the first operand with its shape.
     std::optional<PartitionSpec> want_spec;
-    if (a.shape() == out) want_spec = a.spec();
-    else if (b.shape() == out) want_spec = b.spec();
+    if (a.shape() == out)
+      want_spec = a.spec();
+    else if (b.shape() == out)
+      want_spec = b.spec();
     std::int64_t want_bytes = -1;
     if (want_spec) {
       want_bytes = 0;
       for (const ShardedArray<T>* o : {&a, &b}) {
         const NamedSharding target(mesh, matching_spec(*want_spec, out, o->shape()));
-        if (!(o->sharding() == target)) want_bytes += reshard_plan(*o, target).bytes_sent[static_cast<std::size_t>(me)];
+        if (!(o->sharding() == target))
+          want_bytes += reshard_plan(*o, target).bytes_sent[static_cast<std::size_t>(me)];
       }
     }
     using Op = std::function<ShardedArray<T>(const ShardedArray<T>&, const ShardedArray<T>&)>;
     using Ref = std::function<T(T, T)>;
     const std::pair<const char*, std::pair<Op, Ref>> first[] = {
-        {"+", {[](auto& p, auto& q) { return p + q; }, [](T p, T q) { return static_cast<T>(p + q); }}},
-        {"-", {[](auto& p, auto& q) { return p - q; }, [](T p, T q) { return static_cast<T>(p - q); }}},
+        {"+", {[](auto& p, auto& q) { return p + q; }, [](T p, T q) { return wrap_add(p, q); }}},
+        {"-", {[](auto& p, auto& q) { return p - q; }, [](T p, T q) { return wrap_sub(p, q); }}},
     };
     const std::pair<const char*, std::pair<Op, Ref>> second[] = {
-        {"*", {[](auto& p, auto& q) { return p * q; }, [](T p, T q) { return static_cast<T>(p * q); }}},
-        {"maximum", {[](auto& p, auto& q) { return maximum(p, q); }, [](T p, T q) { return p > q ? p : q; }}},
-        {"minimum", {[](auto& p, auto& q) { return minimum(p, q); }, [](T p, T q) { return p < q ? p : q; }}},
+        {"*", {[](auto& p, auto& q) { return p * q; }, [](T p, T q) { return wrap_mul(p, q); }}},
+        {"maximum", {[](auto& p, auto& q) { return maximum(p, q); }, [](T p, T q) { return nan_max(p, q); }}},
+        {"minimum", {[](auto& p, auto& q) { return minimum(p, q); }, [](T p, T q) { return nan_min(p, q); }}},
     };
     for (const auto& [name, fns] : {first[c.op1], second[c.op2]}) {
       const std::string what = std::string("a ") + name + " b";
       std::optional<ShardedArray<T>> r;
       Sent sent;
-      if (!step(what, [&] {
-            comm_stats().reset();
-            r.emplace(fns.first(a, b));
-            sent = {comm_stats().total().calls, comm_stats().total().bytes};
-          }, err))
+      if (!step(
+              what,
+              [&] {
+                comm_stats().reset();
+                r.emplace(fns.first(a, b));
+                sent = {comm_stats().total().calls, comm_stats().total().bytes};
+              },
+              err))
         return;
       check_shards(*r, mesh, host_zip(ha, hb, fns.second), want_spec ? &*want_spec : nullptr, 0, what, err);
       if (want_bytes >= 0 && sent.bytes != want_bytes)
         err << "\n  " << what << ": CommStats saw " << sent.bytes << " B, reshard_plan of the operand says "
-            << want_bytes << " B\n" << comm_stats().to_string();
+            << want_bytes << " B\n"
+            << comm_stats().to_string();
       stats.checks += 2;
     }
   }
@@ -547,18 +649,26 @@ void run_case(const Case& c, const Mesh& mesh, Stats& stats, std::ostream& err) 
   // 3b. A unary map (local): exp(x / 16) for floats (no overflow), abs for integers.
   {
     std::optional<ShardedArray<T>> r;
-    if (!step("unary", [&] {
-          if constexpr (std::is_floating_point_v<T>) r.emplace(exp(*x * static_cast<T>(0.0625)));
-          else r.emplace(abs(*x));
-        }, err))
+    if (!step(
+            "unary",
+            [&] {
+              if constexpr (std::is_floating_point_v<T>)
+                r.emplace(exp(*x * static_cast<T>(0.0625)));
+              else
+                r.emplace(abs(*x));
+            },
+            err))
       return;
     Tensor<T> want(hx.shape());
     for (std::int64_t i = 0; i < hx.size(); ++i) {
-      if constexpr (std::is_floating_point_v<T>) want.flat(i) = std::exp(static_cast<T>(hx.flat(i) * static_cast<T>(0.0625)));
-      else want.flat(i) = hx.flat(i) < 0 ? static_cast<T>(-hx.flat(i)) : hx.flat(i);
+      if constexpr (std::is_floating_point_v<T>)
+        want.flat(i) = std::exp(static_cast<T>(hx.flat(i) * static_cast<T>(0.0625)));
+      else
+        want.flat(i) = hx.flat(i) < 0 ? wrap_sub(T(0), hx.flat(i)) : hx.flat(i);  // abs(MIN) is MIN
     }
     double atol = 0;
-    if constexpr (std::is_floating_point_v<T>) atol = 4 * e * std::exp(100.0 / 16);  // a few ulp of the largest
+    if constexpr (std::is_floating_point_v<T>)
+      atol = 4 * e * std::exp(100.0 / 16);  // a few ulp of the largest
     check_shards(*r, mesh, want, &c.s1, atol, std::is_floating_point_v<T> ? "exp(x / 16)" : "abs(x)", err);
     ++stats.checks;
   }
@@ -569,7 +679,9 @@ void run_case(const Case& c, const Mesh& mesh, Stats& stats, std::ostream& err) 
     std::int64_t count = 1;
     for (int d : dims) count *= c.shape[static_cast<std::size_t>(d)];
     std::optional<ShardedArray<T>> r;
-    if (!step("sum", [&] { r.emplace(sum(*x, c.sum_dims)); }, err)) return;
+    if (!step(
+            "sum", [&] { r.emplace(sum(*x, c.sum_dims)); }, err))
+      return;
     const PartitionSpec want_spec = drop_dims(c.s1, rank, dims);
     // Each of the `count` terms is at most 100 in magnitude; float order of summation differs.
     const double atol = 4 * e * 100.0 * static_cast<double>(count) + 4 * e;
@@ -579,34 +691,41 @@ void run_case(const Case& c, const Mesh& mesh, Stats& stats, std::ostream& err) 
   }
   if (c.do_max) {
     std::optional<ShardedArray<T>> r;
-    if (!step("max", [&] { r.emplace(max(*x, c.max_dims)); }, err)) return;
+    if (!step(
+            "max", [&] { r.emplace(max(*x, c.max_dims)); }, err))
+      return;
     const PartitionSpec want_spec = drop_dims(c.s1, rank, c.max_dims);
-    check_shards(*r, mesh, host_reduce(hx, c.max_dims, true), &want_spec, 0, "max over [" + join(c.max_dims, ",") + "]",
-                 err);
+    check_shards(*r, mesh, host_reduce(hx, c.max_dims, true), &want_spec, 0,
+                 "max over [" + join(c.max_dims, ",") + "]", err);
     ++stats.checks;
   }
   if (c.do_argmax) {
     std::optional<ShardedArray<std::int64_t>> r;
-    if (!step("argmax", [&] { r.emplace(argmax(*x, c.argmax_dim)); }, err)) return;
+    if (!step(
+            "argmax", [&] { r.emplace(argmax(*x, c.argmax_dim)); }, err))
+      return;
     const int d = c.argmax_dim < 0 ? c.argmax_dim + rank : c.argmax_dim;
     const PartitionSpec want_spec = drop_dims(c.s1, rank, {d});
-    check_shards(*r, mesh, host_argmax(hx, c.argmax_dim), &want_spec, 0, "argmax dim " + std::to_string(c.argmax_dim),
-                 err);
+    check_shards(*r, mesh, host_argmax(hx, c.argmax_dim), &want_spec, 0,
+                 "argmax dim " + std::to_string(c.argmax_dim), err);
     ++stats.checks;
   }
 
   // 3d. matmul of random 2-D layouts (and sometimes a requested output sharding).
   {
-    const Tensor<T> ha = random_tensor<T>({c.m, c.k}, seed++);
-    const Tensor<T> hb = random_tensor<T>({c.k, c.n}, seed++);
+    const Tensor<T> ha = operand<T>({c.m, c.k}, seed++, c.edges);
+    const Tensor<T> hb = operand<T>({c.k, c.n}, seed++, c.edges);
     std::optional<ShardedArray<T>> a, b, r;
     std::optional<NamedSharding> out;
     if (c.sout) out.emplace(mesh, *c.sout);
-    if (!step("matmul", [&] {
-          a.emplace(device_put(ha, NamedSharding(mesh, c.sa)));
-          b.emplace(device_put(hb, NamedSharding(mesh, c.sb)));
-          r.emplace(matmul(*a, *b, out ? &*out : nullptr));
-        }, err))
+    if (!step(
+            "matmul",
+            [&] {
+              a.emplace(device_put(ha, NamedSharding(mesh, c.sa)));
+              b.emplace(device_put(hb, NamedSharding(mesh, c.sb)));
+              r.emplace(matmul(*a, *b, out ? &*out : nullptr));
+            },
+            err))
       return;
     Algorithm alg = choose_algorithm(a->shape(), a->sharding(), b->shape(), b->sharding());
     if (!std::is_floating_point_v<T>) alg = Algorithm::kRules;
@@ -622,9 +741,11 @@ SHARD_MPI_TEST(Properties, RandomMeshesShapesAndSpecs) {
   const int devices = runtime().device_count();
   const bool root = runtime().process_index() == 0;
   if (root) {
-    std::printf("[ property ] seed %llu (replay with SHARD_PROPERTY_SEED=%llu), %d cases on %d devices (%d ranks x %d)\n",
-                static_cast<unsigned long long>(cfg.seed), static_cast<unsigned long long>(cfg.seed),
-                cfg.only >= 0 ? 1 : cfg.cases, devices, runtime().process_count(), runtime().devices_per_rank());
+    std::printf(
+        "[ property ] seed %llu (replay with SHARD_PROPERTY_SEED=%llu), %d cases on %d devices (%d ranks x "
+        "%d)\n",
+        static_cast<unsigned long long>(cfg.seed), static_cast<unsigned long long>(cfg.seed),
+        cfg.only >= 0 ? 1 : cfg.cases, devices, runtime().process_count(), runtime().devices_per_rank());
     std::fflush(stdout);
   }
   const double t0 = MPI_Wtime();
@@ -642,31 +763,42 @@ SHARD_MPI_TEST(Properties, RandomMeshesShapesAndSpecs) {
     std::ostringstream err;
     std::optional<Mesh> mesh;
     try {
-      if (c.device_ids.empty()) mesh.emplace(make_mesh(c.mesh_shape, c.axes));
-      else mesh.emplace(c.mesh_shape, c.axes, c.device_ids);
+      if (c.device_ids.empty())
+        mesh.emplace(make_mesh(c.mesh_shape, c.axes));
+      else
+        mesh.emplace(c.mesh_shape, c.axes, c.device_ids);
     } catch (const std::exception& e) {
       err << "\n  mesh threw: " << e.what();
     }
     if (mesh) {
       ++by_mesh_ndim[mesh->ndim()];
       switch (c.dtype) {
-        case 0: run_case<float>(c, *mesh, stats, err); break;
-        case 1: run_case<double>(c, *mesh, stats, err); break;
-        case 2: run_case<std::int32_t>(c, *mesh, stats, err); break;
-        default: run_case<std::int64_t>(c, *mesh, stats, err); break;
+        case 0:
+          run_case<float>(c, *mesh, stats, err);
+          break;
+        case 1:
+          run_case<double>(c, *mesh, stats, err);
+          break;
+        case 2:
+          run_case<std::int32_t>(c, *mesh, stats, err);
+          break;
+        default:
+          run_case<std::int64_t>(c, *mesh, stats, err);
+          break;
       }
     }
     ++run;
-    if (!err.str().empty() && stats.failed++ < kReported)
-      ADD_FAILURE() << c.describe(cfg.seed) << err.str();
+    if (!err.str().empty() && stats.failed++ < kReported) ADD_FAILURE() << c.describe(cfg.seed) << err.str();
   }
   if (stats.failed > kReported)
-    ADD_FAILURE() << "seed " << cfg.seed << ": " << stats.failed - kReported << " more failing cases on this rank";
+    ADD_FAILURE() << "seed " << cfg.seed << ": " << stats.failed - kReported
+                  << " more failing cases on this rank";
   if (root) {
-    std::printf("[ property ] seed %llu: %d cases (%d on 1-D, %d on 2-D, %d on 3-D meshes), %lld checks, %.2f s;"
-                " reshard plans:",
-                static_cast<unsigned long long>(cfg.seed), run, by_mesh_ndim[1], by_mesh_ndim[2], by_mesh_ndim[3],
-                static_cast<long long>(stats.checks), MPI_Wtime() - t0);
+    std::printf(
+        "[ property ] seed %llu: %d cases (%d on 1-D, %d on 2-D, %d on 3-D meshes), %lld checks, %.2f s;"
+        " reshard plans:",
+        static_cast<unsigned long long>(cfg.seed), run, by_mesh_ndim[1], by_mesh_ndim[2], by_mesh_ndim[3],
+        static_cast<long long>(stats.checks), MPI_Wtime() - t0);
     for (const auto& [k, n] : stats.kinds) std::printf(" %s %d", kind_name(k), n);
     std::printf("; matmul:");
     for (const auto& [k, n] : stats.matmuls) std::printf(" %s %d", k.c_str(), n);

@@ -1,6 +1,8 @@
 #pragma once
 // Test helpers: random host arrays, and enumerations of meshes and specs.
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,8 +13,6 @@
 #include <vector>
 
 #include "shard/shard.hpp"
-
-#include <unistd.h>
 
 namespace shard::testing {
 
@@ -60,9 +60,12 @@ Tensor<std::int64_t> host_argmax(const Tensor<T>& x, int dim) {
     std::int64_t o = 0;
     for (int d = 0, k = 0; d < x.rank(); ++d)
       if (d != dim) o = o * out[k++] + idx[d];
-    if (r.flat(o) < 0 || x.flat(i) > best[o]) {  // strictly greater: the first index wins ties
+    // Strictly greater: the first index wins ties; numpy's: the first nan wins over everything.
+    const T v = x.flat(i);
+    const bool nan_best = r.flat(o) >= 0 && best[o] != best[o], nan_here = v != v;
+    if (r.flat(o) < 0 || (!nan_best && (nan_here || v > best[o]))) {
       r.flat(o) = idx[dim];
-      best[o] = x.flat(i);
+      best[o] = v;
     }
   }
   return r;
@@ -72,10 +75,14 @@ Tensor<std::int64_t> host_argmax(const Tensor<T>& x, int dim) {
 /// (8 significant bits: ~0.4% per rounding), 0 for the exact integer types.
 template <typename T>
 constexpr double tol_for(double f32, double f64, double bf16 = 1e-2) {
-  if constexpr (std::is_same_v<T, float>) return f32;
-  else if constexpr (std::is_same_v<T, double>) return f64;
-  else if constexpr (std::is_same_v<T, bfloat16>) return bf16;
-  else return 0.0;
+  if constexpr (std::is_same_v<T, float>)
+    return f32;
+  else if constexpr (std::is_same_v<T, double>)
+    return f64;
+  else if constexpr (std::is_same_v<T, bfloat16>)
+    return bf16;
+  else
+    return 0.0;
 }
 
 /// x's elements as float64 on every rank (a ShardedArray gathered with to_host).
@@ -144,7 +151,8 @@ inline std::vector<PartitionSpec> all_specs(const std::vector<std::string>& axes
       std::vector<SpecEntry> spec;
       for (const auto& e : entries) spec.emplace_back(e);
       PartitionSpec p(spec);
-      if (std::none_of(out.begin(), out.end(), [&](const PartitionSpec& q) { return q == p; })) out.push_back(p);
+      if (std::none_of(out.begin(), out.end(), [&](const PartitionSpec& q) { return q == p; }))
+        out.push_back(p);
     }
   } while (std::next_permutation(perm.begin(), perm.end()));
   return out;
@@ -221,7 +229,8 @@ MaxError max_error(const ShardedArray<T>& c, const Tensor<double>& ref) {
     e.boxes_ok = e.boxes_ok && sh.box == reference_box(c.mesh(), c.spec(), c.shape(), sh.device);
     const auto want = reference_slice(ref, sh.box);
     for (std::size_t i = 0; i < want.size(); ++i) {
-      e.err = std::max(e.err, std::abs(static_cast<double>(sh.data.flat(static_cast<std::int64_t>(i))) - want[i]));
+      e.err = std::max(e.err,
+                       std::abs(static_cast<double>(sh.data.flat(static_cast<std::int64_t>(i))) - want[i]));
       e.norm = std::max(e.norm, std::abs(want[i]));
     }
   }
@@ -236,7 +245,8 @@ class TempDir {
     static int counter = 0;
     long pid = ::getpid();
     MPI_Bcast(&pid, 1, MPI_LONG, 0, runtime().world().get());
-    path_ = std::filesystem::temp_directory_path() / (prefix + std::to_string(pid) + "-" + std::to_string(counter++));
+    path_ = std::filesystem::temp_directory_path() /
+            (prefix + std::to_string(pid) + "-" + std::to_string(counter++));
     if (create && runtime().process_index() == 0) std::filesystem::create_directories(path_);
     MPI_Barrier(runtime().world().get());
   }
@@ -273,7 +283,8 @@ inline bool full_matrix() {
 }
 
 /// `sample` in the default tier; every spec of a rank-`rank` array on `mesh` in the slow tier.
-inline std::vector<PartitionSpec> specs_or_all(const Mesh& mesh, int rank, std::vector<PartitionSpec> sample) {
+inline std::vector<PartitionSpec> specs_or_all(const Mesh& mesh, int rank,
+                                               std::vector<PartitionSpec> sample) {
   return full_matrix() ? all_specs(mesh.axis_names(), rank) : sample;
 }
 
