@@ -81,6 +81,27 @@ if(SHARD_BUILD_APPS)
     set_tests_properties(adversarial.fault_sweep.${mode} PROPERTIES TIMEOUT 1800 LABELS "mpi;adversarial"
                          ENVIRONMENT "${SHARD_MPI_TEST_ENV}")
   endforeach()
+  # The fault hook refuses settings that could never fire, and every rank must have the same.
+  shard_adversarial(env_fault_hook_rank
+    "rank 1. error: SHARD_FAULT_COLLECTIVE='extra:3:5': rank 5 is not in this job of 2 ranks;rank 0. error: SHARD_FAULT_COLLECTIVE='extra:3:5'"
+    ${CMAKE_COMMAND} -E env SHARD_FAULT_COLLECTIVE=extra:3:5 ${_adv_run} $<TARGET_FILE:shard_info>)
+  shard_adversarial(env_fault_hook_never_fired
+    "rank 1. error: SHARD_FAULT_COLLECTIVE=extra:999999 never fired: this rank checked [0-9]+ collectives"
+    ${CMAKE_COMMAND} -E env SHARD_FAULT_COLLECTIVE=extra:999999 ${_adv_run} $<TARGET_FILE:shard_info>)
+  shard_adversarial(env_fault_hook_differs
+    "rank 1. error: SHARD_FAULT_COLLECTIVE differs between the ranks;rank 0. error: SHARD_FAULT_COLLECTIVE differs"
+    ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 1 ${SHARD_MPIEXEC_FLAGS} ${CMAKE_COMMAND} -E env SHARD_FAULT_COLLECTIVE=count
+    $<TARGET_FILE:shard_info> : ${MPIEXEC_NUMPROC_FLAG} 1 $<TARGET_FILE:shard_info>)
+  # Ranks started with different flags (mpirun's MPMD form): refused before anything runs.
+  shard_adversarial(gpt_flags_differ
+    "rank 1. error: rank 1 was started with other flags than rank 0: '--lr 0.5 --steps 2';rank 0. error: .*rank 1 was started with other flags than rank 0"
+    ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 1 ${SHARD_MPIEXEC_FLAGS} $<TARGET_FILE:train_gpt> --lr 0.001 --steps 2
+    : ${MPIEXEC_NUMPROC_FLAG} 1 $<TARGET_FILE:train_gpt> --lr 0.5 --steps 2)
+  # A checkpoint directory that is a file: refused before the first step (it failed after training).
+  shard_adversarial(gpt_checkpoint_dir_is_a_file
+    "rank 1. error: .*--checkpoint-dir /dev/null is not a directory;rank 0. error: --checkpoint-dir /dev/null is not a directory"
+    ${_adv_run} $<TARGET_FILE:train_gpt> --layers 1 --d-model 16 --heads 2 --context 8 --batch 4 --steps 2
+    --warmup 0 --checkpoint-dir /dev/null)
   shard_adversarial(env_fault_hook
     "rank 1. error: SHARD_FAULT_COLLECTIVE='extra:0': expected count, extra:K.:RANK. or rename:K.:RANK. .K >= 1.;rank 0. error: SHARD_FAULT_COLLECTIVE='extra:0'"
     ${CMAKE_COMMAND} -E env SHARD_FAULT_COLLECTIVE=extra:0 ${_adv_run} $<TARGET_FILE:shard_info>)

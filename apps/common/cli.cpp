@@ -2,14 +2,17 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <thread>
 
 #include "shard/error.hpp"
 #include "shard/mpi/agree.hpp"
+#include "shard/mpi/communicator.hpp"
 #include "shard/runtime/profiler.hpp"
 
 namespace shard::apps {
@@ -59,8 +62,30 @@ void add_common_options(po::options_description& options) {
       "(ui.perfetto.dev, chrome://tracing)");
 }
 
+namespace {
+/// Every rank must run with the same flags (mpirun's MPMD form, or a wrapper script that differs
+/// per rank, could give them others: replicated parameters would then differ between the ranks,
+/// silently). Collective: ValueError on every rank naming rank 0's flags and this rank's.
+void agree_on_command_line(int argc, char** argv, const Runtime& rt) {
+  std::string line;
+  for (int i = 1; i < argc; ++i) line += (i > 1 ? " " : "") + std::string(argv[i]);
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const unsigned char c : line) h = (h ^ c) * 1099511628211ULL;
+  const auto mine = static_cast<std::int64_t>(h >> 1);
+  const mpi::Communicator& world = rt.world();
+  const std::int64_t root = world.broadcast<std::int64_t>(mine, 0);
+  // The lowest rank whose flags differ from rank 0's tells every rank.
+  mpi::agreed(world, [&] {
+    if (mine != root)
+      raise<ValueError>("rank ", world.rank(), " was started with other flags than rank 0: '", line,
+                        "'; every rank must run with the same command line");
+  });
+}
+}  // namespace
+
 bool parse_command_line(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
                         const Runtime& rt, const std::string& usage) {
+  agree_on_command_line(argc, argv, rt);
   try {
     // No positional arguments: a stray word (a flag without its dashes, a value after a flag
     // that takes none) is an error, not silently ignored.
@@ -91,6 +116,18 @@ bool parse_command_line(int argc, char** argv, const po::options_description& op
     shard::start_trace();
   }
   return true;
+}
+
+void prepare_directory(const Runtime& rt, const std::string& dir, const std::string& flag) {
+  mpi::agreed(rt.world(), [&] {
+    if (rt.process_index() != 0) return;
+    std::error_code ec;
+    const std::filesystem::path p(dir);
+    if (std::filesystem::exists(p, ec) && !std::filesystem::is_directory(p, ec))
+      raise<IoError>("--", flag, " ", dir, " is not a directory");
+    if (std::filesystem::create_directories(p, ec); ec)
+      raise<IoError>("--", flag, " ", dir, ": cannot create the directory: ", ec.message());
+  });
 }
 
 void print0(const Runtime& rt, const std::string& text) {

@@ -47,11 +47,15 @@ class TracedSteps {
 };
 
 /// Parses argv into `vm`. A bad flag or value throws shard::ValueError (every rank parses the
-/// same argv, so every rank throws). Returns false after printing the help on rank 0 when
+/// same argv, so every rank throws; ranks started with different flags raise a ValueError on
+/// every rank too). Returns false after printing the help on rank 0 when
 /// --help was given: the app should then return 0.
 bool parse_command_line(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
                         const Runtime& rt, const std::string& usage);
 
+/// Collective: rank 0 makes sure `dir` (--<flag>) is a directory, creating it, before any work
+/// that would write there (a checkpoint directory that is a file used to fail after training).
+void prepare_directory(const Runtime& rt, const std::string& dir, const std::string& flag);
 
 /// Prints on rank 0 only.
 void print0(const Runtime& rt, const std::string& text);

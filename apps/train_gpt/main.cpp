@@ -41,6 +41,7 @@ struct Config {
   std::int64_t trace_steps = 3;
   bool json = false, resume = false, sample = false, shard_state = false, comm_stats = false, jit = false,
        fsdp = false;
+  std::vector<std::string> jit_off;  ///< --jit-off: fuse, reuse, donate, propagate
 };
 
 /// The sum over ranks of `value` (each rank's counted once, at its first device). Collective.
@@ -242,6 +243,8 @@ int run(shard::Runtime& rt, Config& c) {
   if (n_train <= c.model.context)
     shard::raise<shard::ValueError>("--context ", c.model.context, " is longer than the training split");
   if (!c.sample) (void)validation_windows(c, corpus.validation.size());  // before training, not after it
+  if (!c.sample && !c.checkpoint_dir.empty())
+    shard::apps::prepare_directory(rt, c.checkpoint_dir, "checkpoint-dir");
   // The bytes of arrays this rank holds for the parameters and the optimizer's state (the library's
   // counter of live array bytes, before and after making them).
   const std::int64_t live_before = shard::tensor_memory_stats().live_bytes;
@@ -320,13 +323,14 @@ int run(shard::Runtime& rt, Config& c) {
         opt.update(params, grads, s);
         return std::make_tuple(params, s, value);
       },
-      [] {
-        shard::JitOptions o{.donate_argnums = {0, 1}};
-        const char* e = std::getenv("XJ");
-        if (e && std::string(e).find('r') != std::string::npos) o.reuse_buffers = false;
-        if (e && std::string(e).find('f') != std::string::npos) o.fuse = false;
-        if (e && std::string(e).find('d') != std::string::npos) o.donate_argnums = {};
-        if (e && std::string(e).find('p') != std::string::npos) o.propagate = false;
+      [&] {
+        shard::JitOptions o{.donate_argnums = {0, 1}};  // --jit-off: the optimizations switched off
+        for (const std::string& off : c.jit_off) {
+          if (off == "fuse") o.fuse = false;
+          if (off == "reuse") o.reuse_buffers = false;
+          if (off == "donate") o.donate_argnums = {};
+          if (off == "propagate") o.propagate = false;
+        }
         return o;
       }());
   while (step < last) {
@@ -468,6 +472,7 @@ int main(int argc, char** argv) {
   return shard::apps::run_app(argc, argv, [&](shard::Runtime& rt) {
     namespace po = shard::apps::po;
     Config c;
+    std::string jit_off;
     po::options_description options("train_gpt options");
     shard::apps::add_common_options(options);
     options.add_options()("mesh", po::value(&c.mesh_text)->default_value(""),
@@ -524,7 +529,10 @@ int main(int argc, char** argv) {
         "split each parameter and its optimizer state over 'data' (ZeRO-3 / FSDP): the loss all_gathers each "
         "weight where it is used and the gradients come back split")(
         "jit", "run each training step as one jitted program (value_and_grad and the optimizer's update)")(
-        "json", "one JSON object per line (losses, validation, summary) instead of text");
+        "jit-off", po::value(&jit_off)->default_value(""),
+        "with --jit, optimizations to switch off (a comma-separated list of fuse, reuse, donate, propagate: "
+        "shard::JitOptions)")("json",
+                              "one JSON object per line (losses, validation, summary) instead of text");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(
             argc, argv, options, vm, rt,
@@ -537,6 +545,13 @@ int main(int argc, char** argv) {
     c.shard_state = vm.count("shard-optimizer-state") > 0;
     c.comm_stats = vm.count("comm-stats") > 0;
     c.jit = vm.count("jit") > 0;
+    for (std::size_t at = 0; at < jit_off.size();) {
+      const std::size_t comma = std::min(jit_off.find(',', at), jit_off.size());
+      c.jit_off.push_back(jit_off.substr(at, comma - at));
+      shard::apps::check_choice("jit-off", c.jit_off.back(), {"fuse", "reuse", "donate", "propagate"});
+      at = comma + 1;
+    }
+    if (!c.jit_off.empty() && !c.jit) shard::raise<shard::ValueError>("--jit-off needs --jit");
     c.fsdp = vm.count("fsdp") > 0;
     using shard::apps::check_at_least;
     using shard::apps::check_finite_in;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -38,7 +39,7 @@ struct Config {
   std::int64_t batch = 0, samples = 8192, max_steps = 0, seed = 0, log_every = 0, checkpoint_every = 0;
   std::int64_t trace_steps = 3;
   int epochs = 0, keep = 2;
-  bool json = false, resume = false, shard_optimizer_state = false;
+  bool json = false, resume = false, shard_optimizer_state = false, jit = false;
   std::string grad_sync = "auto";  ///< auto, shared-memory or mpi
   std::string on_nan = "stop";     ///< stop or skip
   std::string overlap = "on";      ///< the gradients' sums behind the backward pass
@@ -94,6 +95,7 @@ int run(shard::Runtime& rt, Config& c) {
   const bool split_state = c.shard_optimizer_state || shared;
   train::Model m = train::init_model(layers, mesh, keys[0], c.hyper, split_state);
   std::int64_t step = 0;
+  if (!c.checkpoint_dir.empty()) shard::apps::prepare_directory(rt, c.checkpoint_dir, "checkpoint-dir");
   if (c.resume) step = train::resume(c.checkpoint_dir, m, c.hyper, c.seed, c.layers_text);
   const shard::NamedSharding rows(mesh, shard::P("data", shard::None));
   // Where the mesh put the devices: the hosts of each 'data' index ("node0|node1" means the
@@ -134,6 +136,12 @@ int run(shard::Runtime& rt, Config& c) {
   char line[512];
   shard::time_split_reset();
   const shard::apps::TracedSteps traced(rt, c.trace_steps);
+  // --jit: the whole step as one program (traced at the first step); the learning rate is the
+  // optimizer's schedule of its step count.
+  std::unique_ptr<train::JitStep> jit_step;
+  if (c.jit)
+    jit_step = std::make_unique<train::JitStep>(c.hyper, m.shard_state, c.lr_schedule == "cosine",
+                                                c.epochs * steps_per_epoch);
   while (step < last_step) {
     const int epoch = static_cast<int>(step / steps_per_epoch);
     const auto perm = shard::random::permutation(shard::random::fold_in(keys[1], static_cast<std::uint32_t>(epoch)),
@@ -157,7 +165,7 @@ int run(shard::Runtime& rt, Config& c) {
                                                    static_cast<double>(c.epochs * steps_per_epoch))));
       traced.before(total_steps + epoch_steps);
       shard::time_split_enable(true);  // the split covers the training steps only
-      const double loss = train::train_step_autodiff(m, hs, x, y);
+      const double loss = jit_step ? (*jit_step)(m, x, y) : train::train_step_autodiff(m, hs, x, y);
       shard::time_split_enable(false);
       traced.after(total_steps + epoch_steps + 1);
       epoch_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -253,7 +261,7 @@ int run(shard::Runtime& rt, Config& c) {
                   static_cast<long long>(step), static_cast<long long>(total_samples), total_train_s, sps, data, model,
                   rt.process_count(), rt.devices_per_rank(), peak_rss_mb(), static_cast<long long>(total_skipped),
                   c.overlap.c_str(), c.bucket_mb, c.grad_dtype.c_str(), wait_ms);
-    shard::apps::print0(rt, line + ("\"hosts_by_data\": \"" + placement + "\", \"grad_sync\": \"" + (data == 1 ? "none" : shared ? "shared-memory" : "mpi") + "\"}\n"));
+    shard::apps::print0(rt, line + ("\"hosts_by_data\": \"" + placement + "\", \"grad_sync\": \"" + (data == 1 ? "none" : shared ? "shared-memory" : "mpi") + "\", \"jit\": " + (c.jit ? "true" : "false") + "}\n"));
   } else {
     std::snprintf(line, sizeof line,
                   "done: %lld steps, %.0f samples/s over %.2f s of training; waited %.3f ms per step for the "
@@ -317,6 +325,8 @@ int main(int argc, char** argv) {
         ("grad-dtype", po::value(&c.grad_dtype)->default_value("float32"),
          "float32 or bfloat16: how the gradients' chunks travel (bfloat16: half the bytes, summed in float32; "
          "shard::gradient_reduction().bfloat16)")
+        ("jit", "run each training step as one jitted program (value_and_grad and the optimizer's update; the "
+                "learning rate follows the optimizer's step count)")
         ("json", "one JSON object per epoch (and per --log-every steps) and a summary, instead of text");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
@@ -324,6 +334,7 @@ int main(int argc, char** argv) {
                                          "Trains a data x tensor parallel MLP."))
       return 0;
     c.json = vm.count("json") > 0;
+    c.jit = vm.count("jit") > 0;
     c.resume = vm.count("resume") > 0;
     c.shard_optimizer_state = vm.count("shard-optimizer-state") > 0;
     using shard::apps::check_at_least;

@@ -17,6 +17,7 @@
 // every replica updates its whole blocks.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,25 @@ struct EvalResult {
 /// both P('data', None). Returns the mean loss over the batch. Collective over all ranks.
 double train_step_autodiff(Model& m, const Hyper& h, const shard::ShardedArray<float>& x,
                            const shard::ShardedArray<float>& y);
+
+/// The same step as one jitted program (--jit): value_and_grad and the optimizer's update traced
+/// at the first call and replayed after (a new trace only for a new batch shape), the parameters
+/// and the optimizer's state donated. The learning rate is the optimizer's schedule of its step
+/// count (the cosine of --lr-schedule over `total_steps`), as optax's: the same as the eager
+/// step's unless --on-nan skip skipped steps. Collective over all ranks.
+class JitStep {
+ public:
+  JitStep(const Hyper& h, bool shard_state, bool cosine, std::int64_t total_steps);
+  ~JitStep();
+  JitStep(const JitStep&) = delete;
+  JitStep& operator=(const JitStep&) = delete;
+  /// Returns the mean loss over the batch (NaN when --on-nan skip left the model unchanged).
+  double operator()(Model& m, const shard::ShardedArray<float>& x, const shard::ShardedArray<float>& y);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 /// The forward pass only: summed loss, correct predictions and rows (labels < 0 are padding
 /// and do not count). Collective over all ranks.

@@ -47,7 +47,87 @@ shard::optim::Optimizer optimizer_of(const Hyper& h) {
   return shard::optim::sgd(h.lr, h.momentum, false, h.weight_decay);
 }
 
+/// The model's optimizer state (Adam's m and v, or SGD's momentum) as the optimizer's State, and
+/// back: the arrays move, nothing is copied.
+shard::optim::State<float> take_state(Model& m, const Hyper& h) {
+  shard::optim::State<float> state;
+  state.step = shard::full<std::int64_t>(shard::Shape{}, m.step,
+                                        shard::NamedSharding(m.params.front().mesh(), shard::PartitionSpec()));
+  const std::size_t np = m.params.size();
+  for (std::size_t i = 0; i < np; ++i) {
+    if (h.optimizer == "adam") {
+      state.arrays.emplace("mu/" + std::to_string(i), std::move(m.state[i]));
+      state.arrays.emplace("nu/" + std::to_string(i), std::move(m.state[np + i]));
+    } else if (h.momentum > 0) {
+      state.arrays.emplace("momentum/" + std::to_string(i), std::move(m.state[i]));
+    }
+  }
+  return state;
+}
+
+void give_state(Model& m, const Hyper& h, shard::optim::State<float>& state) {
+  const std::size_t np = m.params.size();
+  for (std::size_t i = 0; i < np; ++i) {
+    if (h.optimizer == "adam") {
+      m.state[i] = std::move(state.arrays.at("mu/" + std::to_string(i)));
+      m.state[np + i] = std::move(state.arrays.at("nu/" + std::to_string(i)));
+    } else if (h.momentum > 0) {
+      m.state[i] = std::move(state.arrays.at("momentum/" + std::to_string(i)));
+    }
+  }
+  m.step = state.step.item();
+}
+
+/// The jitted step's function: value_and_grad of the mean loss, then the optimizer's update.
+auto jitted_step(const Hyper& h, const shard::optim::Optimizer& opt) {
+  return shard::jit(
+      [h, opt](const std::vector<Array>& p, const shard::optim::State<float>& s0, const Array& x, const Array& y) {
+        const float total = static_cast<float>(x.shape()[0]);
+        auto loss = [&](const std::vector<Array>& q) {
+          return shard::sum(row_losses(forward(q, x, h), y, h.classify)) / total;
+        };
+        auto [value, grads] = shard::value_and_grad(loss, opt.grad_sharding())(p);
+        std::vector<Array> params = p;
+        shard::optim::State<float> s = s0;
+        opt.update(params, grads, s);
+        return std::make_tuple(params, s, value);
+      },
+      shard::JitOptions{.donate_argnums = {0, 1}});
+}
+
+shard::optim::Optimizer jit_optimizer(const Hyper& h, bool shard_state, bool cosine, std::int64_t total_steps) {
+  const shard::optim::Schedule lr =
+      cosine ? shard::optim::cosine_decay(h.lr, total_steps) : shard::optim::constant(h.lr);
+  auto opt = h.optimizer == "adam" ? shard::optim::adamw(lr, h.weight_decay, h.beta1, h.beta2, h.eps)
+                                   : shard::optim::sgd(lr, h.momentum, false, h.weight_decay);
+  if (shard_state) opt.shard_state_over("data");
+  if (h.skip_nonfinite) opt.apply_if_finite();
+  return opt;
+}
+
 }  // namespace
+
+struct JitStep::Impl {
+  Hyper h;
+  shard::optim::Optimizer opt;
+  decltype(jitted_step(h, opt)) fn;
+  Impl(const Hyper& hyper, shard::optim::Optimizer o) : h(hyper), opt(std::move(o)), fn(jitted_step(h, opt)) {}
+};
+
+JitStep::JitStep(const Hyper& h, bool shard_state, bool cosine, std::int64_t total_steps)
+    : impl_(std::make_unique<Impl>(h, jit_optimizer(h, shard_state, cosine, total_steps))) {}
+JitStep::~JitStep() = default;
+
+double JitStep::operator()(Model& m, const Array& x, const Array& y) {
+  shard::optim::State<float> state = take_state(m, impl_->h);
+  const std::int64_t before = m.step;
+  auto [p, s, value] = impl_->fn(m.params, state, x, y);
+  m.params = std::move(p);
+  give_state(m, impl_->h, s);
+  const double loss = value.to_host().item();
+  // --on-nan skip: apply_if_finite left the parameters, the state and the count unchanged.
+  return impl_->h.skip_nonfinite && (!std::isfinite(loss) || m.step == before) ? std::nan("") : loss;
+}
 
 double train_step_autodiff(Model& m, const Hyper& h, const Array& x, const Array& y) {
   const float total = static_cast<float>(x.shape()[0]);
@@ -63,29 +143,9 @@ double train_step_autodiff(Model& m, const Hyper& h, const Array& x, const Array
   if (h.skip_nonfinite && !std::isfinite(loss_value)) return std::nan("");
   if (h.skip_nonfinite) opt.apply_if_finite();
   // The optimizer's state is the model's (checkpointed with it): Adam's m and v, or SGD's momentum.
-  shard::optim::State<float> state;
-  state.step = shard::full<std::int64_t>(shard::Shape{}, m.step,
-                                        shard::NamedSharding(m.params.front().mesh(), shard::PartitionSpec()));
-  const std::size_t np = m.params.size();
-  const bool adam = h.optimizer == "adam";
-  for (std::size_t i = 0; i < np; ++i) {
-    if (adam) {
-      state.arrays.emplace("mu/" + std::to_string(i), std::move(m.state[i]));
-      state.arrays.emplace("nu/" + std::to_string(i), std::move(m.state[np + i]));
-    } else if (h.momentum > 0) {
-      state.arrays.emplace("momentum/" + std::to_string(i), std::move(m.state[i]));
-    }
-  }
+  shard::optim::State<float> state = take_state(m, h);
   const double norm = opt.update(m.params, grads, state);
-  for (std::size_t i = 0; i < np; ++i) {
-    if (adam) {
-      m.state[i] = std::move(state.arrays.at("mu/" + std::to_string(i)));
-      m.state[np + i] = std::move(state.arrays.at("nu/" + std::to_string(i)));
-    } else if (h.momentum > 0) {
-      m.state[i] = std::move(state.arrays.at("momentum/" + std::to_string(i)));
-    }
-  }
-  m.step = state.step.item();
+  give_state(m, h, state);
   return h.skip_nonfinite && !std::isfinite(norm) ? std::nan("") : loss_value;
 }
 

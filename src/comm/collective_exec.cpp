@@ -9,28 +9,29 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <string>
 #include <type_traits>
 
-#include "comm/collective_cma.hpp"
-#include "comm/collective_guard_internal.hpp"
-#include "comm/collective_members.hpp"
-#include "comm/collective_shared.hpp"
+#include "shard/core/time_split.hpp"
+#include "shard/core/detail/int_wrap.hpp"
+#include "shard/core/timeline.hpp"
 #include "shard/comm/comm_stats.hpp"
 #include "shard/comm/detail/collective.hpp"
 #include "shard/comm/detail/collective_guard.hpp"
 #include "shard/comm/detail/mesh_comms.hpp"
-#include "shard/comm/group_shared.hpp"
-#include "shard/core/detail/int_wrap.hpp"
-#include "shard/core/time_split.hpp"
-#include "shard/core/timeline.hpp"
 #include "shard/error.hpp"
+#include "shard/comm/group_shared.hpp"
 #include "shard/mpi/communicator.hpp"
+
+#include "comm/collective_cma.hpp"
+#include "comm/collective_guard_internal.hpp"
+#include "comm/collective_members.hpp"
+#include "comm/collective_shared.hpp"
 
 namespace shard::detail {
 
@@ -79,14 +80,10 @@ MPI_Op mpi_op(ReduceKind op) {
     if (op == ReduceKind::kMin) return nan_extreme_op<T, false>();
   }
   switch (op) {
-    case ReduceKind::kMax:
-      return kBool ? MPI_LOR : MPI_MAX;
-    case ReduceKind::kMin:
-      return kBool ? MPI_LAND : MPI_MIN;
-    case ReduceKind::kProd:
-      return MPI_PROD;
-    default:
-      return MPI_SUM;
+    case ReduceKind::kMax: return kBool ? MPI_LOR : MPI_MAX;
+    case ReduceKind::kMin: return kBool ? MPI_LAND : MPI_MIN;
+    case ReduceKind::kProd: return MPI_PROD;
+    default: return MPI_SUM;
   }
 }
 
@@ -117,12 +114,10 @@ void combine(Tensor<T>& acc, const Tensor<T>& x, ReduceKind op) {
 template <typename T>
 void check_dtype(const CollectiveSpec& s) {
   if constexpr (std::is_same_v<T, bool>) {
-    const bool sums =
-        s.kind == CollectiveKind::kPsumScatter ||
-        (s.kind == CollectiveKind::kReduce && s.op != ReduceKind::kMax && s.op != ReduceKind::kMin);
+    const bool sums = s.kind == CollectiveKind::kPsumScatter ||
+                      (s.kind == CollectiveKind::kReduce && s.op != ReduceKind::kMax && s.op != ReduceKind::kMin);
     if (sums)
-      raise<ValueError>(s.name, " over ", s.axes_text,
-                        " of a bool array: sums of bool are not defined; convert "
+      raise<ValueError>(s.name, " over ", s.axes_text, " of a bool array: sums of bool are not defined; convert "
                         "with astype<std::int32_t>(x) first (pmax is a logical or, pmin a logical and)");
   }
 }
@@ -157,8 +152,7 @@ void copy_in(const T* src, const Shape& src_shape, const Box& b, Tensor<T>& out)
 template <typename T>
 void record_in_process(const CollectiveSpec& s, std::size_t members) {
   comm_stats().record_in_process(
-      s.name, s.axes_text,
-      static_cast<std::int64_t>(members) * num_elements(s.in_shape) * static_cast<std::int64_t>(sizeof(T)));
+      s.name, s.axes_text, static_cast<std::int64_t>(members) * num_elements(s.in_shape) * static_cast<std::int64_t>(sizeof(T)));
 }
 
 // ---- psum / pmean / pmax / pmin: Allreduce in place on the locally combined block.
@@ -176,13 +170,9 @@ void run_reduce(const Mesh& mesh, const CollectiveSpec& s, const DeviceGroup& g,
     const int c = count_of(acc.size(), s);
     mpi_call(
         s, g, "MPI_Allreduce",
-        [&] {
-          return MPI_Allreduce(MPI_IN_PLACE, acc.data(), c, mpi::datatype<T>(), mpi_op<T>(s.op),
-                               g.comm.get());
-        },
+        [&] { return MPI_Allreduce(MPI_IN_PLACE, acc.data(), c, mpi::datatype<T>(), mpi_op<T>(s.op), g.comm.get()); },
         [&](MPI_Request* r) {
-          return MPI_Iallreduce(MPI_IN_PLACE, acc.data(), c, mpi::datatype<T>(), mpi_op<T>(s.op),
-                                g.comm.get(), r);
+          return MPI_Iallreduce(MPI_IN_PLACE, acc.data(), c, mpi::datatype<T>(), mpi_op<T>(s.op), g.comm.get(), r);
         });
     comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(acc.bytes()));
   }
@@ -215,13 +205,9 @@ void run_all_gather(const CollectiveSpec& s, const DeviceGroup& g, const std::ve
     const T* src = in(m[0].local).data();
     mpi_call(
         s, g, "MPI_Allgather",
-        [&] {
-          return MPI_Allgather(src, c, mpi::datatype<T>(), result.data(), c, mpi::datatype<T>(),
-                               g.comm.get());
-        },
+        [&] { return MPI_Allgather(src, c, mpi::datatype<T>(), result.data(), c, mpi::datatype<T>(), g.comm.get()); },
         [&](MPI_Request* r) {
-          return MPI_Iallgather(src, c, mpi::datatype<T>(), result.data(), c, mpi::datatype<T>(),
-                                g.comm.get(), r);
+          return MPI_Iallgather(src, c, mpi::datatype<T>(), result.data(), c, mpi::datatype<T>(), g.comm.get(), r);
         });
     comm_stats().record(s.name, s.axes_text, be * static_cast<std::int64_t>(sizeof(T)));
   } else {
@@ -242,26 +228,25 @@ void run_all_gather(const CollectiveSpec& s, const DeviceGroup& g, const std::ve
     mpi_call(
         s, g, "MPI_Allgatherv",
         [&] {
-          return MPI_Allgatherv(send.data(), sc, mpi::datatype<T>(), recv.data(), counts.data(),
-                                displs.data(), mpi::datatype<T>(), g.comm.get());
+          return MPI_Allgatherv(send.data(), sc, mpi::datatype<T>(), recv.data(), counts.data(), displs.data(),
+                                mpi::datatype<T>(), g.comm.get());
         },
         [&](MPI_Request* r) {
-          return MPI_Iallgatherv(send.data(), sc, mpi::datatype<T>(), recv.data(), counts.data(),
-                                 displs.data(), mpi::datatype<T>(), g.comm.get(), r);
+          return MPI_Iallgatherv(send.data(), sc, mpi::datatype<T>(), recv.data(), counts.data(), displs.data(),
+                                 mpi::datatype<T>(), g.comm.get(), r);
         });
     comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(send.bytes()));
     for (std::size_t r = 0; r < pos.size(); ++r)
-      for (std::size_t j = 0; j < pos[r].size(); ++j)
-        place(recv.data() + displs[r] + j * be, pos[r][j], result);
+      for (std::size_t j = 0; j < pos[r].size(); ++j) place(recv.data() + displs[r] + j * be, pos[r][j], result);
   }
   hand_out(result, m, outs);
 }
 
 // ---- psum_scatter: local sum, then Reduce_scatter(_block) of the chunks by position.
 template <typename T>
-void run_psum_scatter(const Mesh& mesh, const CollectiveSpec& s, const DeviceGroup& g,
-                      const std::vector<Member>& m, std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs,
-                      bool shared_ok, const shard::source_location& where) {
+void run_psum_scatter(const Mesh& mesh, const CollectiveSpec& s, const DeviceGroup& g, const std::vector<Member>& m,
+                      std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs, bool shared_ok,
+                      const shard::source_location& where) {
   const Topology& topo = mesh.topology();
   Tensor<T> acc = std::move(ins[m[0].local]);
   for (std::size_t i = 1; i < m.size(); ++i) combine(acc, ins[m[i].local], ReduceKind::kSum);
@@ -286,9 +271,7 @@ void run_psum_scatter(const Mesh& mesh, const CollectiveSpec& s, const DeviceGro
     T* dst = outs[m[0].local].data();
     mpi_call(
         s, g, "MPI_Reduce_scatter_block",
-        [&] {
-          return MPI_Reduce_scatter_block(acc.data(), dst, c, mpi::datatype<T>(), MPI_SUM, g.comm.get());
-        },
+        [&] { return MPI_Reduce_scatter_block(acc.data(), dst, c, mpi::datatype<T>(), MPI_SUM, g.comm.get()); },
         [&](MPI_Request* r) {
           return MPI_Ireduce_scatter_block(acc.data(), dst, c, mpi::datatype<T>(), MPI_SUM, g.comm.get(), r);
         });
@@ -309,13 +292,10 @@ void run_psum_scatter(const Mesh& mesh, const CollectiveSpec& s, const DeviceGro
   Tensor<T> recv({static_cast<std::int64_t>(m.size()) * ce});
   mpi_call(
       s, g, "MPI_Reduce_scatter",
-      [&] {
-        return MPI_Reduce_scatter(send.data(), recv.data(), counts.data(), mpi::datatype<T>(), MPI_SUM,
-                                  g.comm.get());
-      },
+      [&] { return MPI_Reduce_scatter(send.data(), recv.data(), counts.data(), mpi::datatype<T>(), MPI_SUM, g.comm.get()); },
       [&](MPI_Request* r) {
-        return MPI_Ireduce_scatter(send.data(), recv.data(), counts.data(), mpi::datatype<T>(), MPI_SUM,
-                                   g.comm.get(), r);
+        return MPI_Ireduce_scatter(send.data(), recv.data(), counts.data(), mpi::datatype<T>(), MPI_SUM, g.comm.get(),
+                                   r);
       });
   comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(send.bytes()));
   for (std::size_t j = 0; j < m.size(); ++j) {  // my positions arrive in ascending order
@@ -362,10 +342,9 @@ void run_all_to_all(const CollectiveSpec& s, const DeviceGroup& g, const std::ve
     const Box mine_in = chunk_box(s.in_shape, s.dim, extent, me);
     const Box mine_out = chunk_box(s.out_shape, s.concat_dim, eshape[s.concat_dim], me);
     Shape src_origin(s.out_shape.size());
-    for (std::size_t d = 0; d < src_origin.size(); ++d)
-      src_origin[d] = mine_out.offset[d] - mine_in.offset[d];
-    copy_box(x.data(), s.in_shape, src_origin, out.data(), s.out_shape, Shape(s.out_shape.size(), 0),
-             mine_out, sizeof(T));
+    for (std::size_t d = 0; d < src_origin.size(); ++d) src_origin[d] = mine_out.offset[d] - mine_in.offset[d];
+    copy_box(x.data(), s.in_shape, src_origin, out.data(), s.out_shape, Shape(s.out_shape.size(), 0), mine_out,
+             sizeof(T));
     const int n = s.group_size;
     if (cma && ce * static_cast<std::int64_t>(sizeof(T)) >= static_cast<std::int64_t>(kSharedReduceMin)) {
       // One node: read the peers' chunks where they lie (no pack; collective_cma.cpp).
@@ -499,16 +478,14 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
     const int from = comm_rank_of(g, topo.owner(g.devices[src]));
     if (!collective_watchdog_on()) [[likely]] {
       const BlockingWait wait("MPI_Sendrecv", s, g.ranks);
-      mpi::check(MPI_Sendrecv(ins[mm.local].data(), count, mpi::datatype<T>(), to, dst, outs[mm.local].data(),
-                              count, mpi::datatype<T>(), from, mm.pos, g.comm.get(), MPI_STATUS_IGNORE),
+      mpi::check(MPI_Sendrecv(ins[mm.local].data(), count, mpi::datatype<T>(), to, dst, outs[mm.local].data(), count,
+                              mpi::datatype<T>(), from, mm.pos, g.comm.get(), MPI_STATUS_IGNORE),
                  "MPI_Sendrecv");
     } else {
       MPI_Request r[2];
-      mpi::check(
-          MPI_Irecv(outs[mm.local].data(), count, mpi::datatype<T>(), from, mm.pos, g.comm.get(), &r[0]),
-          "MPI_Irecv");
-      mpi::check(MPI_Isend(ins[mm.local].data(), count, mpi::datatype<T>(), to, dst, g.comm.get(), &r[1]),
-                 "MPI_Isend");
+      mpi::check(MPI_Irecv(outs[mm.local].data(), count, mpi::datatype<T>(), from, mm.pos, g.comm.get(), &r[0]),
+                 "MPI_Irecv");
+      mpi::check(MPI_Isend(ins[mm.local].data(), count, mpi::datatype<T>(), to, dst, g.comm.get(), &r[1]), "MPI_Isend");
       watchdog_wait(2, r, s, g, "MPI_Isend/MPI_Irecv");
     }
     comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(ins[mm.local].bytes()));
@@ -521,10 +498,9 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
     } else if (local_of(src) < 0) {
       outs[mm.local] = Tensor<T>(s.in_shape);
       requests.emplace_back();
-      mpi::check(
-          MPI_Irecv(outs[mm.local].data(), count, mpi::datatype<T>(),
-                    comm_rank_of(g, topo.owner(g.devices[src])), mm.pos, g.comm.get(), &requests.back()),
-          "MPI_Irecv");
+      mpi::check(MPI_Irecv(outs[mm.local].data(), count, mpi::datatype<T>(),
+                           comm_rank_of(g, topo.owner(g.devices[src])), mm.pos, g.comm.get(), &requests.back()),
+                 "MPI_Irecv");
     }
   }
   for (const auto& mm : m) {  // then sends, and local moves (each source has one destination)
@@ -532,10 +508,8 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
     if (dst < 0) continue;
     const int l = local_of(dst);
     if (l >= 0) {
-      if (ins[mm.local].owns_memory())
-        outs[l] = std::move(ins[mm.local]);
-      else
-        outs[l] = Tensor<T>(ins[mm.local]);  // an lvalue input (a borrow) stays the caller's
+      if (ins[mm.local].owns_memory()) outs[l] = std::move(ins[mm.local]);
+      else outs[l] = Tensor<T>(ins[mm.local]);  // an lvalue input (a borrow) stays the caller's
     } else {
       requests.emplace_back();
       mpi::check(MPI_Isend(ins[mm.local].data(), count, mpi::datatype<T>(),
@@ -547,8 +521,7 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
   if (!requests.empty()) {
     if (!collective_watchdog_on()) [[likely]] {
       const BlockingWait wait("MPI_Waitall", s, g.ranks);
-      mpi::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-                 "MPI_Waitall");
+      mpi::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
     } else {
       watchdog_wait(static_cast<int>(requests.size()), requests.data(), s, g, "MPI_Isend/MPI_Irecv");
     }
@@ -561,15 +534,13 @@ void run_ppermute(const CollectiveSpec& s, const DeviceGroup& g, const std::vect
 /// The timeline's details of a collective: its block's bytes, shape and dtype.
 template <typename T>
 std::string collective_args(const CollectiveSpec& s) {
-  return "\"bytes_per_device\": " +
-         std::to_string(num_elements(s.in_shape) * static_cast<std::int64_t>(sizeof(T))) + ", \"shape\": \"" +
-         to_string(s.in_shape) + "\", \"dtype\": \"" + s.dtype + "\"";
+  return "\"bytes_per_device\": " + std::to_string(num_elements(s.in_shape) * static_cast<std::int64_t>(sizeof(T))) +
+         ", \"shape\": \"" + to_string(s.in_shape) + "\", \"dtype\": \"" + s.dtype + "\"";
 }
 
 template <typename T>
 void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
-                        std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs,
-                        const shard::source_location& where) {
+                        std::vector<Tensor<T>>& ins, std::vector<Tensor<T>>& outs, const shard::source_location& where) {
   const ScopedTime timed(TimeKind::kCommunication);
   auto traced = TimelineScope::named("collective", [&] { return s.name + " " + s.axes_text; });
   if (traced.active()) traced.set_args(collective_args<T>(s));
@@ -606,21 +577,11 @@ void execute_collective(const Mesh& mesh, const CollectiveSpec& s, const std::ve
     const auto m = members_of(g, devices);
     if (m.empty()) continue;
     switch (s.kind) {
-      case CollectiveKind::kReduce:
-        run_reduce(mesh, s, g, m, ins, outs, shared_ok, where);
-        break;
-      case CollectiveKind::kAllGather:
-        run_all_gather(s, g, m, topo, in, outs);
-        break;
-      case CollectiveKind::kPsumScatter:
-        run_psum_scatter(mesh, s, g, m, ins, outs, shared_ok, where);
-        break;
-      case CollectiveKind::kAllToAll:
-        run_all_to_all(s, g, m, topo, in, outs, cma);
-        break;
-      case CollectiveKind::kPpermute:
-        run_ppermute(s, g, m, topo, ins, outs);
-        break;
+      case CollectiveKind::kReduce: run_reduce(mesh, s, g, m, ins, outs, shared_ok, where); break;
+      case CollectiveKind::kAllGather: run_all_gather(s, g, m, topo, in, outs); break;
+      case CollectiveKind::kPsumScatter: run_psum_scatter(mesh, s, g, m, ins, outs, shared_ok, where); break;
+      case CollectiveKind::kAllToAll: run_all_to_all(s, g, m, topo, in, outs, cma); break;
+      case CollectiveKind::kPpermute: run_ppermute(s, g, m, topo, ins, outs); break;
     }
     if (g.comm.is_null()) record_in_process<T>(s, m.size());
   }
@@ -643,10 +604,8 @@ void execute_gather_like(const Mesh& mesh, const CollectiveSpec& s, const std::v
   for (const auto& g : mesh.comms().groups(s.axes)) {
     const auto m = members_of(g, devices);
     if (m.empty()) continue;
-    if (s.kind == CollectiveKind::kAllGather)
-      run_all_gather(s, g, m, mesh.topology(), in, outs);
-    else
-      run_all_to_all(s, g, m, mesh.topology(), in, outs, cma);
+    if (s.kind == CollectiveKind::kAllGather) run_all_gather(s, g, m, mesh.topology(), in, outs);
+    else run_all_to_all(s, g, m, mesh.topology(), in, outs, cma);
     if (g.comm.is_null()) record_in_process<T>(s, m.size());
   }
 }
@@ -666,8 +625,8 @@ void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& s, cons
   const auto chunk_bytes = static_cast<std::size_t>(be) * sizeof(T);
   for (std::size_t i = 0; i < blocks.size(); ++i)
     if (blocks[i]->shape() != s.out_shape)
-      raise<ShapeError>(s.name, ": block of device ", devices[i], " has shape ",
-                        to_string(blocks[i]->shape()), ", expected ", to_string(s.out_shape));
+      raise<ShapeError>(s.name, ": block of device ", devices[i], " has shape ", to_string(blocks[i]->shape()),
+                        ", expected ", to_string(s.out_shape));
   for (const auto& g : mesh.comms().groups(s.axes)) {
     const auto m = members_of(g, devices);
     if (m.empty() || be == 0) continue;
@@ -685,26 +644,20 @@ void execute_all_gather_in_place(const Mesh& mesh, const CollectiveSpec& s, cons
       T* buf = blocks[m[0].local]->data();
       mpi_call(
           s, g, "MPI_Allgather",
-          [&] {
-            return MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c, mpi::datatype<T>(),
-                                 g.comm.get());
-          },
+          [&] { return MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c, mpi::datatype<T>(), g.comm.get()); },
           [&](MPI_Request* r) {
-            return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c, mpi::datatype<T>(),
-                                  g.comm.get(), r);
+            return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c, mpi::datatype<T>(), g.comm.get(), r);
           });
       comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(chunk_bytes));
       continue;
     }
     // Several devices per rank: the general all_gather of each member's chunk, copied back.
     std::vector<Tensor<T>> chunks(blocks.size());
-    for (const auto& mm : m)
-      chunks[mm.local] = Tensor<T>::borrow(blocks[mm.local]->data() + mm.pos * be, s.in_shape);
+    for (const auto& mm : m) chunks[mm.local] = Tensor<T>::borrow(blocks[mm.local]->data() + mm.pos * be, s.in_shape);
     const Inputs<T> in = [&](int l) -> const Tensor<T>& { return chunks[l]; };
     std::vector<Tensor<T>> outs(blocks.size());
     run_all_gather(s, g, m, mesh.topology(), in, outs);
-    for (const auto& mm : m)
-      std::memcpy(blocks[mm.local]->data(), outs[mm.local].data(), blocks[mm.local]->bytes());
+    for (const auto& mm : m) std::memcpy(blocks[mm.local]->data(), outs[mm.local].data(), blocks[mm.local]->bytes());
   }
 }
 
@@ -723,16 +676,14 @@ T* collective_staging(const Mesh& mesh, const CollectiveSpec& s, const std::vect
   return nullptr;
 }
 
-#define SHARD_INSTANTIATE_EXEC(T)                                                                           \
-  template void execute_gather_like<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,         \
-                                       const std::vector<const Tensor<T>*>&, std::vector<Tensor<T>>&,       \
-                                       const shard::source_location&);                                      \
-  template void execute_collective<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,          \
-                                      std::vector<Tensor<T>>&, std::vector<Tensor<T>>&,                     \
-                                      const shard::source_location&);                                       \
-  template void execute_all_gather_in_place<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&, \
-                                               const std::vector<Tensor<T>*>&,                              \
-                                               const shard::source_location&);                              \
+#define SHARD_INSTANTIATE_EXEC(T)                                                                          \
+  template void execute_gather_like<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,                \
+                                       const std::vector<const Tensor<T>*>&, std::vector<Tensor<T>>&,            \
+                                       const shard::source_location&);                                             \
+  template void execute_collective<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,                 \
+                                      std::vector<Tensor<T>>&, std::vector<Tensor<T>>&, const shard::source_location&); \
+  template void execute_all_gather_in_place<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&,        \
+                                               const std::vector<Tensor<T>*>&, const shard::source_location&);       \
   template T* collective_staging<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_EXEC)
 #undef SHARD_INSTANTIATE_EXEC

@@ -8,14 +8,18 @@
 //                  a psum): a different name, or order (the check sees some other collective at
 //                  that position either way)
 // The hook acts where the collective check compares the ranks' collectives
-// (collective_guard.cpp), so it needs the check on (the default).
+// (collective_guard.cpp), so it needs the check on (the default); every rank must be given the
+// same setting (agreed at start-up); a RANK outside the job is refused, and a fault that never
+// fired (K past the run's collectives) ends the job with an error at the program's end.
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "comm/collective_guard_internal.hpp"
 #include "shard/error.hpp"
+#include "shard/mpi/communicator.hpp"
 
 namespace shard::detail {
 
@@ -26,13 +30,14 @@ struct FaultHook {
   long at = 0;   // the K-th checked collective (from 1)
   int rank = 1;  // the rank that diverges
   long seen = 0;
+  bool fired = false;
   std::string text;  // the setting, for messages
 };
 FaultHook g_fault;
 
 }  // namespace
 
-void configure_fault_hook() {
+void configure_fault_hook(bool check) {
   g_fault = FaultHook{};
   const char* v = std::getenv("SHARD_FAULT_COLLECTIVE");
   if (!v || !*v) return;
@@ -56,16 +61,35 @@ void configure_fault_hook() {
     f.mode = mode == "extra" ? FaultHook::kExtra : FaultHook::kRename;
     const std::size_t c2 = t.find(':', c1 + 1);
     f.at = number(t.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1));
-    if (c2 != std::string::npos) f.rank = static_cast<int>(number(t.substr(c2 + 1)));
     if (f.at < 1) bad();
+    long rank = f.rank;
+    if (c2 != std::string::npos) rank = number(t.substr(c2 + 1));
+    int size = 1;
+    if (mpi::is_active()) MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (rank >= size)
+      raise<ValueError>("SHARD_FAULT_COLLECTIVE='", t, "': rank ", rank, " is not in this job of ", size,
+                        " ranks: the fault would never fire");
+    f.rank = static_cast<int>(rank);
+    if (!check)
+      raise<ValueError>("SHARD_FAULT_COLLECTIVE='", t,
+                        "' acts where the collective check compares the ranks' collectives: it needs "
+                        "SHARD_CHECK_COLLECTIVES=1 (the default), not 0");
   }
   g_fault = f;
+}
+
+std::int64_t fault_setting_hash() {
+  if (g_fault.text.empty()) return 0;
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const unsigned char c : g_fault.text) h = (h ^ c) * 1099511628211ULL;
+  return static_cast<std::int64_t>(h >> 2) | 1;  // > 0, so that ~h < 0 tells it apart
 }
 
 FaultAction fault_at_checked_collective(int world_rank) {
   if (g_fault.mode == FaultHook::kOff) return FaultAction::kNone;
   ++g_fault.seen;
   if (g_fault.seen != g_fault.at || world_rank != g_fault.rank) return FaultAction::kNone;
+  g_fault.fired = true;
   if (g_fault.mode == FaultHook::kExtra) return FaultAction::kExtra;
   if (g_fault.mode == FaultHook::kRename) return FaultAction::kRename;
   return FaultAction::kNone;
@@ -86,11 +110,18 @@ std::string extra_collective_text(const CollectiveSpec& s) {
              g_fault.seen, " (", collective_text(s), ")");
 }
 
-void report_fault_count() {
-  if (g_fault.mode != FaultHook::kCount) return;
-  std::fprintf(stderr, "%sSHARD_FAULT_COLLECTIVE=count: %ld checked collectives\n", rank_prefix().c_str(),
-               g_fault.seen);
+bool report_fault_outcome(int world_rank) {
+  if (g_fault.mode == FaultHook::kCount) {
+    std::fprintf(stderr, "%sSHARD_FAULT_COLLECTIVE=count: %ld checked collectives\n", rank_prefix().c_str(),
+                 g_fault.seen);
+    std::fflush(stderr);
+    return true;
+  }
+  if (g_fault.mode == FaultHook::kOff || g_fault.fired || world_rank != g_fault.rank) return true;
+  std::fprintf(stderr, "%serror: SHARD_FAULT_COLLECTIVE=%s never fired: this rank checked %ld collectives\n",
+               rank_prefix().c_str(), g_fault.text.c_str(), g_fault.seen);
   std::fflush(stderr);
+  return false;
 }
 
 }  // namespace shard::detail

@@ -529,13 +529,13 @@ Agreement agree_at_end_of_shard_map(std::exception_ptr& err, const std::int64_t 
 }
 
 bool agree_at_end_of_program() {
-  report_fault_count();
-  if (g_world.comm.is_null() || !collective_check_on() || g_job_failing || !mpi::is_active()) return true;
+  const bool fault_ok = report_fault_outcome(g_world.comm.is_null() ? -1 : g_world.comm.rank());
+  if (g_world.comm.is_null() || !collective_check_on() || g_job_failing || !mpi::is_active()) return fault_ok;
   static const CollectiveSpec spec = world_spec("the end of the program (shard::Runtime's destructor)");
   const NotListening quiet;
   const Outcome o =
       exchange(g_world, spec, fingerprint_of(spec.name), -1, false, nullptr, [&] { return spec.name; });
-  if (o.same) return true;
+  if (o.same) return fault_ok;
   std::exception_ptr err;
   try {
     if (o.failed >= 0) raise_announced(o.failed, spec.name);
@@ -655,7 +655,7 @@ void set_collective_guard(bool check, double timeout_seconds) {
 void configure_collective_guard_from_env(bool& check, double& timeout_seconds) {
   check = env_flag("SHARD_CHECK_COLLECTIVES").value_or(true);
   timeout_seconds = env_seconds("SHARD_COLLECTIVE_TIMEOUT", 1e6).value_or(-1.0);  // -1: the watcher's default
-  configure_fault_hook();
+  configure_fault_hook(check);
 }
 
 void shared_window_barrier(const Mesh& mesh, const SharedWindow& w, const std::string& name,

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <source_location>
 #include <vector>
 
@@ -55,8 +56,11 @@ void mpi_call(const CollectiveSpec& s, const DeviceGroup& g, const char* routine
 
 /// The fault hook (SHARD_FAULT_COLLECTIVE, collective_fault.cpp): one rank diverges at its k-th
 /// checked collective, as a bug in its code would (tests/adversarial/fault_sweep.sh).
-/// Reads the variable (ValueError when malformed; the Runtime's start).
-void configure_fault_hook();
+/// Reads the variable (ValueError when malformed, for a rank outside the job, or with the check
+/// off: `check`; the Runtime's start).
+void configure_fault_hook(bool check);
+/// A hash of the setting (> 0; 0 when unset), agreed at start-up: every rank must have the same.
+std::int64_t fault_setting_hash();
 enum class FaultAction { kNone, kExtra, kRename };
 /// Counts a checked collective of this rank (`world_rank`): what the hook does there.
 FaultAction fault_at_checked_collective(int world_rank);
@@ -65,7 +69,8 @@ FaultAction fault_at_checked_collective(int world_rank);
 CollectiveSpec renamed_by_fault(const CollectiveSpec& s);
 /// The description of the extra collective presented before `s` (kExtra): its fingerprint too.
 std::string extra_collective_text(const CollectiveSpec& s);
-/// At the program's end under "count": prints how many collectives this rank checked.
-void report_fault_count();
+/// At the program's end: under "count" prints how many collectives this rank checked; false
+/// (after an error line) when this rank was to diverge and the fault never fired.
+bool report_fault_outcome(int world_rank);
 
 }  // namespace shard::detail

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/collective_cma.hpp"
+#include "comm/collective_guard_internal.hpp"
 #include "comm/collective_shared.hpp"
 #include "shard/comm/detail/collective_guard.hpp"
 #include "shard/mpi/communicator.hpp"
@@ -27,7 +28,7 @@ namespace {
 // each word is agreed as its maximum over the ranks, so the job takes the most checking, the
 // longest timeout and grace any rank asked for, and no group-shared memory if any rank turned
 // it off.
-enum Setting : int { kCheck, kTimeoutMs, kGraceMs, kSharedOff, kSettings };
+enum Setting : int { kCheck, kTimeoutMs, kGraceMs, kSharedOff, kFault, kFaultComplement, kSettings };
 
 void read_comm_settings(std::int64_t* words) {
   bool check = false;
@@ -39,10 +40,17 @@ void read_comm_settings(std::int64_t* words) {
   words[kTimeoutMs] = static_cast<std::int64_t>(timeout * 1000.0 + 0.5);
   words[kGraceMs] = static_cast<std::int64_t>(grace * 1000.0 + 0.5);
   words[kSharedOff] = shared_reduce ? 0 : 1;
+  // SHARD_FAULT_COLLECTIVE must be the same everywhere: the maxima of h and ~h tell.
+  words[kFault] = fault_setting_hash();
+  words[kFaultComplement] = ~words[kFault];
 }
 
 void start_comm(const RuntimeStart& s) {
   const std::int64_t* words = s.settings;
+  if (words[kFaultComplement] != ~words[kFault])
+    raise<ValueError>(
+        "SHARD_FAULT_COLLECTIVE differs between the ranks (unset on some): give every rank the same "
+        "setting (mpirun -x SHARD_FAULT_COLLECTIVE)");
   // Timeout: unset on every rank (-1) is the watcher thread's default; 0 turns both off.
   set_collective_guard(words[kCheck] != 0, static_cast<double>(words[kTimeoutMs]) / 1000.0);
   if (words[kTimeoutMs] < 0) start_collective_watch(kDefaultCollectiveTimeout);

@@ -122,9 +122,10 @@ std::string broadcast(std::string s) {
 }
 
 /// Runs fn on rank 0 only and raises its error (if any) on every rank: a checked collective
-/// (`what` names it), so a rank that is elsewhere is met here, not in the raw agreement.
+/// (`what` names it and is compared across the ranks, paths included), so a rank that is
+/// elsewhere, or asks for another directory or array, is met here, not in the raw agreement.
 template <typename F>
-void on_root(const char* what, F&& fn) {
+void on_root(const std::string& what, F&& fn) {
   detail::check_transfer(detail::CommOp{"checkpoint", what});
   mpi::agreed(world(), [&] {
     if (world().rank() == 0) fn();
@@ -402,7 +403,7 @@ std::string CheckpointWriter::commit(std::int64_t step, shard::source_location w
 std::string latest_checkpoint(const std::string& directory, shard::source_location where) {
   const detail::CallScope scope("latest_checkpoint", where);
   std::string found;
-  on_root("listing the steps", [&] {
+  on_root("listing the steps of '" + directory + "'", [&] {
     std::error_code ec;
     std::vector<fs::path> symlinks;
     const auto steps = list_steps(directory, &symlinks);
@@ -423,7 +424,7 @@ CheckpointManifest read_manifest(const std::string& checkpoint_path, shard::sour
   const detail::CallScope scope("read_manifest", where);
   const fs::path path = fs::path(checkpoint_path) / kManifest;
   std::string text;
-  on_root("reading the manifest", [&] {
+  on_root("reading the manifest of '" + checkpoint_path + "'", [&] {
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) fs_error("cannot open", path, std::strerror(errno));
     char buf[65536];
@@ -474,21 +475,23 @@ ShardedArray<T> load_checkpoint_array(const std::string& checkpoint_path, const 
   const std::string file = (fs::path(checkpoint_path) / e.file).string();
   // Rank 0 looks at the entry itself (not what it points to): a symlink could lead out of
   // the checkpoint directory, and a missing file deserves a message naming the array.
-  on_root("the array file's entry", [&] {
-    std::error_code ec;
-    const fs::file_status st = fs::symlink_status(file, ec);
-    if (st.type() == fs::file_type::not_found)
-      raise<IoError>("load_checkpoint_array: ", checkpoint_path, " lacks '", e.file, "', the file of array '",
-                     name, "' that its manifest lists (the checkpoint is incomplete or was modified)");
-    if (ec) fs_error("cannot inspect", file, ec.message());
-    if (st.type() == fs::file_type::symlink)
-      raise<ValueError>("load_checkpoint_array: manifest names a path outside its directory: '", file,
-                        "' (the file of array '", name,
-                        "') is a symlink; checkpoint files must be regular files");
-    if (st.type() != fs::file_type::regular)
-      raise<IoError>("load_checkpoint_array: '", file, "' (the file of array '", name,
-                     "') is not a regular file");
-  });
+  on_root(detail::cat("the entry of array '", name, "' of '", checkpoint_path, "' as ", dtype_name<T>()),
+          [&] {
+            std::error_code ec;
+            const fs::file_status st = fs::symlink_status(file, ec);
+            if (st.type() == fs::file_type::not_found)
+              raise<IoError>("load_checkpoint_array: ", checkpoint_path, " lacks '", e.file,
+                             "', the file of array '", name,
+                             "' that its manifest lists (the checkpoint is incomplete or was modified)");
+            if (ec) fs_error("cannot inspect", file, ec.message());
+            if (st.type() == fs::file_type::symlink)
+              raise<ValueError>("load_checkpoint_array: manifest names a path outside its directory: '", file,
+                                "' (the file of array '", name,
+                                "') is a symlink; checkpoint files must be regular files");
+            if (st.type() != fs::file_type::regular)
+              raise<IoError>("load_checkpoint_array: '", file, "' (the file of array '", name,
+                             "') is not a regular file");
+          });
   ShardedArray<T> x = io::load_npy<T>(file, sharding);
   if (x.shape() != e.shape)
     raise<ShapeError>("load_checkpoint_array: array '", name, "' in ", file, " has shape ",

@@ -44,9 +44,7 @@ const char* dtype_of_descr(const std::string& descr) {
   return name;
 }
 
-
 /// A cursor over the Python literal dict of a .npy header; errors name the file.
-
 
 /// Calls fn(file element offset, box element offset, element count) for each contiguous row
 /// run of `box` in the row-major array of `shape`; trailing dims the box spans whole merge
@@ -94,7 +92,8 @@ std::string space_hint(const std::string& path, std::int64_t needed) {
   const std::filesystem::space_info si = std::filesystem::space(dir, ec);
   if (ec) return "cannot check the free space of '" + dir.string() + "': " + ec.message();
   return "the file system of '" + dir.string() + "' has " + std::to_string(si.available) +
-         " bytes free, the file needs " + std::to_string(needed) + " (a full disk, a quota or a file size limit?)";
+         " bytes free, the file needs " + std::to_string(needed) +
+         " (a full disk, a quota or a file size limit?)";
 }
 
 /// fallocate(2) of the first `bytes` of the existing file `path` (which grows to that size).
@@ -128,8 +127,10 @@ NpyHeader read_header_on_root(const std::string& path, const char* also = nullpt
   NpyHeader h = parse_npy_header(bytes, path);
   if (also && h.descr == also) return h;
   if (h.descr != npy_descr<T>())
-    raise<IoError>(op, ": '", path, "' holds '", h.descr, "' (", dtype_of_descr(h.descr), ") data, not '",
-                   npy_descr<T>(), "' (", dtype_name<T>(), "); load it with the file's dtype (only bfloat16 and float32 load from each other's files)");
+    raise<IoError>(
+        op, ": '", path, "' holds '", h.descr, "' (", dtype_of_descr(h.descr), ") data, not '",
+        npy_descr<T>(), "' (", dtype_name<T>(),
+        "); load it with the file's dtype (only bfloat16 and float32 load from each other's files)");
   if (h.fortran_order)
     raise<IoError>(op, ": '", path, "' is in Fortran order; save it in C order (np.ascontiguousarray)");
   std::int64_t bytes_needed = sizeof(T);
@@ -150,13 +151,15 @@ void save_npy(const ShardedArray<T>& x, const std::string& path) {
   const mpi::Communicator& world = Runtime::current().world();
   const std::string op = std::string("save_npy<") + dtype_name<T>() + ">";
   const std::string header = npy_header(npy_descr<T>(), x.shape());  // metadata: same on every rank
-  detail::check_transfer(detail::CommOp{"save_npy", detail::cat(dtype_name<T>(), to_string(x.shape()), " ",
-                                                                x.sharding().to_string())});
+  detail::check_transfer(detail::CommOp{
+      "save_npy",
+      detail::cat(dtype_name<T>(), to_string(x.shape()), " ", x.sharding().to_string(), " to '", path, "'")});
   std::vector<mpi::FileRun> runs;
   mpi::agreed(world, [&] {
     // Rank 0's header goes into the same collective write as the data.
     if (world.rank() == 0)
-      runs.push_back(mpi::FileRun{0, static_cast<std::int64_t>(header.size()), mpi::address_of(header.data())});
+      runs.push_back(
+          mpi::FileRun{0, static_cast<std::int64_t>(header.size()), mpi::address_of(header.data())});
     for (const auto& s : x.addressable_shards())
       if (x.sharding().replica_index(s.device) == 0)
         add_runs(x.shape(), s.box, static_cast<std::int64_t>(header.size()), s.data.data(), runs);
@@ -208,7 +211,8 @@ ShardedArray<T> load_npy(const std::string& path, const NamedSharding& sharding)
     meta = {h.data_offset, static_cast<std::int64_t>(h.shape.size())};
     meta.insert(meta.end(), h.shape.begin(), h.shape.end());
   });
-  const detail::CommOp meta_op{"load_npy", std::string(dtype_name<T>()) + " from a file, onto " + sharding.to_string()};
+  const detail::CommOp meta_op{
+      "load_npy", std::string(dtype_name<T>()) + " from '" + path + "', onto " + sharding.to_string()};
   detail::check_transfer(meta_op);
   std::int64_t n = static_cast<std::int64_t>(meta.size());
   detail::broadcast(detail::world_group(), meta_op, &n, 1, 0);

@@ -14,6 +14,45 @@ const Value* Value::find(const std::string& key) const {
   return nullptr;
 }
 
+std::string printable(const std::string& s) {
+  std::string out;
+  for (const unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+bool is_json_number(const std::string& t) {
+  std::size_t i = 0;
+  auto digits = [&] {
+    const std::size_t from = i;
+    while (i < t.size() && t[i] >= '0' && t[i] <= '9') ++i;
+    return i > from;
+  };
+  if (i < t.size() && t[i] == '-') ++i;
+  if (i < t.size() && t[i] == '0') {
+    ++i;
+  } else if (!digits()) {
+    return false;
+  }
+  if (i < t.size() && t[i] == '.') {
+    ++i;
+    if (!digits()) return false;
+  }
+  if (i < t.size() && (t[i] == 'e' || t[i] == 'E')) {
+    ++i;
+    if (i < t.size() && (t[i] == '+' || t[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == t.size();
+}
+
 namespace {
 
 constexpr int kMaxDepth = 64;  // a manifest nests three levels; deeper input is hostile or broken
@@ -66,6 +105,8 @@ class Parser {
       do {
         space();
         std::string key = string();
+        for (const auto& m : v.members)  // RFC 8259 leaves duplicates undefined: parsers differ on which wins
+          if (m.key == key) fail("the key '" + printable(key) + "' is given twice in one object");
         expect(':');
         v.members.push_back(Member{std::move(key), value(depth + 1)});
       } while (accept(','));
@@ -93,6 +134,8 @@ class Parser {
       while (i_ < s_.size() && std::string_view("+-0123456789.eE").find(s_[i_]) != std::string_view::npos)
         ++i_;
       v.text = s_.substr(start, i_ - start);
+      if (!is_json_number(v.text))
+        fail("'" + v.text + "' is not a JSON number (leading zeros, a lone sign or dot?)");
     } else {
       fail(std::string("unexpected character '") + c + "'");
     }

@@ -15,9 +15,9 @@ struct Value {
   enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
   Kind kind = Kind::kNull;
   bool boolean = false;
-  std::string text;                                    ///< a string's contents or a number's literal
-  std::vector<Value> items;                            ///< array elements
-  std::vector<Member> members;                         ///< object members, in file order
+  std::string text;             ///< a string's contents or a number's literal
+  std::vector<Value> items;     ///< array elements
+  std::vector<Member> members;  ///< object members, in file order
 
   /// The member `key` of an object, or null if absent (or not an object).
   const Value* find(const std::string& key) const;
@@ -34,5 +34,12 @@ Value parse(const std::string& text, const std::string& what);
 
 /// `s` as a JSON string literal (quotes and escapes included).
 std::string quote(const std::string& s);
+
+/// `s` for an error message: control bytes (a NUL would end the message, an escape sequence
+/// would reach the terminal) as \xNN.
+std::string printable(const std::string& s);
+
+/// Whether `t` is a number by JSON's grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+bool is_json_number(const std::string& t);
 
 }  // namespace shard::detail::json

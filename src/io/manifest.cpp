@@ -12,10 +12,12 @@
 #include "io/json.hpp"
 #include "shard/core/dtype.hpp"
 #include "shard/error.hpp"
+#include "shard/sharding/partition_spec.hpp"
 
 namespace shard {
 
 using JsonValue = detail::json::Value;
+namespace json = detail::json;
 
 bool detail::is_plain_name(const std::string& s, std::size_t max_size) {
   if (s.empty() || s[0] == '.' || s.size() > max_size) return false;
@@ -73,7 +75,11 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& wh
   CheckpointManifest m;
   m.step = r.integer(r.field(root, "step", K::kNumber, "the manifest"), "'step'");
   for (const auto& [k, v] : r.field(root, "metadata", K::kObject, "the manifest").members) {
-    if (v.kind != K::kString) raise<ValueError>(what, ": metadata '", k, "' must be a string");
+    if (v.kind != K::kString)
+      raise<ValueError>(what, ": metadata '", json::printable(k), "' must be a string");
+    if (k.empty() || json::printable(k) != k)
+      raise<ValueError>(what, ": metadata key '", json::printable(k),
+                        "' is empty or holds control characters");
     m.metadata[k] = v.text;
   }
   for (const JsonValue& a : r.field(root, "arrays", K::kArray, "the manifest").items) {
@@ -83,19 +89,35 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& wh
     e.name = r.field(a, "name", K::kString, where).text;
     e.file = r.field(a, "file", K::kString, where).text;
     if (!detail::is_plain_name(e.file))
-      raise<ValueError>(what, ": manifest names a path outside its directory: file '", e.file, "' of array '",
-                        e.name, "' (files must be plain names such as 'w1.npy')");
+      raise<ValueError>(what, ": manifest names a path outside its directory: file '",
+                        json::printable(e.file), "' of array '", json::printable(e.name),
+                        "' (files must be plain names such as 'w1.npy')");
     if (!detail::is_plain_name(e.name))
-      raise<ValueError>(what, ": array name '", e.name, "' is not a plain name");
+      raise<ValueError>(what, ": array name '", json::printable(e.name), "' is not a plain name");
     for (const auto& other : m.arrays)
       if (other.name == e.name || other.file == e.file)
         raise<ValueError>(what, ": arrays '", other.name, "' and '", e.name, "' share a name or a file");
     e.dtype = r.field(a, "dtype", K::kString, where).text;
     if (!visit_dtype<NumericDtypes>(e.dtype, [](auto) {}))  // the dtypes checkpoints hold
-      raise<ValueError>(what, ": array '", e.name, "' has unknown dtype '", e.dtype, "'");
-    for (const auto& d : r.field(a, "shape", K::kArray, where).items)
+      raise<ValueError>(what, ": array '", e.name, "' has unknown dtype '", json::printable(e.dtype), "'");
+    std::int64_t elements = 1;  // at most 2^60 elements: the bytes of any dtype fit an int64
+    for (const auto& d : r.field(a, "shape", K::kArray, where).items) {
       e.shape.push_back(r.integer(d, "the shape of array '" + e.name + "'"));
+      if (e.shape.back() > 0 && elements > (std::int64_t{1} << 60) / e.shape.back())
+        raise<ValueError>(what, ": the shape of array '", e.name, "' holds more than 2^60 elements");
+      elements *= e.shape.back();
+    }
     e.spec = r.field(a, "spec", K::kString, where).text;
+    PartitionSpec spec;
+    try {
+      spec = PartitionSpec::parse(e.spec);
+    } catch (const Error& err) {
+      raise<ValueError>(what, ": the spec '", json::printable(e.spec), "' of array '", e.name,
+                        "': ", err.message());
+    }
+    if (static_cast<std::size_t>(spec.size()) > e.shape.size())
+      raise<ValueError>(what, ": the spec ", e.spec, " of array '", e.name, "' has more entries than its ",
+                        e.shape.size(), " dims");
     std::int64_t devices = 1;  // a mesh of at most INT_MAX devices (MPI's ranks are ints), none empty
     for (const auto& d : r.field(a, "mesh_shape", K::kArray, where).items) {
       const std::int64_t size = r.integer(d, "the mesh shape of array '" + e.name + "'");
@@ -104,8 +126,24 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& wh
                           " devices, each axis at least 1, not a ", d.text, " axis");
       e.mesh_shape.push_back(static_cast<int>(size));
     }
-    if (const JsonValue* axes = a.find("mesh_axes"); axes && axes->kind == K::kArray)
-      for (const auto& n : axes->items) e.mesh_axes.push_back(n.text);
+    if (const JsonValue* axes = a.find("mesh_axes"); axes && axes->kind == K::kArray) {
+      for (const auto& n : axes->items) {
+        if (n.kind != K::kString || n.text.empty() || json::printable(n.text) != n.text ||
+            std::find(e.mesh_axes.begin(), e.mesh_axes.end(), n.text) != e.mesh_axes.end())
+          raise<ValueError>(what, ": the mesh axes of array '", e.name,
+                            "' must be distinct non-empty names, not '", json::printable(n.text), "'");
+        e.mesh_axes.push_back(n.text);
+      }
+      if (e.mesh_axes.size() != e.mesh_shape.size())
+        raise<ValueError>(what, ": array '", e.name, "' has ", e.mesh_axes.size(),
+                          " mesh axes but a mesh shape of ", e.mesh_shape.size());
+      for (const SpecEntry& entry : spec.entries())
+        for (const std::string& axis : entry.axes())
+          if (std::find(e.mesh_axes.begin(), e.mesh_axes.end(), axis) == e.mesh_axes.end())
+            raise<ValueError>(what, ": the spec ", e.spec, " of array '", e.name, "' names axis '", axis,
+                              "', which its mesh does not have");
+    }
+    if (e.mesh_shape.empty()) raise<ValueError>(what, ": array '", e.name, "' has an empty mesh shape");
     e.checksum =
         r.hex(r.field(a, "checksum", K::kString, where).text, "the checksum of array '" + e.name + "'");
     m.arrays.push_back(std::move(e));

@@ -93,7 +93,35 @@ ShardedArray<T> prim::Matmul::sharded(const ShardedArray<T>& a, const ShardedArr
   }
 }
 
+template <ArrayLike X>
+BatchOut<X> prim::MatmulT::batch(const shard::source_location& where, std::int64_t size, const BatchArg<X>& a,
+                                 const BatchArg<X>& b) const {
+  auto op = [&](const BatchArg<X>& v, bool t) -> X {
+    if (!t) return v.x.alias();
+    return v.batched() ? swapaxes(detail::batch_first(v), -1, -2) : swapaxes(v.x, -1, -2);
+  };
+  const X ax = op(a, ta), bx = op(b, tb);
+  return Matmul{}.batch(where, size, BatchArg<X>{ax, ta && a.batched() ? 0 : a.bdim},
+                        BatchArg<X>{bx, tb && b.batched() ? 0 : b.bdim});
+}
+
+template <Dtype T>
+ShardedArray<T> prim::MatmulT::sharded(const ShardedArray<T>& a, const ShardedArray<T>& b) const {
+  if constexpr (is_floating_v<T>) {
+    return detail::matmul_t(a, ta, b, tb, out.get());
+  } else {
+    raise<ValueError>("matmul_t: float operands only, not ", dtype_name<T>(), " (use matmul)");
+  }
+}
+
 namespace {
+
+/// Whether every operand that carries a batch() is only traced by jit (no vmap batch dim).
+template <ArrayLike X>
+bool only_traced(const X& ct, const std::optional<X>& ak, const std::optional<X>& bk) {
+  auto traced = [](const X& x) { return !x.batch() || x.batch()->trace; };
+  return traced(ct) && (!ak || traced(*ak)) && (!bk || traced(*bk));
+}
 
 /// The cotangents of a and b in numpy's matmul from the result's (1-D operands promoted, batch
 /// dims broadcast). `ak` is kept when b needs a cotangent, `bk` when a does.
@@ -124,6 +152,19 @@ Cotangents<X> matmul_cotangents(const X& ct, const VjpNeed& need, const std::opt
       if (need[1]) r[1].emplace(detail::matmul_t(*ak, true, c2, false));
     }
     return r;
+  }
+  if constexpr (detail::is_sharded_v<X> && is_floating_v<elem_t<X>>) {
+    if (!a1 && !b1 && as.size() == 2 && bs.size() == 2 && only_traced(ct, ak, bk)) {  // under jit
+      auto product = [&](std::size_t i, const X& l, bool tl, const X& rr, bool tr) {
+        const auto* meta = need.input<X>(i);
+        std::shared_ptr<const NamedSharding> want;
+        if (meta) want = std::make_shared<const NamedSharding>(meta->sharding);
+        r[i].emplace(detail::bind_at(prim::MatmulT{{}, tl, tr, std::move(want)}, shard::source_location{}, l, rr));
+      };
+      if (need[0]) product(0, c2, false, *bk, true);
+      if (need[1]) product(1, *ak, true, c2, false);
+      return r;
+    }
   }
   if (need[0]) {
     const X b2 = b1 ? expand_dims(*bk, -1) : bk->alias();
@@ -180,6 +221,13 @@ ShardedArray<T> vdot(const ShardedArray<T>& a, const ShardedArray<T>& b) {
 
 #define SHARD_INSTANTIATE(T)                                                                            \
   template Tensor<T> matmul<T>(const Tensor<T>&, const Tensor<T>&, shard::source_location);                 \
+  template ShardedArray<T> prim::MatmulT::sharded<T>(const ShardedArray<T>&, const ShardedArray<T>&) const; \
+  template BatchOut<Tensor<T>> prim::MatmulT::batch<Tensor<T>>(const shard::source_location&, std::int64_t,  \
+                                                               const BatchArg<Tensor<T>>&,                  \
+                                                               const BatchArg<Tensor<T>>&) const;           \
+  template BatchOut<ShardedArray<T>> prim::MatmulT::batch<ShardedArray<T>>(                                \
+      const shard::source_location&, std::int64_t, const BatchArg<ShardedArray<T>>&,                       \
+      const BatchArg<ShardedArray<T>>&) const;                                                               \
   template ShardedArray<T> matmul<T>(const ShardedArray<T>&, const ShardedArray<T>&, const NamedSharding*, \
                                      Algorithm, shard::source_location);                                    \
   template Tensor<T> vdot<T>(const Tensor<T>&, const Tensor<T>&);                                         \

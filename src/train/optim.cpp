@@ -442,12 +442,13 @@ void State<T>::save(CheckpointWriter& w, const std::string& prefix) const {
 
 template <typename T>
 void State<T>::load(const std::string& checkpoint_path, const CheckpointManifest& m,
-                    const std::string& prefix) {
+                    const std::string& prefix, shard::source_location where) {
+  const detail::CallScope scope("optim::State::load", where);
   for (auto& [name, a] : arrays) {
     std::string file = name;
     for (auto& ch : file)
       if (ch == '/') ch = '.';
-    a = load_checkpoint_array<T>(checkpoint_path, m, prefix + file, a.sharding(), a.shape());
+    a = load_checkpoint_array<T>(checkpoint_path, m, prefix + file, a.sharding(), a.shape(), where);
   }
   if (!m.metadata.count(prefix + "step"))
     raise<ValueError>("optimizer state: the checkpoint has no '", prefix, "step'");

@@ -766,5 +766,48 @@ SHARD_MPI_TEST(Checkpoint, EveryNumberOfAManifestOutOfRange) {
         tokens.size(), values.size(), cases, refused, same);
 }
 
+/// What an adversarial pass found the manifest reader let through, now refused on every rank:
+/// a key given twice (parsers differ on which wins), numbers JSON does not allow (leading zeros),
+/// a spec longer than the shape or naming an axis the mesh lacks, mesh axes and shape of other
+/// lengths, a shape past 2^60 elements, control characters in names and keys (printed escaped);
+/// and ranks that ask for different checkpoints or arrays meet a mismatch at the call.
+SHARD_MPI_TEST(Checkpoint, InconsistentManifestsAndRanksAskingForOthers) {
+  TempDir dir("shard-test-ckpt-", false);
+  const Model model;
+  const std::string p = model.commit(dir.str(), 4, 1);
+  const std::string original =
+      bcast_string(runtime().process_index() == 0 ? read_file(fs::path(p) / "manifest.json") : "");
+  auto refused = [&](const std::string& from, const std::string& to, std::vector<std::string> needles) {
+    edit_manifest(p, from, to);
+    expect_error<ValueError>([&] { (void)read_manifest(p); }, std::move(needles));
+    on_root([&] { write_file(fs::path(p) / "manifest.json", original); });
+  };
+  refused("\"step\": 4,", "\"step\": 4, \"step\": 5,", {"the key 'step' is given twice"});
+  refused("\"step\": 4", "\"step\": 0004", {"'0004' is not a JSON number"});
+  refused("\"spec\": \"P('a', 'b')\"", "\"spec\": \"P('a', 'b', None)\"",
+          {"has more entries than its 2 dims"});
+  refused("\"spec\": \"P('a', 'b')\"", "\"spec\": \"P('zz', None)\"", {"names axis 'zz'"});
+  refused("\"mesh_axes\": [\"a\", \"b\"]", "\"mesh_axes\": [\"a\"]", {"1 mesh axes but a mesh shape of 2"});
+  refused("\"mesh_axes\": [\"a\", \"b\"]", "\"mesh_axes\": [\"a\", \"a\"]", {"distinct non-empty names"});
+  refused("\"shape\": [13, 10]", "\"shape\": [4611686018427387904, 4]", {"more than 2^60 elements"});
+  refused("\"name\": \"w\"", "\"name\": \"w\\u0000x\"", {"array name 'w\\x00x' is not a plain name"});
+  refused("\"epoch\":", "\"ep\\u001boch\":", {"metadata key 'ep\\x1boch'", "control characters"});
+  if (runtime().process_count() < 2) return;
+  // Rank 1 asks for another directory, another checkpoint, another array: a mismatch at the call.
+  TempDir other("shard-test-ckpt-", false);
+  const std::string q = model.commit(other.str(), 6, 1);
+  const bool one = runtime().process_index() == 1;
+  expect_error<CollectiveMismatchError>([&] { (void)latest_checkpoint(one ? other.str() : dir.str()); },
+                                        {"collective mismatch", "listing the steps of"});
+  expect_error<CollectiveMismatchError>([&] { (void)read_manifest(one ? q : p); },
+                                        {"collective mismatch", "reading the manifest of"});
+  const CheckpointManifest m = read_manifest(p);
+  const NamedSharding s(mesh_ab(), P("a", "b"));
+  expect_error<CollectiveMismatchError>(
+      [&] { (void)load_checkpoint_array<float>(p, m, one ? "b" : "w", NamedSharding(mesh_a(), P())); },
+      {"collective mismatch", "the entry of array 'w'", "the entry of array 'b'"});
+  EXPECT_TRUE(equals_host(load_checkpoint_array<float>(p, m, "w", s), model.w_for(4)));  // and then it works
+}
+
 }  // namespace
 }  // namespace shard::testing

@@ -393,6 +393,42 @@ void check_integer_ops() {
     EXPECT_EQ(summed.flat(k), wrapped<I>(U(hi) * U(n))) << "psum of " << n << " x MAX " << type;
 }
 
+/// Reductions over no element give numpy's / JAX's identities where they have one: any false, all
+/// true, sum 0, prod 1, logsumexp -inf; softmax and log_softmax of empty rows are empty; max, min
+/// and argmax raise (numpy: "zero-size array ... has no identity"). Both views, split and not.
+SHARD_MPI_TEST(EdgeValues, EmptyReductionsGiveTheirIdentities) {
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const Tensor<float> h = random_tensor<float>({0, 3}, 41);
+  for (const PartitionSpec& spec : {P("a"), P(), P(None, "a")}) {
+    const auto x = device_put(h, NamedSharding(mesh, spec));
+    const std::string what = spec.to_string();
+    const Tensor<bool> any_s = any(x, {0}).to_host(), all_s = all(x, {0}).to_host();
+    const Tensor<bool> any_h = any(h, {0}), all_h = all(h, {0});
+    const Tensor<float> lse_s = logsumexp(x, {0}).to_host(), lse_h = logsumexp(h, {0});
+    for (std::int64_t i = 0; i < 3; ++i) {
+      EXPECT_FALSE(any_s.flat(i)) << what;
+      EXPECT_FALSE(any_h.flat(i)) << what;
+      EXPECT_TRUE(all_s.flat(i)) << what;
+      EXPECT_TRUE(all_h.flat(i)) << what;
+      EXPECT_EQ(lse_s.flat(i), -kInf) << what;
+      EXPECT_EQ(lse_h.flat(i), -kInf) << what;
+    }
+    EXPECT_FALSE(any(x).item()) << what;
+    EXPECT_TRUE(all(x).item()) << what;
+    EXPECT_EQ(sum(x).item(), 0.f) << what;
+    EXPECT_EQ(prod(x).item(), 1.f) << what;
+    EXPECT_EQ(logsumexp(x).item(), -kInf) << what;
+    EXPECT_EQ(softmax(x, 0).shape(), (Shape{0, 3})) << what;
+    EXPECT_EQ(log_softmax(x, 0).shape(), (Shape{0, 3})) << what;
+    EXPECT_EQ(softmax(h, 0).shape(), (Shape{0, 3})) << what;
+    EXPECT_EQ(softmax(x, 1).shape(), (Shape{0, 3})) << what;  // rows of 3, none of them
+    EXPECT_EQ(any(x, {1}).shape(), (Shape{0})) << what;       // nothing empty is reduced
+    EXPECT_THROW((void)max(x, {0}), Error) << what;
+    EXPECT_THROW((void)argmax(x, 0), Error) << what;
+  }
+}
+
 SHARD_MPI_TEST(EdgeValues, IntegerOpsWrapAtTheLimits) {
   check_integer_ops<std::int32_t>();
   check_integer_ops<std::int64_t>();

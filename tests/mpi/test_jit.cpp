@@ -603,6 +603,10 @@ SHARD_MPI_TEST(Jit, TrainStepWithOptimizerUpdate) {
       }
       const std::string text = step.lower(jitted, state, x, y).to_string();
       EXPECT_NE(text.find("optimizer_update"), std::string::npos) << text;
+      // The backward products take their transposes in the gemm (one matmul_t each), as eager's
+      // do: no transpose is copied.
+      EXPECT_NE(text.find("matmul_t"), std::string::npos) << text;
+      EXPECT_EQ(text.find("transpose"), std::string::npos) << text;
       // Not donated: the caller's parameters and state are left as they were (the update copies
       // what the caller still shares); donated: updated in place, the same values as eager.
       std::map<std::string, Tensor<double>> before;

@@ -149,6 +149,14 @@ void for_each_program(V&& v) {
   v(Program{"matmul_mat_vec", {{3, 4}, {4}}}, [](const auto& x, const auto& y) { return matmul(x, y); });
   v(Program{"matmul_batched", {{2, 3, 4}, {4, 5}}},
     [](const auto& x, const auto& y) { return matmul(x, y); });
+  // matmul's VJP under jit: the transposes in the gemm (prim::MatmulT), each combination.
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true})
+      v(Program{std::string("matmul_t_") + (ta ? "t" : "n") + (tb ? "t" : "n"),
+                {ta ? Shape{4, 3} : Shape{3, 4}, tb ? Shape{5, 4} : Shape{4, 5}}},
+        [ta, tb](const auto& x, const auto& y) {
+          return detail::bind_at(prim::MatmulT{{}, ta, tb, nullptr}, shard::source_location{}, x, y);
+        });
   v(Program{"dot_vec", {{4}, {4}}}, [](const auto& x, const auto& y) { return dot(x, y); });
   v(Program{"vdot", {{3, 4}, {3, 4}}}, [](const auto& x, const auto& y) { return vdot(x, y); });
   // nn

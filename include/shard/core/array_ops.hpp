@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "shard/core/dtype.hpp"
-#include "shard/error.hpp"
 #include "shard/core/index.hpp"
+#include "shard/error.hpp"
 
 namespace shard {
 
@@ -45,8 +45,27 @@ ShardedArray<T> scalar_on(T v, const Mesh& mesh);
 enum class BinaryOp { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kAnd, kOr, kXor, kFloorDiv, kMod };
 enum class CompareOp { kLess, kLessEqual, kGreater, kGreaterEqual, kEqual, kNotEqual };
 enum class UnaryOp {
-  kExp, kLog, kSin, kCos, kTanh, kRelu, kSqrt, kAbs, kNeg, kSquare,  // the first ten as before
-  kLog1p, kExpm1, kRsqrt, kSign, kSigmoid, kReciprocal, kFloor, kCeil, kRound, kErf, kNot,
+  kExp,
+  kLog,
+  kSin,
+  kCos,
+  kTanh,
+  kRelu,
+  kSqrt,
+  kAbs,
+  kNeg,
+  kSquare,  // the first ten as before
+  kLog1p,
+  kExpm1,
+  kRsqrt,
+  kSign,
+  kSigmoid,
+  kReciprocal,
+  kFloor,
+  kCeil,
+  kRound,
+  kErf,
+  kNot,
   kGelu,      ///< jax.nn.gelu(approximate=True) in one pass (shard::gelu)
   kGeluGrad,  ///< its derivative (gelu's VJP)
 };
@@ -72,7 +91,8 @@ inline constexpr bool is_sharded_v<ShardedArray<T>> = true;
 
 /// Tensor<T> or ShardedArray<T>.
 template <typename X>
-concept ArrayLike = detail::is_tensor_v<std::remove_cvref_t<X>> || detail::is_sharded_v<std::remove_cvref_t<X>>;
+concept ArrayLike =
+    detail::is_tensor_v<std::remove_cvref_t<X>> || detail::is_sharded_v<std::remove_cvref_t<X>>;
 
 /// The element type of an array.
 template <ArrayLike X>
@@ -84,13 +104,16 @@ using rebind_t = std::conditional_t<detail::is_tensor_v<std::remove_cvref_t<X>>,
 
 /// The view a combination of X and Y lives in: sharded when either is.
 template <ArrayLike X, ArrayLike Y, Dtype U>
-using joint_t = std::conditional_t<detail::is_sharded_v<X> || detail::is_sharded_v<Y>, ShardedArray<U>, Tensor<U>>;
+using joint_t =
+    std::conditional_t<detail::is_sharded_v<X> || detail::is_sharded_v<Y>, ShardedArray<U>, Tensor<U>>;
 
 /// x itself when it already has element type R (no copy), else astype<R>(x).
 template <Dtype R, ArrayLike X>
 decltype(auto) as_dtype(const X& x) {
-  if constexpr (std::is_same_v<elem_t<X>, R>) return (x);
-  else return astype<R>(x);
+  if constexpr (std::is_same_v<elem_t<X>, R>)
+    return (x);
+  else
+    return astype<R>(x);
 }
 
 namespace detail {
@@ -99,8 +122,10 @@ namespace detail {
 template <Dtype R, ArrayLike X, ArrayLike Y>
 decltype(auto) in_view_of(const X& x, const Y& other) {
   if constexpr (is_tensor_v<X> && is_sharded_v<Y>) {
-    if constexpr (std::is_same_v<elem_t<X>, R>) return uncommitted(x, other.sharding().mesh());  // a view of x
-    else return uncommitted(astype<R>(x), other.sharding().mesh());  // owns the converted copy
+    if constexpr (std::is_same_v<elem_t<X>, R>)
+      return uncommitted(x, other.sharding().mesh());  // a view of x
+    else
+      return uncommitted(astype<R>(x), other.sharding().mesh());  // owns the converted copy
   } else {
     return as_dtype<R>(x);
   }
@@ -109,8 +134,10 @@ decltype(auto) in_view_of(const X& x, const Y& other) {
 /// A 0-d array of value v in the view of `like` (replicated when sharded).
 template <Dtype R, ArrayLike X>
 auto scalar_like(R v, const X& like) {
-  if constexpr (is_tensor_v<X>) return Tensor<R>(Shape{}, v);
-  else return scalar_on(v, like.sharding().mesh());
+  if constexpr (is_tensor_v<X>)
+    return Tensor<R>(Shape{}, v);
+  else
+    return scalar_on(v, like.sharding().mesh());
 }
 
 template <ArrayLike X, ArrayLike Y>
@@ -137,18 +164,18 @@ auto compare_scalar(const X& a, S s, CompareOp op, bool scalar_first) {
 
 // ---------------------------------------------------------------- arithmetic
 
-#define SHARD_BINARY_OPERATOR(sym, code)                                                                  \
-  template <ArrayLike X, ArrayLike Y>                                                                     \
-  auto operator sym(const X& a, const Y& b) {                                                             \
-    return detail::binary_promoted(a, b, code);                                                           \
-  }                                                                                                       \
-  template <ArrayLike X, Scalar S>                                                                        \
-  auto operator sym(const X& a, S s) {                                                                    \
-    return detail::binary_scalar(a, s, code, false);                                                      \
-  }                                                                                                       \
-  template <ArrayLike X, Scalar S>                                                                        \
-  auto operator sym(S s, const X& a) {                                                                    \
-    return detail::binary_scalar(a, s, code, true);                                                       \
+#define SHARD_BINARY_OPERATOR(sym, code)             \
+  template <ArrayLike X, ArrayLike Y>                \
+  auto operator sym(const X& a, const Y& b) {        \
+    return detail::binary_promoted(a, b, code);      \
+  }                                                  \
+  template <ArrayLike X, Scalar S>                   \
+  auto operator sym(const X& a, S s) {               \
+    return detail::binary_scalar(a, s, code, false); \
+  }                                                  \
+  template <ArrayLike X, Scalar S>                   \
+  auto operator sym(S s, const X& a) {               \
+    return detail::binary_scalar(a, s, code, true);  \
   }
 SHARD_BINARY_OPERATOR(+, BinaryOp::kAdd)
 SHARD_BINARY_OPERATOR(-, BinaryOp::kSub)
@@ -176,21 +203,21 @@ auto operator-(const X& a) {
   return unary(a, UnaryOp::kNeg);
 }
 
-#define SHARD_BINARY_FUNCTION(name, code)                                                                 \
-  template <ArrayLike X, ArrayLike Y>                                                                     \
-  auto name(const X& a, const Y& b, shard::source_location where = shard::source_location::current()) {                                                                     \
-    const detail::CallScope scope(#name, where);                                                       \
-    return detail::binary_promoted(a, b, code);                                                           \
-  }                                                                                                       \
-  template <ArrayLike X, Scalar S>                                                                        \
-  auto name(const X& a, S s, shard::source_location where = shard::source_location::current()) {                                                                            \
-    const detail::CallScope scope(#name, where);                                                       \
-    return detail::binary_scalar(a, s, code, false);                                                      \
-  }                                                                                                       \
-  template <ArrayLike X, Scalar S>                                                                        \
-  auto name(S s, const X& a, shard::source_location where = shard::source_location::current()) {                                                                            \
-    const detail::CallScope scope(#name, where);                                                       \
-    return detail::binary_scalar(a, s, code, true);                                                       \
+#define SHARD_BINARY_FUNCTION(name, code)                                                               \
+  template <ArrayLike X, ArrayLike Y>                                                                   \
+  auto name(const X& a, const Y& b, shard::source_location where = shard::source_location::current()) { \
+    const detail::CallScope scope(#name, where);                                                        \
+    return detail::binary_promoted(a, b, code);                                                         \
+  }                                                                                                     \
+  template <ArrayLike X, Scalar S>                                                                      \
+  auto name(const X& a, S s, shard::source_location where = shard::source_location::current()) {        \
+    const detail::CallScope scope(#name, where);                                                        \
+    return detail::binary_scalar(a, s, code, false);                                                    \
+  }                                                                                                     \
+  template <ArrayLike X, Scalar S>                                                                      \
+  auto name(S s, const X& a, shard::source_location where = shard::source_location::current()) {        \
+    const detail::CallScope scope(#name, where);                                                        \
+    return detail::binary_scalar(a, s, code, true);                                                     \
   }
 SHARD_BINARY_FUNCTION(add, BinaryOp::kAdd)
 SHARD_BINARY_FUNCTION(subtract, BinaryOp::kSub)
@@ -228,21 +255,21 @@ auto operator^(const X& a, const Y& b) {
 
 // ---------------------------------------------------------------- comparisons (bool results)
 
-#define SHARD_COMPARE(sym, name, code)                                                                    \
-  template <ArrayLike X, ArrayLike Y>                                                                     \
-  auto name(const X& a, const Y& b, shard::source_location where = shard::source_location::current()) {                                                                     \
-    const detail::CallScope scope(#name, where);                                                       \
-    return detail::compare_promoted(a, b, code);                                                          \
-  }                                                                                                       \
-  template <ArrayLike X, Scalar S>                                                                        \
-  auto name(const X& a, S s, shard::source_location where = shard::source_location::current()) {                                                                            \
-    const detail::CallScope scope(#name, where);                                                       \
-    return detail::compare_scalar(a, s, code, false);                                                     \
-  }                                                                                                       \
-  template <ArrayLike X, Scalar S>                                                                        \
-  auto name(S s, const X& a, shard::source_location where = shard::source_location::current()) {                                                                            \
-    const detail::CallScope scope(#name, where);                                                       \
-    return detail::compare_scalar(a, s, code, true);                                                      \
+#define SHARD_COMPARE(sym, name, code)                                                                  \
+  template <ArrayLike X, ArrayLike Y>                                                                   \
+  auto name(const X& a, const Y& b, shard::source_location where = shard::source_location::current()) { \
+    const detail::CallScope scope(#name, where);                                                        \
+    return detail::compare_promoted(a, b, code);                                                        \
+  }                                                                                                     \
+  template <ArrayLike X, Scalar S>                                                                      \
+  auto name(const X& a, S s, shard::source_location where = shard::source_location::current()) {        \
+    const detail::CallScope scope(#name, where);                                                        \
+    return detail::compare_scalar(a, s, code, false);                                                   \
+  }                                                                                                     \
+  template <ArrayLike X, Scalar S>                                                                      \
+  auto name(S s, const X& a, shard::source_location where = shard::source_location::current()) {        \
+    const detail::CallScope scope(#name, where);                                                        \
+    return detail::compare_scalar(a, s, code, true);                                                    \
   }
 SHARD_COMPARE(<, less, CompareOp::kLess)
 SHARD_COMPARE(<=, less_equal, CompareOp::kLessEqual)
@@ -252,18 +279,18 @@ SHARD_COMPARE(>=, greater_equal, CompareOp::kGreaterEqual)
 SHARD_COMPARE(==, equal, CompareOp::kEqual)
 SHARD_COMPARE(!=, not_equal, CompareOp::kNotEqual)
 #undef SHARD_COMPARE
-#define SHARD_COMPARE_OPERATOR(sym, name)                                                                 \
-  template <ArrayLike X, ArrayLike Y>                                                                     \
-  auto operator sym(const X& a, const Y& b) {                                                             \
-    return name(a, b);                                                                                    \
-  }                                                                                                       \
-  template <ArrayLike X, Scalar S>                                                                        \
-  auto operator sym(const X& a, S s) {                                                                    \
-    return name(a, s);                                                                                    \
-  }                                                                                                       \
-  template <ArrayLike X, Scalar S>                                                                        \
-  auto operator sym(S s, const X& a) {                                                                    \
-    return name(s, a);                                                                                    \
+#define SHARD_COMPARE_OPERATOR(sym, name)     \
+  template <ArrayLike X, ArrayLike Y>         \
+  auto operator sym(const X& a, const Y& b) { \
+    return name(a, b);                        \
+  }                                           \
+  template <ArrayLike X, Scalar S>            \
+  auto operator sym(const X& a, S s) {        \
+    return name(a, s);                        \
+  }                                           \
+  template <ArrayLike X, Scalar S>            \
+  auto operator sym(S s, const X& a) {        \
+    return name(s, a);                        \
   }
 SHARD_COMPARE_OPERATOR(<, less)
 SHARD_COMPARE_OPERATOR(<=, less_equal)
@@ -274,11 +301,11 @@ SHARD_COMPARE_OPERATOR(>=, greater_equal)
 // ---------------------------------------------------------------- unary math
 
 /// Ops that keep the type (bool only where it means something: abs, square, sign of bool are errors).
-#define SHARD_UNARY_SAME(name, code)    \
-  template <ArrayLike X>                \
-  auto name(const X& x, shard::source_location where = shard::source_location::current()) {               \
-    const detail::CallScope scope(#name, where); \
-    return unary(x, code);              \
+#define SHARD_UNARY_SAME(name, code)                                                        \
+  template <ArrayLike X>                                                                    \
+  auto name(const X& x, shard::source_location where = shard::source_location::current()) { \
+    const detail::CallScope scope(#name, where);                                            \
+    return unary(x, code);                                                                  \
   }
 SHARD_UNARY_SAME(negative, UnaryOp::kNeg)
 SHARD_UNARY_SAME(neg, UnaryOp::kNeg)
@@ -291,11 +318,11 @@ SHARD_UNARY_SAME(ceil, UnaryOp::kCeil)
 SHARD_UNARY_SAME(round, UnaryOp::kRound)
 #undef SHARD_UNARY_SAME
 /// Transcendental ops: integers and bool are converted to float_of_t first, as in JAX.
-#define SHARD_UNARY_FLOAT(name, code)                                   \
-  template <ArrayLike X>                                                \
-  auto name(const X& x, shard::source_location where = shard::source_location::current()) {                                               \
-    const detail::CallScope scope(#name, where); \
-    return unary(as_dtype<float_of_t<elem_t<X>>>(x), code);             \
+#define SHARD_UNARY_FLOAT(name, code)                                                       \
+  template <ArrayLike X>                                                                    \
+  auto name(const X& x, shard::source_location where = shard::source_location::current()) { \
+    const detail::CallScope scope(#name, where);                                            \
+    return unary(as_dtype<float_of_t<elem_t<X>>>(x), code);                                 \
   }
 SHARD_UNARY_FLOAT(exp, UnaryOp::kExp)
 SHARD_UNARY_FLOAT(log, UnaryOp::kLog)
@@ -347,9 +374,12 @@ const auto& anchor(const A& a, const Rest&... rest) {
   if constexpr (is_sharded_v<A>) {
     return a;
   } else if constexpr (sizeof...(Rest) > 0) {
-    if constexpr ((is_sharded_v<Rest> || ...)) return anchor(rest...);
-    else if constexpr (ArrayLike<A>) return a;
-    else return anchor(rest...);
+    if constexpr ((is_sharded_v<Rest> || ...))
+      return anchor(rest...);
+    else if constexpr (ArrayLike<A>)
+      return a;
+    else
+      return anchor(rest...);
   } else {
     return a;
   }
@@ -357,8 +387,10 @@ const auto& anchor(const A& a, const Rest&... rest) {
 /// An array operand in the anchor's view, or a scalar as a 0-d array there.
 template <Dtype R, typename V, ArrayLike Anchor>
 decltype(auto) operand(const V& v, const Anchor& anchor) {
-  if constexpr (ArrayLike<V>) return in_view_of<R>(v, anchor);
-  else return scalar_like<R>(static_cast<R>(v), anchor);
+  if constexpr (ArrayLike<V>)
+    return in_view_of<R>(v, anchor);
+  else
+    return scalar_like<R>(static_cast<R>(v), anchor);
 }
 template <typename V>
 struct operand_dtype {
@@ -373,17 +405,20 @@ template <typename A, typename B>
 auto where_dtype() {
   using DA = typename operand_dtype<A>::type;
   using DB = typename operand_dtype<B>::type;
-  if constexpr (ArrayLike<A> && !ArrayLike<B>) return weak_promote_t<DA, B>{};
-  else if constexpr (!ArrayLike<A> && ArrayLike<B>) return weak_promote_t<DB, A>{};
-  else return promote_t<DA, DB>{};
+  if constexpr (ArrayLike<A> && !ArrayLike<B>)
+    return weak_promote_t<DA, B>{};
+  else if constexpr (!ArrayLike<A> && ArrayLike<B>)
+    return weak_promote_t<DB, A>{};
+  else
+    return promote_t<DA, DB>{};
 }
 }  // namespace detail
 
 /// cond ? a : b elementwise with numpy broadcasting of all three. a and b are arrays or
 /// scalars and promote like a binary op (a scalar is weak); a non-bool cond means cond != 0.
 template <ArrayLike C, typename A, typename B>
-  requires((ArrayLike<A> || Scalar<A>) && (ArrayLike<B> || Scalar<B>))
-auto where(const C& cond, const A& a, const B& b, shard::source_location site = shard::source_location::current()) {
+requires((ArrayLike<A> || Scalar<A>)&&(ArrayLike<B> || Scalar<B>)) auto where(
+    const C& cond, const A& a, const B& b, shard::source_location site = shard::source_location::current()) {
   const detail::CallScope scope("where", site);  // (a parameter named `where` would hide this function)
   using R = decltype(detail::where_dtype<A, B>());
   const auto& at = detail::anchor(cond, a, b);
@@ -392,7 +427,8 @@ auto where(const C& cond, const A& a, const B& b, shard::source_location site = 
 
 /// min(max(x, lo), hi) (numpy's clip); lo and hi are arrays or scalars.
 template <ArrayLike X, typename L, typename H>
-auto clip(const X& x, const L& lo, const H& hi, shard::source_location where = shard::source_location::current()) {
+auto clip(const X& x, const L& lo, const H& hi,
+          shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("clip", where);
   return minimum(maximum(x, lo), hi);
 }
@@ -402,40 +438,63 @@ auto clip(const X& x, const L& lo, const H& hi, shard::source_location where = s
 /// Sums (bool sums to int32). Floating sums accumulate pairwise, float32 in float64, locally
 /// and (ShardedArray) across devices: error like numpy's, independent of the mesh.
 template <ArrayLike X>
-auto sum(const X& x, const Dims& dims = {}, bool keepdims = false, shard::source_location where = shard::source_location::current()) {
+auto sum(const X& x, const Dims& dims = {}, bool keepdims = false,
+         shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("sum", where);
   return reduce(as_dtype<sum_t<elem_t<X>>>(x), ReduceKind::kSum, dims, keepdims);
 }
 /// Means are floating (float_of_t) for every input type, as in JAX.
 template <ArrayLike X>
-auto mean(const X& x, const Dims& dims = {}, bool keepdims = false, shard::source_location where = shard::source_location::current()) {
+auto mean(const X& x, const Dims& dims = {}, bool keepdims = false,
+          shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("mean", where);
   return reduce(as_dtype<float_of_t<elem_t<X>>>(x), ReduceKind::kMean, dims, keepdims);
 }
 template <ArrayLike X>
-auto max(const X& x, const Dims& dims = {}, bool keepdims = false, shard::source_location where = shard::source_location::current()) {
+auto max(const X& x, const Dims& dims = {}, bool keepdims = false,
+         shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("max", where);
   return reduce(x, ReduceKind::kMax, dims, keepdims);
 }
 template <ArrayLike X>
-auto min(const X& x, const Dims& dims = {}, bool keepdims = false, shard::source_location where = shard::source_location::current()) {
+auto min(const X& x, const Dims& dims = {}, bool keepdims = false,
+         shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("min", where);
   return reduce(x, ReduceKind::kMin, dims, keepdims);
 }
 template <ArrayLike X>
-auto prod(const X& x, const Dims& dims = {}, bool keepdims = false, shard::source_location where = shard::source_location::current()) {
+auto prod(const X& x, const Dims& dims = {}, bool keepdims = false,
+          shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("prod", where);
   return reduce(as_dtype<sum_t<elem_t<X>>>(x), ReduceKind::kProd, dims, keepdims);
 }
-/// Logical reductions (numpy's any/all): true where some/every element is non-zero.
+namespace detail {
+/// Whether reducing x over `dims` combines no element (a zero-size reduced dim): any and all then
+/// give their identities, false and true, as numpy's and JAX's do (max and min have none).
 template <ArrayLike X>
-auto any(const X& x, const Dims& dims = {}, bool keepdims = false, shard::source_location where = shard::source_location::current()) {
+bool reduces_nothing(const X& x, const Dims& dims, const char* what) {
+  for (const int d : dims.resolve(x.ndim(), what))
+    if (x.shape()[static_cast<std::size_t>(d)] == 0) return true;
+  return false;
+}
+}  // namespace detail
+
+/// Logical reductions (numpy's any/all): true where some/every element is non-zero; over no
+/// element, false / true.
+template <ArrayLike X>
+auto any(const X& x, const Dims& dims = {}, bool keepdims = false,
+         shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("any", where);
+  if (detail::reduces_nothing(x, dims, "any"))  // a sum of nothing is 0: false
+    return greater(reduce(as_dtype<std::int32_t>(as_dtype<bool>(x)), ReduceKind::kSum, dims, keepdims), 0);
   return reduce(as_dtype<bool>(x), ReduceKind::kMax, dims, keepdims);
 }
 template <ArrayLike X>
-auto all(const X& x, const Dims& dims = {}, bool keepdims = false, shard::source_location where = shard::source_location::current()) {
+auto all(const X& x, const Dims& dims = {}, bool keepdims = false,
+         shard::source_location where = shard::source_location::current()) {
   const detail::CallScope scope("all", where);
+  if (detail::reduces_nothing(x, dims, "all"))  // a sum of nothing is 0: true
+    return equal(reduce(as_dtype<std::int32_t>(as_dtype<bool>(x)), ReduceKind::kSum, dims, keepdims), 0);
   return reduce(as_dtype<bool>(x), ReduceKind::kMin, dims, keepdims);
 }
 
@@ -477,11 +536,12 @@ namespace detail {
 /// on the strided head blocks (no transposes), the causal mask as loop bounds, the attention
 /// probabilities kept in `probs` when given; its VJP (dq, dk, dv) in the same blocks.
 template <Dtype T>
-Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, double scale, bool causal,
-                          Tensor<T>* probs = nullptr);
+Tensor<T> fused_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, double scale,
+                          bool causal, Tensor<T>* probs = nullptr);
 template <Dtype T>
 std::array<Tensor<T>, 3> fused_attention_vjp(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
-                                             const Tensor<T>& probs, const Tensor<T>& ct, double scale, bool causal);
+                                             const Tensor<T>& probs, const Tensor<T>& ct, double scale,
+                                             bool causal);
 /// ShapeError unless query, key and value have dot_product_attention's shapes (both views).
 void check_attention_shapes(const Shape& q, const Shape& k, const Shape& v);
 /// 0 where row i may attend to column j (j <= i), -inf elsewhere: JAX's causal mask, (T, S).

@@ -168,6 +168,8 @@ template <ArrayLike X>
 auto logsumexp(const X& x, const Dims& dims = {}, bool keepdims = false) {
   using R = float_of_t<elem_t<X>>;
   const auto& xf = as_dtype<R>(x);
+  if (detail::reduces_nothing(xf, dims, "logsumexp"))  // log of an empty sum: -inf, as JAX's
+    return log(sum(exp(xf), dims, keepdims));
   const auto m = max(xf, dims, true);
   const auto safe_m = where(isfinite(m), m, R(0));  // an all -inf row stays -inf, not nan
   auto out = log(sum(exp(xf - safe_m), dims, true)) + safe_m;
@@ -179,6 +181,7 @@ template <ArrayLike X>
 auto softmax(const X& x, int axis = -1) {
   using R = float_of_t<elem_t<X>>;
   const auto& xf = as_dtype<R>(x);
+  if (detail::reduces_nothing(xf, Dims(axis), "softmax")) return exp(xf);  // empty rows: an empty result
   if constexpr (detail::is_tensor_v<X>) {
     return detail::bind_at(prim::Softmax{{}, axis}, shard::source_location{}, xf);  // one pass a row
   } else {
@@ -191,6 +194,7 @@ template <ArrayLike X>
 auto log_softmax(const X& x, int axis = -1) {
   using R = float_of_t<elem_t<X>>;
   const auto& xf = as_dtype<R>(x);
+  if (detail::reduces_nothing(xf, Dims(axis), "log_softmax")) return exp(xf);  // empty rows: an empty result
   const auto shifted = xf - max(xf, axis, true);
   return shifted - log(sum(exp(shifted), axis, true));
 }

@@ -35,10 +35,10 @@
 #include <tuple>
 #include <vector>
 
-#include "shard/error.hpp"  // shard::source_location
-#include "shard/core/tree.hpp"
-#include "shard/io/checkpoint.hpp"
 #include "shard/array/sharded_array.hpp"
+#include "shard/core/tree.hpp"
+#include "shard/error.hpp"  // shard::source_location
+#include "shard/io/checkpoint.hpp"
 
 namespace shard::optim {
 
@@ -80,14 +80,15 @@ struct State {
   void save(CheckpointWriter& w, const std::string& prefix = "opt.") const;
   /// Loads the arrays `save` wrote onto the shardings `like` has (the state of init(params) on
   /// the mesh to resume on): any mesh, any rank count. Collective.
-  void load(const std::string& checkpoint_path, const CheckpointManifest& m, const std::string& prefix = "opt.");
+  void load(const std::string& checkpoint_path, const CheckpointManifest& m,
+            const std::string& prefix = "opt.",
+            shard::source_location where = shard::source_location::current());
 };
 
 /// State is a parameter tree (jit's arguments and results): its count, then its arrays.
 template <typename T>
 [[maybe_unused]] inline auto shard_tree_fields(const State<T>*) {
-  return ::shard::detail::StructFields{"step, arrays",
-                                       [](auto& s) { return std::tie(s.step, s.arrays); }};
+  return ::shard::detail::StructFields{"step, arrays", [](auto& s) { return std::tie(s.step, s.arrays); }};
 }
 
 class Optimizer {
@@ -123,7 +124,8 @@ class Optimizer {
   /// The state for `params`: zeros sharded like each parameter (and over the state axis).
   /// Local (no communication).
   template <typename T>
-  State<T> init(const std::vector<ShardedArray<T>>& params, shard::source_location where = shard::source_location::current()) const;
+  State<T> init(const std::vector<ShardedArray<T>>& params,
+                shard::source_location where = shard::source_location::current()) const;
   /// One update of `params` in place from `grads`. Returns the gradients' global norm when
   /// clipping or with apply_if_finite (else 0). Collective over all ranks when clipping, with
   /// apply_if_finite or with a state axis.
@@ -153,9 +155,10 @@ class Optimizer {
   auto init(const Tree& params, shard::source_location where = shard::source_location::current()) const {
     using A = tree_leaf_t<Tree>;
     if constexpr (!detail::is_sharded_v<A>) {
-      static_assert(detail::is_sharded_v<A>,
-                    "optimizer init: the parameters must be a tree of ShardedArrays (shard/core/tree.hpp); place "
-                    "host Tensors first with device_put(tree, sharding)");
+      static_assert(
+          detail::is_sharded_v<A>,
+          "optimizer init: the parameters must be a tree of ShardedArrays (shard/core/tree.hpp); place "
+          "host Tensors first with device_put(tree, sharding)");
       return State<float>{};
     } else {
       return init(tree_leaves<A>(params), where);
@@ -203,7 +206,8 @@ Optimizer sgd(Schedule lr, double momentum = 0.0, bool nesterov = false, double 
 /// optax.adam.
 Optimizer adam(Schedule lr, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8);
 /// optax.adamw (decoupled weight decay, 1e-4 as in optax).
-Optimizer adamw(Schedule lr, double weight_decay = 1e-4, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8);
+Optimizer adamw(Schedule lr, double weight_decay = 1e-4, double b1 = 0.9, double b2 = 0.999,
+                double eps = 1e-8);
 
 /// The global L2 norm of a list of arrays: one psum of the squared norms (each element counted
 /// once). Collective over all ranks.
