@@ -21,6 +21,12 @@ class MpiTest : public ::testing::Test {
 /// The runtime the test main created.
 Runtime& runtime();
 
+/// Collective: whether `flag` is the same on every rank (a load raises on every rank or on none).
+inline bool same_on_every_rank(bool flag) {
+  const auto& world = runtime().world();
+  return world.allreduce<int>(flag ? 1 : 0, MPI_MIN) == world.allreduce<int>(flag ? 1 : 0, MPI_MAX);
+}
+
 /// Runs `fn`, expects exception E, and checks its message has this rank's "[rank r]" prefix
 /// and every string in `needles`.
 template <typename E, typename F>

@@ -733,7 +733,7 @@ SHARD_MPI_TEST(Checkpoint, EveryNumberOfAManifestOutOfRange) {
       std::string text = original;
       text.replace(at, len, v);
       on_root([&] { write_file(fs::path(p) / "manifest.json", text); });
-      int threw = 0;
+      bool threw = false;
       std::string wrong;
       try {
         const CheckpointManifest m = read_manifest(p);
@@ -748,12 +748,10 @@ SHARD_MPI_TEST(Checkpoint, EveryNumberOfAManifestOutOfRange) {
         const std::int64_t want_step = is_step_count ? std::stoll(v) : st.step.item();
         if (st2.step.item() != want_step) wrong += " step " + std::to_string(st2.step.item());
       } catch (const Error&) {
-        threw = 1;
+        threw = true;
       }
-      int lo = threw, hi = threw;
-      MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, runtime().world().get());
-      MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, runtime().world().get());
-      EXPECT_EQ(lo, hi) << "some ranks raised, some did not: '" << context << "' -> " << v;
+      EXPECT_TRUE(same_on_every_rank(threw))
+          << "some ranks raised, some did not: '" << context << "' -> " << v;
       EXPECT_EQ(wrong, "") << "loaded other values:" << wrong << " after '" << context << "' -> " << v;
       (threw ? refused : same) += 1;
     }

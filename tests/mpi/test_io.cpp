@@ -364,7 +364,7 @@ SHARD_MPI_TEST(Npy, EveryShapeNumberOutOfRange) {
       ASSERT_EQ(header.size(), header_end);
       on_root([&] { write_file(path, header + original.substr(header_end)); });
       ++cases;
-      int threw = 0;
+      bool threw = false;
       std::string wrong;
       try {
         const ShardedArray<float> x = io::load_npy<float>(path, s);
@@ -375,12 +375,9 @@ SHARD_MPI_TEST(Npy, EveryShapeNumberOutOfRange) {
         for (std::int64_t i = 0; wrong.empty() && i < got.size(); ++i)
           if (got.flat(i) != host.flat(i)) wrong = "element " + std::to_string(i);
       } catch (const Error&) {
-        threw = 1;
+        threw = true;
       }
-      int lo = threw, hi = threw;
-      MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, runtime().world().get());
-      MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, runtime().world().get());
-      EXPECT_EQ(lo, hi) << "some ranks raised, some did not: dim " << dim << " -> " << v;
+      EXPECT_TRUE(same_on_every_rank(threw)) << "some ranks raised, some did not: dim " << dim << " -> " << v;
       EXPECT_EQ(wrong, "") << "dim " << dim << " -> " << v << " loaded other values";
       (threw ? refused : loaded) += 1;
     }
