@@ -42,9 +42,10 @@ Array row_losses(const Array& z, const Array& y, bool classify) {
   return -shard::squeeze(picked * shard::astype<float>(valid), 1);
 }
 
-shard::optim::Optimizer optimizer_of(const Hyper& h) {
-  if (h.optimizer == "adam") return shard::optim::adamw(h.lr, h.weight_decay, h.beta1, h.beta2, h.eps);
-  return shard::optim::sgd(h.lr, h.momentum, false, h.weight_decay);
+/// The optimizer --optimizer names, at learning rate `lr` (the eager step's h.lr, or --jit's schedule).
+shard::optim::Optimizer optimizer_of(const Hyper& h, const shard::optim::Schedule& lr) {
+  if (h.optimizer == "adam") return shard::optim::adamw(lr, h.weight_decay, h.beta1, h.beta2, h.eps);
+  return shard::optim::sgd(lr, h.momentum, false, h.weight_decay);
 }
 
 /// The model's optimizer state (Adam's m and v, or SGD's momentum) as the optimizer's State, and
@@ -98,8 +99,7 @@ auto jitted_step(const Hyper& h, const shard::optim::Optimizer& opt) {
 shard::optim::Optimizer jit_optimizer(const Hyper& h, bool shard_state, bool cosine, std::int64_t total_steps) {
   const shard::optim::Schedule lr =
       cosine ? shard::optim::cosine_decay(h.lr, total_steps) : shard::optim::constant(h.lr);
-  auto opt = h.optimizer == "adam" ? shard::optim::adamw(lr, h.weight_decay, h.beta1, h.beta2, h.eps)
-                                   : shard::optim::sgd(lr, h.momentum, false, h.weight_decay);
+  auto opt = optimizer_of(h, lr);
   if (shard_state) opt.shard_state_over("data");
   if (h.skip_nonfinite) opt.apply_if_finite();
   return opt;
@@ -132,7 +132,7 @@ double JitStep::operator()(Model& m, const Array& x, const Array& y) {
 double train_step_autodiff(Model& m, const Hyper& h, const Array& x, const Array& y) {
   const float total = static_cast<float>(x.shape()[0]);
   auto loss = [&](const std::vector<Array>& p) { return shard::sum(row_losses(forward(p, x, h), y, h.classify)) / total; };
-  auto opt = optimizer_of(h);
+  auto opt = optimizer_of(h, h.lr);
   if (m.shard_state) opt.shard_state_over("data");
   // With the state over 'data' (ZeRO-1) each replica receives only its rows of each gradient
   // (one psum_scatter each instead of a psum).
