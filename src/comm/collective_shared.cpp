@@ -111,10 +111,10 @@ void shared_psum_scatter(const Mesh& mesh, const CollectiveSpec& s, int pos, con
     return;
   }
   const T* __restrict second = window_slot<T>(w, 1) + off;
-  for (std::int64_t i = 0; i < ce; ++i) o[i] = first[i] + second[i];
+  for (std::int64_t i = 0; i < ce; ++i) o[i] = detail::add_wrap(first[i], second[i]);
   for (int r = 2; r < w.size; ++r) {
     const T* __restrict other = window_slot<T>(w, r) + off;
-    for (std::int64_t i = 0; i < ce; ++i) o[i] += other[i];
+    for (std::int64_t i = 0; i < ce; ++i) o[i] = detail::add_wrap(o[i], other[i]);
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/gemm.hpp"
 #include "core/onednn_products.hpp"
+#include "shard/core/detail/int_wrap.hpp"
 #include "shard/core/dtype.hpp"
 #include "shard/core/time_split.hpp"
 
@@ -46,7 +47,8 @@ void gemm_acc(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::i
     for (std::int64_t r = 0; r < m; ++r)
       for (std::int64_t q = 0; q < k; ++q) {
         const T v = a[r * lda + q];
-        for (std::int64_t col = 0; col < n; ++col) c[r * ldc + col] += v * b[q * ldb + col];
+        for (std::int64_t col = 0; col < n; ++col)
+          c[r * ldc + col] = detail::add_wrap(c[r * ldc + col], detail::mul_wrap(v, b[q * ldb + col]));
       }
   }
 }

@@ -9,6 +9,7 @@
 #include "shard/error.hpp"
 #include "shard/core/tensor_ops.hpp"
 #include "shard/core/trace.hpp"
+#include "shard/core/detail/int_wrap.hpp"
 #include "core/gemm.hpp"
 #include "core/tensor_kernels.hpp"
 
@@ -37,7 +38,7 @@ void product(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T
           if (v)
             for (std::int64_t j = 0; j < n; ++j) crow[j] = crow[j] || brow[j];
         } else {
-          for (std::int64_t j = 0; j < n; ++j) crow[j] = static_cast<T>(crow[j] + v * brow[j]);
+          for (std::int64_t j = 0; j < n; ++j) crow[j] = detail::add_wrap(crow[j], detail::mul_wrap(v, brow[j]));
         }
       }
   }
@@ -76,8 +77,9 @@ Tensor<T> detail::vdot_kernel(const Tensor<T>& a, const Tensor<T>& b) {
     for (std::int64_t i = 0; i < n; ++i) r = r || (a.flat(i) && b.flat(i));
     out.flat(0) = r;
   } else {
-    std::int64_t acc = 0;
-    for (std::int64_t i = 0; i < n; ++i) acc += static_cast<std::int64_t>(a.flat(i)) * static_cast<std::int64_t>(b.flat(i));
+    std::int64_t acc = 0;  // wraps as numpy's and JAX's integer products do
+    for (std::int64_t i = 0; i < n; ++i)
+      acc = detail::add_wrap(acc, detail::mul_wrap(static_cast<std::int64_t>(a.flat(i)), static_cast<std::int64_t>(b.flat(i))));
     out.flat(0) = static_cast<T>(acc);
   }
   return out;

@@ -10,6 +10,7 @@
 #include "shard/error.hpp"
 #include "shard/core/tensor_ops.hpp"
 #include "shard/core/trace.hpp"
+#include "shard/core/detail/int_wrap.hpp"
 #include "core/tensor_kernels.hpp"
 
 namespace shard {
@@ -278,7 +279,7 @@ Tensor<T> take_transpose(const Tensor<T>& ct, const Tensor<I>& indices, const No
       const std::int64_t r = i < 0 ? i + v.n : i;
       T* dst = out.data() + (o * v.n + r) * v.inner;
       const T* src = ct.data() + (o * m + j) * v.inner;
-      for (std::int64_t k = 0; k < v.inner; ++k) dst[k] += src[k];
+      for (std::int64_t k = 0; k < v.inner; ++k) dst[k] = detail::add_wrap(dst[k], src[k]);
     }
   return out;
 }

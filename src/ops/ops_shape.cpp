@@ -17,6 +17,7 @@
 #include "shard/core/trace.hpp"
 #include "array/redistribute.hpp"
 #include "shard/error.hpp"
+#include "shard/core/detail/int_wrap.hpp"
 #include "core/tensor_kernels.hpp"
 
 namespace shard {
@@ -495,7 +496,7 @@ ShardedArray<T> take_transpose(const ShardedArray<T>& ct, const ShardedArray<I>&
       for (std::int64_t o = 0; o < v.outer; ++o) {
         T* dst = out.data() + (o * v.n + r) * v.inner;
         const T* src = c.data() + (o * m + j) * v.inner;
-        for (std::int64_t k = 0; k < v.inner; ++k) dst[k] += src[k];
+        for (std::int64_t k = 0; k < v.inner; ++k) dst[k] = detail::add_wrap(dst[k], src[k]);
       }
     }
     blocks.push_back(std::move(out));
