@@ -1,10 +1,12 @@
-// jit's program passes (jit/optimize.hpp): dead code, elementwise fusion.
+// jit's program passes (jit/optimize.hpp): dead code, common subexpressions, elementwise fusion.
 
 #include "shard/jit/optimize.hpp"
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,77 @@ int drop_dead(Program& p) {
     if (keep[i]) kept.push_back(std::move(p.eqns[i]));
   p.eqns = std::move(kept);
   return dropped;
+}
+
+/// Whether the equation moves no data on replay: it ran no collective when traced, and its plan
+/// (if propagation gave it one) closes over no axes and finds its operands laid out as it wants.
+/// Only such equations are merged: whether two primitives' bytes agree could differ between ranks
+/// (a pointer), and a collective dropped on one rank but not another would hang.
+bool moves_nothing(const ProgramEqn& e, const Program& p) {
+  if (!e.comms.empty()) return false;
+  if (!e.plan) return true;
+  if (!e.plan->closing.is_none()) return false;
+  for (std::size_t k = 0; k < e.plan->want.size() && k < e.in.size(); ++k) {
+    const auto& want = e.plan->want[k];
+    if (!want) continue;
+    const auto& have = p.values[static_cast<std::size_t>(e.in[k])].sharding;
+    if (!have || !(have->spec() == *want)) return false;
+  }
+  return true;
+}
+
+bool same_plan(const std::optional<OpPlan>& a, const std::optional<OpPlan>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  if (!a) return true;
+  return a->base == b->base && a->out == b->out && a->want == b->want && a->closing == b->closing &&
+         a->scatter_dim == b->scatter_dim;
+}
+
+/// Common subexpressions: a pure equation that computes what an earlier one computes (the same
+/// primitive with the same parameters on the same operands, laid out the same way) is dropped and
+/// its readers read the earlier result. Runs first to last, so that merged operands make their
+/// readers equal too.
+int merge_common(Program& p) {
+  std::vector<int> rename(p.values.size());
+  for (std::size_t v = 0; v < rename.size(); ++v) rename[v] = static_cast<int>(v);
+  auto renamed = [&](int v) { return v >= 0 ? rename[static_cast<std::size_t>(v)] : v; };
+  std::map<std::pair<std::string, std::vector<int>>, std::vector<std::size_t>> seen;  // -> kept indices
+  std::vector<ProgramEqn> kept;
+  kept.reserve(p.eqns.size());
+  int merged = 0;
+  for (auto& e : p.eqns) {
+    for (int& v : e.in) v = renamed(v);
+    if (e.pure && !e.identity.empty() && e.out.size() == 1 && moves_nothing(e, p)) {
+      auto& candidates = seen[{e.identity, e.in}];
+      bool found = false;
+      for (const std::size_t k : candidates) {
+        const ProgramEqn& f = kept[k];
+        if (f.in_shardings == e.in_shardings && f.out_sharding == e.out_sharding &&
+            same_plan(f.plan, e.plan) &&
+            p.values[static_cast<std::size_t>(f.out[0])].shape ==
+                p.values[static_cast<std::size_t>(e.out[0])].shape &&
+            p.values[static_cast<std::size_t>(f.out[0])].dtype ==
+                p.values[static_cast<std::size_t>(e.out[0])].dtype) {
+          rename[static_cast<std::size_t>(e.out[0])] = f.out[0];
+          found = true;
+          break;
+        }
+      }
+      if (found) {
+        ++merged;
+        continue;
+      }
+      candidates.push_back(kept.size());
+    }
+    kept.push_back(std::move(e));
+  }
+  if (merged == 0) {
+    p.eqns = std::move(kept);
+    return 0;
+  }
+  for (int& v : p.outputs) v = renamed(v);
+  p.eqns = std::move(kept);
+  return merged;
 }
 
 /// The layout a pointwise equation's blocks have on replay (its result's), if every operand is
@@ -279,6 +352,7 @@ std::shared_ptr<Program> optimize(const Program& program, const OptimizeOptions&
   auto p = std::make_shared<Program>(program);
   OptimizeStats s;
   if (options.dead_code) s.dead = drop_dead(*p);
+  if (options.cse) s.merged = merge_common(*p);
   if (options.fuse) s.fused_groups = fuse_chains(*p, s);
   for (auto& v : p->values) v.producer = -1;
   for (std::size_t i = 0; i < p->eqns.size(); ++i)

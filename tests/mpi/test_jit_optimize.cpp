@@ -160,6 +160,70 @@ SHARD_MPI_TEST(JitOptimize, DeadCodeIsDroppedUnlessSwitchedOff) {
   expect_same(host_double(jit(body)(x)), host_double(body(x)), "dead code dropped");
 }
 
+SHARD_MPI_TEST(JitOptimize, CommonSubexpressionsAreMergedUnlessSwitchedOff) {
+  // The same op on the same operands twice is one op (its readers, a shard_map's and the outputs
+  // included, read the first); ops that differ only in a parameter the printed program does not
+  // show (x > 0 and x < 0 are both "compare"; x * 2 and x * 3 both "mul") stay apart, and so do
+  // products that communicate. Results equal eager's and the unmerged program's bit for bit.
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const auto x = device_put(random_tensor<float>({2 * n, 6}, 51), NamedSharding(mesh, P("a")));
+  const auto y = device_put(random_tensor<float>({6, 3}, 52), NamedSharding(mesh, P()));
+  auto body = [&](const ShardedArray<float>& v, const ShardedArray<float>& w) {
+    const auto e1 = exp(v), e2 = exp(v);
+    const auto t1 = e1 * 2.f, t2 = e2 * 2.f, t3 = e1 * 3.f;  // t2 = t1 once e2 is e1
+    const auto pos = where(v > 0.f, t1, t3), neg = where(v < 0.f, t2, t3);
+    const auto p1 = matmul(transpose(v), v), p2 = matmul(transpose(v), v);
+    const auto inside =
+        shard_map(mesh, {P("a"), P("a")}, P("a"),
+                  [](const Tensor<float>& a, const Tensor<float>& b) { return a - b; })(t1, t2);
+    return std::make_tuple(pos + neg + inside, sum(p1 - p2 * 0.5f), t2, matmul(e2, w) + matmul(e1, w) * 0.5f);
+  };
+  const auto eager = body(x, y);
+  auto merged = jit(body, JitOptions{.fuse = false});
+  auto kept = jit(body, JitOptions{.cse = false, .fuse = false});
+  const auto m_ops = merged.lower(x, y).optimized().ops(), k_ops = kept.lower(x, y).optimized().ops();
+  EXPECT_EQ(count(k_ops, "exp"), 2);
+  EXPECT_EQ(count(m_ops, "exp"), 1) << merged.lower(x, y).optimized().to_string();
+  EXPECT_EQ(count(k_ops, "multiply"), 5);
+  EXPECT_EQ(count(m_ops, "multiply"), 4);  // e * 2 once, e * 3 and the two * 0.5 apart
+  EXPECT_EQ(count(m_ops, "compare"), 2);
+  EXPECT_EQ(count(m_ops, "where"), 2);
+  EXPECT_EQ(count(m_ops, "shard_map"), 1);
+  EXPECT_EQ(count(k_ops, "transpose"), 2);
+  EXPECT_EQ(count(m_ops, "transpose"), 1);
+  // matmul(e2, w) is matmul(e1, w); the products over 'a' that psum their partial blocks stay two
+  // (a merged collective could differ between ranks).
+  EXPECT_EQ(count(k_ops, "matmul"), 4);
+  EXPECT_EQ(count(m_ops, "matmul"), 3) << merged.lower(x, y).optimized().to_string();
+  for (auto* f : {&merged, &kept})
+    for (int call = 0; call < 2; ++call) {
+      const auto got = (*f)(x, y);
+      const std::string what =
+          std::string(f == &merged ? "merged" : "kept") + " call " + std::to_string(call);
+      expect_same(host_double(std::get<0>(got)), host_double(std::get<0>(eager)), what + " where");
+      expect_same(host_double(std::get<1>(got)), host_double(std::get<1>(eager)), what + " products");
+      expect_same(host_double(std::get<2>(got)), host_double(std::get<2>(eager)), what + " output");
+      expect_same(host_double(std::get<3>(got)), host_double(std::get<3>(eager)), what + " matmul");
+    }
+  // Inside jit(value_and_grad): the backward pass reads merged values; its gradient equals eager's.
+  auto loss = [](const ShardedArray<float>& v, const ShardedArray<float>& w) {
+    return sum(square(matmul(tanh(v), w)) + square(matmul(tanh(v), w)) * 0.5f);
+  };
+  const auto [want_l, want_g] = value_and_grad(loss)(x, y);
+  auto jvg = jit(value_and_grad(loss));
+  EXPECT_LT(count(jvg.lower(x, y).optimized().ops(), "tanh"),
+            count(jit(value_and_grad(loss), JitOptions{.cse = false}).lower(x, y).optimized().ops(), "tanh"));
+  for (int call = 0; call < 2; ++call) {
+    const auto [l, g] = jvg(x, y);
+    ASSERT_NEAR(l.item(), want_l.item(), 1e-4 * std::abs(want_l.item()));
+    const Tensor<double> gh = host_double(g), wh = host_double(want_g);
+    ASSERT_EQ(gh.shape(), wh.shape());
+    for (std::int64_t i = 0; i < gh.size(); ++i)
+      ASSERT_NEAR(gh.flat(i), wh.flat(i), 1e-4 * (1 + std::abs(wh.flat(i)))) << i;
+  }
+}
+
 SHARD_MPI_TEST(JitOptimize, GradAndVmapAroundAFusedProgram) {
   // Around jit, grad and vmap replay the program op by op (each op bound through the driver);
   // inside jit, grad's backward chains fuse too.

@@ -94,6 +94,9 @@ struct JitOptions {
   std::optional<CostModel> cost_model{};
   /// Drop the ops whose results nothing uses (jit/optimize.hpp).
   bool dead_code = true;
+  /// Drop the ops that compute what an earlier op computes (the same op and parameters on the same
+  /// operands), their readers reading the earlier result (jit/optimize.hpp).
+  bool cse = true;
   /// Run each chain of elementwise ops as one pass over memory (jit/optimize.hpp). A vmap, grad or
   /// outer jit around the jitted function replays the program op by op either way.
   bool fuse = true;
@@ -500,7 +503,8 @@ class Jitted {
     if (options_.propagate)
       detail::propagate(*prog, options_.cost_model ? *options_.cost_model : CostModel::current());
     detail::plan_release(*prog);
-    entry.optimized = detail::optimize(*prog, detail::OptimizeOptions{options_.dead_code, options_.fuse});
+    entry.optimized =
+        detail::optimize(*prog, detail::OptimizeOptions{options_.dead_code, options_.cse, options_.fuse});
     return entry;
   }
 

@@ -5,6 +5,11 @@
 ///
 /// - Dead code: an op of the table whose results nothing uses is dropped (a shard_map body or an
 ///   optimizer update is kept: they may have effects).
+/// - Common subexpressions: an op of the table that computes what an earlier op computes (the
+///   same primitive and parameters on the same operands, laid out the same way, moving no data) is
+///   dropped and its readers read the earlier result (as XLA's CSE). Primitives whose parameters
+///   jit can compare: trivially copyable ones (elementwise, scalar ops, comparisons, where, casts)
+///   and those with a `cse_key()` (transpose, matmul); the rest are never merged.
 /// - Elementwise fusion: a run of consecutive elementwise equations (binary ops, scalar ops,
 ///   comparisons, unary math, where, casts, axpy) whose operands all have the result's shape and
 ///   layout becomes one equation, `fused[...]`. It runs the chain tile by tile (a few thousand
@@ -22,12 +27,14 @@ namespace shard::detail {
 
 struct OptimizeOptions {
   bool dead_code = true;
+  bool cse = true;
   bool fuse = true;
 };
 
 /// What the passes did to one program.
 struct OptimizeStats {
   int dead = 0;          ///< equations dropped
+  int merged = 0;        ///< equations merged into an earlier equal one
   int fused_groups = 0;  ///< fused equations made
   int ops_fused = 0;     ///< equations they replace
 };

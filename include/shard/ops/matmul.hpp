@@ -77,6 +77,8 @@ struct Matmul : Primitive {
   std::shared_ptr<const NamedSharding> out;  ///< shared, not pointed to: jit keeps the primitive
   Algorithm algorithm = Algorithm::kAuto;
   const char* name() const { return "matmul"; }
+  /// Every parameter (jit's common subexpressions): none with an explicit `out` (not merged).
+  std::string cse_key() const { return out ? std::string() : std::to_string(static_cast<int>(algorithm)); }
   /// The factor rule jit's propagation lays the product out by (array/detail/trace_primitive.hpp):
   /// "...ik,...kj->...ij" for matrices and batches of them; none for vectors, an explicit `out` or a
   /// forced algorithm (the layout is then the user's).

@@ -159,6 +159,11 @@ struct ProgramEqn {
   std::shared_ptr<const Pointwise> pointwise;
   /// No effect beyond its results (an op of the table): dead-code elimination may drop it.
   bool pure = false;
+  /// The primitive's type and parameters (trivially copyable primitives: their bytes), empty when
+  /// not known: two pure equations with the same identity, operands and layouts compute the same
+  /// value, and jit's common-subexpression pass keeps the first (jit/optimize.hpp). A replay reads
+  /// its operands from `in` (which that pass renames), never from ids captured when traced.
+  std::string identity;
 };
 
 /// A traced program (jit/jit.hpp prints it: make_jaxpr).

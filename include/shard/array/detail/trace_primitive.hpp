@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
+#include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -121,6 +125,28 @@ std::shared_ptr<const Pointwise> pointwise_of(const P& p, const Out& out, const 
   }
 }
 
+/// What ProgramEqn::identity holds for p: its type and its bytes when it is trivially copyable
+/// (every parameter a value in the object), else its type and `cse_key()` (a primitive that holds
+/// a vector or a pointer spells out its parameters; empty: not merged), nothing otherwise (never
+/// merged). Padding bytes may differ between two equal primitives: that only misses a merge.
+template <typename P>
+std::string primitive_identity(const P& p) {
+  if constexpr (std::is_trivially_copyable_v<P>) {
+    std::string id = typeid(P).name();
+    id.push_back('\0');
+    id.append(reinterpret_cast<const char*>(&p), sizeof(P));
+    return id;
+  } else if constexpr (requires {
+                         { p.cse_key() } -> std::convertible_to<std::string>;
+                       }) {
+    std::string key = p.cse_key();
+    if (key.empty()) return {};
+    return std::string(typeid(P).name()) + '\0' + key;
+  } else {
+    return {};
+  }
+}
+
 /// The trace step of bind: the primitive on the shadows, appended to the program of `level`.
 template <typename P, ArrayLike... X>
 bind_result_t<P, X...> trace_primitive(const P& p, const shard::source_location& where, std::uint64_t level,
@@ -133,6 +159,7 @@ bind_result_t<P, X...> trace_primitive(const P& p, const shard::source_location&
   ProgramEqn e;
   e.op = p.name();
   if constexpr (requires { p.params_text(); }) e.params = p.params_text();
+  e.identity = primitive_identity(p);
   e.where = where;
   e.in.assign(ids.begin(), ids.end());
   if constexpr (requires { P::any_input_layout; })
@@ -161,10 +188,10 @@ bind_result_t<P, X...> trace_primitive(const P& p, const shard::source_location&
   e.out = {out_id};
   e.pure = true;
   e.pointwise = pointwise_of(p, shadow, shadow_of(xs, level)...);
-  e.run = [p, where, ids, out_id](ReplayEnv& env, const ProgramEqn& eqn) {
+  e.run = [p, where, out_id](ReplayEnv& env, const ProgramEqn& eqn) {
     env.set(
         out_id, [&]<std::size_t... I>(std::index_sequence<I...>) {
-          return replay_primitive<Out>(p, where, env, eqn, env.get<X>(ids[I])...);
+          return replay_primitive<Out>(p, where, env, eqn, env.get<X>(eqn.in[I])...);
         }(std::index_sequence_for<X...>{}));
   };
   prog.eqns.push_back(std::move(e));
@@ -197,11 +224,11 @@ X trace_list_primitive(const P& p, const shard::source_location& where, std::uin
   const int out_id = add_value(prog, std::move(v));
   e.out = {out_id};
   e.pure = true;
-  e.run = [p, where, ids = e.in, out_id](ReplayEnv& env, const ProgramEqn& eqn) {
+  e.run = [p, where, out_id](ReplayEnv& env, const ProgramEqn& eqn) {
     std::vector<X> in;
-    in.reserve(ids.size());
-    for (std::size_t k = 0; k < ids.size(); ++k) {
-      in.push_back(replay_operand(env, eqn, k, env.get<X>(ids[k])));
+    in.reserve(eqn.in.size());
+    for (std::size_t k = 0; k < eqn.in.size(); ++k) {
+      in.push_back(replay_operand(env, eqn, k, env.get<X>(eqn.in[k])));
     }
     env.set(out_id, bind_list_at(p, where, in));
   };
@@ -242,9 +269,9 @@ auto trace_forward_vjp(const P& p, const VjpNeed& need, std::uint64_t level, con
   e.out = {out_id, res_id};
   const std::uint64_t bits = need.bits;
   const std::size_t n = need.n;
-  e.run = [p, ids, out_id, res_id, bits, n](ReplayEnv& env, const ProgramEqn& eqn) {
+  e.run = [p, out_id, res_id, bits, n](ReplayEnv& env, const ProgramEqn& eqn) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      const std::tuple<X...> lined{replay_operand(env, eqn, I, env.get<X>(ids[I]))...};
+      const std::tuple<X...> lined{replay_operand(env, eqn, I, env.get<X>(eqn.in[I]))...};
       auto [o, vjp] = forward_vjp_at(p, VjpNeed{bits, n}, std::get<I>(lined)...);
       env.set(out_id, std::move(o));
       env.set(res_id, std::make_shared<const Vjp>(std::move(vjp)));
@@ -280,9 +307,9 @@ auto trace_forward_vjp(const P& p, const VjpNeed& need, std::uint64_t level, con
     }
     const std::uint64_t nbits = nd.bits;
     const std::size_t nn = nd.n;
-    b.run = [res_id, ct_id, outs, nbits, nn](ReplayEnv& env, const ProgramEqn&) {
+    b.run = [res_id, outs, nbits, nn](ReplayEnv& env, const ProgramEqn& eqn) {
       const auto& vjp = *env.get<std::shared_ptr<const Vjp>>(res_id);
-      Cotangents<Out> c = vjp(env.get<Out>(ct_id), VjpNeed{nbits, nn});
+      Cotangents<Out> c = vjp(env.get<Out>(eqn.in[1]), VjpNeed{nbits, nn});
       for (auto& [i, take] : c.deferred()) c[i].emplace(take());
       for (std::size_t i = 0; i < outs.size(); ++i)
         if (outs[i] >= 0) env.set(outs[i], Out(*c[i]));
@@ -388,9 +415,8 @@ auto trace_opaque(const char* name, Fn fn, std::uint64_t level, const Args&... a
   Out shadow = std::apply(fn, shadows);
   e.comms = comms_since(before);
   Out out = traced_tree_results(*frame, e, shadow);
-  e.run = [fn, skeleton = tree_skeleton(args...), ins = e.in, outs = e.out](ReplayEnv& env,
-                                                                            const ProgramEqn& eqn) {
-    Out r = std::apply(fn, replayed_tree_operands(env, eqn, ins, *skeleton));
+  e.run = [fn, skeleton = tree_skeleton(args...), outs = e.out](ReplayEnv& env, const ProgramEqn& eqn) {
+    Out r = std::apply(fn, replayed_tree_operands(env, eqn, eqn.in, *skeleton));
     std::size_t o = 0;
     tree_for_each([&](const auto& leaf) { env.set(outs[o++], leaf.alias()); }, r);
   };

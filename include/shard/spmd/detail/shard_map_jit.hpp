@@ -226,10 +226,12 @@ struct ShardMapJitNode final : NodeBase {
     // inside the jit): every application but the last keeps it.
     const int index = (*applications)++;
     b.run = [res_id = res_id, ct_ids, outs, index, applications = applications, tracked = tracked](
-                ReplayEnv& env, const ProgramEqn&) {
+                ReplayEnv& env, const ProgramEqn& eqn) {
       Pb& pb = *env.get<std::shared_ptr<Pb>>(res_id);
       std::vector<const std::any*> in;
-      for (const int id : ct_ids) in.push_back(id >= 0 ? &env.slots[static_cast<std::size_t>(id)] : nullptr);
+      std::size_t next = 1;  // the cotangents follow the residual in eqn.in (common subexpressions renamed)
+      for (const int id : ct_ids)
+        in.push_back(id >= 0 ? &env.slots[static_cast<std::size_t>(eqn.in[next++])] : nullptr);
       std::vector<std::any> grads = apply_pullback(pb, in, *tracked, /*keep=*/index + 1 < *applications);
       for (std::size_t i = 0; i < outs.size(); ++i)
         if (outs[i] >= 0) env.slots[static_cast<std::size_t>(outs[i])] = std::move(grads[i]);
@@ -276,10 +278,10 @@ auto trace_shard_map_vjp(Fn fn, std::uint64_t level, Tape& tape, const Args&... 
   r.producer = static_cast<int>(prog.eqns.size());
   const int res_id = add_value(prog, std::move(r));
   e.out.push_back(res_id);
-  e.run = [fn, skeleton = tree_skeleton(args...), ins = e.in, outs, res_id, tracked](ReplayEnv& env,
-                                                                                     const ProgramEqn& eqn) {
+  e.run = [fn, skeleton = tree_skeleton(args...), outs, res_id, tracked](ReplayEnv& env,
+                                                                         const ProgramEqn& eqn) {
     auto [o, pb] = std::apply([&](const auto&... a) { return forward_with_pullback(fn, *tracked, a...); },
-                              replayed_tree_operands(env, eqn, ins, *skeleton));
+                              replayed_tree_operands(env, eqn, eqn.in, *skeleton));
     std::size_t j = 0;
     tree_for_each([&](const auto& leaf) { env.set(outs[j++], leaf.alias()); }, o);
     env.set(res_id, std::move(pb));
