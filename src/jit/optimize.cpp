@@ -65,28 +65,24 @@ int drop_dead(Program& p) {
   return dropped;
 }
 
-/// Whether the equation moves no data on replay: it ran no collective when traced, and its plan
-/// (if propagation gave it one) closes over no axes and finds its operands laid out as it wants.
-/// Only such equations are merged: whether two primitives' bytes agree could differ between ranks
-/// (a pointer), and a collective dropped on one rank but not another would hang.
+/// Whether the equation moves no data on replay: it ran no collective when traced, and it finds
+/// each operand laid out as it wants it (its plan's layout if propagation gave it one, which must
+/// close over no axes; else the layout it was traced with), so replay reshards nothing. Only such
+/// equations are merged: whether two primitives' bytes agree could differ between ranks (a
+/// pointer), and a collective dropped on one rank but not another would hang.
 bool moves_nothing(const ProgramEqn& e, const Program& p) {
   if (!e.comms.empty()) return false;
-  if (!e.plan) return true;
-  if (!e.plan->closing.is_none()) return false;
-  for (std::size_t k = 0; k < e.plan->want.size() && k < e.in.size(); ++k) {
-    const auto& want = e.plan->want[k];
-    if (!want) continue;
+  if (e.plan && !e.plan->closing.is_none()) return false;
+  for (std::size_t k = 0; k < e.in.size(); ++k) {
     const auto& have = p.values[static_cast<std::size_t>(e.in[k])].sharding;
-    if (!have || !(have->spec() == *want)) return false;
+    if (e.plan) {
+      const auto& want = k < e.plan->want.size() ? e.plan->want[k] : std::nullopt;
+      if (want && (!have || !(have->spec() == *want))) return false;
+    } else if (k < e.in_shardings.size() && e.in_shardings[k] && !(have == e.in_shardings[k])) {
+      return false;
+    }
   }
   return true;
-}
-
-bool same_plan(const std::optional<OpPlan>& a, const std::optional<OpPlan>& b) {
-  if (a.has_value() != b.has_value()) return false;
-  if (!a) return true;
-  return a->base == b->base && a->out == b->out && a->want == b->want && a->closing == b->closing &&
-         a->scatter_dim == b->scatter_dim;
 }
 
 /// Common subexpressions: a pure equation that computes what an earlier one computes (the same
@@ -108,8 +104,7 @@ int merge_common(Program& p) {
       bool found = false;
       for (const std::size_t k : candidates) {
         const ProgramEqn& f = kept[k];
-        if (f.in_shardings == e.in_shardings && f.out_sharding == e.out_sharding &&
-            same_plan(f.plan, e.plan) &&
+        if (f.in_shardings == e.in_shardings && f.out_sharding == e.out_sharding && f.plan == e.plan &&
             p.values[static_cast<std::size_t>(f.out[0])].shape ==
                 p.values[static_cast<std::size_t>(e.out[0])].shape &&
             p.values[static_cast<std::size_t>(f.out[0])].dtype ==
@@ -126,10 +121,6 @@ int merge_common(Program& p) {
       candidates.push_back(kept.size());
     }
     kept.push_back(std::move(e));
-  }
-  if (merged == 0) {
-    p.eqns = std::move(kept);
-    return 0;
   }
   for (int& v : p.outputs) v = renamed(v);
   p.eqns = std::move(kept);

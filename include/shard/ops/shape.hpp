@@ -159,11 +159,7 @@ struct Transpose : Primitive {
   static constexpr bool linear_local = true;
   const char* name() const { return "transpose"; }
   /// Every parameter (jit's common subexpressions: array/detail/trace_primitive.hpp).
-  std::string cse_key() const {
-    std::string k = "perm:";  // empty: reversed
-    for (int d : perm) k += std::to_string(d) + ",";
-    return k;
-  }
+  std::string cse_key() const { return params_text(); }  // "perm:" alone: reversed
   std::string params_text() const {
     std::string t = "perm:";
     for (int d : perm) t += " " + std::to_string(d);

@@ -38,6 +38,7 @@ struct OpPlan {
   std::vector<std::optional<PartitionSpec>> want;
   SpecEntry closing;
   int scatter_dim = -1;
+  bool operator==(const OpPlan&) const = default;
 };
 
 /// The plan that splits each factor of `f` over `axes[factor]` (on `mesh`; base: the operand whose
