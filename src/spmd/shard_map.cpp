@@ -178,6 +178,17 @@ bool group_shared_available(const Mesh& mesh, const SpecEntry& axes) {
   return mesh.comms().groups_share_node(s.axes);
 }
 
+namespace {
+/// A collective on a traced value (a jit traced inside a body): one equation of the program, run on
+/// the shadow now and, when the program replays, by the body's context on that thread through the
+/// public method again (so a tape or vmap around the replay sees it as it sees an eager one).
+template <typename T, typename Call>
+Tensor<T> traced_collective(const char* name, std::uint64_t level, const Tensor<T>& x, Call call) {
+  return detail::trace_opaque(name, std::move(call), level, x);
+}
+
+}  // namespace
+
 template <typename T>
 Tensor<T> DeviceContext::run(detail::CollectiveSpec spec, Tensor<T> x, const shard::source_location& where) {
   x.detach_if_aliased();  // reductions work in place; an autodiff residual keeps the old values
@@ -209,6 +220,8 @@ Tensor<T> DeviceContext::psum(Tensor<T> x, const Axes& axes, shard::source_locat
         *tape, "psum", x, detail::vma_of(x, *tape) & ~m, m, [&] { return psum(std::move(x), axes, where); },
         [](const Tensor<T>& ct) { return ct.alias(); });
   }
+  if (const std::uint64_t level = detail::trace_level_of(x))
+    return traced_collective("psum", level, x, [=](const Tensor<T>& v) { return shard::device_context().psum(v, axes, where); });
   auto spec = detail::reduce_spec(mesh(), ReduceKind::kSum, axes, x.shape());  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
@@ -225,6 +238,8 @@ Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, shard:
     }
   }
   if constexpr (is_floating_v<T>) {
+    if (const std::uint64_t level = detail::trace_level_of(x))
+      return traced_collective("pmean", level, x, [=](const Tensor<T>& v) { return shard::device_context().pmean(v, axes, where); });
     auto spec = detail::reduce_spec(mesh(), ReduceKind::kMean, axes, x.shape());  // before x is moved from
     return run(std::move(spec), std::move(x), where);
   } else {  // JAX: the exact integer sum, then a true division
@@ -247,6 +262,8 @@ Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes, shard::source_locat
     out.set_ad(vma ? std::make_shared<detail::AdValue>(detail::AdValue{tape->id(), vma, nullptr}) : nullptr);
     return out;
   }
+  if (const std::uint64_t level = detail::trace_level_of(x))
+    return traced_collective("pmax", level, x, [=](const Tensor<T>& v) { return shard::device_context().pmax(v, axes, where); });
   auto spec = detail::reduce_spec(mesh(), ReduceKind::kMax, axes, x.shape());  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
@@ -262,6 +279,8 @@ Tensor<T> DeviceContext::pmin(Tensor<T> x, const Axes& axes, shard::source_locat
     out.set_ad(vma ? std::make_shared<detail::AdValue>(detail::AdValue{tape->id(), vma, nullptr}) : nullptr);
     return out;
   }
+  if (const std::uint64_t level = detail::trace_level_of(x))
+    return traced_collective("pmin", level, x, [=](const Tensor<T>& v) { return shard::device_context().pmin(v, axes, where); });
   auto spec = detail::reduce_spec(mesh(), ReduceKind::kMin, axes, x.shape());  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
@@ -278,7 +297,7 @@ template <typename T>
 Tensor<T> DeviceContext::all_gather(Tensor<T>&& x, const Axes& axes, int dim, bool tiled,
                                     shard::source_location where) {
   const detail::CallScope scope("all_gather", where);
-  if (detail::varying_collective_tape(x)) return all_gather(static_cast<const Tensor<T>&>(x), axes, dim, tiled, where);
+  if (detail::varying_collective_tape(x) || detail::trace_level_of(x)) return all_gather(static_cast<const Tensor<T>&>(x), axes, dim, tiled, where);
   auto spec = detail::all_gather_spec(mesh(), axes, x.shape(), dim, tiled);  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
@@ -292,6 +311,8 @@ Tensor<T> DeviceContext::all_gather(const Tensor<T>& x, const Axes& axes, int di
         *tape, "all_gather", x, detail::vma_of(x, *tape) | m, 0, [&] { return all_gather(x, axes, dim, tiled, where); },
         [tape, axes, dim, tiled](const Tensor<T>& ct) { return tape->context()->psum_scatter(ct, axes, dim, tiled); });
   }
+  if (const std::uint64_t level = detail::trace_level_of(x))
+    return traced_collective("all_gather", level, x, [=](const Tensor<T>& v) { return shard::device_context().all_gather(v, axes, dim, tiled, where); });
   return run(detail::all_gather_spec(mesh(), axes, x.shape(), dim, tiled), view_of(x), where);
 }
 template <typename T>
@@ -328,6 +349,8 @@ Tensor<T> DeviceContext::psum_scatter(Tensor<T> x, const Axes& axes, int dim, bo
         [&] { return psum_scatter(std::move(x), axes, dim, tiled, where); },
         [tape, axes, dim, tiled](const Tensor<T>& ct) { return tape->context()->all_gather(ct, axes, dim, tiled); });
   }
+  if (const std::uint64_t level = detail::trace_level_of(x))
+    return traced_collective("psum_scatter", level, x, [=](const Tensor<T>& v) { return shard::device_context().psum_scatter(v, axes, dim, tiled, where); });
   auto spec = detail::psum_scatter_spec(mesh(), axes, x.shape(), dim, tiled);  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
@@ -335,7 +358,7 @@ template <typename T>
 Tensor<T> DeviceContext::all_to_all(Tensor<T>&& x, const Axes& axes, int split_dim, int concat_dim, bool tiled,
                                     shard::source_location where) {
   const detail::CallScope scope("all_to_all", where);
-  if (detail::varying_collective_tape(x))
+  if (detail::varying_collective_tape(x) || detail::trace_level_of(x))
     return all_to_all(static_cast<const Tensor<T>&>(x), axes, split_dim, concat_dim, tiled, where);
   auto spec = detail::all_to_all_spec(mesh(), axes, x.shape(), split_dim, concat_dim, tiled);  // before x is moved from
   return run(std::move(spec), std::move(x), where);
@@ -353,13 +376,15 @@ Tensor<T> DeviceContext::all_to_all(const Tensor<T>& x, const Axes& axes, int sp
           return tape->context()->all_to_all(ct, axes, concat_dim, split_dim, tiled);
         });
   }
+  if (const std::uint64_t level = detail::trace_level_of(x))
+    return traced_collective("all_to_all", level, x, [=](const Tensor<T>& v) { return shard::device_context().all_to_all(v, axes, split_dim, concat_dim, tiled, where); });
   return run(detail::all_to_all_spec(mesh(), axes, x.shape(), split_dim, concat_dim, tiled), view_of(x), where);
 }
 template <typename T>
 Tensor<T> DeviceContext::ppermute(Tensor<T>&& x, const Axes& axes, std::vector<std::pair<int, int>> perm,
                                   shard::source_location where) {
   const detail::CallScope scope("ppermute", where);
-  if (detail::varying_collective_tape(x)) return ppermute(static_cast<const Tensor<T>&>(x), axes, std::move(perm), where);
+  if (detail::varying_collective_tape(x) || detail::trace_level_of(x)) return ppermute(static_cast<const Tensor<T>&>(x), axes, std::move(perm), where);
   auto spec = detail::ppermute_spec(mesh(), axes, x.shape(), std::move(perm));  // before x is moved from
   return run(std::move(spec), std::move(x), where);
 }
@@ -375,6 +400,8 @@ Tensor<T> DeviceContext::ppermute(const Tensor<T>& x, const Axes& axes, std::vec
         *tape, "ppermute", x, detail::vma_of(x, *tape) | m, 0, [&] { return ppermute(x, axes, perm, where); },
         [tape, axes, inverse](const Tensor<T>& ct) { return tape->context()->ppermute(ct, axes, inverse); });
   }
+  if (const std::uint64_t level = detail::trace_level_of(x))
+    return traced_collective("ppermute", level, x, [=](const Tensor<T>& v) { return shard::device_context().ppermute(v, axes, perm, where); });
   return run(detail::ppermute_spec(mesh(), axes, x.shape(), std::move(perm)), view_of(x), where);
 }
 
@@ -420,6 +447,8 @@ const PartitionSpec& SpecTree::at(std::size_t k, std::size_t n, const char* what
                       " arrays; give one spec per array, or one PartitionSpec for all");
   return specs_[k];
 }
+
+DeviceContext* detail::current_device_context() noexcept { return t_context; }
 
 DeviceContext& device_context() {
   if (!t_context)

@@ -707,6 +707,70 @@ SHARD_MPI_TEST(Jit, GradOfAShardMapInsideJitEqualsEager) {
   EXPECT_NE(text.find("shard_map_vjp"), std::string::npos) << text;
 }
 
+SHARD_MPI_TEST(Jit, JitInsideAShardMapBody) {
+  // A jit called inside a shard_map body: its named-axis collectives are equations of the program
+  // (traced on the shadows, replayed by the body's context), one program per device (axis_index is
+  // a constant of it), equal to the body without jit at every call; grad around the jitted function
+  // (replayed op by op for the tape: all_gather's transpose) and jit(grad) inside the body (the
+  // transposes traced) equal the un-jitted gradients.
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"data"});
+  const std::int64_t local = static_cast<std::int64_t>(mesh.local_device_ids().size());
+  auto block_fn = [n](const Tensor<float>& b, const Tensor<float>& w) {
+    const Tensor<float> h = tanh(matmul(b, w)) + static_cast<float>(static_cast<int>(axis_index("data")));
+    const Tensor<float> s = psum(sum(h, {0}), "data");
+    const Tensor<float> g = all_gather(h, "data", 0, true);
+    const Tensor<float> r = psum_scatter(g * 2.0f, "data", 0, true);
+    std::vector<std::pair<int, int>> ring;
+    for (int i = 0; i < n; ++i) ring.emplace_back(i, (i + 1) % n);
+    const Tensor<float> p = ppermute(h, "data", ring);
+    const Tensor<float> m = pmax(h, "data") - pmin(h, "data") + pmean(h, "data");
+    return std::make_tuple(r + p + m, s);
+  };
+  auto jitted = jit(block_fn);
+  auto run = [&](bool use_jit, const ShardedArray<float>& x, const ShardedArray<float>& w) {
+    return shard_map(mesh, {P("data", None), P()}, {P("data", None), P()},
+                     [&](const Tensor<float>& b, const Tensor<float>& wb) {
+                       return use_jit ? jitted(b, wb) : block_fn(b, wb);
+                     })(x, w);
+  };
+  const auto w = device_put(random_tensor<float>({3, 4}, 101), NamedSharding(mesh, P()));
+  for (int call = 0; call < 3; ++call) {
+    const auto x =
+        device_put(random_tensor<float>({2 * n, 3}, 102 + call), NamedSharding(mesh, P("data", None)));
+    const auto [want_y, want_s] = run(false, x, w);
+    const auto [got_y, got_s] = run(true, x, w);
+    expect_equal(host_double(got_y), host_double(want_y), 1e-6, "jit in a body: the collectives' result");
+    expect_equal(host_double(got_s), host_double(want_s), 1e-6, "jit in a body: psum");
+  }
+  EXPECT_EQ(jitted.trace_count(), local);  // one program per device of this rank, then replays
+
+  // grad of a function whose shard_map body calls the jitted function: the body's device tapes see
+  // its replay op by op (all_gather's transpose, a psum_scatter), eagerly and under jit(grad).
+  auto block_fn2 = [](const Tensor<float>& wb, const Tensor<float>& b) {
+    return all_gather(tanh(matmul(b, wb)), "data", 0, true) * 0.5f;
+  };
+  auto jitted2 = jit(block_fn2);
+  auto loss = [&](bool use_jit) {
+    return [&, use_jit](const ShardedArray<float>& wt, const ShardedArray<float>& xs) {
+      return shard_map(
+          mesh, {P(), P("data", None)}, P(), [&](const Tensor<float>& wb, const Tensor<float>& b) {
+            const Tensor<float> g = use_jit ? jitted2(wb, b) : block_fn2(wb, b);
+            return psum(sum(square(g) * (1.0f + static_cast<float>(static_cast<int>(axis_index("data"))))),
+                        "data");
+          })(wt, xs);
+    };
+  };
+  auto jit_grad = jit(grad(loss(true)));
+  for (int call = 0; call < 2; ++call) {
+    const auto x =
+        device_put(random_tensor<float>({2 * n, 3}, 110 + call), NamedSharding(mesh, P("data", None)));
+    const Tensor<double> want = host_double(grad(loss(false))(w, x));
+    expect_equal(host_double(grad(loss(true))(w, x)), want, 1e-5, "grad through a body calling a jit");
+    expect_equal(host_double(jit_grad(w, x)), want, 1e-5, "jit(grad) through a body calling a jit");
+  }
+}
+
 SHARD_MPI_TEST(Jit, GradThroughAShardMapTracksOnlyTheDifferentiatedArguments) {
   // jit(grad(f)) differentiates only what the grad does: a body may apply an op without a VJP
   // (pmax) to data that is not differentiated, and the data's cotangents are neither computed nor

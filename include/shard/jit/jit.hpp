@@ -62,6 +62,7 @@
 #include "shard/error.hpp"
 #include "shard/jit/optimize.hpp"
 #include "shard/jit/propagate.hpp"
+#include "shard/spmd/device_context.hpp"
 
 namespace shard {
 
@@ -444,6 +445,12 @@ class Jitted {
           tree_for_each_with_path(visitor, args);
         }(),
         ...);
+    // Called inside a shard_map body: a program per device of the body's mesh. Its collectives are
+    // equations over the body's named axes, and a value derived from the device (axis_index) is a
+    // constant of the program, right for the device that traced it only.
+    if (const DeviceContext* ctx = detail::current_device_context())
+      sig.key += "@device " + std::to_string(ctx->device()) + " of " + ctx->mesh().to_string() +
+                 ctx->mesh().devices_string();
     {
       const std::lock_guard<std::mutex> lock(cache_->mutex);
       for (const auto& e : cache_->entries)

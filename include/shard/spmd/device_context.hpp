@@ -160,6 +160,12 @@ class DeviceContext {
 DeviceContext& device_context();
 
 namespace detail {
+/// The DeviceContext of the body running on the calling thread, or null outside a body (jit keys
+/// a program traced inside a body by its device: jit/jit.hpp).
+DeviceContext* current_device_context() noexcept;
+}  // namespace detail
+
+namespace detail {
 /// psum / pmax / pmin inside vmap: over the vmap axes among `axes` first (the batch reduced),
 /// then `mesh_op` over the mesh axes left, on the physical array of a batched value.
 template <Dtype T, typename MeshOp>
