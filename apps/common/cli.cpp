@@ -27,11 +27,12 @@ const std::string& trace_path() { return g_trace_path; }
 void finish_trace(const Runtime& rt) {
   if (g_trace_path.empty() || g_trace_written) return;
   g_trace_written = true;
-  shard::stop_trace(g_trace_path);
+  const shard::TraceSummary summary = shard::stop_trace(g_trace_path);
   if (rt.process_index() == 0)  // stderr: --json output stays one JSON object per line
-    std::fprintf(
-        stderr, "timeline of %d ranks written to %s (Chrome-trace JSON: ui.perfetto.dev, chrome://tracing)\n",
-        rt.process_count(), g_trace_path.c_str());
+    std::fprintf(stderr,
+                 "timeline of %d ranks written to %s (Chrome-trace JSON: ui.perfetto.dev, chrome://tracing); "
+                 "where each rank's traced time went:\n%s",
+                 rt.process_count(), g_trace_path.c_str(), summary.to_string().c_str());
 }
 
 void TracedSteps::before(std::int64_t done) const {

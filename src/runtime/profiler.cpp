@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "shard/core/timeline.hpp"
 #include "shard/error.hpp"
@@ -34,7 +36,20 @@ void start_trace() {
 
 bool tracing() { return detail::trace_on(); }
 
-void stop_trace(const std::string& path) {
+std::string TraceSummary::to_string() const {
+  std::string out;
+  char buf[200];
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const RankTimeSplit& s = ranks[r];
+    std::snprintf(buf, sizeof buf,
+                  "rank %zu: %.1f ms traced, computing %.1f, communicating %.1f (exposed %.1f)\n", r,
+                  s.wall_ms, s.compute_ms, s.communication_ms, s.exposed_communication_ms);
+    out += buf;
+  }
+  return out;
+}
+
+TraceSummary stop_trace(const std::string& path) {
   check_not_in_body("stop_trace()");
   Runtime& rt = Runtime::current();
   const mpi::Communicator& world = rt.world();
@@ -62,6 +77,16 @@ void stop_trace(const std::string& path) {
     const std::string why = world.rank() == 0 ? open_error : "rank 0 could not open it";
     raise<IoError>("stop_trace: cannot write the timeline to ", path, ": ", why);
   }
+  // Where this rank's time went, before its spans are taken; every rank's on every rank.
+  const detail::TimelineTotals totals = detail::timeline_totals();
+  const std::vector<double> wall = world.allgather(static_cast<double>(totals.wall_ns) / 1e6),
+                            compute = world.allgather(static_cast<double>(totals.compute_ns) / 1e6),
+                            comm = world.allgather(static_cast<double>(totals.communication_ns) / 1e6),
+                            exposed =
+                                world.allgather(static_cast<double>(totals.exposed_communication_ns) / 1e6);
+  TraceSummary summary;
+  for (std::size_t r = 0; r < wall.size(); ++r)
+    summary.ranks.push_back(RankTimeSplit{wall[r], compute[r], comm[r], exposed[r]});
   std::int64_t dropped = 0;
   const int pid = world.rank();
   std::string mine = detail::timeline_lanes_json(pid, pid * rt.devices_per_rank());
@@ -92,6 +117,7 @@ void stop_trace(const std::string& path) {
   if (world.any(!ok))
     raise<IoError>("stop_trace: writing the timeline to ", path, " failed",
                    world.rank() == 0 ? "" : " on rank 0", " (disk full?)");
+  return summary;
 }
 
 }  // namespace shard

@@ -75,7 +75,7 @@ SHARD_MPI_TEST(Timeline, EveryRanksOpsCollectivesAndFusedChainsInOneFile) {
   const double checksum = sum(summed).to_host().item() + sum(moved).to_host().item() +
                           sum(product).to_host().item() + sum(fused).to_host().item();
   ASSERT_TRUE(std::isfinite(checksum));
-  stop_trace(path);
+  const TraceSummary summary = stop_trace(path);
   ASSERT_FALSE(tracing());
 
   const json::Value doc = read_json(path);
@@ -149,6 +149,52 @@ SHARD_MPI_TEST(Timeline, EveryRanksOpsCollectivesAndFusedChainsInOneFile) {
       open_ends.push_back(s.ts + s.dur);
     }
   }
+  // The summary stop_trace returned, on every rank, against the file's spans: per rank, each
+  // elementary stretch between span boundaries belongs on each thread to the innermost span there
+  // (the latest begun of those holding it); computing if some thread computes, communicating if
+  // some thread communicates, exposed if it communicates and none computes.
+  ASSERT_EQ(static_cast<int>(summary.ranks.size()), ranks);
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<const Span*> mine;
+    std::vector<double> cuts;
+    for (const auto& sp : spans)
+      if (sp.pid == r) {
+        mine.push_back(&sp);
+        cuts.push_back(sp.ts);
+        cuts.push_back(sp.ts + sp.dur);
+      }
+    ASSERT_FALSE(mine.empty());
+    std::sort(cuts.begin(), cuts.end());
+    double compute = 0, comm = 0, exposed = 0;
+    for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
+      const double lo = cuts[i], hi = cuts[i + 1], mid = (lo + hi) / 2;
+      if (hi - lo <= 0) continue;
+      std::map<int, const Span*> inner;  // per thread
+      for (const Span* sp : mine)
+        if (sp->ts <= mid && mid < sp->ts + sp->dur) {
+          const Span*& cur = inner[sp->tid];
+          if (!cur || sp->ts > cur->ts || (sp->ts == cur->ts && sp->dur < cur->dur)) cur = sp;
+        }
+      bool computes = false, communicates = false;
+      for (const auto& [tid, sp] : inner) {
+        const bool c = sp->cat == "collective" || sp->cat == "start" || sp->cat == "wait";
+        communicates = communicates || c;
+        computes = computes || !c;
+      }
+      compute += computes ? hi - lo : 0;
+      comm += communicates ? hi - lo : 0;
+      exposed += communicates && !computes ? hi - lo : 0;
+    }
+    const RankTimeSplit& got = summary.ranks[static_cast<std::size_t>(r)];
+    EXPECT_NEAR(got.wall_ms, (cuts.back() - cuts.front()) / 1e3, 1e-3) << "rank " << r;
+    EXPECT_NEAR(got.compute_ms, compute / 1e3, 1e-3) << "rank " << r;
+    EXPECT_NEAR(got.communication_ms, comm / 1e3, 1e-3) << "rank " << r;
+    EXPECT_NEAR(got.exposed_communication_ms, exposed / 1e3, 1e-3) << "rank " << r;
+    EXPECT_GT(got.compute_ms, 0) << "rank " << r;
+    EXPECT_GT(got.communication_ms, 0) << "rank " << r << " ran a psum";
+    EXPECT_LE(got.exposed_communication_ms, got.communication_ms + 1e-9) << "rank " << r;
+  }
+  EXPECT_NE(summary.to_string().find("rank 0: "), std::string::npos) << summary.to_string();
   const json::Value* other = doc.find("otherData");
   ASSERT_NE(other, nullptr);
   EXPECT_EQ(number(*other, "ranks"), ranks);

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace shard::detail {
 
@@ -89,6 +90,24 @@ std::string timeline_take_json(int pid, std::int64_t origin_ns, std::int64_t& dr
 /// The lanes that recorded, for the trace's thread names.
 std::string timeline_lanes_json(int pid, int first_device);
 inline constexpr std::int64_t kMaxTimelineEvents = 4'000'000;
+/// One recorded span, for the totals below.
+struct TimelineSpan {
+  std::string category;
+  std::int64_t begin_ns = 0, end_ns = 0;
+  int lane = 0;
+};
+/// Where a rank's time went over its recorded spans. Each instant of a thread is its innermost
+/// span's (an op's span around a collective is communication while the collective runs):
+/// communication is "collective", "start" and "wait", computing every other category. The rank's
+/// time computing and communicating are the unions over its threads; exposed communication is
+/// the time some thread communicates while no thread computes (what overlap did not hide).
+struct TimelineTotals {
+  std::int64_t wall_ns = 0;  ///< first span's begin to the last one's end
+  std::int64_t compute_ns = 0, communication_ns = 0, exposed_communication_ns = 0;
+};
+TimelineTotals timeline_totals(std::vector<TimelineSpan> spans);
+/// The totals of this rank's recorded spans (before timeline_take_json clears them).
+TimelineTotals timeline_totals();
 /// Starts recording (clears what was recorded); returns the start time.
 std::int64_t timeline_start();
 void timeline_stop();

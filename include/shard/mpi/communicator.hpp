@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "shard/error.hpp"
 
@@ -85,6 +86,13 @@ class Communicator {
   T allreduce(T value, MPI_Op op) const {
     T out{};
     check(MPI_Allreduce(&value, &out, 1, datatype<T>(), op, comm_), "MPI_Allreduce");
+    return out;
+  }
+  /// Collective: every rank's `value`, in rank order, on every rank.
+  template <typename T>
+  std::vector<T> allgather(T value) const {
+    std::vector<T> out(static_cast<std::size_t>(size()));
+    check(MPI_Allgather(&value, 1, datatype<T>(), out.data(), 1, datatype<T>(), comm_), "MPI_Allgather");
     return out;
   }
   /// Collective: `root`'s value on every rank.
