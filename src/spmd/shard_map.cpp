@@ -14,6 +14,7 @@
 #include "shard/error.hpp"
 #include "shard/mpi/agree.hpp"
 #include "shard/array/reshard.hpp"
+#include "shard/core/timeline.hpp"
 #include "shard/core/trace.hpp"
 #include "shard/runtime/runtime.hpp"
 #include "spmd/spmd_state.hpp"
@@ -202,6 +203,8 @@ Tensor<T> DeviceContext::run(detail::CollectiveSpec spec, Tensor<T> x, const sha
     return std::move(outs[0]);
   }
   Tensor<T> out;
+  // Every device thread's time here is communication (device 0's thread runs it, the others wait).
+  const detail::TimelineScope span("wait", "collective among the rank's devices");
   state_->arrive(local_, spec, &x, &out, [&](std::vector<detail::SpmdState::Slot>& slots) {
     std::vector<Tensor<T>> ins(slots.size()), outs;
     for (std::size_t i = 0; i < slots.size(); ++i) ins[i] = std::move(*static_cast<Tensor<T>*>(slots[i].in));
@@ -245,9 +248,8 @@ Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, shard:
   } else {  // JAX: the exact integer sum, then a true division
     using F = float_of_t<T>;
     const int n = axis_size(axes);
-    Tensor<F> sum = astype<F>(psum(astype<sum_t<T>>(x), axes, where));
-    for (auto& v : sum) v = static_cast<F>(v / static_cast<F>(n));
-    return sum;
+    // (an op, not a loop over the elements: inside a jit the sum is a traced value)
+    return astype<F>(psum(astype<sum_t<T>>(x), axes, where)) / static_cast<F>(n);
   }
 }
 template <typename T>
@@ -336,6 +338,10 @@ Tensor<T> DeviceContext::all_gather_invariant(const Tensor<T>& x, const Axes& ax
           return slice(ct, index);
         });
   }
+  if (const std::uint64_t level = detail::trace_level_of(x))  // replayed as itself (its transpose)
+    return traced_collective("all_gather_invariant", level, x, [=](const Tensor<T>& v) {
+      return shard::device_context().all_gather_invariant(v, axes, dim, tiled, where);
+    });
   return all_gather(x, axes, dim, tiled, where);
 }
 template <typename T>

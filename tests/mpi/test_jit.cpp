@@ -725,7 +725,9 @@ SHARD_MPI_TEST(Jit, JitInsideAShardMapBody) {
     for (int i = 0; i < n; ++i) ring.emplace_back(i, (i + 1) % n);
     const Tensor<float> p = ppermute(h, "data", ring);
     const Tensor<float> m = pmax(h, "data") - pmin(h, "data") + pmean(h, "data");
-    return std::make_tuple(r + p + m, s);
+    // An integer pmean: the exact sum, then a true division (a float result).
+    const Tensor<float> mi = astype<float>(pmean(astype<std::int32_t>(h * 10.0f), "data"));
+    return std::make_tuple(r + p + m + mi, s);
   };
   auto jitted = jit(block_fn);
   auto run = [&](bool use_jit, const ShardedArray<float>& x, const ShardedArray<float>& w) {
@@ -746,18 +748,26 @@ SHARD_MPI_TEST(Jit, JitInsideAShardMapBody) {
   EXPECT_EQ(jitted.trace_count(), local);  // one program per device of this rank, then replays
 
   // grad of a function whose shard_map body calls the jitted function: the body's device tapes see
-  // its replay op by op (all_gather's transpose, a psum_scatter), eagerly and under jit(grad).
+  // its replay op by op (all_gather's transpose, a psum_scatter; all_gather_invariant's, the own
+  // chunk), eagerly and under jit(grad).
   auto block_fn2 = [](const Tensor<float>& wb, const Tensor<float>& b) {
     return all_gather(tanh(matmul(b, wb)), "data", 0, true) * 0.5f;
   };
   auto jitted2 = jit(block_fn2);
+  // all_gather_invariant: invariant over 'data' (returned under P()), its transpose the own chunk.
+  auto block_fn3 = [](const Tensor<float>& wb, const Tensor<float>& b) {
+    return all_gather_invariant(tanh(matmul(b, wb)), "data", 0, true);
+  };
+  auto jitted3 = jit(block_fn3);
   auto loss = [&](bool use_jit) {
     return [&, use_jit](const ShardedArray<float>& wt, const ShardedArray<float>& xs) {
       return shard_map(
           mesh, {P(), P("data", None)}, P(), [&](const Tensor<float>& wb, const Tensor<float>& b) {
             const Tensor<float> g = use_jit ? jitted2(wb, b) : block_fn2(wb, b);
+            const Tensor<float> inv = use_jit ? jitted3(wb, b) : block_fn3(wb, b);
             return psum(sum(square(g) * (1.0f + static_cast<float>(static_cast<int>(axis_index("data"))))),
-                        "data");
+                        "data") +
+                   sum(square(inv));
           })(wt, xs);
     };
   };

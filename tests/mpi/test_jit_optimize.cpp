@@ -177,7 +177,11 @@ SHARD_MPI_TEST(JitOptimize, CommonSubexpressionsAreMergedUnlessSwitchedOff) {
     const auto inside =
         shard_map(mesh, {P("a"), P("a")}, P("a"),
                   [](const Tensor<float>& a, const Tensor<float>& b) { return a - b; })(t1, t2);
-    return std::make_tuple(pos + neg + inside, sum(p1 - p2 * 0.5f), t2, matmul(e2, w) + matmul(e1, w) * 0.5f);
+    // Reductions along the unsplit dim: sum(e2) is sum(e1); the max stays apart, and so do the
+    // sums along the split dim (they psum).
+    const auto rows = sum(e1, {1}) + sum(e2, {1}) - max(e2, {1}) + sum(sum(e1, {0}) + sum(e2, {0}));
+    return std::make_tuple(pos + neg + inside, sum(p1 - p2 * 0.5f), t2, matmul(e2, w) + matmul(e1, w) * 0.5f,
+                           rows);
   };
   const auto eager = body(x, y);
   auto merged = jit(body, JitOptions{.fuse = false});
@@ -196,6 +200,9 @@ SHARD_MPI_TEST(JitOptimize, CommonSubexpressionsAreMergedUnlessSwitchedOff) {
   // (a merged collective could differ between ranks).
   EXPECT_EQ(count(k_ops, "matmul"), 4);
   EXPECT_EQ(count(m_ops, "matmul"), 3) << merged.lower(x, y).optimized().to_string();
+  EXPECT_EQ(count(k_ops, "sum"), 6);
+  EXPECT_EQ(count(m_ops, "sum"), 5) << merged.lower(x, y).optimized().to_string();
+  EXPECT_EQ(count(m_ops, "max"), 1);
   for (auto* f : {&merged, &kept})
     for (int call = 0; call < 2; ++call) {
       const auto got = (*f)(x, y);
@@ -205,7 +212,23 @@ SHARD_MPI_TEST(JitOptimize, CommonSubexpressionsAreMergedUnlessSwitchedOff) {
       expect_same(host_double(std::get<1>(got)), host_double(std::get<1>(eager)), what + " products");
       expect_same(host_double(std::get<2>(got)), host_double(std::get<2>(eager)), what + " output");
       expect_same(host_double(std::get<3>(got)), host_double(std::get<3>(eager)), what + " matmul");
+      expect_same(host_double(std::get<4>(got)), host_double(std::get<4>(eager)), what + " reductions");
     }
+  // The backward pass's products: the two matmuls merged, their cotangents (the same product of
+  // the seed and the other factor) merged, then their matmul_t.
+  auto twice = [](const ShardedArray<float>& v, const ShardedArray<float>& w) {
+    return sum(matmul(v, w) * matmul(v, w));
+  };
+  const auto want_twice = host_double(grad(twice)(x, y));
+  auto jg_merged = jit(grad(twice)), jg_kept = jit(grad(twice), JitOptions{.cse = false});
+  EXPECT_EQ(count(jg_kept.lower(x, y).optimized().ops(), "matmul_t"), 2)
+      << jg_kept.lower(x, y).optimized().to_string();
+  EXPECT_EQ(count(jg_merged.lower(x, y).optimized().ops(), "matmul_t"), 1)
+      << jg_merged.lower(x, y).optimized().to_string();
+  for (int call = 0; call < 2; ++call) {
+    expect_same(host_double(jg_merged(x, y)), want_twice, "jit(grad) merged matmul_t");
+    expect_same(host_double(jg_kept(x, y)), want_twice, "jit(grad) kept matmul_t");
+  }
   // Inside jit(value_and_grad): the backward pass reads merged values; its gradient equals eager's.
   auto loss = [](const ShardedArray<float>& v, const ShardedArray<float>& w) {
     return sum(square(matmul(tanh(v), w)) + square(matmul(tanh(v), w)) * 0.5f);

@@ -381,7 +381,8 @@ class Jitted {
     }
   }
 
-  /// How many times the function was traced (one per signature seen).
+  /// How many times the function was traced (one per signature seen; inside a shard_map body, one
+  /// per signature and device).
   std::int64_t trace_count() const {
     const std::lock_guard<std::mutex> lock(cache_->mutex);
     return cache_->traces;

@@ -9,7 +9,7 @@
 ///   same primitive and parameters on the same operands, laid out the same way, moving no data) is
 ///   dropped and its readers read the earlier result (as XLA's CSE). Primitives whose parameters
 ///   jit can compare: trivially copyable ones (elementwise, scalar ops, comparisons, where, casts)
-///   and those with a `cse_key()` (transpose, matmul); the rest are never merged.
+///   and those with a `cse_key()` (transpose, matmul, matmul_t, reductions); the rest are never merged.
 /// - Elementwise fusion: a run of consecutive elementwise equations (binary ops, scalar ops,
 ///   comparisons, unary math, where, casts, axpy) whose operands all have the result's shape and
 ///   layout becomes one equation, `fused[...]`. It runs the chain tile by tile (a few thousand

@@ -156,6 +156,13 @@ struct MatmulT : Primitive {
   bool ta = false, tb = false;
   std::shared_ptr<const NamedSharding> out;  ///< where the product should land (matmul_t's `out`)
   const char* name() const { return "matmul_t"; }
+  /// jit's common subexpressions (trace_primitive.hpp): the transposes and where the product lands
+  /// (a backward pass always says: the cotangent's layout).
+  std::string cse_key() const {
+    std::string key{ta ? 't' : 'n', tb ? 't' : 'n'};
+    if (out) key += " " + out->to_string() + out->mesh().devices_string();
+    return key;
+  }
   template <Dtype T>
   Tensor<T> kernel(const Tensor<T>& a, const Tensor<T>& b) const {
     return detail::matmul_t(a, ta, b, tb);

@@ -74,6 +74,8 @@ struct Reduce : Primitive {
     for (int d : dims) t += " " + std::to_string(d);
     return keepdims ? t + ", keepdims" : t;
   }
+  /// jit's common subexpressions: the kind, dims and keepdims (the rule and count follow from them).
+  std::string cse_key() const { return std::string(name()) + " " + params_text(); }
   const FactorRule& rule() const { return *rule_; }
   /// The collective that combines partials (a mean's partial sums are summed).
   ReduceKind closing_kind() const { return kind == ReduceKind::kMean ? ReduceKind::kSum : kind; }
