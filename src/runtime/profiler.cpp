@@ -79,14 +79,13 @@ TraceSummary stop_trace(const std::string& path) {
   }
   // Where this rank's time went, before its spans are taken; every rank's on every rank.
   const detail::TimelineTotals totals = detail::timeline_totals();
-  const std::vector<double> wall = world.allgather(static_cast<double>(totals.wall_ns) / 1e6),
-                            compute = world.allgather(static_cast<double>(totals.compute_ns) / 1e6),
-                            comm = world.allgather(static_cast<double>(totals.communication_ns) / 1e6),
-                            exposed =
-                                world.allgather(static_cast<double>(totals.exposed_communication_ns) / 1e6);
+  const std::vector<double> all = world.allgather(std::vector<double>{
+      static_cast<double>(totals.wall_ns) / 1e6, static_cast<double>(totals.compute_ns) / 1e6,
+      static_cast<double>(totals.communication_ns) / 1e6,
+      static_cast<double>(totals.exposed_communication_ns) / 1e6});
   TraceSummary summary;
-  for (std::size_t r = 0; r < wall.size(); ++r)
-    summary.ranks.push_back(RankTimeSplit{wall[r], compute[r], comm[r], exposed[r]});
+  for (std::size_t r = 0; r + 3 < all.size(); r += 4)
+    summary.ranks.push_back(RankTimeSplit{all[r], all[r + 1], all[r + 2], all[r + 3]});
   std::int64_t dropped = 0;
   const int pid = world.rank();
   std::string mine = detail::timeline_lanes_json(pid, pid * rt.devices_per_rank());

@@ -202,43 +202,51 @@ Tensor<float_of_t<T>> DeviceContext::pmean(Tensor<T> x, const Axes& axes, shard:
     return astype<F>(psum(astype<sum_t<T>>(x), axes, where)) / static_cast<F>(n);
   }
 }
-template <typename T>
-Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes, shard::source_location where) {
-  const detail::CallScope scope("pmax", where);
+namespace {
+/// The shared body of pmax and pmin: not differentiable (JAX defines no transpose), so under a tape
+/// the result only carries the vma left after the axes; one equation inside a jit traced in a body.
+/// `self` is the method itself (on the tape's paused path and on a replay), `run` the collective.
+template <typename T, typename Self, typename Run>
+Tensor<T> extreme_over(DeviceContext& ctx, const char* name, Tensor<T> x, const Axes& axes, Self self,
+                       Run run) {
   if (auto* tape = detail::recording_tape_for(x)) {
     if constexpr (FloatDtype<T>)
       if (detail::differentiable_on(x, *tape))
-        detail::raise_not_differentiable("pmax", "JAX defines no transpose for it either");
-    const std::uint32_t m = detail::axes_mask(mesh(), axes, "pmax");
+        detail::raise_not_differentiable(name, "JAX defines no transpose for it either");
+    const std::uint32_t m = detail::axes_mask(ctx.mesh(), axes, name);
     const std::uint32_t vma = detail::vma_of(x, *tape) & ~m;
-    Tensor<T> out = detail::paused([&] { return pmax(std::move(x), axes, where); });
+    Tensor<T> out = detail::paused([&] { return self(ctx, std::move(x)); });
     out.set_ad(vma ? std::make_shared<detail::AdValue>(detail::AdValue{tape->id(), vma, nullptr}) : nullptr);
     return out;
   }
   if (const std::uint64_t level = detail::trace_level_of(x))
-    return traced_collective(
-        "pmax", level, x, [=](const Tensor<T>& v) { return shard::device_context().pmax(v, axes, where); });
-  auto spec = detail::reduce_spec(mesh(), ReduceKind::kMax, axes, x.shape());  // before x is moved from
-  return run(std::move(spec), std::move(x), where);
+    return traced_collective(name, level, x,
+                             [self](const Tensor<T>& v) { return self(shard::device_context(), v); });
+  return run(std::move(x));
+}
+}  // namespace
+
+template <typename T>
+Tensor<T> DeviceContext::pmax(Tensor<T> x, const Axes& axes, shard::source_location where) {
+  const detail::CallScope scope("pmax", where);
+  return extreme_over(
+      *this, "pmax", std::move(x), axes,
+      [axes, where](DeviceContext& c, Tensor<T> v) { return c.pmax(std::move(v), axes, where); },
+      [&](Tensor<T> v) {
+        auto spec = detail::reduce_spec(mesh(), ReduceKind::kMax, axes, v.shape());  // before v is moved from
+        return run(std::move(spec), std::move(v), where);
+      });
 }
 template <typename T>
 Tensor<T> DeviceContext::pmin(Tensor<T> x, const Axes& axes, shard::source_location where) {
   const detail::CallScope scope("pmin", where);
-  if (auto* tape = detail::recording_tape_for(x)) {
-    if constexpr (FloatDtype<T>)
-      if (detail::differentiable_on(x, *tape))
-        detail::raise_not_differentiable("pmin", "JAX defines no transpose for it either");
-    const std::uint32_t m = detail::axes_mask(mesh(), axes, "pmin");
-    const std::uint32_t vma = detail::vma_of(x, *tape) & ~m;
-    Tensor<T> out = detail::paused([&] { return pmin(std::move(x), axes, where); });
-    out.set_ad(vma ? std::make_shared<detail::AdValue>(detail::AdValue{tape->id(), vma, nullptr}) : nullptr);
-    return out;
-  }
-  if (const std::uint64_t level = detail::trace_level_of(x))
-    return traced_collective(
-        "pmin", level, x, [=](const Tensor<T>& v) { return shard::device_context().pmin(v, axes, where); });
-  auto spec = detail::reduce_spec(mesh(), ReduceKind::kMin, axes, x.shape());  // before x is moved from
-  return run(std::move(spec), std::move(x), where);
+  return extreme_over(
+      *this, "pmin", std::move(x), axes,
+      [axes, where](DeviceContext& c, Tensor<T> v) { return c.pmin(std::move(v), axes, where); },
+      [&](Tensor<T> v) {
+        auto spec = detail::reduce_spec(mesh(), ReduceKind::kMin, axes, v.shape());  // before v is moved from
+        return run(std::move(spec), std::move(v), where);
+      });
 }
 namespace {
 /// A non-owning view of a collective's lvalue input: the executors only read it (ppermute

@@ -88,11 +88,13 @@ class Communicator {
     check(MPI_Allreduce(&value, &out, 1, datatype<T>(), op, comm_), "MPI_Allreduce");
     return out;
   }
-  /// Collective: every rank's `value`, in rank order, on every rank.
+  /// Collective: every rank's `mine` (the same count on every rank), concatenated in rank order,
+  /// on every rank.
   template <typename T>
-  std::vector<T> allgather(T value) const {
-    std::vector<T> out(static_cast<std::size_t>(size()));
-    check(MPI_Allgather(&value, 1, datatype<T>(), out.data(), 1, datatype<T>(), comm_), "MPI_Allgather");
+  std::vector<T> allgather(const std::vector<T>& mine) const {
+    const int n = int_count(static_cast<std::int64_t>(mine.size()), "elements in one MPI call", "MPI_Allgather");
+    std::vector<T> out(mine.size() * static_cast<std::size_t>(size()));
+    check(MPI_Allgather(mine.data(), n, datatype<T>(), out.data(), n, datatype<T>(), comm_), "MPI_Allgather");
     return out;
   }
   /// Collective: `root`'s value on every rank.
