@@ -9,6 +9,10 @@
 // replay   the cost per op of replaying a program of --ops small elementwise ops (--small elements)
 //          against the same ops run eagerly: fused (one equation), not fused (every op replayed),
 //          and a chain broken by a reduction after every op (what fusion cannot join).
+// schedule --layers layers h = tanh(h @ reshard(w, P())) with each (--width)^2 weight split over
+//          'a' (FSDP): jit with communication scheduling (each all_gather started one layer ahead,
+//          waited for before its product) against jit without; the time each rank spent
+//          communicating and the exposed part (not overlapped by computing) from one traced call.
 //
 // Every repetition runs every variant in a rotating order, each timed as its slowest rank; the
 // medians are printed, and the ratios are also taken repetition by repetition (paired).
@@ -121,23 +125,35 @@ int main(int argc, char** argv) {
     std::int64_t small = 16;
     int ops = 60;
     int repeats = 20;
+    int layers = 6;
+    std::int64_t width = 1024, rows = 256;
+    std::string trace;  // --schedule-trace PREFIX
     po::options_description options("jit_bench options");
     shard::apps::add_common_options(options);
     options.add_options()("n", po::value(&n)->default_value(n), "global elements of the chain's arrays")(
         "small", po::value(&small)->default_value(small), "global elements of the replay program's array")(
         "ops", po::value(&ops)->default_value(ops), "elementwise ops of the replay program")(
-        "repeats", po::value(&repeats)->default_value(repeats), "timed repetitions of each variant");
+        "repeats", po::value(&repeats)->default_value(repeats), "timed repetitions of each variant")(
+        "layers", po::value(&layers)->default_value(layers), "layers of the scheduling program")(
+        "width", po::value(&width)->default_value(width), "its weights' side (float32, split over the mesh)")(
+        "rows", po::value(&rows)->default_value(rows), "its activations' rows (replicated)")(
+        "schedule-trace", po::value(&trace),
+        "write the scheduling section's traced calls to PREFIX.unscheduled.json and "
+        "PREFIX.scheduled.json (Chrome trace)");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(
             argc, argv, options, vm, rt,
             "Usage: mpirun -n N jit_bench [options]\n"
             "Times jit's fused elementwise chains against eager and STREAM's triad, "
-            "and jit's replay cost per op."))
+            "jit's replay cost per op, and jit's communication scheduling against none."))
       return 0;
     shard::apps::check_at_least("n", n, 1);
     shard::apps::check_at_least("small", small, 1);
     shard::apps::check_at_least("ops", ops, 1);
     shard::apps::check_at_least("repeats", repeats, 1);
+    shard::apps::check_at_least("layers", layers, 1);
+    shard::apps::check_at_least("width", width, 1);
+    shard::apps::check_at_least("rows", rows, 1);
     MPI_Comm world = rt.world().get();
     const shard::Mesh mesh = shard::make_mesh({rt.device_count()}, {"a"});
     const shard::NamedSharding sharding(mesh, shard::P("a"));
@@ -221,6 +237,57 @@ int main(int argc, char** argv) {
       return shard::apps::median(v.times) / inner / count * 1e6;
     };
 
+    // ---- communication scheduling: layers whose weights are split over 'a' (FSDP) and gathered
+    // where they are used; with the scheduler each gather starts one layer ahead.
+    const shard::NamedSharding whole(mesh, shard::P()), split(mesh, shard::P("a", shard::None));
+    auto init = [](std::int64_t seed) {
+      return [seed](const shard::Box& box) {
+        Tensor<float> t(box.extent);
+        for (std::int64_t i = 0; i < t.size(); ++i)
+          t.flat(i) = static_cast<float>((box.offset[0] * 31 + i * 17 + seed * 7) % 97) * 2e-3f - 0.09f;
+        return t;
+      };
+    };
+    std::vector<ShardedArray<float>> weights;
+    for (int l = 0; l < layers; ++l)
+      weights.push_back(shard::generate<float>({width, width}, split, init(l)));
+    const auto acts = shard::generate<float>({rows, width}, whole, init(99));
+    auto layered = [whole](const ShardedArray<float>& x, const std::vector<ShardedArray<float>>& ws) {
+      ShardedArray<float> h = x;
+      for (const auto& w : ws) h = tanh(shard::matmul(h, shard::reshard(w, whole)));
+      return h;
+    };
+    auto sched_on = shard::jit(layered),
+         sched_off = shard::jit(layered, shard::JitOptions{.schedule = false});
+    {  // correctness first
+      const auto a = sched_on(acts, weights).to_host(), b = sched_off(acts, weights).to_host();
+      for (std::int64_t i = 0; i < a.size(); ++i)
+        if (!(a.flat(i) == b.flat(i)))
+          shard::raise<shard::RuntimeError>("jit_bench: the scheduled program is WRONG at ", i);
+    }
+    std::vector<Variant> sv{
+        {"unscheduled", [&] { return first_value(sched_off(acts, weights)); }, {}},
+        {"scheduled", [&] { return first_value(sched_on(acts, weights)); }, {}},
+    };
+    measure(sv, repeats, world, sink);
+    std::vector<shard::TraceSummary> splits;  // one traced call of each (--schedule-trace: kept as files)
+    for (auto* f : {&sched_off, &sched_on}) {
+      shard::start_trace();
+      sink += first_value((*f)(acts, weights));
+      const char* which = splits.empty() ? ".unscheduled.json" : ".scheduled.json";
+      splits.push_back(shard::stop_trace(trace.empty() ? std::string("/dev/null") : trace + which));
+    }
+    auto exposed = [&](const shard::TraceSummary& t) {
+      double most = 0;
+      for (const auto& r : t.ranks) most = std::max(most, r.exposed_communication_ms);
+      return most;
+    };
+    auto comm = [&](const shard::TraceSummary& t) {
+      double most = 0;
+      for (const auto& r : t.ranks) most = std::max(most, r.communication_ms);
+      return most;
+    };
+
     std::ostringstream os;
     char line[512];
     os << "jit_bench: " << rt.process_count() << " ranks x " << rt.devices_per_rank() << " devices, "
@@ -260,6 +327,23 @@ int main(int argc, char** argv) {
         "jit fused: %zu equation(s) for %d ops, %.3f us per op (goal < 0.3); not fused %.3f us per op, "
         "eager %.3f\n",
         fused_eqns, ops, us_per_op(rv[2], ops), us_per_op(rv[1], ops), us_per_op(rv[0], ops));
+    os << line;
+    os << "scheduling: " << layers << " layers h = tanh(h @ reshard(w, P())), h float32 (" << rows << ", "
+       << width << ") replicated, w (" << width << ", " << width
+       << ") P('a', None): one all_gather per layer; the scheduled program: "
+       << sched_on.lower(acts, weights).optimized().to_string() << "\n";
+    std::snprintf(line, sizeof line, "%-12s %10s %22s %20s\n", "variant", "median_ms",
+                  "communicating_ms(1 call)", "exposed_ms(1 call)");
+    os << line;
+    for (std::size_t k = 0; k < sv.size(); ++k) {
+      std::snprintf(line, sizeof line, "%-12s %10.2f %22.2f %20.2f\n", sv[k].name.c_str(),
+                    shard::apps::median(sv[k].times) * 1e3, comm(splits[k]), exposed(splits[k]));
+      os << line;
+    }
+    std::snprintf(line, sizeof line,
+                  "scheduled over unscheduled %.3fx (paired); exposed communication %.2f ms against %.2f "
+                  "(goal: less with scheduling on; the busiest rank of one traced call each)\n",
+                  paired(sv[1], sv[0]), exposed(splits[1]), exposed(splits[0]));
     os << line;
     shard::apps::print0(rt, os.str());
     g_sink = sink;

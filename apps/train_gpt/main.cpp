@@ -41,7 +41,7 @@ struct Config {
   std::int64_t trace_steps = 3;
   bool json = false, resume = false, sample = false, shard_state = false, comm_stats = false, jit = false,
        fsdp = false;
-  std::vector<std::string> jit_off;  ///< --jit-off: fuse, cse, reuse, donate, propagate
+  std::vector<std::string> jit_off;  ///< --jit-off: fuse, cse, reuse, donate, propagate, schedule
 };
 
 /// The sum over ranks of `value` (each rank's counted once, at its first device). Collective.
@@ -331,6 +331,7 @@ int run(shard::Runtime& rt, Config& c) {
           if (off == "reuse") o.reuse_buffers = false;
           if (off == "donate") o.donate_argnums = {};
           if (off == "propagate") o.propagate = false;
+          if (off == "schedule") o.schedule = false;
         }
         return o;
       }());
@@ -532,7 +533,7 @@ int main(int argc, char** argv) {
         "jit", "run each training step as one jitted program (value_and_grad and the optimizer's update)")(
         "jit-off", po::value(&jit_off)->default_value(""),
         "with --jit, optimizations to switch off (a comma-separated list of fuse, cse, reuse, donate, "
-        "propagate: "
+        "propagate, schedule: "
         "shard::JitOptions)")("json",
                               "one JSON object per line (losses, validation, summary) instead of text");
     po::variables_map vm;
@@ -550,7 +551,8 @@ int main(int argc, char** argv) {
     for (std::size_t at = 0; at < jit_off.size();) {
       const std::size_t comma = std::min(jit_off.find(',', at), jit_off.size());
       c.jit_off.push_back(jit_off.substr(at, comma - at));
-      shard::apps::check_choice("jit-off", c.jit_off.back(), {"fuse", "cse", "reuse", "donate", "propagate"});
+      shard::apps::check_choice("jit-off", c.jit_off.back(),
+                                {"fuse", "cse", "reuse", "donate", "propagate", "schedule"});
       at = comma + 1;
     }
     if (!c.jit_off.empty() && !c.jit) shard::raise<shard::ValueError>("--jit-off needs --jit");

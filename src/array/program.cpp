@@ -25,6 +25,8 @@ void replay(const Program& program, ReplayEnv& env) {
     }
     if (release)
       for (const int v : program.release[i]) env.slots[static_cast<std::size_t>(v)].reset();
+    // MPI moves a nonblocking transfer's bytes inside MPI calls: give the scheduled ones a turn.
+    for (const auto& f : env.in_flight) f->test();
   }
 }
 
@@ -97,6 +99,7 @@ std::string typed(const Program& p, int id) {
   const ProgramValue& v = p.values[static_cast<std::size_t>(id)];
   std::string s = value_name(id) + ":";
   if (v.kind == ProgramValue::Kind::kVjp) return s + "vjp";
+  if (v.kind == ProgramValue::Kind::kInFlight) return s + "in_flight";
   s += v.dtype + "[";
   for (std::size_t d = 0; d < v.shape.size(); ++d) s += (d ? "," : "") + std::to_string(v.shape[d]);
   s += "]";

@@ -305,9 +305,69 @@ ShardedArray<T> prim::Reshard::sharded(const ShardedArray<T>& x) const {
   return run_general(x, to);
 }
 
-#define SHARD_INSTANTIATE_RESHARD(T)                                                \
+namespace detail {
+
+namespace {
+
+/// An all_gather in flight: its blocks arrive in `outs`.
+template <typename T>
+struct GatherInFlight final : InFlight {
+  GatherInFlight(Shape shape_, NamedSharding to_) : shape(std::move(shape_)), to(std::move(to_)) {}
+  bool test() override { return pending.test(); }
+  std::any finish() override {
+    pending.wait();
+    std::vector<Shard<T>> shards;
+    for (std::size_t k = 0; k < devices.size(); ++k)
+      shards.push_back(Shard<T>{devices[k], to.box(devices[k], shape), std::move((*outs)[k])});
+    return std::any(ShardedArray<T>(shape, to, std::move(shards)));
+  }
+  Shape shape;
+  NamedSharding to;
+  std::vector<int> devices;
+  std::shared_ptr<std::vector<Tensor<T>>> outs = std::make_shared<std::vector<Tensor<T>>>();
+  PendingCollective pending;  // declared last: completes (or drains) before the buffers go
+};
+
+/// A reshard that ran when started.
+struct DoneInFlight final : InFlight {
+  explicit DoneInFlight(std::any x_) : x(std::move(x_)) {}
+  bool test() override { return true; }
+  std::any finish() override { return std::move(x); }
+  std::any x;
+};
+
+}  // namespace
+
+template <typename T>
+std::shared_ptr<InFlight> start_reshard(const ShardedArray<T>& x, const NamedSharding& to) {
+  if (x.mesh() == to.mesh()) {
+    const std::shared_ptr<const ReshardPlan> plan =
+        cached_plan_reshard(x.shape(), x.sharding(), to, sizeof(T));
+    if (plan->kind == Kind::kAllGather) {
+      auto f = std::make_shared<GatherInFlight<T>>(x.shape(), to);
+      CollectiveSpec spec = all_gather_spec(x.mesh(), SpecEntry(plan->axis),
+                                            x.sharding().shard_shape(x.shape()), plan->dim, true);
+      spec.name = "reshard";
+      spec.dtype = dtype_name<T>();
+      std::vector<Tensor<T>> ins;
+      for (const auto& sh : x.addressable_shards()) {
+        ins.push_back(sh.data.alias());
+        f->devices.push_back(sh.device);
+      }
+      f->pending = start_all_gather<T>(x.mesh(), spec, f->devices, std::move(ins), f->outs);
+      return f;
+    }
+  }
+  return std::make_shared<DoneInFlight>(std::any(reshard(x, to)));
+}
+
+}  // namespace detail
+
+#define SHARD_INSTANTIATE_RESHARD(T)                                                                         \
   template ShardedArray<T> reshard<T>(const ShardedArray<T>&, const NamedSharding&, shard::source_location); \
-  template ShardedArray<T> prim::Reshard::sharded<T>(const ShardedArray<T>&) const;
+  template ShardedArray<T> prim::Reshard::sharded<T>(const ShardedArray<T>&) const;                          \
+  template std::shared_ptr<detail::InFlight> detail::start_reshard<T>(const ShardedArray<T>&,                \
+                                                                      const NamedSharding&);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_RESHARD)
 #undef SHARD_INSTANTIATE_RESHARD
 

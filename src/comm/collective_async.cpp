@@ -1,4 +1,4 @@
-// Nonblocking sums of row ranges (start_psum_rows, collective.hpp): the backward pass's
+// Nonblocking collectives (collective.hpp). Sums of row ranges (start_psum_rows): the backward pass's
 // gradient buckets (grad_reduce.cpp). For each group over the sum's axes that holds a device of
 // this rank: the local members' rows are added in memory, then one MPI_Iallreduce on the
 // group's communicator (or, in bfloat16, an Ialltoallv of each rank's share, a float32 sum and
@@ -28,9 +28,10 @@
 namespace shard::detail {
 
 // ---- start_psum_rows: the nonblocking psum of a row range (the backward pass's gradient buckets).
-struct PendingPsum::State {
+struct PendingCollective::State {
   Mesh mesh;  // keeps the groups' communicators alive
   CommOp op;  // names the transfers (outlives them: declared first)
+  std::string wait_label;  // the timeline's name of wait()
   /// One group's sum: a transfer in flight and what runs when it completes (which may start the
   /// next phase). `next` (and the buffers it holds) is declared first: it outlives the transfer.
   /// A step that posts a transfer (`next_posts`) runs only from wait() or post_next_phase(),
@@ -45,17 +46,17 @@ struct PendingPsum::State {
   std::vector<Part> parts;
 };
 
-PendingPsum::PendingPsum() = default;
-PendingPsum::PendingPsum(PendingPsum&&) noexcept = default;
-PendingPsum& PendingPsum::operator=(PendingPsum&&) noexcept = default;
-PendingPsum::~PendingPsum() = default;
+PendingCollective::PendingCollective() = default;
+PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
+PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
+PendingCollective::~PendingCollective() = default;
 
-bool PendingPsum::done() const { return !state_ || state_->parts.empty(); }
+bool PendingCollective::done() const { return !state_ || state_->parts.empty(); }
 
 namespace {
 /// Runs the part's next steps once its transfer completed; true when nothing is left. Without
 /// `block`, stops before a step that would post a transfer.
-bool advance(PendingPsum::State::Part& p, bool block) {
+bool advance(PendingCollective::State::Part& p, bool block) {
   for (;;) {
     if (block) p.transfer.wait();
     else if (!p.transfer.test()) return false;
@@ -69,7 +70,7 @@ bool advance(PendingPsum::State::Part& p, bool block) {
 }
 }  // namespace
 
-bool PendingPsum::test() {
+bool PendingCollective::test() {
   if (done()) return true;
   bool all = true;
   for (auto& p : state_->parts) all = advance(p, false) && all;
@@ -77,7 +78,7 @@ bool PendingPsum::test() {
   return all;
 }
 
-void PendingPsum::post_next_phase() {
+void PendingCollective::post_next_phase() {
   if (done()) return;
   for (auto& p : state_->parts) {
     if (!p.next || !p.next_posts) continue;
@@ -89,10 +90,10 @@ void PendingPsum::post_next_phase() {
   }
 }
 
-void PendingPsum::wait() {
+void PendingCollective::wait() {
   if (done()) return;
   const ScopedTime timed(TimeKind::kCommunication);
-  const TimelineScope traced("wait", "wait psum (gradient bucket)");
+  const TimelineScope traced("wait", state_->wait_label.c_str());
   for (auto& p : state_->parts) advance(p, true);
   state_->parts.clear();
 }
@@ -118,7 +119,7 @@ float from_bf16(std::uint16_t h) {
 /// every rank's bfloat16 copy of its 1/P of the elements (Ialltoallv), sums them in float32,
 /// rounds the sum to bfloat16 and the ranks gather the sums (Iallgatherv): half the bytes of a
 /// float32 allreduce. Every rank ends with the same values.
-void start_bf16_sum(PendingPsum::State& st, PendingPsum::State::Part& part, const DeviceGroup& g,
+void start_bf16_sum(PendingCollective::State& st, PendingCollective::State::Part& part, const DeviceGroup& g,
                     const std::string& axes, float* acc, std::int64_t count, std::function<void()> finish) {
   struct Buffers {
     std::vector<std::uint16_t> send, recv, gathered, mine;
@@ -142,7 +143,7 @@ void start_bf16_sum(PendingPsum::State& st, PendingPsum::State::Part& part, cons
   part.transfer = ialltoallv(g, st.op, axes, b->send.data(), b->counts, b->displs, b->recv.data(), b->recv_counts,
                              b->recv_displs);
   part.next_posts = true;
-  part.next = [b, &g, &st, axes, acc, count, p, mine, finish](PendingPsum::State::Part& q) {
+  part.next = [b, &g, &st, axes, acc, count, p, mine, finish](PendingCollective::State::Part& q) {
     b->mine.resize(static_cast<std::size_t>(mine));
     for (int e = 0; e < mine; ++e) {
       float s = 0;
@@ -151,7 +152,7 @@ void start_bf16_sum(PendingPsum::State& st, PendingPsum::State::Part& part, cons
     }
     b->gathered.resize(static_cast<std::size_t>(count));
     q.transfer = iallgatherv(g, st.op, axes, b->mine.data(), mine, b->gathered.data(), b->counts, b->displs);
-    q.next = [b, acc, count, finish](PendingPsum::State::Part&) {
+    q.next = [b, acc, count, finish](PendingCollective::State::Part&) {
       for (std::int64_t e = 0; e < count; ++e) acc[e] = from_bf16(b->gathered[e]);
       if (finish) finish();
     };
@@ -161,9 +162,9 @@ void start_bf16_sum(PendingPsum::State& st, PendingPsum::State::Part& part, cons
 }  // namespace
 
 template <typename T>
-PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
-                            std::vector<Tensor<T>>& blocks, std::int64_t r0, std::int64_t r1, bool bf16,
-                            const shard::source_location& where) {
+PendingCollective start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
+                                  std::vector<Tensor<T>>& blocks, std::int64_t r0, std::int64_t r1, bool bf16,
+                                  const shard::source_location& where) {
   if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
     raise<ValueError>("start_psum_rows: float32 and float64 only");
   } else {
@@ -176,9 +177,12 @@ PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, const std
     if (collective_guard_on()) [[unlikely]]
       guard_collective(mesh, checked, devices, where);
     const auto traced = TimelineScope::named("start", [&] { return "start " + s.name + " " + s.axes_text; });
-    PendingPsum out;
-    out.state_ = std::make_unique<PendingPsum::State>(PendingPsum::State{
-        mesh, CommOp{s.name, checked.dtype + to_string(s.in_shape) + " over " + s.axes_text, where}, {}});
+    PendingCollective out;
+    out.state_ = std::make_unique<PendingCollective::State>(PendingCollective::State{
+        mesh,
+        CommOp{s.name, checked.dtype + to_string(s.in_shape) + " over " + s.axes_text, where},
+        "wait psum (gradient bucket)",
+        {}});
     auto& st = *out.state_;
     const std::int64_t n = s.in_shape[1], count = (r1 - r0) * n;
     const bool shared_ok = use_shared_memory(mesh, s, false);
@@ -218,18 +222,108 @@ PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, const std
           continue;
         }
       }
-      if (finish) part.next = [finish](PendingPsum::State::Part&) { finish(); };
+      if (finish) part.next = [finish](PendingCollective::State::Part&) { finish(); };
       part.transfer = iallreduce_sum(g, st.op, s.axes_text, acc, count_of(count, s));
     }
     return out;
   }
 }
 
-#define SHARD_INSTANTIATE_ASYNC(T)                                                                     \
-  template PendingPsum start_psum_rows<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&, \
-                                          std::vector<Tensor<T>>&, std::int64_t, std::int64_t, bool,   \
-                                          const shard::source_location&);
+// ---- start_all_gather: jit's scheduled reshards (an all_gather started early, waited late).
+template <typename T>
+PendingCollective start_all_gather(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
+                                   std::vector<Tensor<T>> ins, std::shared_ptr<std::vector<Tensor<T>>> outs,
+                                   const shard::source_location& where) {
+  if (s.kind != CollectiveKind::kAllGather)
+    raise<ValueError>("start_all_gather: ", s.name, " is not an all_gather");
+  const ScopedTime timed(TimeKind::kCommunication);  // packing, and a gather within the rank
+  if (collective_guard_on()) [[unlikely]]
+    guard_collective(mesh, s, devices, where);
+  const auto traced = TimelineScope::named("start", [&] { return "start " + s.name + " " + s.axes_text; });
+  PendingCollective out;
+  out.state_ = std::make_unique<PendingCollective::State>(PendingCollective::State{
+      mesh,
+      CommOp{s.name, s.dtype + to_string(s.in_shape) + " all_gather over " + s.axes_text, where},
+      "wait " + s.name + " " + s.axes_text,
+      {}});
+  auto& st = *out.state_;
+  outs->assign(ins.size(), Tensor<T>());
+  Shape eshape = s.in_shape;  // one block in output coordinates
+  if (!s.tiled) eshape.insert(eshape.begin() + s.dim, 1);
+  const std::int64_t be = num_elements(s.in_shape);
+  const auto block_bytes = static_cast<std::size_t>(be) * sizeof(T);
+  for (const auto& g : st.mesh.comms().groups(s.axes)) {
+    const auto m = members_of(g, devices);
+    if (m.empty()) continue;
+    for (const auto& mm : m) (*outs)[mm.local] = Tensor<T>(s.out_shape);
+    if (g.comm.is_null() || be == 0) {  // within this rank: in memory now
+      for (const auto& to : m)
+        for (const auto& from : m)
+          copy_in(ins[from.local].data(), eshape, chunk_box(s.out_shape, s.dim, eshape[s.dim], from.pos),
+                  (*outs)[to.local]);
+      if (g.comm.is_null())
+        comm_stats().record_in_process(s.name, s.axes_text,
+                                       static_cast<std::int64_t>(m.size() * block_bytes));
+      continue;
+    }
+    struct Buffers {
+      std::vector<Tensor<T>> ins;  // the blocks being sent (kept alive while they are)
+      Tensor<T> send, recv;
+      std::vector<int> counts, displs;
+      std::vector<std::vector<int>> pos;
+    };
+    auto b = std::make_shared<Buffers>();
+    b->pos = positions_by_rank(g, mesh.topology());
+    // One device per rank gathered along dim 0: each rank's chunk lands at its group position
+    // in the result itself (no staging buffer, nothing to place afterwards).
+    const bool direct = g.ranks.size() == g.devices.size() && s.dim == 0 && s.tiled;
+    std::int64_t total = 0;
+    for (const auto& ps : b->pos) {
+      b->counts.push_back(count_of(static_cast<std::int64_t>(ps.size()) * be, s));
+      b->displs.push_back(count_of(direct ? ps[0] * be : total, s));
+      total += static_cast<std::int64_t>(ps.size()) * be;
+    }
+    const T* send = nullptr;
+    if (m.size() == 1) {  // one member here: its block goes out as it is
+      b->ins.push_back(std::move(ins[m[0].local]));
+      send = b->ins[0].data();
+    } else {
+      b->send = Tensor<T>({static_cast<std::int64_t>(m.size()) * be});
+      for (std::size_t i = 0; i < m.size(); ++i)
+        std::memcpy(b->send.data() + static_cast<std::int64_t>(i) * be, ins[m[i].local].data(), block_bytes);
+      send = b->send.data();
+    }
+    T* recv = direct ? (*outs)[m[0].local].data() : (b->recv = Tensor<T>({total})).data();
+    auto& part = st.parts.emplace_back();
+    part.transfer =
+        iallgatherv(g, st.op, s.axes_text, send, count_of(static_cast<std::int64_t>(m.size()) * be, s), recv,
+                    b->counts, b->displs);
+    part.next = [b, m, outs, eshape, s, direct](PendingCollective::State::Part&) {
+      if (direct) {  // the result arrived in place; only the buffers are let go
+        b->ins.clear();
+        return;
+      }
+      for (const auto& to : m)
+        for (std::size_t r = 0; r < b->pos.size(); ++r)
+          for (std::size_t j = 0; j < b->pos[r].size(); ++j)
+            copy_in(b->recv.data() + b->displs[r] + static_cast<std::int64_t>(j) * num_elements(s.in_shape),
+                    eshape, chunk_box(s.out_shape, s.dim, eshape[s.dim], b->pos[r][j]), (*outs)[to.local]);
+    };
+  }
+  return out;
+}
+
+#define SHARD_INSTANTIATE_ASYNC(T)                                                                           \
+  template PendingCollective start_psum_rows<T>(const Mesh&, const CollectiveSpec&, const std::vector<int>&, \
+                                                std::vector<Tensor<T>>&, std::int64_t, std::int64_t, bool,   \
+                                                const shard::source_location&);
 SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_ASYNC)
 #undef SHARD_INSTANTIATE_ASYNC
+#define SHARD_INSTANTIATE_GATHER(T)                                                        \
+  template PendingCollective start_all_gather<T>(                                          \
+      const Mesh&, const CollectiveSpec&, const std::vector<int>&, std::vector<Tensor<T>>, \
+      std::shared_ptr<std::vector<Tensor<T>>>, const shard::source_location&);
+SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_GATHER)
+#undef SHARD_INSTANTIATE_GATHER
 
 }  // namespace shard::detail

@@ -37,17 +37,6 @@ namespace shard::detail {
 
 namespace {
 
-/// Positions of the group owned by each of its ranks (in communicator order).
-std::vector<std::vector<int>> positions_by_rank(const DeviceGroup& g, const Topology& topo) {
-  std::vector<std::vector<int>> out(g.ranks.size());
-  for (int p = 0; p < static_cast<int>(g.devices.size()); ++p) {
-    const int owner = topo.owner(g.devices[p]);
-    for (std::size_t r = 0; r < g.ranks.size(); ++r)
-      if (g.ranks[r] == owner) out[r].push_back(p);
-  }
-  return out;
-}
-
 int comm_rank_of(const DeviceGroup& g, int world_rank) {
   for (std::size_t r = 0; r < g.ranks.size(); ++r)
     if (g.ranks[r] == world_rank) return static_cast<int>(r);
@@ -129,22 +118,9 @@ void hand_out(Tensor<T>& result, const std::vector<Member>& m, std::vector<Tenso
   outs[m[0].local] = std::move(result);
 }
 
-/// The box of chunk `p` along `dim` of a `shape` array cut into chunks of `extent`.
-Box chunk_box(const Shape& shape, int dim, std::int64_t extent, int p) {
-  Box b = full_box(shape);
-  b.offset[dim] = p * extent;
-  b.extent[dim] = extent;
-  return b;
-}
-
 template <typename T>
 void copy_out(const Tensor<T>& x, const Box& b, T* dst) {
   copy_box(x.data(), x.shape(), Shape(x.shape().size(), 0), dst, b.extent, b.offset, b, sizeof(T));
-}
-
-template <typename T>
-void copy_in(const T* src, const Shape& src_shape, const Box& b, Tensor<T>& out) {
-  copy_box(src, src_shape, b.offset, out.data(), out.shape(), Shape(out.shape().size(), 0), b, sizeof(T));
 }
 
 /// CommStats of a collective whose whole group is on this rank (no MPI): one call, and the

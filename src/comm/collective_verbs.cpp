@@ -282,18 +282,20 @@ template PendingTransfer iallgatherv<std::uint16_t>(const DeviceGroup&, const Co
 SHARD_FOR_EACH_FLOAT_DTYPE(SHARD_INSTANTIATE_IALLREDUCE)
 #undef SHARD_INSTANTIATE_IALLREDUCE
 
-#define SHARD_INSTANTIATE_VERBS(T)                                                                               \
-  template void alltoallv<T>(const DeviceGroup&, const CommOp&, const T*, const std::vector<int>&,               \
-                             const std::vector<int>&, T*, const std::vector<int>&, const std::vector<int>&,        \
-                             std::int64_t);                                                                        \
-  template void allgatherv<T>(const DeviceGroup&, const CommOp&, const T*, int, T*, const std::vector<int>&,     \
-                              const std::vector<int>&);                                                            \
-  template void gatherv<T>(const DeviceGroup&, const CommOp&, const T*, int, T*, const std::vector<int>&,        \
-                           const std::vector<int>&, int);                                                          \
-  template void broadcast<T>(const DeviceGroup&, const CommOp&, T*, int, int);                                   \
-  template PendingTransfer isend<T>(const DeviceGroup&, const CommOp&, const T*, int, int, int);                  \
-  template PendingTransfer irecv<T>(const DeviceGroup&, const CommOp&, T*, int, int, int);                        \
-  template PendingTransfer ibroadcast<T>(const DeviceGroup&, const CommOp&, T*, int, int);
+#define SHARD_INSTANTIATE_VERBS(T)                                                                           \
+  template void alltoallv<T>(const DeviceGroup&, const CommOp&, const T*, const std::vector<int>&,           \
+                             const std::vector<int>&, T*, const std::vector<int>&, const std::vector<int>&,  \
+                             std::int64_t);                                                                  \
+  template void allgatherv<T>(const DeviceGroup&, const CommOp&, const T*, int, T*, const std::vector<int>&, \
+                              const std::vector<int>&);                                                      \
+  template void gatherv<T>(const DeviceGroup&, const CommOp&, const T*, int, T*, const std::vector<int>&,    \
+                           const std::vector<int>&, int);                                                    \
+  template void broadcast<T>(const DeviceGroup&, const CommOp&, T*, int, int);                               \
+  template PendingTransfer isend<T>(const DeviceGroup&, const CommOp&, const T*, int, int, int);             \
+  template PendingTransfer irecv<T>(const DeviceGroup&, const CommOp&, T*, int, int, int);                   \
+  template PendingTransfer ibroadcast<T>(const DeviceGroup&, const CommOp&, T*, int, int);                   \
+  template PendingTransfer iallgatherv<T>(const DeviceGroup&, const CommOp&, const std::string&, const T*,   \
+                                          int, T*, const std::vector<int>&, const std::vector<int>&);
 SHARD_FOR_EACH_DTYPE(SHARD_INSTANTIATE_VERBS)
 SHARD_INSTANTIATE_VERBS(char)  // text, not a dtype (the checkpoint manifest's broadcast)
 #undef SHARD_INSTANTIATE_VERBS

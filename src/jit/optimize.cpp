@@ -1,4 +1,5 @@
-// jit's program passes (jit/optimize.hpp): dead code, common subexpressions, elementwise fusion.
+// jit's program passes (jit/optimize.hpp): dead code, common subexpressions, elementwise fusion,
+// communication scheduling.
 
 #include "shard/jit/optimize.hpp"
 
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "shard/array/reshard.hpp"
 #include "shard/error.hpp"
 
 namespace shard::detail {
@@ -322,6 +324,185 @@ int fuse_chains(Program& p, OptimizeStats& stats) {
   return made;
 }
 
+/// A reshard that is one all_gather, which the scheduler starts early: of `value` to `to`, first
+/// read by equation `first_use` (p.eqns.size(): only returned), either made by the reshard
+/// equation `reshard_eqn` (its result `explicit_out`) or by an equation's replay of its operands
+/// (`uses`: the operands that read the gathered array).
+struct Gather {
+  int value = -1;
+  NamedSharding to;
+  std::string axis;
+  int dim = 0;
+  int first_use = 0;
+  std::vector<std::pair<int, std::size_t>> uses;  ///< (equation, operand)
+  int reshard_eqn = -1;
+  int explicit_out = -1;
+  int start = 0;  ///< the equation it starts before
+};
+
+/// The all_gather reshards of p in order of first use: the explicit reshard equations and the
+/// operands an equation reshards on replay (to its plan's layout, or to the layout it was traced
+/// with), one per value and target layout.
+std::vector<Gather> find_gathers(const Program& p) {
+  const int n = static_cast<int>(p.eqns.size());
+  std::vector<int> first_reader(p.values.size(), -1);
+  for (int i = n; i-- > 0;)
+    for (const int v : p.eqns[static_cast<std::size_t>(i)].in)
+      if (v >= 0) first_reader[static_cast<std::size_t>(v)] = i;
+  for (const int v : p.outputs)
+    if (first_reader[static_cast<std::size_t>(v)] < 0) first_reader[static_cast<std::size_t>(v)] = n;
+  std::vector<Gather> out;
+  auto gather_plan = [&](int v, const NamedSharding& to) -> std::optional<ReshardPlan> {
+    const ProgramValue& x = p.values[static_cast<std::size_t>(v)];
+    if (!x.sharding || !x.access || !x.access->start || *x.sharding == to ||
+        !(x.sharding->mesh() == to.mesh()))
+      return std::nullopt;
+    ReshardPlan rp = plan_reshard(x.shape, *x.sharding, to, x.elem_size, x.dtype);
+    if (rp.kind != ReshardPlan::Kind::kAllGather) return std::nullopt;
+    return rp;
+  };
+  for (int i = 0; i < n; ++i) {
+    const ProgramEqn& e = p.eqns[static_cast<std::size_t>(i)];
+    if (e.op == "reshard" && e.in.size() == 1 && e.out.size() == 1 &&
+        p.values[static_cast<std::size_t>(e.out[0])].sharding) {
+      const NamedSharding& to = *p.values[static_cast<std::size_t>(e.out[0])].sharding;
+      const int reader = first_reader[static_cast<std::size_t>(e.out[0])];
+      if (reader < 0) continue;  // read by nothing
+      if (auto rp = gather_plan(e.in[0], to))
+        out.push_back(Gather{e.in[0], to, rp->axis, rp->dim, reader, {}, i, e.out[0], 0});
+      continue;
+    }
+    for (std::size_t k = 0; k < e.in.size(); ++k) {
+      const int v = e.in[k];
+      if (v < 0) continue;
+      // Only equations whose replay lines their operands up with these layouts: a plan's (the
+      // driver reshards to its wants) and a fused chain's (its layout); a VJP or a shard_map's
+      // backward reads its operands as they come.
+      std::optional<NamedSharding> want;
+      if (e.plan) {
+        if (k < e.plan->want.size() && e.plan->want[k])
+          want = NamedSharding(p.values[static_cast<std::size_t>(e.in[e.plan->base])].sharding->mesh(),
+                               *e.plan->want[k]);
+      } else if (e.op == "fused" && k < e.in_shardings.size()) {
+        want = e.in_shardings[k];
+      }
+      if (!want) continue;
+      // Another reader of the gathered array reads the last gather made, not an older one: the
+      // gathered arrays live only until the next gather's reader, as without scheduling.
+      if (!out.empty() && out.back().explicit_out < 0 && out.back().value == v && out.back().to == *want) {
+        out.back().uses.emplace_back(i, k);
+      } else if (auto rp = gather_plan(v, *want)) {
+        out.push_back(Gather{v, *want, rp->axis, rp->dim, i, {{i, k}}, -1, -1, 0});
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Gather& a, const Gather& b) { return a.first_use < b.first_use; });
+  return out;
+}
+
+/// Communication scheduling: each all_gather reshard (find_gathers) becomes two equations,
+/// `all_gather_start` where its operand is ready and `all_gather_done` before the equation that
+/// first reads the result (an explicit reshard equation is dropped), so the transfer runs while the equations
+/// between them compute (the replay gives it a turn between equations: MPI moves a nonblocking collective's
+/// bytes inside MPI calls). A gather starts no earlier than the first use of the one before it (one gather
+/// ahead, as FSDP's prefetch of the next layer's weights): the gathered arrays are not all alive
+/// at once. A gather with no equation to overlap stays where it is. Every rank replays the same
+/// program, so every rank starts the transfers in the same order.
+int schedule_gathers(Program& p) {
+  std::vector<Gather> gathers = find_gathers(p);
+  std::vector<Gather> moved;
+  int previous_use = 0;
+  for (Gather& g : gathers) {
+    const int producer = p.values[static_cast<std::size_t>(g.value)].producer;
+    g.start = std::max(producer + 1, previous_use);
+    previous_use = g.first_use;
+    // An equation to overlap: one kept between the start and the first use (an explicit reshard
+    // between them is dropped).
+    const bool own = g.reshard_eqn >= g.start && g.reshard_eqn < g.first_use;
+    if (g.first_use - g.start - (own ? 1 : 0) > 0) moved.push_back(std::move(g));
+  }
+  if (moved.empty()) return 0;
+  std::vector<std::vector<ProgramEqn>> before(p.eqns.size() + 1);  // inserted before equation i
+  std::vector<bool> replaced(p.eqns.size(), false);
+  p.values.reserve(p.values.size() + 2 * moved.size());
+  for (const Gather& g : moved) {
+    const std::optional<NamedSharding> from = p.values[static_cast<std::size_t>(g.value)].sharding;
+    const ValueAccess* access = p.values[static_cast<std::size_t>(g.value)].access;
+    ProgramValue pending;
+    pending.kind = ProgramValue::Kind::kInFlight;
+    pending.dtype = "in_flight";
+    const int flight = add_value(p, std::move(pending));
+    int gathered = g.explicit_out;
+    if (gathered < 0) {
+      ProgramValue r = p.values[static_cast<std::size_t>(g.value)];
+      r.kind = ProgramValue::Kind::kResult;
+      r.sharding = g.to;
+      r.committed = true;
+      gathered = add_value(p, std::move(r));
+      for (const auto& [eqn, k] : g.uses) {
+        ProgramEqn& q = p.eqns[static_cast<std::size_t>(eqn)];
+        q.in[k] = gathered;
+        if (q.plan && k < q.plan->want.size()) q.plan->want[k].reset();  // laid out as it wants already
+      }
+    } else {
+      replaced[static_cast<std::size_t>(g.reshard_eqn)] = true;
+    }
+    const ProgramEqn& reader =
+        p.eqns[static_cast<std::size_t>(g.reshard_eqn >= 0 ? g.reshard_eqn : g.first_use)];
+    const std::string params =
+        "over '" + g.axis + "' along dim " + std::to_string(g.dim) + ", to " + g.to.spec().to_string();
+    ProgramEqn start;
+    start.op = "all_gather_start";
+    start.params = params;
+    start.in = {g.value};
+    start.out = {flight};
+    start.where = reader.where;
+    start.in_shardings = {from};
+    start.run = [access, to = g.to](ReplayEnv& env, const ProgramEqn& e) {
+      auto f = access->start(env.slots[static_cast<std::size_t>(e.in[0])], to);
+      env.in_flight.push_back(f);
+      env.slots[static_cast<std::size_t>(e.out[0])] = std::any(std::move(f));
+    };
+    ProgramEqn done;
+    done.op = "all_gather_done";
+    done.params = params;
+    done.in = {flight};
+    done.out = {gathered};
+    done.where = reader.where;
+    done.in_shardings = {std::nullopt};
+    done.out_sharding = g.to;
+    done.run = [](ReplayEnv& env, const ProgramEqn& e) {
+      auto& slot = env.slots[static_cast<std::size_t>(e.in[0])];
+      const auto f = std::any_cast<std::shared_ptr<InFlight>>(slot);
+      std::erase(env.in_flight, f);
+      slot.reset();
+      env.slots[static_cast<std::size_t>(e.out[0])] = f->finish();
+    };
+    before[static_cast<std::size_t>(g.start)].push_back(std::move(start));
+    // The wait goes before the starts placed at the same equation (one gather ahead).
+    auto& at = before[static_cast<std::size_t>(g.first_use)];
+    at.insert(
+        std::find_if(at.begin(), at.end(), [](const ProgramEqn& q) { return q.op == "all_gather_start"; }),
+        std::move(done));
+  }
+  std::vector<ProgramEqn> eqns;
+  eqns.reserve(p.eqns.size() + 2 * moved.size());
+  for (std::size_t i = 0; i <= p.eqns.size(); ++i) {
+    for (auto& q : before[i]) eqns.push_back(std::move(q));
+    if (i < p.eqns.size() && !replaced[i]) eqns.push_back(std::move(p.eqns[i]));
+  }
+  p.eqns = std::move(eqns);
+  return static_cast<int>(moved.size());
+}
+
+void set_producers(Program& p) {
+  for (auto& v : p.values) v.producer = -1;
+  for (std::size_t i = 0; i < p.eqns.size(); ++i)
+    for (const int v : p.eqns[i].out)
+      if (v >= 0) p.values[static_cast<std::size_t>(v)].producer = static_cast<int>(i);
+}
+
 }  // namespace
 
 void plan_release(Program& p) {
@@ -346,10 +527,8 @@ std::shared_ptr<Program> optimize(const Program& program, const OptimizeOptions&
   if (options.dead_code) s.dead = drop_dead(*p);
   if (options.cse) s.merged = merge_common(*p);
   if (options.fuse) s.fused_groups = fuse_chains(*p, s);
-  for (auto& v : p->values) v.producer = -1;
-  for (std::size_t i = 0; i < p->eqns.size(); ++i)
-    for (const int v : p->eqns[i].out)
-      if (v >= 0) p->values[static_cast<std::size_t>(v)].producer = static_cast<int>(i);
+  set_producers(*p);
+  if (options.schedule && (s.scheduled = schedule_gathers(*p)) > 0) set_producers(*p);
   plan_release(*p);
   if (stats) *stats = s;
   return p;

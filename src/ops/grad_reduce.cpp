@@ -87,7 +87,7 @@ class DeferredSum final : public InFlightReduction {
   Shape c_shape_;
   std::vector<int> devices_;
   std::vector<Tensor<T>> blocks_;
-  std::vector<PendingPsum> chunks_;
+  std::vector<PendingCollective> chunks_;
 };
 
 /// Sums d's blocks (rows x n each) over `axes` in buckets of at most bucket_bytes: fill(r0, r1)

@@ -2,7 +2,8 @@
 // bit for bit what the unfused program and eager give (on uneven shapes, blocks shorter and longer
 // than a tile, replicated axes, bool and cast intermediates), reads each input once and writes
 // only what the rest of the program uses; a broadcasting op or a reshard ends a chain; the
-// passes switch off; grad and vmap around a fused program replay it op by op. A program's buffers
+// passes switch off; grad and vmap around a fused program replay it op by op. An all_gather
+// reshard starts where its operand is ready and is waited for before its first use. A program's buffers
 // are reused from call to call: after the first call, no Tensor buffer comes from the system
 // (device threads of a shard_map, reshards' transfers and results too), unless switched off.
 
@@ -244,6 +245,98 @@ SHARD_MPI_TEST(JitOptimize, CommonSubexpressionsAreMergedUnlessSwitchedOff) {
     ASSERT_EQ(gh.shape(), wh.shape());
     for (std::int64_t i = 0; i < gh.size(); ++i)
       ASSERT_NEAR(gh.flat(i), wh.flat(i), 1e-4 * (1 + std::abs(wh.flat(i)))) << i;
+  }
+}
+
+/// Two layers whose weights are laid out split (FSDP) and gathered where they are used, each
+/// after some elementwise work: the schedulable all_gathers.
+struct TwoLayers {
+  NamedSharding whole1, whole2;
+  auto operator()(const ShardedArray<float>& x, const ShardedArray<float>& w1,
+                  const ShardedArray<float>& w2) const {
+    const auto a = tanh(x) * 3.f - 1.f;
+    const auto h = matmul(a, reshard(w1, whole1));
+    const auto h2 = h * 2.f + 1.f;
+    return matmul(h2, reshard(w2, whole2));
+  }
+};
+
+int index_of(const std::vector<std::string>& ops, const std::string& op, int nth = 0) {
+  for (int i = 0; i < static_cast<int>(ops.size()); ++i)
+    if (ops[static_cast<std::size_t>(i)] == op && nth-- == 0) return i;
+  return -1;
+}
+
+SHARD_MPI_TEST(JitOptimize, AllGathersStartEarlyAndAreWaitedAtFirstUse) {
+  // Each all_gather starts where its operand is ready, one gather ahead (the second layer's
+  // weights while the first layer computes), and is waited for just before the op that reads it:
+  // started before the op that precedes its first use. Same values as the unscheduled program
+  // and eager, bit for bit, over two calls; switched off, the reshards stay where they were.
+  const int n = shard::testing::runtime().device_count();
+  std::vector<Mesh> meshes{make_mesh({n}, {"a"})};
+  if (n % 2 == 0) meshes.push_back(make_mesh({2, n / 2}, {"a", "b"}));
+  std::uint64_t seed = 41;
+  for (const Mesh& mesh : meshes) {
+    const bool two = mesh.axis_names().size() == 2;
+    // The weights are split over 'a' (and, on two axes, their columns over 'b', which stays).
+    const PartitionSpec split = two ? P("a", "b") : P("a", None);
+    const PartitionSpec gathered = two ? P(None, "b") : P();
+    const std::int64_t k = 4 * n, m = 2 * n;  // even blocks: an uneven split reshards by the general exchange
+    const auto x = device_put(random_tensor<float>({3 * n + 1, k}, seed++), NamedSharding(mesh, P()));
+    const auto w1 = device_put(random_tensor<float>({k, m}, seed++), NamedSharding(mesh, split));
+    const auto w2 = device_put(random_tensor<float>({m, m}, seed++), NamedSharding(mesh, split));
+    const TwoLayers body{NamedSharding(mesh, gathered), NamedSharding(mesh, gathered)};
+    auto on = jit(body);
+    auto off = jit(body, JitOptions{.schedule = false});
+    // One device: nothing moves (the reshards are no-ops), nothing to schedule.
+    if (n > 1 || two) {
+      const auto prog = on.lower(x, w1, w2).optimized();
+      const auto ops = prog.ops();
+      const std::string text = prog.to_string();
+      ASSERT_EQ(count(ops, "all_gather_start"), 2) << text;
+      ASSERT_EQ(count(ops, "all_gather_done"), 2) << text;
+      EXPECT_EQ(count(ops, "reshard"), 0) << text;
+      const int start1 = index_of(ops, "all_gather_start"), start2 = index_of(ops, "all_gather_start", 1);
+      const int done1 = index_of(ops, "all_gather_done"), done2 = index_of(ops, "all_gather_done", 1);
+      const int matmul1 = index_of(ops, "matmul"), matmul2 = index_of(ops, "matmul", 1);
+      // Each wait is just before the product that reads the gathered weights (the second gather's
+      // start between the first wait and its product: one gather ahead, w2's transfer runs while
+      // the first product computes); each start comes before the op that precedes its wait (the
+      // elementwise work before each product).
+      EXPECT_EQ(start1, 0) << text;  // w1 is an argument: ready when the call starts
+      EXPECT_EQ(start2, done1 + 1) << text;
+      EXPECT_EQ(matmul1, start2 + 1) << text;
+      EXPECT_EQ(matmul2, done2 + 1) << text;
+      EXPECT_LT(start1, done1 - 1) << text;
+      EXPECT_LT(start2, done2 - 1) << text;
+      EXPECT_NE(text.find("all_gather_start[over 'a' along dim 0"), std::string::npos) << text;
+      const auto plain = off.lower(x, w1, w2).optimized().ops();
+      EXPECT_EQ(count(plain, "all_gather_start"), 0);
+      EXPECT_EQ(count(plain, "reshard"), 2);
+    }
+    const Tensor<double> want = host_double(body(x, w1, w2));
+    for (int call = 0; call < 2; ++call) {
+      expect_same(host_double(on(x, w1, w2)), want, "scheduled, call " + std::to_string(call));
+      expect_same(host_double(off(x, w1, w2)), want, "unscheduled, call " + std::to_string(call));
+    }
+    // Gathered where an op wants its operand (no explicit reshard): whatever propagation chose,
+    // each scheduled gather is waited for right before a reader and started earlier.
+    auto implicit = [](const ShardedArray<float>& v, const ShardedArray<float>& w) {
+      return matmul(tanh(v) * 3.f - 1.f, w);
+    };
+    auto jitted = jit(implicit);
+    const auto iops = jitted.lower(x, w1).optimized().ops();
+    for (int g = 0; g < count(iops, "all_gather_done"); ++g) {
+      EXPECT_LT(index_of(iops, "all_gather_start", g), index_of(iops, "all_gather_done", g) - 1);
+    }
+    auto unscheduled = jit(implicit, JitOptions{.schedule = false});
+    const Tensor<double> eager = host_double(implicit(x, w1));
+    for (int call = 0; call < 2; ++call) {
+      const Tensor<double> got = host_double(jitted(x, w1));
+      expect_same(got, host_double(unscheduled(x, w1)), "implicit gather");
+      for (std::int64_t i = 0; i < got.size(); ++i)  // propagation may sum in another order
+        ASSERT_NEAR(got.flat(i), eager.flat(i), 1e-4 * (1 + std::abs(eager.flat(i))));
+    }
   }
 }
 

@@ -203,6 +203,71 @@ SHARD_MPI_TEST(Timeline, EveryRanksOpsCollectivesAndFusedChainsInOneFile) {
   if (rt.process_index() == 0) std::remove(path.c_str());
 }
 
+/// The spans of a trace file (metadata events skipped).
+std::vector<Span> spans_of(const json::Value& doc) {
+  std::vector<Span> spans;
+  for (const auto& e : doc.find("traceEvents")->items)
+    if (text(e, "ph") == "X")
+      spans.push_back(Span{text(e, "name"), text(e, "cat"), number(e, "ts"), number(e, "dur"),
+                           static_cast<int>(number(e, "pid")), static_cast<int>(number(e, "tid"))});
+  return spans;
+}
+
+SHARD_MPI_TEST(Timeline, AScheduledAllGatherStartsBeforeTheOpBeforeItsFirstUse) {
+  // jit's scheduler (jit/optimize.hpp) on two layers whose split weights are gathered where they
+  // are used: on every rank's timeline, each all_gather's start span ends before the op that
+  // precedes its wait begins, and (across ranks) the wait completes the transfer.
+  const Runtime& rt = Runtime::current();
+  const int n = rt.device_count(), ranks = rt.process_count();
+  const Mesh mesh = make_mesh({n}, {"x"});
+  const NamedSharding whole(mesh, P());
+  const auto v = device_put(random_tensor<float>({2 * n + 1, 4 * n}, 51), whole);
+  const auto w1 = device_put(random_tensor<float>({4 * n, 2 * n}, 52), NamedSharding(mesh, P("x", None)));
+  const auto w2 = device_put(random_tensor<float>({2 * n, 2 * n}, 53), NamedSharding(mesh, P("x", None)));
+  auto body = [whole](const ShardedArray<float>& x, const ShardedArray<float>& a,
+                      const ShardedArray<float>& b) {
+    const auto h = matmul(tanh(x) * 3.f - 1.f, reshard(a, whole));
+    return matmul(h * 2.f + 1.f, reshard(b, whole));
+  };
+  auto f = jit(body);
+  (void)f(v, w1, w2);  // traced before the trace starts: the trace holds a replay
+  const std::string path = shared_path("schedule");
+  start_trace();
+  const auto out = f(v, w1, w2);
+  (void)stop_trace(path);
+  const Tensor<double> got = shard::testing::host_double(out),
+                       want = shard::testing::host_double(body(v, w1, w2));
+  for (std::int64_t i = 0; i < got.size(); ++i) ASSERT_EQ(got.flat(i), want.flat(i));
+  const std::vector<Span> spans = spans_of(read_json(path));
+  rt.world().barrier();  // every rank has read the file
+  if (rt.process_index() == 0) std::remove(path.c_str());
+  if (n == 1) return;  // one device: the reshards move nothing, nothing is scheduled
+  for (int pid = 0; pid < ranks; ++pid) {
+    std::vector<Span> ops;  // the replay's equations, in order
+    for (const Span& sp : spans)
+      if (sp.pid == pid && sp.cat == "jit") ops.push_back(sp);
+    std::sort(ops.begin(), ops.end(), [](const Span& a, const Span& b) { return a.ts < b.ts; });
+    std::vector<std::string> names;
+    for (const Span& sp : ops) names.push_back(sp.name);
+    const std::vector<std::string> expected{"all_gather_start", "fused",  "all_gather_done",
+                                            "all_gather_start", "matmul", "fused",
+                                            "all_gather_done",  "matmul"};
+    ASSERT_EQ(names, expected) << "rank " << pid;
+    for (const auto& [start, done] : {std::pair{0, 2}, std::pair{3, 6}}) {
+      const Span& s = ops[static_cast<std::size_t>(start)];
+      const Span& before_wait = ops[static_cast<std::size_t>(done - 1)];
+      EXPECT_LE(s.ts + s.dur, before_wait.ts)
+          << "rank " << pid << ": the gather started before " << before_wait.name;
+      // The collective's own start span inside the start op, on the replay's thread.
+      const bool started = std::any_of(spans.begin(), spans.end(), [&](const Span& c) {
+        return c.pid == pid && c.cat == "start" && c.name == "start reshard 'x'" && c.ts >= s.ts - 1 &&
+               c.ts + c.dur <= s.ts + s.dur + 1;
+      });
+      EXPECT_TRUE(started) << "rank " << pid;
+    }
+  }
+}
+
 SHARD_MPI_TEST(Timeline, NothingIsRecordedWhenOff) {
   const Mesh mesh = make_mesh({Runtime::current().device_count()}, {"x"});
   const auto a = device_put(random_tensor<float>({8, 4}, 3), NamedSharding(mesh, P("x", None)));

@@ -59,7 +59,7 @@ std::shared_ptr<const OpPlan> plan_op(const FactorRule& rule, const FactorRule::
 template <typename T>
 const ShardedArray<T>& lined_up(const ShardedArray<T>& x, const std::optional<PartitionSpec>& want,
                                 const Mesh& mesh, std::optional<ShardedArray<T>>& keep) {
-  if (!want) return x;
+  if (!want || (x.spec() == *want && x.mesh() == mesh)) return x;
   return keep.emplace(reshard(x, NamedSharding(mesh, *want)));
 }
 

@@ -101,6 +101,11 @@ struct JitOptions {
   /// Run each chain of elementwise ops as one pass over memory (jit/optimize.hpp). A vmap, grad or
   /// outer jit around the jitted function replays the program op by op either way.
   bool fuse = true;
+  /// Start each reshard that is one all_gather (an explicit reshard, or an operand a product or an
+  /// elementwise op re-lays out: a weight split over 'data' gathered where a global-view program uses it)
+  /// where its operand is ready and wait for it where the result is first used, one gather ahead of the op
+  /// that reads it (jit/optimize.hpp); the program prints them as all_gather_start/_done.
+  bool schedule = true;
   /// Keep the program's Tensor buffers between calls (core/buffer_pool.hpp): after the first
   /// call, a call with the same signature takes every intermediate and result buffer from the
   /// program's pool, none from the system (`tensor_memory_stats().system_allocations` stays).
@@ -511,8 +516,8 @@ class Jitted {
     if (options_.propagate)
       detail::propagate(*prog, options_.cost_model ? *options_.cost_model : CostModel::current());
     detail::plan_release(*prog);
-    entry.optimized =
-        detail::optimize(*prog, detail::OptimizeOptions{options_.dead_code, options_.cse, options_.fuse});
+    entry.optimized = detail::optimize(
+        *prog, detail::OptimizeOptions{options_.dead_code, options_.cse, options_.fuse, options_.schedule});
     return entry;
   }
 

@@ -17,6 +17,13 @@
 ///   one read of each input and one write of each result the rest of the program uses, instead of
 ///   one pass over memory per op. Each op's kernel is the eager one, on the same elements in the
 ///   same order, so the results are bit for bit the unfused program's.
+/// - Communication scheduling: a reshard that is one all_gather over a mesh axis (an explicit
+///   reshard, or an operand of a planned op or a fused chain that the op re-lays out, such as a
+///   weight split over 'data' that a global-view product gathers) becomes `all_gather_start`
+///   where its operand is ready (no earlier than the first use of the gather before it: one
+///   ahead, as FSDP's prefetch of the next layer) and `all_gather_done` before the op that first
+///   reads it; the transfer is in flight while the ops between them run (the replay progresses
+///   it between ops). Same values, bit for bit.
 
 #include <cstdint>
 #include <memory>
@@ -29,6 +36,7 @@ struct OptimizeOptions {
   bool dead_code = true;
   bool cse = true;
   bool fuse = true;
+  bool schedule = true;
 };
 
 /// What the passes did to one program.
@@ -37,6 +45,7 @@ struct OptimizeStats {
   int merged = 0;        ///< equations merged into an earlier equal one
   int fused_groups = 0;  ///< fused equations made
   int ops_fused = 0;     ///< equations they replace
+  int scheduled = 0;     ///< all_gathers started early (a start and a done equation each)
 };
 
 /// Sets program.release: after each equation, the values it was the last to read (or made for

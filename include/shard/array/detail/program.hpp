@@ -39,16 +39,19 @@
 
 namespace shard::detail {
 
+struct ValueAccess;
+
 /// One value of a program: what jit knows of an array.
 struct ProgramValue {
-  enum class Kind { kInput, kConstant, kResult, kVjp };
+  enum class Kind { kInput, kConstant, kResult, kVjp, kInFlight };
   Kind kind = Kind::kResult;
   std::string dtype;  ///< "float32", ...; "vjp" for a VJP's residuals
   Shape shape;
   std::size_t elem_size = 0;              ///< bytes per element
   std::optional<NamedSharding> sharding;  ///< none: a Tensor (or a VJP)
   bool committed = true;
-  int producer = -1;  ///< the equation that makes it (-1: an input or a constant)
+  int producer = -1;                    ///< the equation that makes it (-1: an input or a constant)
+  const ValueAccess* access = nullptr;  ///< its type's table (none: a VJP, a collective in flight)
 };
 
 /// A collective an equation ran when it was traced (this rank's CommStats over the op).
@@ -69,7 +72,20 @@ struct EqnFactors {
   FactorRule::Factors factors;
 };
 
-/// What jit's fusion needs of an array type without knowing it (one table per X: value_access).
+/// A reshard in flight (jit's scheduler, jit/optimize.hpp): test() progresses its transfers,
+/// finish() completes them and gives the array.
+struct InFlight {
+  virtual ~InFlight() = default;
+  virtual bool test() = 0;
+  virtual std::any finish() = 0;
+};
+
+/// Starts reshard(x, to) (array/reshard.cpp): a plan that is one all_gather over a mesh axis goes
+/// out as nonblocking transfers, completed by finish(); any other plan runs now.
+template <typename T>
+std::shared_ptr<InFlight> start_reshard(const ShardedArray<T>& x, const NamedSharding& to);
+
+/// What jit's passes need of an array type without knowing it (one table per X: value_access).
 struct ValueAccess {
   std::size_t elem_size = 0;
   /// The array in slot x laid out as `layout` (resharded when it is not; none: a Tensor, as it is).
@@ -80,6 +96,8 @@ struct ValueAccess {
   /// A new array of `shape` laid out as `layout`, its blocks uninitialised, and pointers to them.
   std::any (*make)(const Shape& shape, const std::optional<NamedSharding>& layout, bool committed,
                    std::vector<void*>& data) = nullptr;
+  /// start_reshard of the array in slot x to `to` (null: a Tensor, which has no layout).
+  std::shared_ptr<InFlight> (*start)(const std::any& x, const NamedSharding& to) = nullptr;
 };
 
 template <typename X>
@@ -126,7 +144,17 @@ const ValueAccess& value_access() {
           data.push_back(t.data());
           return std::any(std::move(t));
         }
-      }};
+      },
+      [] {
+        using Start = std::shared_ptr<InFlight> (*)(const std::any&, const NamedSharding&);
+        if constexpr (is_sharded_v<X>) {
+          return Start([](const std::any& x, const NamedSharding& to) {
+            return start_reshard(*std::any_cast<X>(&x), to);
+          });
+        } else {
+          return Start(nullptr);
+        }
+      }()};
   return access;
 }
 
@@ -193,6 +221,8 @@ struct ReplayEnv {
   bool plain = false;
   /// The values the running equation reads last (dropped after it; null: not known).
   const std::vector<int>* dying = nullptr;
+  /// The reshards the scheduler started and nothing waited for yet: progressed between equations.
+  std::vector<std::shared_ptr<InFlight>> in_flight;
   template <typename X>
   const X& get(int id) const {
     return *std::any_cast<X>(&slots[static_cast<std::size_t>(id)]);
@@ -262,6 +292,7 @@ ProgramValue value_of(const X& x, ProgramValue::Kind kind) {
   v.dtype = dtype_name<elem_t<X>>();
   v.elem_size = sizeof(elem_t<X>);
   v.shape = x.shape();
+  v.access = &value_access<X>();
   if constexpr (is_sharded_v<X>) {
     v.sharding = x.sharding();
     v.committed = x.committed();

@@ -88,7 +88,7 @@ template <typename T>
 T* collective_staging(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices);
 
 class PendingTransfer;
-class PendingPsum;
+class PendingCollective;
 
 /// Starts the sum over spec.axes (spec: a psum of shape {r1 - r0, n}) of rows [r0, r1) of each
 /// local device's 2-D block (`blocks`, by index into `devices`), in place; the other rows are
@@ -98,20 +98,33 @@ class PendingPsum;
 /// an Iallgatherv of the rounded sums: half the bytes; every rank gets the same values).
 /// Through group-shared memory (one node) or within a rank it completes before returning.
 template <typename T>
-PendingPsum start_psum_rows(const Mesh& mesh, const CollectiveSpec& spec, const std::vector<int>& devices,
-                            std::vector<Tensor<T>>& blocks, std::int64_t r0, std::int64_t r1, bool bf16 = false,
-                            const shard::source_location& where = shard::source_location::current());
+PendingCollective start_psum_rows(const Mesh& mesh, const CollectiveSpec& spec,
+                                  const std::vector<int>& devices, std::vector<Tensor<T>>& blocks,
+                                  std::int64_t r0, std::int64_t r1, bool bf16 = false,
+                                  const shard::source_location& where = shard::source_location::current());
 
-/// A psum started by start_psum_rows: wait() completes the transfers and hands the sum to every
-/// local member of each group.
+/// Starts the all_gather `spec` (kAllGather) of each local device's block `ins` (by index into
+/// `devices`, kept alive by the transfer) into `outs` (resized to one block of spec.out_shape per
+/// device, filled when the collective completes). The consistency check runs now; each group
+/// spanning ranks posts one MPI_Iallgatherv of its local members' blocks; a group within this
+/// rank is gathered in memory before returning. jit's scheduler starts a reshard's all_gather
+/// with it where the operand is ready and waits where the result is first used.
+template <typename T>
+PendingCollective start_all_gather(const Mesh& mesh, const CollectiveSpec& spec,
+                                   const std::vector<int>& devices, std::vector<Tensor<T>> ins,
+                                   std::shared_ptr<std::vector<Tensor<T>>> outs,
+                                   const shard::source_location& where = shard::source_location::current());
+
+/// A collective started by start_psum_rows or start_all_gather: wait() completes the transfers and
+/// hands the result to every local member of each group.
 /// Movable; the blocks it was started on must outlive it. Destroyed while in flight (an error
 /// unwinding), it completes the transfers within SHARD_ABORT_GRACE (PendingTransfer).
-class PendingPsum {
+class PendingCollective {
  public:
-  PendingPsum();
-  PendingPsum(PendingPsum&&) noexcept;
-  PendingPsum& operator=(PendingPsum&&) noexcept;
-  ~PendingPsum();
+  PendingCollective();
+  PendingCollective(PendingCollective&&) noexcept;
+  PendingCollective& operator=(PendingCollective&&) noexcept;
+  ~PendingCollective();
   /// Progresses the transfers in flight; true once everything completed. Never starts a
   /// transfer (a bfloat16 sum's second phase waits for post_next_phase() or wait()).
   bool test();
@@ -124,12 +137,16 @@ class PendingPsum {
 
  private:
   template <typename T>
-  friend PendingPsum start_psum_rows(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
-                                     std::vector<Tensor<T>>&, std::int64_t, std::int64_t, bool,
-                                     const shard::source_location&);
+  friend PendingCollective start_psum_rows(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
+                                           std::vector<Tensor<T>>&, std::int64_t, std::int64_t, bool,
+                                           const shard::source_location&);
+  template <typename T>
+  friend PendingCollective start_all_gather(const Mesh&, const CollectiveSpec&, const std::vector<int>&,
+                                            std::vector<Tensor<T>>, std::shared_ptr<std::vector<Tensor<T>>>,
+                                            const shard::source_location&);
 
  public:
-  struct State;  // collective_exec.cpp
+  struct State;  // collective_async.cpp
 
  private:
   std::unique_ptr<State> state_;
