@@ -4,26 +4,30 @@
 // group's communicator (or, in bfloat16, an Ialltoallv of each rank's share, a float32 sum and
 // an Iallgatherv of the rounded sums); completion copies the sum to the other local members.
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
-#include "shard/core/time_split.hpp"
-#include "shard/core/timeline.hpp"
+#include "comm/collective_guard_internal.hpp"
+#include "comm/collective_members.hpp"
+#include "comm/collective_shared.hpp"
 #include "shard/comm/comm_stats.hpp"
 #include "shard/comm/detail/collective.hpp"
 #include "shard/comm/detail/collective_guard.hpp"
 #include "shard/comm/detail/comm_verbs.hpp"
 #include "shard/comm/detail/mesh_comms.hpp"
+#include "shard/core/time_split.hpp"
+#include "shard/core/timeline.hpp"
 #include "shard/error.hpp"
-
-#include "comm/collective_guard_internal.hpp"
-#include "comm/collective_members.hpp"
-#include "comm/collective_shared.hpp"
 
 namespace shard::detail {
 
@@ -229,6 +233,125 @@ PendingCollective start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, con
   }
 }
 
+// ---- the scheduled all_gather through group-shared memory (one node, one device per rank): a
+// rank writes its block into its slot when the gather starts and reads the others' slots when it
+// is waited for, so a rank that waits finds its peers' blocks there as soon as each peer has
+// *started* (one layer earlier under jit's scheduler), without the peer taking part again, as an
+// MPI transfer between ranks of a node needs (its bytes move inside the peer's MPI calls).
+namespace {
+
+/// Data windows in turn per (axes, slot size): a rank writes window c % kGatherRing for its c-th
+/// gather only after every member read that window's previous gather (c - kGatherRing), which
+/// the control window's `read` counters tell; `written` tells that a member's block of gather c
+/// is there. Counters start at 0 (zeroed by each member in its own slot, then one barrier).
+constexpr int kGatherRing = 3;
+struct GatherControl {  // one member's slot of the control window (its own cache line)
+  std::uint64_t written[kGatherRing];
+  std::uint64_t read[kGatherRing];
+};
+static_assert(sizeof(GatherControl) <= 64);
+
+struct GatherRing {
+  SharedWindow* control = nullptr;
+  std::uint64_t calls = 0;
+};
+
+GatherControl& control_of(const SharedWindow& w, int member) {
+  return *window_slot<GatherControl>(w, member);
+}
+
+std::uint64_t load(std::uint64_t& v) {
+  return std::atomic_ref<std::uint64_t>(v).load(std::memory_order_acquire);
+}
+void store(std::uint64_t& v, std::uint64_t x) {
+  std::atomic_ref<std::uint64_t>(v).store(x, std::memory_order_release);
+}
+
+/// Spins (yielding) until ready(); the watcher thread ends the job if it waits too long, as for
+/// a blocking MPI call.
+template <typename Ready>
+void spin_until(const CollectiveSpec& s, const DeviceGroup& g, Ready&& ready) {
+  if (ready()) return;
+  const BlockingWait wait("group-shared memory (the other ranks' blocks)", s, g.ranks);
+  while (!ready()) std::this_thread::yield();
+}
+
+}  // namespace
+
+namespace {
+
+/// The ring of (s.axes, cap): its control window (created and zeroed by the first gather).
+GatherRing& gather_ring(const Mesh& mesh, const CollectiveSpec& s, std::size_t cap,
+                        const shard::source_location& where) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, std::vector<int>, std::size_t>, GatherRing> rings;
+  GatherRing* ring = nullptr;
+  {
+    std::lock_guard lock(mutex);
+    ring = &rings[{&mesh.comms(), s.axes, cap}];
+  }
+  if (!ring->control) {
+    SharedWindow& c = mesh.comms().shared_window(s.axes, "shard.gather.control." + std::to_string(cap), 64);
+    std::memset(&control_of(c, c.index), 0, sizeof(GatherControl));
+    shared_window_barrier(mesh, c, s.name, where);
+    ring->control = &c;
+  }
+  return *ring;
+}
+
+/// One group's gather through group-shared memory: this member's block goes into its slot now
+/// (and into its own chunk of `out`); the part's step, run by wait(), reads the other slots.
+template <typename T>
+void start_shared_gather(PendingCollective::State& st, const CollectiveSpec& s, const DeviceGroup& g, int pos,
+                         Tensor<T> block, Tensor<T>& out, const Shape& eshape,
+                         const shard::source_location& where) {
+  const auto bytes = static_cast<std::size_t>(block.size()) * sizeof(T);
+  std::size_t cap = kSharedReduceMin;
+  while (cap < bytes) cap <<= 1;
+  GatherRing& ring = gather_ring(st.mesh, s, cap, where);
+  const std::uint64_t call = ++ring.calls;
+  const int k = static_cast<int>(call % kGatherRing);
+  SharedWindow& data = st.mesh.comms().shared_window(s.axes, "shard.gather." + std::to_string(k), cap);
+  SharedWindow& control = *ring.control;
+  const int me = data.index, n = data.size;
+  if (load(control_of(control, me).read[k]) + kGatherRing < call)  // jit's scheduler keeps at most two
+    raise<Error>("start_all_gather: more than ", kGatherRing - 1,
+                 " gathers through group-shared memory in "
+                 "flight on ",
+                 s.axes_text, " (an internal error)");
+  // The window's previous gather (call - kGatherRing) read by every member before it is written.
+  spin_until(s, g, [&] {
+    for (int r = 0; r < n; ++r)
+      if (load(control_of(control, r).read[k]) + kGatherRing < call) return false;
+    return true;
+  });
+  std::memcpy(window_slot<T>(data, me), block.data(), bytes);
+  store(control_of(control, me).written[k], call);
+  copy_in(block.data(), eshape, chunk_box(s.out_shape, s.dim, eshape[s.dim], pos), out);
+  comm_stats().record(s.name, s.axes_text, static_cast<std::int64_t>(bytes));
+  auto& part = st.parts.emplace_back();
+  part.next_posts = true;  // it may wait for the other ranks: wait() runs it, test() does not
+  const std::vector<std::vector<int>> positions = positions_by_rank(g, st.mesh.topology());
+  T* dst = out.data();
+  const Shape out_shape = out.shape();
+  part.next = [&data, &control, s, g_ranks = g.ranks, positions, dst, out_shape, eshape, me, n, k,
+               call](PendingCollective::State::Part&) {
+    Tensor<T> view = Tensor<T>::borrow(dst, out_shape);
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      if (load(control_of(control, r).written[k]) != call) {
+        const BlockingWait wait("group-shared memory (the other ranks' blocks)", s, g_ranks);
+        while (load(control_of(control, r).written[k]) != call) std::this_thread::yield();
+      }
+      copy_in(window_slot<T>(data, r), eshape,
+              chunk_box(s.out_shape, s.dim, eshape[s.dim], positions[static_cast<std::size_t>(r)][0]), view);
+    }
+    store(control_of(control, me).read[k], call);
+  };
+}
+
+}  // namespace
+
 // ---- start_all_gather: jit's scheduled reshards (an all_gather started early, waited late).
 template <typename T>
 PendingCollective start_all_gather(const Mesh& mesh, const CollectiveSpec& s, const std::vector<int>& devices,
@@ -252,10 +375,19 @@ PendingCollective start_all_gather(const Mesh& mesh, const CollectiveSpec& s, co
   if (!s.tiled) eshape.insert(eshape.begin() + s.dim, 1);
   const std::int64_t be = num_elements(s.in_shape);
   const auto block_bytes = static_cast<std::size_t>(be) * sizeof(T);
+  // Decided before the groups are walked: groups_share_node is collective over the mesh's ranks
+  // the first time.
+  const bool shared = shared_memory_allowed() && !collective_watchdog_on() &&
+                      block_bytes >= kSharedReduceMin && st.mesh.comms().groups_share_node(s.axes);
   for (const auto& g : st.mesh.comms().groups(s.axes)) {
     const auto m = members_of(g, devices);
     if (m.empty()) continue;
     for (const auto& mm : m) (*outs)[mm.local] = Tensor<T>(s.out_shape);
+    if (shared && !g.comm.is_null() && g.ranks.size() == g.devices.size()) {
+      start_shared_gather<T>(st, s, g, m[0].pos, std::move(ins[m[0].local]), (*outs)[m[0].local], eshape,
+                             where);
+      continue;
+    }
     if (g.comm.is_null() || be == 0) {  // within this rank: in memory now
       for (const auto& to : m)
         for (const auto& from : m)

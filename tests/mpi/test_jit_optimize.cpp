@@ -340,6 +340,34 @@ SHARD_MPI_TEST(JitOptimize, AllGathersStartEarlyAndAreWaitedAtFirstUse) {
   }
 }
 
+SHARD_MPI_TEST(JitOptimize, ScheduledGathersOfLargeBlocksOverManyCalls) {
+  // Blocks of 64 KiB and more go through group-shared memory when the ranks of the axis share a
+  // node with one device each (a rank writes its block when the gather starts, reads the others'
+  // when it waits), along dim 0 and dim 1; a smaller one goes through MPI. More calls than the
+  // ring of windows those gathers take turns in: every call equals eager's, bit for bit.
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"a"});
+  const NamedSharding whole(mesh, P());
+  const std::int64_t k = 128 * n;
+  const auto x = device_put(random_tensor<float>({17, k}, 71), whole);
+  const auto w1 = device_put(random_tensor<float>({k, k}, 72), NamedSharding(mesh, P("a", None)));
+  const auto w2 = device_put(random_tensor<float>({k, k}, 73), NamedSharding(mesh, P(None, "a")));
+  const auto w3 = device_put(random_tensor<float>({k, 96}, 74), NamedSharding(mesh, P("a", None)));
+  auto body = [whole](const ShardedArray<float>& v, const ShardedArray<float>& a,
+                      const ShardedArray<float>& b, const ShardedArray<float>& c) {
+    const auto h1 = tanh(matmul(v * 0.5f, reshard(a, whole)));
+    const auto h2 = tanh(matmul(h1 * 0.5f, reshard(b, whole)));
+    return matmul(h2 - 0.25f, reshard(c, whole));
+  };
+  auto f = jit(body);
+  if (n > 1) {
+    EXPECT_EQ(count(f.lower(x, w1, w2, w3).optimized().ops(), "all_gather_start"), 3);
+  }
+  const Tensor<double> want = host_double(body(x, w1, w2, w3));
+  for (int call = 0; call < 5; ++call)
+    expect_same(host_double(f(x, w1, w2, w3)), want, "call " + std::to_string(call));
+}
+
 SHARD_MPI_TEST(JitOptimize, GradAndVmapAroundAFusedProgram) {
   // Around jit, grad and vmap replay the program op by op (each op bound through the driver);
   // inside jit, grad's backward chains fuse too.
