@@ -39,7 +39,7 @@ struct Config {
   std::int64_t batch = 0, samples = 8192, max_steps = 0, seed = 0, log_every = 0, checkpoint_every = 0;
   std::int64_t trace_steps = 3;
   int epochs = 0, keep = 2;
-  bool json = false, resume = false, shard_optimizer_state = false, jit = false;
+  bool json = false, resume = false, shard_optimizer_state = false, jit = false, fsdp = false;
   std::string grad_sync = "auto";  ///< auto, shared-memory or mpi
   std::string on_nan = "stop";     ///< stop or skip
   std::string overlap = "on";      ///< the gradients' sums behind the backward pass
@@ -91,9 +91,10 @@ int run(shard::Runtime& rt, Config& c) {
   // too: each weight gradient is then one psum_scatter through group-shared memory
   // (grad_sharding), each replica updates its rows, and an in-place all_gather completes the
   // parameters. The summary's grad_sync says which of the two was chosen.
-  const bool shared = c.grad_sync != "mpi" && shared_ok;
-  const bool split_state = c.shard_optimizer_state || shared;
-  train::Model m = train::init_model(layers, mesh, keys[0], c.hyper, split_state);
+  // --fsdp: the parameters and their state are split over 'data' themselves (no split state).
+  const bool shared = c.grad_sync != "mpi" && shared_ok && !c.fsdp;
+  const bool split_state = (c.shard_optimizer_state || shared) && !c.fsdp;
+  train::Model m = train::init_model(layers, mesh, keys[0], c.hyper, split_state, c.fsdp);
   std::int64_t step = 0;
   if (!c.checkpoint_dir.empty()) shard::apps::prepare_directory(rt, c.checkpoint_dir, "checkpoint-dir");
   if (c.resume) step = train::resume(c.checkpoint_dir, m, c.hyper, c.seed, c.layers_text);
@@ -111,11 +112,15 @@ int run(shard::Runtime& rt, Config& c) {
   }
   const std::string grad_sync_text =
       data == 1 ? "none (data=1)"
-                : (m.shard_state ? std::string("psum_scatter of each weight gradient over 'data' (autodiff's "
-                                               "transposes, grad_sharding), optimizer state split over 'data', "
-                                               "all_gather of the new rows")
-                                 : std::string("psum of each weight gradient over 'data' (autodiff's transposes)")) +
-                      (shared_ok ? " through group-shared memory" : "");
+      : m.fsdp  ? std::string(
+                      "each parameter and its state split over 'data' (--fsdp): the products all_gather the "
+                       "weights where they use them, autodiff's transposes return each gradient split")
+               : (m.shard_state
+                      ? std::string("psum_scatter of each weight gradient over 'data' (autodiff's "
+                                    "transposes, grad_sharding), optimizer state split over 'data', "
+                                    "all_gather of the new rows")
+                      : std::string("psum of each weight gradient over 'data' (autodiff's transposes)")) +
+                     (shared_ok ? " through group-shared memory" : "");
   if (!c.json)
     shard::apps::print0(rt, "train_mlp: " + std::to_string(rt.process_count()) + " ranks x " +
                                 std::to_string(rt.devices_per_rank()) + " devices, " + mesh.to_string() + ", layers " +
@@ -252,16 +257,29 @@ int run(shard::Runtime& rt, Config& c) {
   }
   const double wait_ms =
       total_steps > 0 ? 1e3 * (shard::comm_stats().wait_seconds("psum") - wait0) / static_cast<double>(total_steps) : 0;
+  std::int64_t held = 0;  // bytes of the parameters and the optimizer state on this rank
+  for (const auto* arrays : {&m.params, &m.state})
+    for (const auto& a : *arrays)
+      for (const auto& sh : a.addressable_shards())
+        held += static_cast<std::int64_t>(sh.data.size() * sizeof(float));
   if (c.json) {
     std::snprintf(line, sizeof line,
-                  "{\"summary\": true, \"steps\": %lld, \"samples\": %lld, \"train_seconds\": %.3f, "
-                  "\"samples_per_second\": %.1f, \"mesh\": \"data=%d,model=%d\", \"ranks\": %d, \"devices_per_rank\": %d, "
+                  "{\"summary\": true, \"param_state_bytes\": %lld, \"steps\": %lld, \"samples\": %lld, "
+                  "\"train_seconds\": %.3f, "
+                  "\"samples_per_second\": %.1f, \"mesh\": \"data=%d,model=%d\", \"ranks\": %d, "
+                  "\"devices_per_rank\": %d, "
                   "\"peak_rss_mb\": %.1f, \"skipped_steps\": %lld, \"overlap\": \"%s\", \"bucket_mb\": %g, "
                   "\"grad_dtype\": \"%s\", \"grad_wait_ms_per_step\": %.3f, ",
-                  static_cast<long long>(step), static_cast<long long>(total_samples), total_train_s, sps, data, model,
-                  rt.process_count(), rt.devices_per_rank(), peak_rss_mb(), static_cast<long long>(total_skipped),
+                  static_cast<long long>(held), static_cast<long long>(step),
+                  static_cast<long long>(total_samples), total_train_s, sps, data, model, rt.process_count(),
+                  rt.devices_per_rank(), peak_rss_mb(), static_cast<long long>(total_skipped),
                   c.overlap.c_str(), c.bucket_mb, c.grad_dtype.c_str(), wait_ms);
-    shard::apps::print0(rt, line + ("\"hosts_by_data\": \"" + placement + "\", \"grad_sync\": \"" + (data == 1 ? "none" : shared ? "shared-memory" : "mpi") + "\", \"jit\": " + (c.jit ? "true" : "false") + "}\n"));
+    shard::apps::print0(rt, line + ("\"hosts_by_data\": \"" + placement + "\", \"grad_sync\": \"" +
+                                    (data == 1 ? "none"
+                                     : shared  ? "shared-memory"
+                                               : "mpi") +
+                                    "\", \"jit\": " + (c.jit ? "true" : "false") +
+                                    ", \"fsdp\": " + (c.fsdp ? "true" : "false") + "}\n"));
   } else {
     std::snprintf(line, sizeof line,
                   "done: %lld steps, %.0f samples/s over %.2f s of training; waited %.3f ms per step for the "
@@ -281,53 +299,68 @@ int main(int argc, char** argv) {
     std::string optimizer, lr;
     po::options_description options("train_mlp options");
     shard::apps::add_common_options(options);
-    options.add_options()
-        ("mesh", po::value(&c.mesh_text)->default_value(""), "data=D,model=M with D*M = devices (default: data = all)")
-        ("dataset", po::value(&c.dataset)->default_value("fashion-mnist"), "fashion-mnist or synthetic")
-        ("data-dir", po::value(&c.data_dir)->default_value(c.data_dir), "directory of the Fashion-MNIST IDX .gz files")
-        ("layers", po::value(&c.layers_text)->default_value(""),
-         "sizes n_0,...,n_L (default: 784,1024,1024,10; synthetic: 784,8192,8192,8192,10)")
-        ("batch", po::value(&c.batch)->default_value(0), "global batch size (default: 256; synthetic: 8192)")
-        ("epochs", po::value(&c.epochs)->default_value(0), "epochs (default: 12; synthetic: 30, one batch each)")
-        ("max-steps", po::value(&c.max_steps)->default_value(0), "stop after this many steps in all (0: no limit)")
-        ("trace-steps", po::value(&c.trace_steps)->default_value(c.trace_steps), "--trace: the training steps the timeline keeps (after the first)")
-        ("samples", po::value(&c.samples)->default_value(8192), "synthetic: training rows")
-        ("optimizer", po::value(&optimizer)->default_value(""), "adam or sgd (default: adam; synthetic: sgd)")
-        ("lr", po::value(&lr)->default_value(""), "learning rate (default: adam 1e-3, sgd 1e-5)")
-        ("lr-schedule", po::value(&c.lr_schedule)->default_value(""),
-         "constant or cosine (decay to 0 over --epochs; default: cosine; synthetic: constant)")
-        ("momentum", po::value(&c.hyper.momentum)->default_value(0.9f, "0.9"), "SGD momentum (synthetic default 0)")
-        ("weight-decay", po::value(&c.hyper.weight_decay)->default_value(0.0f, "0"),
-         "L2 for SGD, decoupled (AdamW) for Adam")
-        ("seed", po::value(&c.seed)->default_value(0), "random seed (parameters, shuffling, synthetic data)")
-        ("dtype", po::value(&c.hyper.dtype)->default_value("float32"), "compute dtype: float32, or bfloat16 (float32 master weights, optimizer state and loss)")
-        ("log-every", po::value(&c.log_every)->default_value(0), "steps between progress lines (0: ten per epoch)")
-        ("checkpoint-dir", po::value(&c.checkpoint_dir)->default_value(""), "write checkpoints here")
-        ("checkpoint-every", po::value(&c.checkpoint_every)->default_value(0),
-         "steps between checkpoints (0: at every epoch end)")
-        ("keep", po::value(&c.keep)->default_value(2), "checkpoints to keep")
-        ("resume", "continue from the newest checkpoint in --checkpoint-dir (any mesh, any rank count)")
-        ("shard-optimizer-state", "split the optimizer state over 'data' (ZeRO-1: psum_scatter the gradients, update "
-                                  "this replica's rows, all_gather them); saves memory, slower on one host")
-        ("grad-sync", po::value(&c.grad_sync)->default_value("auto"),
-         "auto, shared-memory or mpi: how the gradients are reduced over 'data' (auto: when every 'data' group is "
-         "on one node with one device per rank, split the optimizer state over 'data' and psum_scatter each weight "
-         "gradient through group-shared memory; shared-memory: the same, an error when not available; mpi: no "
-         "split state unless --shard-optimizer-state)")
-        ("on-nan", po::value(&c.on_nan)->default_value("stop"),
-         "stop or skip: when a step's loss (or, with skip, a gradient) is NaN or infinite, stop with an error "
-         "(the checkpoints written so far are kept) or skip that step's update")
-        ("overlap", po::value(&c.overlap)->default_value("on"),
-         "on or off: reduce each gradient's chunks behind the rest of the backward pass "
-         "(shard::gradient_reduction().overlap), or wait for each right after starting it")
-        ("bucket-mb", po::value(&c.bucket_mb)->default_value(1.0, "1"),
-         "MiB of a gradient reduced in one call (shard::gradient_reduction().bucket_bytes)")
-        ("grad-dtype", po::value(&c.grad_dtype)->default_value("float32"),
-         "float32 or bfloat16: how the gradients' chunks travel (bfloat16: half the bytes, summed in float32; "
-         "shard::gradient_reduction().bfloat16)")
-        ("jit", "run each training step as one jitted program (value_and_grad and the optimizer's update; the "
-                "learning rate follows the optimizer's step count)")
-        ("json", "one JSON object per epoch (and per --log-every steps) and a summary, instead of text");
+    options.add_options()("mesh", po::value(&c.mesh_text)->default_value(""),
+                          "data=D,model=M with D*M = devices (default: data = all)")(
+        "dataset", po::value(&c.dataset)->default_value("fashion-mnist"), "fashion-mnist or synthetic")(
+        "data-dir", po::value(&c.data_dir)->default_value(c.data_dir),
+        "directory of the Fashion-MNIST IDX .gz files")(
+        "layers", po::value(&c.layers_text)->default_value(""),
+        "sizes n_0,...,n_L (default: 784,1024,1024,10; synthetic: 784,8192,8192,8192,10)")(
+        "batch", po::value(&c.batch)->default_value(0), "global batch size (default: 256; synthetic: 8192)")(
+        "epochs", po::value(&c.epochs)->default_value(0),
+        "epochs (default: 12; synthetic: 30, one batch each)")(
+        "max-steps", po::value(&c.max_steps)->default_value(0),
+        "stop after this many steps in all (0: no limit)")(
+        "trace-steps", po::value(&c.trace_steps)->default_value(c.trace_steps),
+        "--trace: the training steps the timeline keeps (after the first)")(
+        "samples", po::value(&c.samples)->default_value(8192), "synthetic: training rows")(
+        "optimizer", po::value(&optimizer)->default_value(""), "adam or sgd (default: adam; synthetic: sgd)")(
+        "lr", po::value(&lr)->default_value(""), "learning rate (default: adam 1e-3, sgd 1e-5)")(
+        "lr-schedule", po::value(&c.lr_schedule)->default_value(""),
+        "constant or cosine (decay to 0 over --epochs; default: cosine; synthetic: constant)")(
+        "momentum", po::value(&c.hyper.momentum)->default_value(0.9f, "0.9"),
+        "SGD momentum (synthetic default 0)")("weight-decay",
+                                              po::value(&c.hyper.weight_decay)->default_value(0.0f, "0"),
+                                              "L2 for SGD, decoupled (AdamW) for Adam")(
+        "seed", po::value(&c.seed)->default_value(0), "random seed (parameters, shuffling, synthetic data)")(
+        "dtype", po::value(&c.hyper.dtype)->default_value("float32"),
+        "compute dtype: float32, or bfloat16 (float32 master weights, optimizer state and loss)")(
+        "log-every", po::value(&c.log_every)->default_value(0),
+        "steps between progress lines (0: ten per epoch)")(
+        "checkpoint-dir", po::value(&c.checkpoint_dir)->default_value(""), "write checkpoints here")(
+        "checkpoint-every", po::value(&c.checkpoint_every)->default_value(0),
+        "steps between checkpoints (0: at every epoch end)")("keep", po::value(&c.keep)->default_value(2),
+                                                             "checkpoints to keep")(
+        "resume", "continue from the newest checkpoint in --checkpoint-dir (any mesh, any rank count)")(
+        "shard-optimizer-state",
+        "split the optimizer state over 'data' (ZeRO-1: psum_scatter the gradients, update "
+        "this replica's rows, all_gather them); saves memory, slower on one host")(
+        "grad-sync", po::value(&c.grad_sync)->default_value("auto"),
+        "auto, shared-memory or mpi: how the gradients are reduced over 'data' (auto: when every 'data' "
+        "group is "
+        "on one node with one device per rank, split the optimizer state over 'data' and psum_scatter each "
+        "weight "
+        "gradient through group-shared memory; shared-memory: the same, an error when not available; mpi: no "
+        "split state unless --shard-optimizer-state)")(
+        "on-nan", po::value(&c.on_nan)->default_value("stop"),
+        "stop or skip: when a step's loss (or, with skip, a gradient) is NaN or infinite, stop with an error "
+        "(the checkpoints written so far are kept) or skip that step's update")(
+        "overlap", po::value(&c.overlap)->default_value("on"),
+        "on or off: reduce each gradient's chunks behind the rest of the backward pass "
+        "(shard::gradient_reduction().overlap), or wait for each right after starting it")(
+        "bucket-mb", po::value(&c.bucket_mb)->default_value(1.0, "1"),
+        "MiB of a gradient reduced in one call (shard::gradient_reduction().bucket_bytes)")(
+        "grad-dtype", po::value(&c.grad_dtype)->default_value("float32"),
+        "float32 or bfloat16: how the gradients' chunks travel (bfloat16: half the bytes, summed in float32; "
+        "shard::gradient_reduction().bfloat16)")(
+        "fsdp",
+        "split each parameter and its optimizer state over 'data' (ZeRO-3 / FSDP) on its first dim "
+        "without a mesh axis; the step gathers the weights where it uses them (under --jit, each "
+        "gather starts one layer ahead: JitOptions::schedule)")(
+        "jit",
+        "run each training step as one jitted program (value_and_grad and the optimizer's update; the "
+        "learning rate follows the optimizer's step count)")(
+        "json", "one JSON object per epoch (and per --log-every steps) and a summary, instead of text");
     po::variables_map vm;
     if (!shard::apps::parse_command_line(argc, argv, options, vm, rt,
                                          "Usage: mpirun -n N train_mlp [--mesh data=D,model=M] [--dataset ...]\n"
@@ -337,6 +370,11 @@ int main(int argc, char** argv) {
     c.jit = vm.count("jit") > 0;
     c.resume = vm.count("resume") > 0;
     c.shard_optimizer_state = vm.count("shard-optimizer-state") > 0;
+    c.fsdp = vm.count("fsdp") > 0;
+    if (c.fsdp && (c.shard_optimizer_state || c.grad_sync == "shared-memory"))
+      shard::raise<shard::ValueError>(
+          "--fsdp splits the parameters and their state over 'data' itself: drop "
+          "--shard-optimizer-state / --grad-sync shared-memory");
     using shard::apps::check_at_least;
     using shard::apps::check_choice;
     using shard::apps::check_finite_in;

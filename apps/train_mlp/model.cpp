@@ -57,11 +57,23 @@ std::vector<shard::PartitionSpec> Model::param_specs() const {
     out.push_back(weight_spec(l.kind));
     out.push_back(bias_spec(l.kind));
   }
+  if (!fsdp || data <= 1) return out;
+  const auto shapes = param_shapes();
+  for (std::size_t p = 0; p < out.size(); ++p) {
+    std::vector<shard::SpecEntry> e = out[p].entries();
+    e.resize(shapes[p].size());
+    for (std::size_t d = 0; d < e.size(); ++d)
+      if (e[d].is_none() && shapes[p][d] % data == 0) {
+        e[d] = shard::SpecEntry("data");
+        break;
+      }
+    out[p] = shard::PartitionSpec(e);
+  }
   return out;
 }
 
 bool Model::state_split(std::size_t p) const {
-  if (!shard_state || data <= 1) return false;
+  if (!shard_state || fsdp || data <= 1) return false;
   const Layer& l = layers[p / 2];
   const bool weight = p % 2 == 0;
   // Rows of this device's block: a weight's n_in (split over 'model' when row-parallel), a
@@ -96,23 +108,26 @@ std::vector<shard::Shape> Model::param_shapes() const {
   return out;
 }
 
-Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shard::random::Key key, const Hyper& h,
-                 bool shard_state) {
+Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shard::random::Key key,
+                 const Hyper& h, bool shard_state, bool fsdp) {
   Model m;
   m.layers = layers;
-  m.shard_state = shard_state;
+  m.shard_state = shard_state && !fsdp;
+  m.fsdp = fsdp;
   m.data = mesh.axis_size("data");
   m.model = mesh.axis_size("model");
   const auto keys = shard::random::split(key, static_cast<int>(layers.size()));
+  const auto specs_at_rest = m.param_specs();
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const Layer& l = layers[i];
     const auto kk = shard::random::split(keys[i], 2);
-    auto w = shard::random::normal<float>(kk[0], {l.n_in, l.n_out}, shard::NamedSharding(mesh, weight_spec(l.kind)));
+    auto w = shard::random::normal<float>(kk[0], {l.n_in, l.n_out},
+                                          shard::NamedSharding(mesh, specs_at_rest[2 * i]));
     const float scale = static_cast<float>(h.classify ? std::sqrt(2.0 / static_cast<double>(l.n_in))
                                                       : 1.0 / std::sqrt(static_cast<double>(l.n_in)));
     for (auto& s : w.addressable_shards())
       for (auto& v : s.data) v *= scale;
-    const shard::NamedSharding bs(mesh, bias_spec(l.kind));
+    const shard::NamedSharding bs(mesh, specs_at_rest[2 * i + 1]);
     m.params.push_back(std::move(w));
     m.params.push_back(h.classify ? shard::zeros<float>({l.n_out}, bs) : shard::random::normal<float>(kk[1], {l.n_out}, bs));
   }

@@ -54,6 +54,9 @@ struct Model {
   std::vector<Layer> layers;
   int data = 1, model = 1;    ///< the mesh's axis sizes
   bool shard_state = false;   ///< optimizer state split over 'data' (ZeRO-1)
+  /// --fsdp (ZeRO-3): each parameter (and its state) split over 'data' too, on its first dim that
+  /// has no mesh axis and divides; the step's products gather the weights where they use them.
+  bool fsdp = false;
   std::vector<shard::ShardedArray<float>> params, state;
   std::int64_t step = 0;  ///< optimizer steps taken (Adam's bias correction)
 
@@ -69,7 +72,7 @@ struct Model {
 /// Initialises the parameters from `key` (identical values on any mesh): classification uses
 /// He-normal weights and zero biases; regression the tutorial's W ~ N(0,1)/sqrt(n_in), b ~ N(0,1).
 Model init_model(const std::vector<Layer>& layers, const shard::Mesh& mesh, shard::random::Key key, const Hyper& h,
-                 bool shard_state = false);
+                 bool shard_state = false, bool fsdp = false);
 
 struct EvalResult {
   double loss_sum = 0, correct = 0, count = 0;

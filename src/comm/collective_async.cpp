@@ -1,4 +1,5 @@
-// Nonblocking collectives (collective.hpp). Sums of row ranges (start_psum_rows): the backward pass's
+// Nonblocking collectives (collective.hpp): the gathers jit schedules (start_all_gather, through MPI
+// or group-shared memory, below). Sums of row ranges (start_psum_rows): the backward pass's
 // gradient buckets (grad_reduce.cpp). For each group over the sum's axes that holds a device of
 // this rank: the local members' rows are added in memory, then one MPI_Iallreduce on the
 // group's communicator (or, in bfloat16, an Ialltoallv of each rank's share, a float32 sum and
@@ -243,18 +244,16 @@ namespace {
 /// Data windows in turn per (axes, slot size): a rank writes window c % kGatherRing for its c-th
 /// gather only after every member read that window's previous gather (c - kGatherRing), which
 /// the control window's `read` counters tell; `written` tells that a member's block of gather c
-/// is there. Counters start at 0 (zeroed by each member in its own slot, then one barrier).
+/// is there; `calls` is the member's own count of gathers (kept in the window, which lives as
+/// long as the mesh's communicators and starts zeroed: shared_window).
 constexpr int kGatherRing = 3;
 struct GatherControl {  // one member's slot of the control window (its own cache line)
   std::uint64_t written[kGatherRing];
   std::uint64_t read[kGatherRing];
+  std::uint64_t calls;
 };
 static_assert(sizeof(GatherControl) <= 64);
-
-struct GatherRing {
-  SharedWindow* control = nullptr;
-  std::uint64_t calls = 0;
-};
+static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free);  // shared between processes
 
 GatherControl& control_of(const SharedWindow& w, int member) {
   return *window_slot<GatherControl>(w, member);
@@ -280,45 +279,25 @@ void spin_until(const CollectiveSpec& s, const DeviceGroup& g, Ready&& ready) {
 
 namespace {
 
-/// The ring of (s.axes, cap): its control window (created and zeroed by the first gather).
-GatherRing& gather_ring(const Mesh& mesh, const CollectiveSpec& s, std::size_t cap,
-                        const shard::source_location& where) {
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, std::vector<int>, std::size_t>, GatherRing> rings;
-  GatherRing* ring = nullptr;
-  {
-    std::lock_guard lock(mutex);
-    ring = &rings[{&mesh.comms(), s.axes, cap}];
-  }
-  if (!ring->control) {
-    SharedWindow& c = mesh.comms().shared_window(s.axes, "shard.gather.control." + std::to_string(cap), 64);
-    std::memset(&control_of(c, c.index), 0, sizeof(GatherControl));
-    shared_window_barrier(mesh, c, s.name, where);
-    ring->control = &c;
-  }
-  return *ring;
-}
-
 /// One group's gather through group-shared memory: this member's block goes into its slot now
 /// (and into its own chunk of `out`); the part's step, run by wait(), reads the other slots.
 template <typename T>
 void start_shared_gather(PendingCollective::State& st, const CollectiveSpec& s, const DeviceGroup& g, int pos,
-                         Tensor<T> block, Tensor<T>& out, const Shape& eshape,
-                         const shard::source_location& where) {
-  const auto bytes = static_cast<std::size_t>(block.size()) * sizeof(T);
+                         Tensor<T> block, Tensor<T>& out, const Shape& eshape) {
+  const auto bytes = static_cast<std::size_t>(num_elements(s.in_shape)) * sizeof(T);
   std::size_t cap = kSharedReduceMin;
   while (cap < bytes) cap <<= 1;
-  GatherRing& ring = gather_ring(st.mesh, s, cap, where);
-  const std::uint64_t call = ++ring.calls;
+  SharedWindow& control =
+      st.mesh.comms().shared_window(s.axes, "shard.gather.control." + std::to_string(cap), 64);
+  const std::uint64_t call = ++control_of(control, control.index).calls;
   const int k = static_cast<int>(call % kGatherRing);
   SharedWindow& data = st.mesh.comms().shared_window(s.axes, "shard.gather." + std::to_string(k), cap);
-  SharedWindow& control = *ring.control;
+  data.axes_text = control.axes_text = s.axes_text;
   const int me = data.index, n = data.size;
-  if (load(control_of(control, me).read[k]) + kGatherRing < call)  // jit's scheduler keeps at most two
-    raise<Error>("start_all_gather: more than ", kGatherRing - 1,
-                 " gathers through group-shared memory in "
-                 "flight on ",
-                 s.axes_text, " (an internal error)");
+  if (load(control_of(control, me).read[k]) + kGatherRing < call)  // jit's scheduler keeps at most one
+    raise<Error>("start_all_gather: ", kGatherRing,
+                 " gathers through group-shared memory already in flight on ", s.axes_text,
+                 " (an internal error)");
   // The window's previous gather (call - kGatherRing) read by every member before it is written.
   spin_until(s, g, [&] {
     for (int r = 0; r < n; ++r)
@@ -334,8 +313,17 @@ void start_shared_gather(PendingCollective::State& st, const CollectiveSpec& s, 
   const std::vector<std::vector<int>> positions = positions_by_rank(g, st.mesh.topology());
   T* dst = out.data();
   const Shape out_shape = out.shape();
-  part.next = [&data, &control, s, g_ranks = g.ranks, positions, dst, out_shape, eshape, me, n, k,
-               call](PendingCollective::State::Part&) {
+  // Marks this member's read of the window when the wait ran, or when the gather is dropped
+  // unwaited (an error unwinding): the others may then reuse the window, and later gathers on it
+  // do not wait for a read that never comes.
+  struct ReadMark {
+    std::uint64_t* read;
+    std::uint64_t call;
+    ~ReadMark() { store(*read, call); }
+  };
+  auto mark = std::make_shared<ReadMark>(ReadMark{&control_of(control, me).read[k], call});
+  part.next = [&data, &control, s, g_ranks = g.ranks, positions, dst, out_shape, eshape, me, n, k, call,
+               mark](PendingCollective::State::Part&) mutable {
     Tensor<T> view = Tensor<T>::borrow(dst, out_shape);
     for (int r = 0; r < n; ++r) {
       if (r == me) continue;
@@ -346,7 +334,7 @@ void start_shared_gather(PendingCollective::State& st, const CollectiveSpec& s, 
       copy_in(window_slot<T>(data, r), eshape,
               chunk_box(s.out_shape, s.dim, eshape[s.dim], positions[static_cast<std::size_t>(r)][0]), view);
     }
-    store(control_of(control, me).read[k], call);
+    mark.reset();  // read: store(read[k], call)
   };
 }
 
@@ -384,8 +372,7 @@ PendingCollective start_all_gather(const Mesh& mesh, const CollectiveSpec& s, co
     if (m.empty()) continue;
     for (const auto& mm : m) (*outs)[mm.local] = Tensor<T>(s.out_shape);
     if (shared && !g.comm.is_null() && g.ranks.size() == g.devices.size()) {
-      start_shared_gather<T>(st, s, g, m[0].pos, std::move(ins[m[0].local]), (*outs)[m[0].local], eshape,
-                             where);
+      start_shared_gather<T>(st, s, g, m[0].pos, std::move(ins[m[0].local]), (*outs)[m[0].local], eshape);
       continue;
     }
     if (g.comm.is_null() || be == 0) {  // within this rank: in memory now

@@ -1,6 +1,7 @@
 #include "shard/comm/detail/mesh_comms.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "shard/error.hpp"
 #include "shard/runtime/runtime.hpp"
@@ -135,6 +136,12 @@ SharedWindow& MeshComms::shared_window(const std::vector<int>& axes, const std::
   mpi::check(MPI_Win_shared_query(w->win, 0, &sz, &disp, &first), "MPI_Win_shared_query");
   w->base = first;
   w->size = n;
+  // Every slot starts zeroed (counters kept in a window start at 0): each member its own, then
+  // the group's barrier (collective_async.cpp's gathers keep their counters in a window).
+  std::memset(w->base + static_cast<std::size_t>(w->index) * bytes, 0, bytes);
+  mpi::check(MPI_Win_sync(w->win), "MPI_Win_sync");
+  mpi::check(MPI_Barrier(comm), "MPI_Barrier");
+  mpi::check(MPI_Win_sync(w->win), "MPI_Win_sync");
   std::lock_guard lock(mutex_);
   return *windows_.emplace(key, std::move(w)).first->second;
 }

@@ -115,5 +115,21 @@ PY
       $compare losses "$tol" "$work/eager.jsonl" "$work/jit.jsonl"
     done
     ;;
+  fsdp)
+    # --fsdp (parameters and state split over 'data', gathered where used; under --jit each gather
+    # starts one layer ahead): the replicated run's losses, eager and jitted.
+    for args in "2 1 --mesh data=2" "2 2 --mesh data=2,model=2"; do
+      read -ra a <<< "$args"
+      run "${a[0]}" "${a[1]}" "${small[@]}" "${a[@]:2}" --epochs 2 --json --log-every 1 --grad-sync mpi \
+        > "$work/replicated.jsonl"
+      for mode in "" --jit; do
+        # shellcheck disable=SC2086  # $mode is empty or one flag
+        run "${a[0]}" "${a[1]}" "${small[@]}" "${a[@]:2}" --epochs 2 --json --log-every 1 --fsdp $mode \
+          > "$work/fsdp.jsonl"
+        grep -q '"fsdp": true' "$work/fsdp.jsonl" || { echo "$args $mode: the summary does not say fsdp"; exit 1; }
+        $compare losses 1e-5 "$work/replicated.jsonl" "$work/fsdp.jsonl"
+      done
+    done
+    ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac

@@ -105,10 +105,14 @@ PendingCollective start_psum_rows(const Mesh& mesh, const CollectiveSpec& spec,
 
 /// Starts the all_gather `spec` (kAllGather) of each local device's block `ins` (by index into
 /// `devices`, kept alive by the transfer) into `outs` (resized to one block of spec.out_shape per
-/// device, filled when the collective completes). The consistency check runs now; each group
-/// spanning ranks posts one MPI_Iallgatherv of its local members' blocks; a group within this
-/// rank is gathered in memory before returning. jit's scheduler starts a reshard's all_gather
-/// with it where the operand is ready and waits where the result is first used.
+/// device, filled when the collective completes). The consistency check runs now. A group within
+/// this rank is gathered in memory before returning; a group of ranks on one node with one
+/// device each and blocks of kSharedReduceMin bytes or more goes through group-shared memory
+/// (this rank's block is copied into its slot now, possibly after waiting for the members to have
+/// read that window's use three gathers earlier; wait() copies the others' slots, which needs
+/// no further step of theirs); any other group posts one MPI_Iallgatherv. jit's scheduler starts
+/// a reshard's all_gather with it where the operand is ready and waits where the result is first
+/// used.
 template <typename T>
 PendingCollective start_all_gather(const Mesh& mesh, const CollectiveSpec& spec,
                                    const std::vector<int>& devices, std::vector<Tensor<T>> ins,
@@ -118,7 +122,8 @@ PendingCollective start_all_gather(const Mesh& mesh, const CollectiveSpec& spec,
 /// A collective started by start_psum_rows or start_all_gather: wait() completes the transfers and
 /// hands the result to every local member of each group.
 /// Movable; the blocks it was started on must outlive it. Destroyed while in flight (an error
-/// unwinding), it completes the transfers within SHARD_ABORT_GRACE (PendingTransfer).
+/// unwinding), it completes the MPI transfers within SHARD_ABORT_GRACE (PendingTransfer) and marks
+/// a group-shared gather read without reading it.
 class PendingCollective {
  public:
   PendingCollective();
@@ -131,7 +136,8 @@ class PendingCollective {
   /// Completes everything, starting later phases as their inputs arrive.
   void wait();
   /// Waits for the transfers whose completion starts another one and starts it (the bfloat16
-  /// sum's gather). Call it at the same point of the program on every rank.
+  /// sum's gather; a group-shared gather's read, which may wait for the other ranks). Call it at
+  /// the same point of the program on every rank.
   void post_next_phase();
   bool done() const;
 
