@@ -105,6 +105,18 @@ void PendingCollective::wait() {
 
 namespace {
 
+/// The state of a collective about to start: the consistency check of `checked` (what every rank
+/// must start alike) runs now; `what` names its transfers, `wait_label` its wait on the timeline.
+std::unique_ptr<PendingCollective::State> started(const Mesh& mesh, const CollectiveSpec& checked,
+                                                  const std::vector<int>& devices, std::string what,
+                                                  std::string wait_label,
+                                                  const shard::source_location& where) {
+  if (collective_guard_on()) [[unlikely]]
+    guard_collective(mesh, checked, devices, where);
+  return std::make_unique<PendingCollective::State>(PendingCollective::State{
+      mesh, CommOp{checked.name, std::move(what), where}, std::move(wait_label), {}});
+}
+
 /// float32 -> bfloat16, rounded to nearest even (NaN stays NaN).
 std::uint16_t to_bf16(float f) {
   std::uint32_t u;
@@ -179,15 +191,11 @@ PendingCollective start_psum_rows(const Mesh& mesh, const CollectiveSpec& s, con
     bf16 = bf16 && std::is_same_v<T, float>;
     CollectiveSpec checked = s;  // ranks that sum in bfloat16 must all do
     if (bf16) checked.dtype = "bfloat16-compressed " + s.dtype;
-    if (collective_guard_on()) [[unlikely]]
-      guard_collective(mesh, checked, devices, where);
     const auto traced = TimelineScope::named("start", [&] { return "start " + s.name + " " + s.axes_text; });
     PendingCollective out;
-    out.state_ = std::make_unique<PendingCollective::State>(PendingCollective::State{
-        mesh,
-        CommOp{s.name, checked.dtype + to_string(s.in_shape) + " over " + s.axes_text, where},
-        "wait psum (gradient bucket)",
-        {}});
+    out.state_ =
+        started(mesh, checked, devices, checked.dtype + to_string(s.in_shape) + " over " + s.axes_text,
+                "wait psum (gradient bucket)", where);
     auto& st = *out.state_;
     const std::int64_t n = s.in_shape[1], count = (r1 - r0) * n;
     const bool shared_ok = use_shared_memory(mesh, s, false);
@@ -348,15 +356,10 @@ PendingCollective start_all_gather(const Mesh& mesh, const CollectiveSpec& s, co
   if (s.kind != CollectiveKind::kAllGather)
     raise<ValueError>("start_all_gather: ", s.name, " is not an all_gather");
   const ScopedTime timed(TimeKind::kCommunication);  // packing, and a gather within the rank
-  if (collective_guard_on()) [[unlikely]]
-    guard_collective(mesh, s, devices, where);
   const auto traced = TimelineScope::named("start", [&] { return "start " + s.name + " " + s.axes_text; });
   PendingCollective out;
-  out.state_ = std::make_unique<PendingCollective::State>(PendingCollective::State{
-      mesh,
-      CommOp{s.name, s.dtype + to_string(s.in_shape) + " all_gather over " + s.axes_text, where},
-      "wait " + s.name + " " + s.axes_text,
-      {}});
+  out.state_ = started(mesh, s, devices, s.dtype + to_string(s.in_shape) + " all_gather over " + s.axes_text,
+                       "wait " + s.name + " " + s.axes_text, where);
   auto& st = *out.state_;
   outs->assign(ins.size(), Tensor<T>());
   Shape eshape = s.in_shape;  // one block in output coordinates
