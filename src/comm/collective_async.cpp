@@ -254,13 +254,13 @@ namespace {
 /// the control window's `read` counters tell; `written` tells that a member's block of gather c
 /// is there; `calls` is the member's own count of gathers (kept in the window, which lives as
 /// long as the mesh's communicators and starts zeroed: shared_window).
-constexpr int kGatherRing = 3;
-struct GatherControl {  // one member's slot of the control window (its own cache line)
+constexpr int kGatherRing = 4;
+struct GatherControl {  // one member's slot of the control window (its own two cache lines)
   std::uint64_t written[kGatherRing];
   std::uint64_t read[kGatherRing];
   std::uint64_t calls;
 };
-static_assert(sizeof(GatherControl) <= 64);
+static_assert(sizeof(GatherControl) <= 128);
 static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free);  // shared between processes
 
 GatherControl& control_of(const SharedWindow& w, int member) {
@@ -289,23 +289,25 @@ namespace {
 
 /// One group's gather through group-shared memory: this member's block goes into its slot now
 /// (and into its own chunk of `out`); the part's step, run by wait(), reads the other slots.
+/// False (nothing done) when this rank's gather kGatherRing ago on the same windows is still in
+/// flight (the caller goes through MPI instead): every rank replays the same starts and waits, so
+/// every rank decides alike.
 template <typename T>
-void start_shared_gather(PendingCollective::State& st, const CollectiveSpec& s, const DeviceGroup& g, int pos,
-                         Tensor<T> block, Tensor<T>& out, const Shape& eshape) {
+bool start_shared_gather(PendingCollective::State& st, const CollectiveSpec& s, const DeviceGroup& g, int pos,
+                         Tensor<T>& block, Tensor<T>& out, const Shape& eshape) {
   const auto bytes = static_cast<std::size_t>(num_elements(s.in_shape)) * sizeof(T);
   std::size_t cap = kSharedReduceMin;
   while (cap < bytes) cap <<= 1;
   SharedWindow& control =
-      st.mesh.comms().shared_window(s.axes, "shard.gather.control." + std::to_string(cap), 64);
-  const std::uint64_t call = ++control_of(control, control.index).calls;
+      st.mesh.comms().shared_window(s.axes, "shard.gather.control." + std::to_string(cap), 128);
+  GatherControl& own = control_of(control, control.index);
+  const std::uint64_t call = own.calls + 1;
   const int k = static_cast<int>(call % kGatherRing);
+  if (load(own.read[k]) + kGatherRing < call) return false;  // more than kGatherRing in flight here
+  own.calls = call;
   SharedWindow& data = st.mesh.comms().shared_window(s.axes, "shard.gather." + std::to_string(k), cap);
   data.axes_text = control.axes_text = s.axes_text;
   const int me = data.index, n = data.size;
-  if (load(control_of(control, me).read[k]) + kGatherRing < call)  // jit's scheduler keeps at most one
-    raise<Error>("start_all_gather: ", kGatherRing,
-                 " gathers through group-shared memory already in flight on ", s.axes_text,
-                 " (an internal error)");
   // The window's previous gather (call - kGatherRing) read by every member before it is written.
   spin_until(s, g, [&] {
     for (int r = 0; r < n; ++r)
@@ -324,12 +326,16 @@ void start_shared_gather(PendingCollective::State& st, const CollectiveSpec& s, 
   // Marks this member's read of the window when the wait ran, or when the gather is dropped
   // unwaited (an error unwinding): the others may then reuse the window, and later gathers on it
   // do not wait for a read that never comes.
+  // (Made in place: a temporary's destructor would mark the read at the start.)
   struct ReadMark {
+    ReadMark(std::uint64_t* r, std::uint64_t c) : read(r), call(c) {}
+    ReadMark(const ReadMark&) = delete;
+    ReadMark& operator=(const ReadMark&) = delete;
+    ~ReadMark() { store(*read, call); }
     std::uint64_t* read;
     std::uint64_t call;
-    ~ReadMark() { store(*read, call); }
   };
-  auto mark = std::make_shared<ReadMark>(ReadMark{&control_of(control, me).read[k], call});
+  auto mark = std::make_shared<ReadMark>(&control_of(control, me).read[k], call);
   part.next = [&data, &control, s, g_ranks = g.ranks, positions, dst, out_shape, eshape, me, n, k, call,
                mark](PendingCollective::State::Part&) mutable {
     Tensor<T> view = Tensor<T>::borrow(dst, out_shape);
@@ -344,6 +350,7 @@ void start_shared_gather(PendingCollective::State& st, const CollectiveSpec& s, 
     }
     mark.reset();  // read: store(read[k], call)
   };
+  return true;
 }
 
 }  // namespace
@@ -374,10 +381,9 @@ PendingCollective start_all_gather(const Mesh& mesh, const CollectiveSpec& s, co
     const auto m = members_of(g, devices);
     if (m.empty()) continue;
     for (const auto& mm : m) (*outs)[mm.local] = Tensor<T>(s.out_shape);
-    if (shared && !g.comm.is_null() && g.ranks.size() == g.devices.size()) {
-      start_shared_gather<T>(st, s, g, m[0].pos, std::move(ins[m[0].local]), (*outs)[m[0].local], eshape);
+    if (shared && !g.comm.is_null() && g.ranks.size() == g.devices.size() &&
+        start_shared_gather<T>(st, s, g, m[0].pos, ins[m[0].local], (*outs)[m[0].local], eshape))
       continue;
-    }
     if (g.comm.is_null() || be == 0) {  // within this rank: in memory now
       for (const auto& to : m)
         for (const auto& from : m)

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -48,13 +49,26 @@ bool use_shared_memory(const Mesh& mesh, const CollectiveSpec& s, bool is_bool) 
 /// every rank reaches only after it read its last result out of that window. Windows are sized
 /// in powers of two and cached by the mesh.
 /// (`advance` false: the window the next one will use, without taking it; collective_staging.)
+namespace {
+// Per (MeshComms, axes): the collectives through group-shared memory so far. Keyed by the
+// MeshComms' address, so the entries of one are dropped when it dies (forget_shared_calls): a
+// later MeshComms at the same address on one rank but not on another must start at 0 on both,
+// or the ranks would take the two windows in opposite turns (and free them in mismatched pairs).
+std::mutex g_calls_mutex;
+std::map<std::pair<const void*, std::vector<int>>, unsigned> g_calls;
+}  // namespace
+
+void forget_shared_calls(const void* comms) {
+  std::lock_guard lock(g_calls_mutex);
+  for (auto it = g_calls.begin(); it != g_calls.end();)
+    it = it->first.first == comms ? g_calls.erase(it) : std::next(it);
+}
+
 SharedWindow& next_shared_window(const Mesh& mesh, const CollectiveSpec& s, std::size_t bytes, bool advance) {
-  static std::mutex mutex;
-  static std::map<std::pair<const void*, std::vector<int>>, unsigned> calls;
   unsigned parity = 0;
   {
-    std::lock_guard lock(mutex);
-    unsigned& c = calls[{&mesh.comms(), s.axes}];
+    std::lock_guard lock(g_calls_mutex);
+    unsigned& c = g_calls[{&mesh.comms(), s.axes}];
     parity = (advance ? c++ : c) & 1u;
   }
   std::size_t cap = kSharedReduceMin;

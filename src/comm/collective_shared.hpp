@@ -41,6 +41,8 @@ bool use_shared_memory(const Mesh& mesh, const CollectiveSpec& s, bool is_bool);
 /// The window for the next collective through group-shared memory on s.axes (`advance` false:
 /// the one the next collective will use, without taking it).
 SharedWindow& next_shared_window(const Mesh& mesh, const CollectiveSpec& s, std::size_t bytes, bool advance = true);
+/// Drops the turn counters of next_shared_window for a MeshComms that is being destroyed.
+void forget_shared_calls(const void* comms);
 
 template <typename T>
 T* window_slot(const SharedWindow& w, int slot) {

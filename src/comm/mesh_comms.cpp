@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/collective_shared.hpp"
 #include "shard/error.hpp"
 #include "shard/runtime/runtime.hpp"
 #include "sharding/mesh_state.hpp"
@@ -28,6 +29,7 @@ MeshComms::MeshComms(std::vector<int> shape, std::vector<int> devices, Topology 
 }
 
 MeshComms::~MeshComms() {
+  forget_shared_calls(this);
   if (!mpi::is_active()) return;
   for (auto& [key, w] : windows_) {  // collective over each window's group (see group_shared.hpp)
     MPI_Win_unlock_all(w->win);
