@@ -406,21 +406,33 @@ std::vector<Gather> find_gathers(const Program& p) {
 /// first reads the result (an explicit reshard equation is dropped), so the transfer runs while the equations
 /// between them compute (the replay gives it a turn between equations: MPI moves a nonblocking collective's
 /// bytes inside MPI calls). A gather starts no earlier than the first use of the one before it (one gather
-/// ahead, as FSDP's prefetch of the next layer's weights): the gathered arrays are not all alive
-/// at once. A gather with no equation to overlap stays where it is. Every rank replays the same
-/// program, so every rank starts the transfers in the same order.
+/// ahead, as FSDP's prefetch of the next layer's weights; the gathers one equation reads first, a
+/// layer's weights, start together): the gathered arrays are not all alive at once. A gather with no equation
+/// to overlap stays where it is. Every rank replays the same program, so every rank starts the transfers in
+/// the same order.
 int schedule_gathers(Program& p) {
   std::vector<Gather> gathers = find_gathers(p);
+  std::vector<int> gather_eqns;  // the explicit reshard equations that are gathers, in order
+  for (const Gather& g : gathers)
+    if (g.reshard_eqn >= 0) gather_eqns.push_back(g.reshard_eqn);
+  std::sort(gather_eqns.begin(), gather_eqns.end());
   std::vector<Gather> moved;
-  int previous_use = 0;
+  // The gathers first read by the same equation (a layer's weights, read by its shard_map) are a
+  // group: they start together, no earlier than the first use of the group before.
+  int floor = 0, group_use = -1;
   for (Gather& g : gathers) {
     const int producer = p.values[static_cast<std::size_t>(g.value)].producer;
-    g.start = std::max(producer + 1, previous_use);
-    previous_use = g.first_use;
-    // An equation to overlap: one kept between the start and the first use (an explicit reshard
-    // between them is dropped).
-    const bool own = g.reshard_eqn >= g.start && g.reshard_eqn < g.first_use;
-    if (g.first_use - g.start - (own ? 1 : 0) > 0) moved.push_back(std::move(g));
+    if (g.first_use != group_use) {
+      floor = std::max(group_use, 0);
+      group_use = g.first_use;
+    }
+    g.start = std::max(producer + 1, floor);
+    // An equation to overlap: one kept between the start and the first use (the explicit
+    // reshards of gathers, this one's and the group's, are dropped or become starts and waits).
+    int between = 0;
+    for (int i = g.start; i < g.first_use; ++i)
+      between += !std::binary_search(gather_eqns.begin(), gather_eqns.end(), i);
+    if (between > 0) moved.push_back(std::move(g));
   }
   if (moved.empty()) return 0;
   std::vector<std::vector<ProgramEqn>> before(p.eqns.size() + 1);  // inserted before equation i

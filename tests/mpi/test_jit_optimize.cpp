@@ -3,7 +3,8 @@
 // than a tile, replicated axes, bool and cast intermediates), reads each input once and writes
 // only what the rest of the program uses; a broadcasting op or a reshard ends a chain; the
 // passes switch off; grad and vmap around a fused program replay it op by op. An all_gather
-// reshard starts where its operand is ready and is waited for before its first use. A program's buffers
+// reshard starts where its operand is ready and is waited for before its first use (a layer's
+// weights, read by its shard_map, one layer ahead). A program's buffers
 // are reused from call to call: after the first call, no Tensor buffer comes from the system
 // (device threads of a shard_map, reshards' transfers and results too), unless switched off.
 
@@ -366,6 +367,91 @@ SHARD_MPI_TEST(JitOptimize, ScheduledGathersOfLargeBlocksOverManyCalls) {
   const Tensor<double> want = host_double(body(x, w1, w2, w3));
   for (int call = 0; call < 5; ++call)
     expect_same(host_double(f(x, w1, w2, w3)), want, "call " + std::to_string(call));
+}
+
+SHARD_MPI_TEST(JitOptimize, ShardMapLayersPrefetchTheirWeightsAsAGroup) {
+  // FSDP over shard_map layers: each layer's weights are split over 'data' and replicated in its
+  // body (in_spec P()). Under jit each argument's layout is an equation of its own before the
+  // shard_map's, so the scheduler starts a layer's all_gathers together, during the layer before
+  // (one layer ahead), and waits for them just before the layer (the first layer's stay reshards:
+  // nothing runs before it). A layer of 5 weights of one size
+  // has more gathers in flight than the group-shared windows' ring (the rest go through MPI).
+  // Values and gradients equal eager's and the unscheduled program's over several calls.
+  const int n = shard::testing::runtime().device_count();
+  const Mesh mesh = make_mesh({n}, {"data"});
+  const std::int64_t k = 96 * n;  // blocks of 96n x 96 floats: >= 64 KiB on 2+ devices
+  const std::vector<int> widths{2, 5, 2};
+  std::vector<std::vector<ShardedArray<float>>> ws;
+  std::uint64_t seed = 501;
+  for (const int w : widths) {
+    std::vector<ShardedArray<float>> layer;
+    for (int i = 0; i < w; ++i)
+      layer.push_back(
+          device_put(random_tensor<float>({k, k}, seed++) * 0.05f, NamedSharding(mesh, P("data", None))));
+    ws.push_back(std::move(layer));
+  }
+  const auto x = device_put(random_tensor<float>({4 * n, k}, seed++), NamedSharding(mesh, P("data", None)));
+  auto net = [&mesh](const std::vector<std::vector<ShardedArray<float>>>& layers,
+                     const ShardedArray<float>& in) {
+    ShardedArray<float> h = in;
+    for (const auto& layer : layers)
+      h = shard_map(mesh, {P("data", None), P()}, P("data", None),
+                    [](const Tensor<float>& hb, const std::vector<Tensor<float>>& w) {
+                      Tensor<float> acc = hb;
+                      for (const auto& wi : w) acc = acc + tanh(matmul(hb, wi));
+                      return acc * 0.5f;
+                    })(h, layer);
+    return h;
+  };
+  auto loss = [&](const std::vector<std::vector<ShardedArray<float>>>& layers,
+                  const ShardedArray<float>& in) { return sum(square(net(layers, in))); };
+  auto on = jit(net);
+  auto off = jit(net, JitOptions{.schedule = false});
+  auto grad_on = jit(value_and_grad(loss));
+  auto grad_off = jit(value_and_grad(loss), JitOptions{.schedule = false});
+  if (n > 1) {
+    const auto prog = on.lower(ws, x).optimized();
+    const auto ops = prog.ops();
+    const std::string text = prog.to_string();
+    std::vector<int> layer_at;  // the shard_map equations
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      if (ops[i] == "shard_map") layer_at.push_back(static_cast<int>(i));
+    ASSERT_EQ(layer_at.size(), widths.size()) << text;
+    ASSERT_EQ(count(ops, "reshard"), widths[0]) << text;
+    ASSERT_EQ(count(ops, "all_gather_start"), 7) << text;
+    ASSERT_EQ(count(ops, "all_gather_done"), 7) << text;
+    int g = 0;
+    for (std::size_t l = 1; l < widths.size(); ++l)
+      for (int i = 0; i < widths[l]; ++i, ++g) {
+        const int start = index_of(ops, "all_gather_start", g), done = index_of(ops, "all_gather_done", g);
+        // The layer's gathers start before the previous layer runs and wait just before it.
+        EXPECT_LT(start, layer_at[l - 1]) << "layer " << l << "\n" << text;
+        EXPECT_GT(done, layer_at[l - 1]) << "layer " << l << "\n" << text;
+        EXPECT_LT(done, layer_at[l]) << "layer " << l << "\n" << text;
+      }
+    EXPECT_EQ(count(off.lower(ws, x).optimized().ops(), "reshard"), 9);
+    // Under value_and_grad too: the forward's gathers scheduled the same way.
+    EXPECT_EQ(count(grad_on.lower(ws, x).optimized().ops(), "all_gather_start"), 7);
+  }
+  const Tensor<double> want = host_double(net(ws, x));
+  const auto [want_v, want_g] = value_and_grad(loss)(ws, x);
+  for (int call = 0; call < 3; ++call) {
+    expect_same(host_double(on(ws, x)), want, "scheduled, call " + std::to_string(call));
+    expect_same(host_double(off(ws, x)), want, "unscheduled, call " + std::to_string(call));
+    const auto [v_on, g_on] = grad_on(ws, x);
+    const auto [v_off, g_off] = grad_off(ws, x);
+    expect_same(host_double(v_on), host_double(v_off), "value, scheduled vs not");
+    EXPECT_NEAR(host_double(v_on).flat(0), host_double(want_v).flat(0),
+                1e-5 * (1 + std::abs(host_double(want_v).flat(0))));
+    for (std::size_t l = 0; l < ws.size(); ++l)
+      for (std::size_t i = 0; i < ws[l].size(); ++i) {
+        EXPECT_EQ(g_on[l][i].sharding(), ws[l][i].sharding());
+        expect_same(host_double(g_on[l][i]), host_double(g_off[l][i]), "gradient, scheduled vs not");
+        const Tensor<double> got = host_double(g_on[l][i]), eager = host_double(want_g[l][i]);
+        for (std::int64_t e = 0; e < got.size(); ++e)
+          ASSERT_NEAR(got.flat(e), eager.flat(e), 1e-5 * (1 + std::abs(eager.flat(e)))) << l << "," << i;
+      }
+  }
 }
 
 SHARD_MPI_TEST(JitOptimize, GradAndVmapAroundAFusedProgram) {

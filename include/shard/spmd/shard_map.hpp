@@ -254,22 +254,20 @@ class ShardMapped {
       // Inside jit: one equation of the program, the body run as written when it replays (through
       // this operator again: replayed inside an outer jit, it is an equation of that one).
       if (const std::uint64_t level = detail::trace_level_of(args...)) {
-        // A grad inside the jit (jit(grad(f)) with f calling this shard_map) differentiating it:
-        // a forward equation that keeps the pullback and a backward one (shard_map_jit.hpp).
-        detail::Tape* tape = nullptr;
-        (tree_for_each([&](const auto& leaf) { tape = tape ? tape : detail::recording_tape_for(leaf); }, args), ...);
-        if (tape && tape->id() > level && detail::any_tracked(*tape, args...))
-          return detail::trace_shard_map_vjp(
-              [self = *this](const auto&... a) -> decltype(this->call(std::index_sequence_for<Args...>{}, a...)) {
-                return self(a...);
-              }, level,
-              *tape, args...);
-        return detail::trace_opaque(
-            "shard_map",
-            [self = *this](const auto&... a) -> decltype(this->call(std::index_sequence_for<Args...>{}, a...)) {
-                return self(a...);
-              }, level,
-            args...);
+        // Each argument laid out as its in_spec says by an equation of its own (a reshard, none
+        // when it is laid out so already), before the shard_map's: propagation sees it, and the
+        // scheduler can start it early (the all_gather of an FSDP weight split over 'data',
+        // prefetched during the equations before; jit/optimize.cpp). Not under a vmap inside
+        // the jit (its arrays go to the equation as they are).
+        bool plain = true;
+        (tree_for_each([&](const auto& leaf) { plain = plain && (!leaf.batch() || leaf.batch()->trace); },
+                       args),
+         ...);
+        if (plain) return [&]<std::size_t... I>(std::index_sequence<I...>) {
+            return traced(level, detail::ArgTraits<Args>::prepare(mesh_, in_[I], args, I)...);
+          }
+        (std::index_sequence_for<Args...>{});
+        return traced(level, args...);
       }
       return call(std::index_sequence_for<Args...>{}, args...);
     }
@@ -383,6 +381,30 @@ class ShardMapped {
     }
     if constexpr (M == 1) return std::move(std::get<0>(outputs));
     else return outputs;
+  }
+
+  /// The shard_map as equations of the jit trace at `level` (its arguments laid out already).
+  /// (Its type declared: operator()'s is deduced from it, and its body calls operator() again.)
+  template <typename... Args>
+  auto traced(std::uint64_t level, const Args&... args) const
+      -> decltype(this->call(std::index_sequence_for<Args...>{}, args...)) {
+    // A grad inside the jit (jit(grad(f)) with f calling this shard_map) differentiating it:
+    // a forward equation that keeps the pullback and a backward one (shard_map_jit.hpp).
+    detail::Tape* tape = nullptr;
+    (tree_for_each([&](const auto& leaf) { tape = tape ? tape : detail::recording_tape_for(leaf); }, args),
+     ...);
+    if (tape && tape->id() > level && detail::any_tracked(*tape, args...))
+      return detail::trace_shard_map_vjp(
+          [self = *this](const auto&... a) -> decltype(this->call(std::index_sequence_for<Args...>{}, a...)) {
+            return self(a...);
+          },
+          level, *tape, args...);
+    return detail::trace_opaque(
+        "shard_map",
+        [self = *this](const auto&... a) -> decltype(this->call(std::index_sequence_for<Args...>{}, a...)) {
+          return self(a...);
+        },
+        level, args...);
   }
 
   /// Device li's output blocks, in flat order (list elements one by one; scalars are constants).
