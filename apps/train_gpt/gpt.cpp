@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <type_traits>
 
 namespace gpt {
 
@@ -39,38 +40,61 @@ X scatter_sequence(X z, std::int64_t b, std::int64_t t, std::int64_t c) {
   return shard::reshape(shard::psum_scatter(shard::reshape(z, {b, t * m, c}), "model", 1, true), {b * t, c});
 }
 
-/// The final LayerNorm's output (b t, C) for this device's tokens x (b, t), computed in the
-/// parameters' element type (Block: float32; bfloat16 under --dtype bfloat16).
-template <typename Block>
-Block hidden(const Config& cfg, const TokenBlock& x, const std::vector<Block>& p) {
-  const auto m = static_cast<std::int64_t>(shard::axis_size("model"));
-  const std::int64_t b = x.shape()[0], t = x.shape()[1], T = t * m, C = cfg.d_model;
-  const std::int64_t hl = cfg.heads / m, dh = C / cfg.heads;  // this device's heads
-  // Token and position embeddings of this device's part of the sequence (wpe is split over 'model').
-  Block h = shard::reshape(shard::take(p[0], x, 0) + p[1], {b * t, C});
-  auto heads = [&](const Block& z) { return shard::reshape(z, {b, T, hl, dh}); };  // (b, T, hl, dh)
-  for (std::int64_t l = 0; l < cfg.layers; ++l) {
-    const Block* w = p.data() + 2 + kPerLayer * l;
-    // Causal self-attention over this device's heads on the whole sequence.
-    const Block a = gather_sequence(layer_norm(h, w[0], w[1]), b, t, C);       // (b T, C)
-    const Block q = heads(shard::matmul(a, w[2]) + w[3]);
-    const Block k = heads(shard::matmul(a, w[4]) + w[5]);
-    const Block v = heads(shard::matmul(a, w[6]) + w[7]);
-    const Block o = shard::reshape(shard::dot_product_attention(q, k, v, /*is_causal=*/true), {b * T, hl * dh});
-    h = h + scatter_sequence(shard::matmul(o, w[8]), b, t, C) + w[9];
-    // MLP over this device's hidden columns.
-    const Block a2 = gather_sequence(layer_norm(h, w[10], w[11]), b, t, C);
-    const Block f = shard::gelu(shard::matmul(a2, w[12]) + w[13]);
-    h = h + scatter_sequence(shard::matmul(f, w[14]), b, t, C) + w[15];
-  }
-  const std::size_t last = 2 + kPerLayer * static_cast<std::size_t>(cfg.layers);
-  return layer_norm(h, p[last], p[last + 1]);
-}
-
 std::vector<shard::PartitionSpec> specs_of(const Config& cfg) {
   std::vector<shard::PartitionSpec> out;
   for (const auto& i : param_info(cfg)) out.push_back(i.spec);
   return out;
+}
+
+/// One transformer block on this device's tokens h (b, t, C), given its kPerLayer parameters'
+/// blocks (Block: float32, or bfloat16 under --dtype bfloat16).
+template <typename Block>
+Block transformer_block(const Config& cfg, const Block& h3, const std::vector<Block>& w) {
+  const auto m = static_cast<std::int64_t>(shard::axis_size("model"));
+  const std::int64_t b = h3.shape()[0], t = h3.shape()[1], T = t * m, C = cfg.d_model;
+  const std::int64_t hl = cfg.heads / m, dh = C / cfg.heads;                       // this device's heads
+  auto heads = [&](const Block& z) { return shard::reshape(z, {b, T, hl, dh}); };  // (b, T, hl, dh)
+  Block h = shard::reshape(h3, {b * t, C});
+  // Causal self-attention over this device's heads on the whole sequence.
+  const Block a = gather_sequence(layer_norm(h, w[0], w[1]), b, t, C);  // (b T, C)
+  const Block q = heads(shard::matmul(a, w[2]) + w[3]);
+  const Block k = heads(shard::matmul(a, w[4]) + w[5]);
+  const Block v = heads(shard::matmul(a, w[6]) + w[7]);
+  const Block o = shard::reshape(shard::dot_product_attention(q, k, v, /*is_causal=*/true), {b * T, hl * dh});
+  h = h + scatter_sequence(shard::matmul(o, w[8]), b, t, C) + w[9];
+  // MLP over this device's hidden columns.
+  const Block a2 = gather_sequence(layer_norm(h, w[10], w[11]), b, t, C);
+  const Block f = shard::gelu(shard::matmul(a2, w[12]) + w[13]);
+  h = h + scatter_sequence(shard::matmul(f, w[14]), b, t, C) + w[15];
+  return shard::reshape(h, {b, t, C});
+}
+
+/// The residual stream (B, T, C) after the last block, laid out P('data', 'model', None), in the
+/// element type E of the parameters `p` (cast to the compute dtype already). One shard_map per
+/// stage: the embeddings, then each block with its own parameters, so that under jit each block's
+/// parameters are laid out (under --fsdp: all_gathered over 'data') by equations of their own,
+/// which the scheduler starts during the block before (prefetch), and under grad each block's
+/// parameter gradients are summed over 'data' as soon as its backward ran.
+template <typename E>
+shard::ShardedArray<E> residual_stream(const Config& cfg, const shard::Mesh& mesh,
+                                       const std::vector<shard::ShardedArray<E>>& p, const Tokens& x) {
+  using B = shard::Tensor<E>;
+  const std::vector<shard::PartitionSpec> specs = specs_of(cfg);
+  const P stream("data", "model", None);
+  // Token and position embeddings of each device's part of the sequence (wpe is split over 'model').
+  shard::ShardedArray<E> h = shard::shard_map(mesh, {P("data", "model"), specs[0], specs[1]}, stream,
+                                              [](const TokenBlock& xb, const B& wte, const B& wpe) {
+                                                return shard::take(wte, xb, 0) + wpe;
+                                              })(x, p[0], p[1]);
+  for (std::int64_t l = 0; l < cfg.layers; ++l) {
+    const auto first = static_cast<std::ptrdiff_t>(2 + kPerLayer * l);
+    const std::vector<shard::ShardedArray<E>> w(p.begin() + first, p.begin() + first + kPerLayer);
+    const std::vector<shard::PartitionSpec> ws(specs.begin() + first, specs.begin() + first + kPerLayer);
+    h = shard::shard_map(mesh, {stream, ws}, stream, [&cfg](const B& hb, const std::vector<B>& wb) {
+      return transformer_block(cfg, hb, wb);
+    })(h, w);
+  }
+  return h;
 }
 
 }  // namespace
@@ -178,32 +202,57 @@ Model init(const Config& cfg, const shard::Mesh& mesh, shard::random::Key key, b
   return m;
 }
 
-Array loss(const Config& cfg, const shard::Mesh& mesh, const std::vector<Array>& params, const Tokens& x,
-           const Tokens& y) {
+namespace {
+
+/// The loss from the parameters cast to the compute dtype E: the residual stream, then the final
+/// LayerNorm, the tied output (logits in float32) and the cross-entropy, summed over the mesh.
+template <typename E>
+Array loss_from(const Config& cfg, const shard::Mesh& mesh, const std::vector<shard::ShardedArray<E>>& p,
+                const Tokens& x, const Tokens& y) {
+  using B = shard::Tensor<E>;
   const double count = static_cast<double>(x.size());
-  auto body = [&cfg, count](const TokenBlock& xb, const TokenBlock& yb, const std::vector<Block>& p) {
+  const std::vector<shard::PartitionSpec> specs = specs_of(cfg);
+  const std::size_t last = 2 + kPerLayer * static_cast<std::size_t>(cfg.layers);
+  auto head = [&cfg, count](const B& hb, const TokenBlock& yb, const B& g, const B& b, const B& wte) {
+    const B hf = layer_norm(shard::reshape(hb, {-1, cfg.d_model}), g, b);
     // The logits in float32 (the output dtype), from float32 or bfloat16 compute.
-    Block z;
-    if (cfg.dtype == "bfloat16") {
-      using Policy = shard::MixedBfloat16;  // each parameter cast once per step; gradients back in float32
-      const auto pc = Policy::cast_to_compute(p);
-      z = Policy::cast_to_output(shard::matmul(hidden(cfg, xb, pc), shard::transpose(pc[0])));
-    } else {
-      z = shard::matmul(hidden(cfg, xb, p), shard::transpose(p[0]));
-    }
+    const Block z = [&] {
+      if constexpr (std::is_same_v<E, float>)
+        return shard::matmul(hf, shard::transpose(wte));
+      else
+        return shard::MixedBfloat16::cast_to_output(shard::matmul(hf, shard::transpose(wte)));
+    }();
     const Block logp = shard::log_softmax(z, -1);  // tied output
     const Block picked = shard::take_along_axis(logp, shard::reshape(yb, {-1, 1}), 1);
     return shard::psum(-shard::sum(picked), {"data", "model"}) / static_cast<float>(count);
   };
-  return shard::shard_map(mesh, {P("data", "model"), P("data", "model"), specs_of(cfg)}, P(), body)(x, y, params);
+  return shard::shard_map(
+      mesh, {P("data", "model", None), P("data", "model"), specs[last], specs[last + 1], specs[0]}, P(),
+      head)(residual_stream(cfg, mesh, p, x), y, p[last], p[last + 1], p[0]);
+}
+
+}  // namespace
+
+Array loss(const Config& cfg, const shard::Mesh& mesh, const std::vector<Array>& params, const Tokens& x,
+           const Tokens& y) {
+  // bfloat16: each parameter cast once per step (in its layout at rest: under --fsdp the
+  // all_gathers move bfloat16), gradients back in float32 (shard::MixedBfloat16).
+  if (cfg.dtype == "bfloat16")
+    return loss_from(cfg, mesh, shard::MixedBfloat16::cast_to_compute(params), x, y);
+  return loss_from(cfg, mesh, params, x, y);
 }
 
 Array logits(const Config& cfg, const shard::Mesh& mesh, const std::vector<Array>& params, const Tokens& x) {
-  auto body = [&cfg](const TokenBlock& xb, const std::vector<Block>& p) {
-    const Block z = shard::matmul(hidden(cfg, xb, p), shard::transpose(p[0]));
-    return shard::reshape(z, {xb.shape()[0], xb.shape()[1], cfg.vocab});
+  const std::vector<shard::PartitionSpec> specs = specs_of(cfg);
+  const std::size_t last = 2 + kPerLayer * static_cast<std::size_t>(cfg.layers);
+  auto head = [&cfg](const Block& hb, const Block& g, const Block& b, const Block& wte) {
+    const Block hf = layer_norm(shard::reshape(hb, {-1, cfg.d_model}), g, b);
+    return shard::reshape(shard::matmul(hf, shard::transpose(wte)),
+                          {hb.shape()[0], hb.shape()[1], cfg.vocab});
   };
-  return shard::shard_map(mesh, {P("data", "model"), specs_of(cfg)}, P("data", "model", None), body)(x, params);
+  return shard::shard_map(mesh, {P("data", "model", None), specs[last], specs[last + 1], specs[0]},
+                          P("data", "model", None), head)(residual_stream(cfg, mesh, params, x), params[last],
+                                                          params[last + 1], params[0]);
 }
 
 double train_flops(const Config& c, double tokens) {

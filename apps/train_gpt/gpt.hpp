@@ -1,8 +1,9 @@
 #pragma once
 // train_gpt's model: a decoder-only transformer (GPT-2's layout: learned positions, pre-LayerNorm
 // blocks of causal multi-head attention and a GELU MLP, a final LayerNorm, the output tied to
-// the token embedding), written forward-only with Shard's ops inside one shard_map over a
-// ('data', 'model') mesh; shard::value_and_grad supplies the backward pass.
+// the token embedding), written forward-only with Shard's ops inside shard_maps over a
+// ('data', 'model') mesh (one for the embeddings, one per block, one for the loss);
+// shard::value_and_grad supplies the backward pass.
 //
 // Parallelism (Megatron-LM with sequence parallelism, Korthikanti et al. 2022):
 //   - the batch is split over 'data', the sequence over 'model' between the blocks: the
@@ -59,9 +60,10 @@ struct ParamInfo {
 std::vector<ParamInfo> param_info(const Config& cfg);
 
 /// --fsdp (ZeRO-3): a parameter's layout at rest, its model spec with 'data' added on its first
-/// dim that has no axis and whose size divides by `data` (as unchanged when none does). The loss's
-/// shard_map takes the model specs, so each call all_gathers every weight over 'data' where it is
-/// used, and the gradient comes back in the layout at rest (its sum over 'data' scattered).
+/// dim that has no axis and whose size divides by `data` (as unchanged when none does). Each
+/// block's shard_map takes the model specs, so each call all_gathers the block's weights over
+/// 'data' where they are used (under jit, started during the block before), and the gradient
+/// comes back in the layout at rest (its sum over 'data' scattered).
 shard::PartitionSpec fsdp_spec(const ParamInfo& info, int data);
 
 /// GPT-2's initialisation from `key`: normal(0, 0.02) weights (0.02 / sqrt(2 layers) for the

@@ -12,7 +12,8 @@
 #   comm     what rank 0 sends in one step (CommStats, --comm-stats) equals Megatron's with sequence
 #            parallelism: per block 2 all_gathers and 2 psum_scatters of (B/d, T/m, C) over 'model'
 #            each way, one psum over 'data' of each split weight, one psum over ('data','model') of
-#            each replicated parameter (the tied embedding once), the loss and the clipping norm;
+#            each replicated parameter (the tied embedding twice: the embeddings' shard_map and the
+#            loss's each sum their part of its gradient), the loss and the clipping norm;
 #            on data=2,model=2 and data=4 (4 ranks) and model=2 (2 ranks)
 #   torch    the same run as benchmarks/torch_gpt.py (PyTorch) from the same initial parameters
 #            (--dump-init): the per-step losses agree to 1e-4 relative, the validation losses too
@@ -132,7 +133,7 @@ if m > 1:  # sequence parallel: per block and direction, an all_gather of this d
     add("all_gather 'model'", 4 * L, 4 * L * b * t * C * f)  # (2 forward, 2 as psum_scatter's transpose)
     add("psum_scatter 'model'", 4 * L, 4 * L * b * T * C * f)  # sends the whole (b, T, C) partial sum
 split = L * (3 * C * C // m + 3 * C // m + C // m * C + C * 4 * C // m + 4 * C // m + 4 * C // m * C) + t * C
-replicated = [V * C] + [C] * (6 * L) + [C, C]  # wte (tied: once), ln1 g b, bo, ln2 g b, b2; lnf g b
+replicated = [V * C] * 2 + [C] * (6 * L) + [C, C]  # wte (tied: twice), ln1 g b, bo, ln2 g b, b2; lnf g b
 if d > 1:
     add("psum 'data'", 10 * L + 1, split * f)  # each split weight, and wpe's rows
 add("psum ('data','model')", len(replicated) + 2, sum(replicated) * f + f + 8)  # + the loss (float32), the norm (float64)
