@@ -407,12 +407,10 @@ int run(shard::Runtime& rt, Config& c) {
                                 : tps;
   const double mfu = peak > 0 ? gpt::train_flops(c.model, tps) / 1e9 / peak : 0;
   const double mfu_bf16 = peak_bf16 > 0 ? gpt::train_flops(c.model, tps) / 1e9 / peak_bf16 : 0;
-  // Rank 0's split of a step (ms; several devices per rank: their threads' sums over devices).
+  // Rank 0's split of a step (ms of wall time: what any of its threads spent in each category).
   const double per = trained > 0 ? 1e3 / static_cast<double>(trained) : 0;
-  const double dev = static_cast<double>(rt.devices_per_rank());
-  const double step_ms = train_s * per, prod_ms = split.products * per / dev,
-               attn_ms = split.attention * per / dev, comm_ms = split.communication * per / dev,
-               opt_ms = split.optimizer * per / dev;
+  const double step_ms = train_s * per, prod_ms = split.products * per, attn_ms = split.attention * per,
+               comm_ms = split.communication * per, opt_ms = split.optimizer * per;
   const double rest_ms = std::max(0.0, step_ms - prod_ms - attn_ms - comm_ms - opt_ms);
   if (c.comm_stats) {
     if (c.json)

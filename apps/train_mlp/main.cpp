@@ -236,12 +236,11 @@ int run(shard::Runtime& rt, Config& c) {
       train::save(c.checkpoint_dir, c.keep, m, c.hyper, step, c.seed, c.layers_text);
   }
   const double sps = total_train_s > 0 ? static_cast<double>(total_samples) / total_train_s : 0;
-  {  // Rank 0's split of a step (ms; several devices per rank: their threads' sums over devices).
+  {  // Rank 0's split of a step (ms of wall time: what any of its threads spent in each category).
     const shard::TimeSplit t = shard::time_split();
     const double per = total_steps > 0 ? 1e3 / static_cast<double>(total_steps) : 0;
-    const double dev = static_cast<double>(rt.devices_per_rank());
-    const double step_ms = total_train_s * per, prod = t.products * per / dev, comm = t.communication * per / dev,
-                 opt = t.optimizer * per / dev, rest = std::max(0.0, step_ms - prod - comm - opt);
+    const double step_ms = total_train_s * per, prod = t.products * per, comm = t.communication * per,
+                 opt = t.optimizer * per, rest = std::max(0.0, step_ms - prod - comm - opt);
     if (c.json)
       std::snprintf(line, sizeof line,
                     "{\"time_split_ms\": {\"step\": %.3f, \"products\": %.3f, \"communication\": %.3f, "
