@@ -69,29 +69,42 @@ Block transformer_block(const Config& cfg, const Block& h3, const std::vector<Bl
   return shard::reshape(h, {b, t, C});
 }
 
-/// The residual stream (B, T, C) after the last block, laid out P('data', 'model', None), in the
-/// element type E of the parameters `p` (cast to the compute dtype already). One shard_map per
-/// stage: the embeddings, then each block with its own parameters, so that under jit each block's
-/// parameters are laid out (under --fsdp: all_gathered over 'data') by equations of their own,
-/// which the scheduler starts during the block before (prefetch), and under grad each block's
-/// parameter gradients are summed over 'data' as soon as its backward ran.
+/// A parameter's block in the compute dtype E: as it is in float32; cast inside the body in
+/// bfloat16, so that its gradient leaves the body in float32 and is summed over the mesh in float32
+/// (shard::MixedBfloat16: float32 master parameters, bfloat16 compute).
+template <typename E>
+shard::Tensor<E> compute(const Block& w) {
+  if constexpr (std::is_same_v<E, float>)
+    return w.alias();
+  else
+    return shard::MixedBfloat16::cast_to_compute(w);
+}
+
+/// The residual stream (B, T, C) after the last block, laid out P('data', 'model', None), computed
+/// in E (float32, or bfloat16). One shard_map per stage: the embeddings, then each block with its
+/// own parameters, so that under jit each block's parameters are laid out (under --fsdp:
+/// all_gathered over 'data') by equations of their own, which the scheduler starts during the block
+/// before (prefetch), and under grad each block's parameter gradients are summed over 'data' as
+/// soon as its backward ran.
 template <typename E>
 shard::ShardedArray<E> residual_stream(const Config& cfg, const shard::Mesh& mesh,
-                                       const std::vector<shard::ShardedArray<E>>& p, const Tokens& x) {
+                                       const std::vector<Array>& p, const Tokens& x) {
   using B = shard::Tensor<E>;
   const std::vector<shard::PartitionSpec> specs = specs_of(cfg);
   const P stream("data", "model", None);
   // Token and position embeddings of each device's part of the sequence (wpe is split over 'model').
   shard::ShardedArray<E> h = shard::shard_map(mesh, {P("data", "model"), specs[0], specs[1]}, stream,
-                                              [](const TokenBlock& xb, const B& wte, const B& wpe) {
-                                                return shard::take(wte, xb, 0) + wpe;
+                                              [](const TokenBlock& xb, const Block& wte, const Block& wpe) {
+                                                return shard::take(compute<E>(wte), xb, 0) + compute<E>(wpe);
                                               })(x, p[0], p[1]);
   for (std::int64_t l = 0; l < cfg.layers; ++l) {
     const auto first = static_cast<std::ptrdiff_t>(2 + kPerLayer * l);
-    const std::vector<shard::ShardedArray<E>> w(p.begin() + first, p.begin() + first + kPerLayer);
+    const std::vector<Array> w(p.begin() + first, p.begin() + first + kPerLayer);
     const std::vector<shard::PartitionSpec> ws(specs.begin() + first, specs.begin() + first + kPerLayer);
-    h = shard::shard_map(mesh, {stream, ws}, stream, [&cfg](const B& hb, const std::vector<B>& wb) {
-      return transformer_block(cfg, hb, wb);
+    h = shard::shard_map(mesh, {stream, ws}, stream, [&cfg](const B& hb, const std::vector<Block>& wb) {
+      std::vector<B> wc;
+      for (const Block& wi : wb) wc.push_back(compute<E>(wi));
+      return transformer_block(cfg, hb, wc);
     })(h, w);
   }
   return h;
@@ -204,23 +217,23 @@ Model init(const Config& cfg, const shard::Mesh& mesh, shard::random::Key key, b
 
 namespace {
 
-/// The loss from the parameters cast to the compute dtype E: the residual stream, then the final
-/// LayerNorm, the tied output (logits in float32) and the cross-entropy, summed over the mesh.
+/// The loss computed in E (float32, or bfloat16 with the logits in float32): the residual stream,
+/// then the final LayerNorm, the tied output and the cross-entropy, summed over the mesh.
 template <typename E>
-Array loss_from(const Config& cfg, const shard::Mesh& mesh, const std::vector<shard::ShardedArray<E>>& p,
-                const Tokens& x, const Tokens& y) {
+Array loss_in(const Config& cfg, const shard::Mesh& mesh, const std::vector<Array>& p, const Tokens& x,
+              const Tokens& y) {
   using B = shard::Tensor<E>;
   const double count = static_cast<double>(x.size());
   const std::vector<shard::PartitionSpec> specs = specs_of(cfg);
   const std::size_t last = 2 + kPerLayer * static_cast<std::size_t>(cfg.layers);
-  auto head = [&cfg, count](const B& hb, const TokenBlock& yb, const B& g, const B& b, const B& wte) {
-    const B hf = layer_norm(shard::reshape(hb, {-1, cfg.d_model}), g, b);
-    // The logits in float32 (the output dtype), from float32 or bfloat16 compute.
+  auto head = [&cfg, count](const B& hb, const TokenBlock& yb, const Block& g, const Block& b,
+                            const Block& wte) {
+    const B hf = layer_norm(shard::reshape(hb, {-1, cfg.d_model}), compute<E>(g), compute<E>(b));
     const Block z = [&] {
       if constexpr (std::is_same_v<E, float>)
         return shard::matmul(hf, shard::transpose(wte));
       else
-        return shard::MixedBfloat16::cast_to_output(shard::matmul(hf, shard::transpose(wte)));
+        return shard::MixedBfloat16::cast_to_output(shard::matmul(hf, shard::transpose(compute<E>(wte))));
     }();
     const Block logp = shard::log_softmax(z, -1);  // tied output
     const Block picked = shard::take_along_axis(logp, shard::reshape(yb, {-1, 1}), 1);
@@ -228,18 +241,15 @@ Array loss_from(const Config& cfg, const shard::Mesh& mesh, const std::vector<sh
   };
   return shard::shard_map(
       mesh, {P("data", "model", None), P("data", "model"), specs[last], specs[last + 1], specs[0]}, P(),
-      head)(residual_stream(cfg, mesh, p, x), y, p[last], p[last + 1], p[0]);
+      head)(residual_stream<E>(cfg, mesh, p, x), y, p[last], p[last + 1], p[0]);
 }
 
 }  // namespace
 
 Array loss(const Config& cfg, const shard::Mesh& mesh, const std::vector<Array>& params, const Tokens& x,
            const Tokens& y) {
-  // bfloat16: each parameter cast once per step (in its layout at rest: under --fsdp the
-  // all_gathers move bfloat16), gradients back in float32 (shard::MixedBfloat16).
-  if (cfg.dtype == "bfloat16")
-    return loss_from(cfg, mesh, shard::MixedBfloat16::cast_to_compute(params), x, y);
-  return loss_from(cfg, mesh, params, x, y);
+  if (cfg.dtype == "bfloat16") return loss_in<shard::bfloat16>(cfg, mesh, params, x, y);
+  return loss_in<float>(cfg, mesh, params, x, y);
 }
 
 Array logits(const Config& cfg, const shard::Mesh& mesh, const std::vector<Array>& params, const Tokens& x) {
@@ -251,8 +261,8 @@ Array logits(const Config& cfg, const shard::Mesh& mesh, const std::vector<Array
                           {hb.shape()[0], hb.shape()[1], cfg.vocab});
   };
   return shard::shard_map(mesh, {P("data", "model", None), specs[last], specs[last + 1], specs[0]},
-                          P("data", "model", None), head)(residual_stream(cfg, mesh, params, x), params[last],
-                                                          params[last + 1], params[0]);
+                          P("data", "model", None), head)(residual_stream<float>(cfg, mesh, params, x),
+                                                          params[last], params[last + 1], params[0]);
 }
 
 double train_flops(const Config& c, double tokens) {

@@ -252,8 +252,8 @@ namespace {
 /// Data windows in turn per (axes, slot size): a rank writes window c % kGatherRing for its c-th
 /// gather only after every member read that window's previous gather (c - kGatherRing), which
 /// the control window's `read` counters tell; `written` tells that a member's block of gather c
-/// is there; `calls` is the member's own count of gathers (kept in the window, which lives as
-/// long as the mesh's communicators and starts zeroed: shared_window).
+/// is there; `calls` is the member's own count of shared gathers on these windows (kept in the window, which
+/// lives as long as the mesh's communicators and starts zeroed: shared_window).
 constexpr int kGatherRing = 4;
 struct GatherControl {  // one member's slot of the control window (its own two cache lines)
   std::uint64_t written[kGatherRing];
@@ -303,9 +303,9 @@ bool start_shared_gather(PendingCollective::State& st, const CollectiveSpec& s, 
   GatherControl& own = control_of(control, control.index);
   const std::uint64_t call = own.calls + 1;
   const int k = static_cast<int>(call % kGatherRing);
-  if (load(own.read[k]) + kGatherRing < call) return false;  // more than kGatherRing in flight here
-  own.calls = call;
+  if (load(own.read[k]) + kGatherRing < call) return false;  // kGatherRing of this rank's unread already
   SharedWindow& data = st.mesh.comms().shared_window(s.axes, "shard.gather." + std::to_string(k), cap);
+  own.calls = call;  // (after the window exists: creating it may raise)
   data.axes_text = control.axes_text = s.axes_text;
   const int me = data.index, n = data.size;
   // The window's previous gather (call - kGatherRing) read by every member before it is written.

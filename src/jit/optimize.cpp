@@ -492,7 +492,7 @@ int schedule_gathers(Program& p) {
       env.slots[static_cast<std::size_t>(e.out[0])] = f->finish();
     };
     before[static_cast<std::size_t>(g.start)].push_back(std::move(start));
-    // The wait goes before the starts placed at the same equation (one gather ahead).
+    // The wait goes before the starts placed at the same equation (one group ahead).
     auto& at = before[static_cast<std::size_t>(g.first_use)];
     at.insert(
         std::find_if(at.begin(), at.end(), [](const ProgramEqn& q) { return q.op == "all_gather_start"; }),

@@ -379,7 +379,7 @@ SHARD_MPI_TEST(JitOptimize, ShardMapLayersPrefetchTheirWeightsAsAGroup) {
   // Values and gradients equal eager's and the unscheduled program's over several calls.
   const int n = shard::testing::runtime().device_count();
   const Mesh mesh = make_mesh({n}, {"data"});
-  const std::int64_t k = 96 * n;  // blocks of 96n x 96 floats: >= 64 KiB on 2+ devices
+  const std::int64_t k = 96 * n;  // blocks of 96 x 96n floats: >= 64 KiB on 2+ devices
   const std::vector<int> widths{2, 5, 2};
   std::vector<std::vector<ShardedArray<float>>> ws;
   std::uint64_t seed = 501;

@@ -20,8 +20,9 @@
 /// - Communication scheduling: a reshard that is one all_gather over a mesh axis (an explicit
 ///   reshard, or an operand of a planned op or a fused chain that the op re-lays out, such as a
 ///   weight split over 'data' that a global-view product gathers) becomes `all_gather_start`
-///   where its operand is ready (no earlier than the first use of the gather before it: one
-///   ahead, as FSDP's prefetch of the next layer) and `all_gather_done` before the op that first
+///   where its operand is ready (the gathers one op reads first start together, no earlier than
+///   the first use of the group before: one group ahead, as FSDP's prefetch of the next layer's
+///   weights) and `all_gather_done` before the op that first
 ///   reads it; the transfer is in flight while the ops between them run (the replay progresses
 ///   it between ops). Same values, bit for bit.
 

@@ -109,8 +109,9 @@ PendingCollective start_psum_rows(const Mesh& mesh, const CollectiveSpec& spec,
 /// this rank is gathered in memory before returning; a group of ranks on one node with one
 /// device each and blocks of kSharedReduceMin bytes or more goes through group-shared memory
 /// (this rank's block is copied into its slot now, possibly after waiting for the members to have
-/// read that window's use three gathers earlier; wait() copies the others' slots, which needs
-/// no further step of theirs); any other group posts one MPI_Iallgatherv. jit's scheduler starts
+/// read that window's use four shared gathers earlier; wait() copies the others' slots, which
+/// needs no further step of theirs; with four of this rank's shared gathers unread already, it
+/// goes through MPI instead); any other group posts one MPI_Iallgatherv. jit's scheduler starts
 /// a reshard's all_gather with it where the operand is ready and waits where the result is first
 /// used.
 template <typename T>
