@@ -43,12 +43,6 @@ bool use_shared_memory(const Mesh& mesh, const CollectiveSpec& s, bool is_bool) 
   return mesh.comms().groups_share_node(s.axes);  // collective over the mesh's ranks the first time
 }
 
-/// The window for the next collective through group-shared memory on s.axes, with slots of at
-/// least `bytes`. Two windows alternate, so one barrier per collective makes reuse safe: a rank
-/// writes a slot of a window only after passing the barrier of the collective in between, which
-/// every rank reaches only after it read its last result out of that window. Windows are sized
-/// in powers of two and cached by the mesh.
-/// (`advance` false: the window the next one will use, without taking it; collective_staging.)
 namespace {
 // Per (MeshComms, axes): the collectives through group-shared memory so far. Keyed by the
 // MeshComms' address, so the entries of one are dropped when it dies (forget_shared_calls): a
@@ -64,6 +58,12 @@ void forget_shared_calls(const void* comms) {
     it = it->first.first == comms ? g_calls.erase(it) : std::next(it);
 }
 
+/// The window for the next collective through group-shared memory on s.axes, with slots of at
+/// least `bytes`. Two windows alternate, so one barrier per collective makes reuse safe: a rank
+/// writes a slot of a window only after passing the barrier of the collective in between, which
+/// every rank reaches only after it read its last result out of that window. Windows are sized
+/// in powers of two and cached by the mesh.
+/// (`advance` false: the window the next one will use, without taking it; collective_staging.)
 SharedWindow& next_shared_window(const Mesh& mesh, const CollectiveSpec& s, std::size_t bytes, bool advance) {
   unsigned parity = 0;
   {
