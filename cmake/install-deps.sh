@@ -18,6 +18,7 @@ packages=(
   python3-numpy                         # tests check that numpy.load reads Shard's .npy files
   shellcheck                            # the scripts.lint test
   iproute2                              # ip: the multinode tests look up network interfaces
+  slurmctld slurmd munge                # Slurm 22.05 (and slurm-client) for the multinode.slurm test
   clang libclang-rt-14-dev              # clang and libFuzzer for the parser fuzz targets (tests/fuzz.sh)
   clang-format                          # the scripts.format test (tests/check_format.sh)
   "$@"

@@ -1,7 +1,8 @@
 # Multi-node tests: Open MPI jobs across network-namespace "hosts" over TCP (tests/multinode/).
 # They need root; elsewhere they report skipped (exit 77) with the reason. One at a time: they
-# share the namespace names.
-foreach(case collectives train train_gpt separate killed)
+# share the namespace names. multinode.slurm runs mpirun_examples/slurm_train.sbatch under a
+# Slurm it starts on the hosts (skipped when Slurm or munge is not installed).
+foreach(case collectives train train_gpt separate killed slurm)
   add_test(NAME multinode.${case}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/multinode/run.sh ${case} ${CMAKE_BINARY_DIR})
   set_tests_properties(multinode.${case} PROPERTIES

@@ -11,17 +11,29 @@
 #   separate     with only the shared-memory BTL (vader,self) the job must fail to connect:
 #                the hosts are really separate
 #   killed       kill -9 a harness run in the middle of training, then run again: it passes
-# Exits 77 (ctest: skipped) with the reason when it cannot make namespaces (not root, no ip).
+#   slurm        starts Slurm on the hosts (slurm.sh: munged, slurmctld, 2 slurmds) and submits
+#                mpirun_examples/slurm_train.sbatch with sbatch: train_gpt on 2 hosts x 2 ranks,
+#                launched by srun --mpi=pmix, then by mpirun inside the allocation; each job's
+#                losses must be train_gpt's under mpirun across the same hosts
+# Exits 77 (ctest: skipped) with the reason when it cannot make namespaces (not root, no ip),
+# or for slurm when Slurm or munge is not installed.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=netns.sh
 source "$here/netns.sh"
+# shellcheck source-path=SCRIPTDIR source=slurm.sh
+source "$here/slurm.sh"
+root=$(cd "$here/../.." && pwd)
 case=${1:?usage: run.sh CASE BUILD_DIR}
 build=$(cd "${2:?usage: run.sh CASE BUILD_DIR}" && pwd)
 # shellcheck source=../../cmake/mpi-env.sh
 source "$here/../../cmake/mpi-env.sh"
 
 if ! why=$(mn_can_run); then
+  echo "SKIP: $why"
+  exit 77
+fi
+if [ "$case" = slurm ] && why=$(slurm_missing) && [ -n "$why" ]; then
   echo "SKIP: $why"
   exit 77
 fi
@@ -74,6 +86,9 @@ show_placement() {
 # shellcheck disable=SC2054  # the commas are inside one argument (--layers 48,64,...)
 small=(--dataset synthetic --layers 48,64,32,64,6 --samples 1024 --batch 64 --optimizer adam --lr 3e-3
        --seed 11 --mesh data=2,model=2 --max-steps "${MN_TRAIN_STEPS:-40}" --json --log-every 1)
+# train_gpt's tiny model for the train_gpt and slurm cases (slurm_train.sbatch adds the mesh)
+gpt_model=(--layers 2 --d-model 32 --heads 4 --context 16 --batch 8 --steps 30 --warmup 5 --lr 3e-3 --seed 5
+           --val-windows 64 --eval-every 10 --json --log-every 1)
 python=python3
 if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import numpy" 2>/dev/null; then python=/usr/bin/python3; fi
 
@@ -100,8 +115,7 @@ case $case in
     ;;
   train_gpt)
     # shellcheck disable=SC2054  # the commas are inside one argument (--mesh data=2,model=2)
-    gpt=(--layers 2 --d-model 32 --heads 4 --context 16 --batch 8 --steps 30 --warmup 5 --lr 3e-3 --seed 5
-         --val-windows 64 --eval-every 10 --mesh data=2,model=2 --json --log-every 1)
+    gpt=("${gpt_model[@]}" --mesh data=2,model=2)
     mpirun -n 4 "$build/apps/train_gpt" "${gpt[@]}" > "$work/one_host.jsonl"
     MIN_BYTES=50000 crossed "$work/two_hosts.jsonl" across tcp,vader,self -n 4 --map-by node "$build/apps/train_gpt" "${gpt[@]}"
     $python "$here/../train/compare.py" losses 1e-5 "$work/one_host.jsonl" "$work/two_hosts.jsonl"
@@ -139,6 +153,63 @@ case $case in
       "namespaces and $(ip netns pids "$(mn_ns node1)" | wc -l) processes on node1"
     "$here/run.sh" collectives "$build"
     echo "killed: a run right after a kill -9 passed"
+    ;;
+  slurm)
+    chmod a+x "$work"  # munged's socket is below it (slurm.sh)
+    if ! slurm_start "$work/slurm" 2; then
+      slurm_logs
+      echo "FAIL: Slurm did not start on the hosts"
+      exit 1
+    fi
+    mn_exec node0 sinfo -N
+    # srun's MPI plugins; Debian's Slurm has pmix (PMIx 4, as Debian's Open MPI) and pmi2.
+    if ! mn_exec node0 srun --mpi=list 2>&1 | grep -qw pmix; then
+      echo "SKIP: this Slurm has no mpi/pmix plugin (srun --mpi=list)"
+      exit 77
+    fi
+    across tcp,vader,self -n 4 --map-by node "$build/apps/train_gpt" "${gpt_model[@]}" --mesh data=2,model=2 \
+      > "$work/mpirun.jsonl"
+    # slurm_job LAUNCHER: the example batch job, train_gpt on 2 nodes x 2 tasks x 1 CPU (so
+    # 1 device per rank and the mesh data=2,model=2 of the mpirun run), submitted from node0,
+    # given 120 s to end. NET_IF keeps MPI on the hosts' subnet (as across does). Both
+    # launchers work here:
+    # - srun --mpi=pmix: Debian's Open MPI has only PMIx (pmix ext3x, on the system's PMIx 4) and
+    #   no PMI-1/PMI-2 component, Debian's Slurm has mpi/pmix_v4 on the same library. Without
+    #   --mpi=pmix (MpiDefault=none) each rank stops in MPI_Init: "OMPI was not built with
+    #   SLURM's PMI support".
+    # - mpirun in the allocation: Open MPI (built --with-slurm) reads the nodes from the job and
+    #   starts its daemon on the other node with srun (plm slurm); there is no ssh here.
+    slurm_job() {
+      local launcher=$1 t0=$SECONDS job
+      if ! job=$(mn_exec node0 env APP=train_gpt LAUNCHER="$launcher" SHARD_DIR="$root" \
+        SHARD_BUILD_DIR="$build" NET_IF="$net" \
+        sbatch --parsable --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --time=5 \
+        --output="$work/job-$launcher.out" "$root/mpirun_examples/slurm_train.sbatch" "${gpt_model[@]}"); then
+        slurm_logs
+        echo "FAIL: sbatch did not take the job"
+        exit 1
+      fi
+      echo "submitted job $job with LAUNCHER=$launcher"
+      if ! slurm_wait "$job" 120; then
+        echo "---- the job's output ($work/job-$launcher.out)"
+        cat "$work/job-$launcher.out" 2>/dev/null || true
+        slurm_logs
+        echo "FAIL: the Slurm job with LAUNCHER=$launcher failed or did not end in 120 s"
+        exit 1
+      fi
+      echo "job $job with LAUNCHER=$launcher: submitted and ended in $((SECONDS - t0)) s"
+    }
+    for launcher in srun mpirun; do
+      MIN_BYTES=50000 crossed - slurm_job "$launcher"
+      grep -m1 '^slurm_train:' "$work/job-$launcher.out"
+      grep -q '"ranks": 4,.*"mesh": "data=2,model=2"' "$work/job-$launcher.out" ||
+        { cat "$work/job-$launcher.out"; echo "FAIL: the job did not run 4 ranks with the mesh data=2,model=2"; exit 1; }
+      # The same devices in the same mesh on the same hosts (make_mesh orders them by host, however
+      # the launcher numbered the ranks), the same algorithms: bit-identical losses.
+      $python "$here/../train/compare.py" identical "$work/mpirun.jsonl" "$work/job-$launcher.out" ||
+        { echo "FAIL: the job with LAUNCHER=$launcher did not give mpirun's losses"; exit 1; }
+    done
+    echo "slurm: sbatch slurm_train.sbatch (train_gpt, 2 hosts x 2 ranks) gives mpirun's losses with srun --mpi=pmix and with mpirun in the allocation"
     ;;
   *)
     echo "unknown case $case" >&2
