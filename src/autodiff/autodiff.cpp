@@ -1,8 +1,10 @@
 // The autodiff tape (autodiff.hpp, detail/tape.hpp): ids, the backward pass.
 
+#include "shard/autodiff/autodiff.hpp"
+
 #include <atomic>
 
-#include "shard/autodiff/autodiff.hpp"
+#include "shard/core/detail/remat.hpp"
 #include "shard/error.hpp"
 
 namespace shard::detail {
@@ -30,6 +32,25 @@ void raise_captured_in_body() {
   raise<ValueError>("autodiff: a shard_map body uses an array that the differentiated function tracks without "
                     "receiving it as an argument; pass it to the shard_map as an argument (with its in_spec) so "
                     "that its gradient can flow back");
+}
+
+void RematState::raise_mismatch(const char* op) const {
+  const char* expected = next < saved.size() ? saved[next].op : nullptr;
+  raise<ValueError>("checkpoint: recomputing the checkpointed function bound '", op,
+                    "' where its first run had ", expected ? "bound '" : "no more kept results",
+                    expected ? expected : "", expected ? "'" : "",
+                    " (the function must compute the same ops from its arguments every time it "
+                    "runs: no state of its own, no branch on anything but its arguments' shapes)");
+}
+
+void raise_captured(const Tape& tape) {
+  if (!tape.remat()) raise_captured_in_body();
+  raise<ValueError>(
+      "checkpoint: the checkpointed function uses an array of the differentiated function around it (one it "
+      "tracks, or in a shard_map body one that varies over mesh axes) without receiving it as an argument; "
+      "pass "
+      "it to the checkpointed function as an argument (its gradient and the axes it varies over then flow "
+      "through the checkpoint)");
 }
 
 }  // namespace shard::detail

@@ -71,8 +71,8 @@ void ShardMapAd::link(const ShardedArray<T>& p, const PartitionSpec& spec) {
           std::vector<std::string> names;
           for (std::size_t k = 0; k < axis_names.size(); ++k)
             if (mask >> k & 1u) names.push_back(axis_names[k]);
-          auto take =
-              psum_deferred(std::move(blocks), SpecEntry(std::move(names)), sharding, shape, pn->leaf);
+          auto take = psum_deferred(std::move(blocks), SpecEntry(std::move(names)), sharding, shape,
+                                    parameter_like(*pn));
           pn->defer([take = std::move(take), want = pn->meta.sharding]() {
             ShardedArray<T> sum = take();
             if (sum.sharding() == want) return sum;

@@ -4,11 +4,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <iterator>
+#include <limits>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -23,6 +28,51 @@ namespace {
 std::atomic<std::int64_t> g_live{0};
 std::atomic<std::int64_t> g_peak{0};
 bool g_keep_freed = false;  // set_keep_freed_memory
+/// set_memory_limit's bytes (0: none); kUnread until SHARD_MEMORY_LIMIT was read, at the first
+/// allocation or call.
+constexpr std::int64_t kUnread = -1;
+std::atomic<std::int64_t> g_limit{kUnread};
+
+/// SHARD_MEMORY_LIMIT in bytes (0 when unset): digits with an optional K, M or G (powers of 1024).
+std::int64_t limit_from_environment() {
+  const char* env = std::getenv("SHARD_MEMORY_LIMIT");
+  if (!env || !*env) return 0;
+  const std::string text(env);
+  std::size_t used = 0;
+  long long value = -1;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::int64_t scale = 1;
+  if (used + 1 == text.size()) {
+    const char unit = static_cast<char>(std::toupper(static_cast<unsigned char>(text[used])));
+    scale = unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : unit == 'G' ? std::int64_t{1} << 30 : 0;
+    used += scale ? 1 : 0;
+  }
+  if (used != text.size() || value < 0 || scale == 0 ||
+      value > std::numeric_limits<std::int64_t>::max() / scale)
+    raise<ValueError>("SHARD_MEMORY_LIMIT='", text,
+                      "': expected a number of bytes, optionally with K, M or G (e.g. 512M; 0: no limit)");
+  return static_cast<std::int64_t>(value) * scale;
+}
+
+/// The limit in force, reading the environment the first time.
+std::int64_t current_limit() {
+  std::int64_t limit = g_limit.load(std::memory_order_relaxed);
+  if (limit == kUnread) {
+    try {
+      limit = limit_from_environment();
+    } catch (...) {
+      g_limit.store(0);  // raised once, at the first allocation; no limit after it
+      throw;
+    }
+    std::int64_t unread = kUnread;
+    if (!g_limit.compare_exchange_strong(unread, limit)) limit = unread;  // set meanwhile
+  }
+  return limit;
+}
 
 /// Large buffers start on a cache line: Open MPI's single-copy transfers (process_vm_readv)
 /// and memcpy run at full speed only when source and destination share their offset within
@@ -134,6 +184,9 @@ BufferCache& cache() {
 }
 
 }  // namespace
+
+void set_memory_limit(std::int64_t bytes) { g_limit.store(std::max<std::int64_t>(0, bytes)); }
+std::int64_t memory_limit() { return current_limit(); }
 
 TensorMemoryStats tensor_memory_stats() {
   return {g_live.load(), g_peak.load(), g_system_allocations.load(std::memory_order_relaxed)};
@@ -302,6 +355,13 @@ void* new_buffer(std::size_t bytes, const Shape& shape, const char* dtype) {
 }  // namespace
 
 void* tensor_alloc(std::size_t bytes, const Shape& shape, const char* dtype) {
+  if (g_limit.load(std::memory_order_relaxed) != 0) [[unlikely]]
+    if (const std::int64_t limit = current_limit();
+        limit > 0 && g_live.load() + static_cast<std::int64_t>(bytes) > limit)
+      raise<AllocationError>("cannot allocate ", bytes, " bytes for a ", dtype, to_string(shape),
+                             " array on this rank: ", g_live.load(),
+                             " bytes of arrays are live here and the memory limit is ", limit,
+                             " bytes (SHARD_MEMORY_LIMIT / shard::set_memory_limit)");
   // Buffers of at least 16 KiB start on a cache line (system_new).
   void* p = nullptr;
   if (BufferPool* pool = t_pool) {

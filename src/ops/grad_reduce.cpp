@@ -7,19 +7,21 @@
 
 #include "shard/ops/detail/grad_reduce.hpp"
 
-#include "core/gemm.hpp"
-
 #include <algorithm>
+#include <any>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "array/plan_cache.hpp"
+#include "comm/collective_shared.hpp"
+#include "core/gemm.hpp"
+#include "shard/array/sharded_array.hpp"
 #include "shard/comm/detail/collective.hpp"
+#include "shard/core/tensor_ops.hpp"
 #include "shard/error.hpp"
 #include "shard/ops/matmul.hpp"
-#include "shard/array/sharded_array.hpp"
-
-#include "comm/collective_shared.hpp"
-#include "array/plan_cache.hpp"
 
 namespace shard {
 
@@ -42,6 +44,58 @@ struct ScopeState {
 thread_local ScopeState t_scope;
 
 void register_in_flight(const std::shared_ptr<InFlightReduction>& r) { t_scope.in_flight.push_back(r); }
+
+/// Gradient accumulation's state on this thread (AccumulationScope): per deferred reduction of a
+/// step, in order, this rank's partial blocks summed over the micro-batches so far.
+struct Accumulation {
+  int depth = 0;
+  int micro = 0, micros = 1;
+  std::size_t next = 0;
+  std::vector<std::any> sums;  ///< std::vector<Tensor<T>>, one block per local device
+};
+thread_local Accumulation t_acc;
+
+/// Adds this micro-batch's partial blocks to the step's next sum. Returns the sums (to be
+/// reduced) on the last micro-batch, else nothing.
+template <Dtype T>
+std::optional<std::vector<Tensor<T>>> accumulate(std::vector<Tensor<T>> blocks) {
+  Accumulation& a = t_acc;
+  const std::size_t slot = a.next++;
+  if (a.micro == 0) {
+    if (slot != a.sums.size())
+      raise<Error>("gradient accumulation: reduction ", slot, " out of order (internal error)");
+    for (auto& b : blocks)
+      if (!b.unique_storage()) b = Tensor<T>(b);  // summed in place: nothing else may see it
+    a.sums.emplace_back(std::move(blocks));
+  } else {
+    auto* sum = slot < a.sums.size() ? std::any_cast<std::vector<Tensor<T>>>(&a.sums[slot]) : nullptr;
+    bool same = sum && sum->size() == blocks.size();
+    for (std::size_t i = 0; same && i < blocks.size(); ++i) same = (*sum)[i].shape() == blocks[i].shape();
+    if (!same)
+      raise<ValueError>(
+          "gradient accumulation: micro-batch ", a.micro, " reduces a gradient (", slot,
+          " of the step) that micro-batch 0 did not (each micro-batch must run the same program "
+          "on arrays of the same shapes)");
+    for (std::size_t i = 0; i < blocks.size(); ++i) binary_inplace((*sum)[i], blocks[i], BinaryOp::kAdd);
+  }
+  if (a.micro + 1 < a.micros) return std::nullopt;
+  auto* sum = std::any_cast<std::vector<Tensor<T>>>(&a.sums[slot]);
+  return std::move(*sum);
+}
+
+/// What a micro-batch but the last gets for a deferred gradient: zeros laid out as `s`.
+template <Dtype T>
+std::function<ShardedArray<T>()> zeros_for(const NamedSharding& s, const Shape& shape) {
+  return [s, shape] {
+    std::vector<Shard<T>> shards;
+    for (const int dev : s.mesh().local_device_ids()) {
+      Box box = s.box(dev, shape);
+      Tensor<T> block(box.extent, T(0));
+      shards.push_back(Shard<T>{dev, std::move(box), std::move(block)});
+    }
+    return ShardedArray<T>(shape, s, std::move(shards));
+  };
+}
 
 /// Rows [q0, q1) of op(a) @ op(b) into the same rows of c (row-major, n columns).
 template <Dtype T>
@@ -123,6 +177,29 @@ DeferredReductionScope::~DeferredReductionScope() {
   if (--t_scope.depth == 0) t_scope.in_flight.clear();
 }
 
+AccumulationScope::AccumulationScope() : outermost_(t_acc.depth++ == 0) {
+  if (outermost_) {
+    t_acc = Accumulation();
+    t_acc.depth = 1;
+  }
+}
+AccumulationScope::~AccumulationScope() {
+  if (--t_acc.depth == 0) t_acc.sums.clear();
+}
+void AccumulationScope::begin(int i, int k) {
+  if (!outermost_) return;  // an accumulation inside another's micro-batch: part of the outer one
+  if (i > 0) finish();
+  t_acc.micro = i;
+  t_acc.micros = k;
+  t_acc.next = 0;
+}
+void AccumulationScope::finish() const {
+  if (outermost_ && t_acc.next != t_acc.sums.size())
+    raise<ValueError>("gradient accumulation: micro-batch ", t_acc.micro, " reduced ", t_acc.next,
+                      " parameter gradients where micro-batch 0 reduced ", t_acc.sums.size(),
+                      " (each micro-batch must run the same program on arrays of the same shapes)");
+}
+
 void progress_reductions() {
   auto& v = t_scope.in_flight;
   std::erase_if(v, [](const std::weak_ptr<InFlightReduction>& w) { return w.expired(); });
@@ -157,6 +234,22 @@ std::function<ShardedArray<T>()> matmul_t_deferred(const ShardedArray<T>& a, boo
   std::vector<int> devices;
   for (const auto& s : a.addressable_shards()) devices.push_back(s.device);
   auto d = std::make_shared<DeferredSum<T>>(natural, c_shape, devices);
+  if (t_acc.depth > 0) {
+    // Gradient accumulation: this rank's products into the step's sums; one reduction, on the last.
+    std::vector<Tensor<T>> partial;
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      partial.emplace_back(Shape{block[0], n});
+      gemm_rows(a.addressable_shards()[i].data, ta, b.addressable_shards()[i].data, tb, 0, block[0],
+                partial[i]);
+    }
+    auto sums = accumulate<T>(std::move(partial));
+    if (!sums) return zeros_for<T>(natural, c_shape);
+    d->blocks_ = std::move(*sums);
+    sum_in_buckets(*d, mesh, p.contract, block[0], n, gradient_reduction().bfloat16,
+                   [](std::int64_t, std::int64_t) {});
+    register_in_flight(d);
+    return [d] { return d->take(); };
+  }
   for (std::size_t i = 0; i < devices.size(); ++i) d->blocks_.emplace_back(block);
   const std::int64_t rows = std::max<std::int64_t>(
       1, gradient_reduction().bucket_bytes / std::max<std::int64_t>(1, n * static_cast<std::int64_t>(sizeof(T))));
@@ -206,6 +299,11 @@ std::function<ShardedArray<T>()> psum_deferred(std::vector<Tensor<T>> blocks, co
     if (!b.unique_storage()) b = Tensor<T>(b);  // summed in place: nothing else may see it
     b.set_ad(nullptr);
     d->blocks_.push_back(std::move(b).reshaped(Shape{rows, n}));
+  }
+  if (parameter && t_acc.depth > 0) {  // gradient accumulation: one reduction, on the last micro-batch
+    auto sums = accumulate<T>(std::move(d->blocks_));
+    if (!sums) return zeros_for<T>(sharding, shape);
+    d->blocks_ = std::move(*sums);
   }
   sum_in_buckets(*d, mesh, axes, rows, n, parameter && gradient_reduction().bfloat16,
                  [](std::int64_t, std::int64_t) {});

@@ -2,20 +2,21 @@
 
 #include <algorithm>
 #include <climits>
-#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 
+#include "shard/array/reshard.hpp"
 #include "shard/comm/detail/collective_guard.hpp"
 #include "shard/comm/detail/comm_verbs.hpp"
-#include "shard/runtime/detail/device_executor.hpp"
 #include "shard/comm/detail/mesh_comms.hpp"
-#include "shard/error.hpp"
-#include "shard/mpi/agree.hpp"
-#include "shard/array/reshard.hpp"
+#include "shard/core/detail/remat.hpp"
 #include "shard/core/timeline.hpp"
 #include "shard/core/trace.hpp"
+#include "shard/error.hpp"
+#include "shard/mpi/agree.hpp"
+#include "shard/runtime/detail/device_executor.hpp"
 #include "shard/runtime/runtime.hpp"
 #include "spmd/spmd_state.hpp"
 
@@ -185,6 +186,9 @@ std::exception_ptr run_bodies(const Mesh& mesh, const std::function<void(DeviceC
           // until the body's own calls name theirs.
           std::optional<CallScope> scope;
           if (site) scope.emplace("shard_map", site->where);
+          // Nor a checkpointed function's state (device 0 runs on the calling thread): a body's
+          // ops are the body's, on every device alike (core/detail/remat.hpp).
+          const RematScope no_remat(nullptr);
           try {
             body(ctx);
           } catch (Error& e) {

@@ -32,6 +32,7 @@
 #include "shard/array/sharded_array.hpp"
 #include "shard/comm/detail/collective.hpp"
 #include "shard/core/array_ops.hpp"
+#include "shard/core/detail/remat.hpp"
 #include "shard/core/detail/tape.hpp"
 #include "shard/core/primitive.hpp"
 #include "shard/core/tensor.hpp"
@@ -278,7 +279,7 @@ bind_result_t<P, X> record_conversion(Tape& tape, const P& p, const shard::sourc
 
 template <typename P, ArrayLike... X>
 bind_result_t<P, X...> record_same(Tape& tape, const P& p, const shard::source_location& where,
-                                   const X&... xs);
+                                   const bind_result_t<P, X...>* precomputed, const X&... xs);
 
 /// The record step: the op with recording paused, then its VJP on the tape. The operands of the
 /// result's type are the differentiable ones (in order, what vjp() returns cotangents for);
@@ -290,15 +291,17 @@ bind_result_t<P, X...> record_primitive(Tape& tape, const P& p, const shard::sou
   if constexpr (sizeof...(X) == 1 && !(std::is_same_v<X, Out> && ...) && FloatDtype<elem_t<Out>>)
     return record_conversion(tape, p, where, xs...);
   else
-    return record_same(tape, p, where, xs...);
+    return record_same(tape, p, where, nullptr, xs...);
 }
 
-/// record_primitive for a result of the differentiable operands' type.
+/// record_primitive for a result of the differentiable operands' type. `precomputed`: the result
+/// a checkpointed function's forward run kept (its replay records the VJP without the kernel).
 template <typename P, ArrayLike... X>
 bind_result_t<P, X...> record_same(Tape& tape, const P& p, const shard::source_location& where,
-                                   const X&... xs) {
+                                   const bind_result_t<P, X...>* precomputed, const X&... xs) {
   using Out = bind_result_t<P, X...>;
   auto run = [&]() -> Out {
+    if (precomputed) return precomputed->alias();
     return paused([&]() -> Out {
       if constexpr (requires { p.view(xs...); })
         return p.view(xs...);  // a result that shares its operand's memory (a Tensor reshape)
@@ -449,8 +452,52 @@ inline thread_local std::uint64_t t_bind_calls = 0;
 inline std::uint64_t bind_calls() { return t_bind_calls; }
 
 template <typename P, ArrayLike... X>
+bind_result_t<P, X...> bind_at(const P& p, const shard::source_location& where, const X&... xs);
+
+/// Whether a checkpoint's policy can keep P's result: one the record step computes on its own
+/// (not with its VJP's residuals, forward_vjp; not a conversion, not a move between views).
+template <typename P, typename... X>
+constexpr bool remat_keepable() {
+  using Out = bind_result_t<P, X...>;
+  if constexpr (MovesAcross<P, X...> || HasForwardVjp<P, X...>)
+    return false;
+  else
+    return !(sizeof...(X) == 1 && !(std::is_same_v<X, Out> && ...));
+}
+
+/// A primitive f binds inside shard::checkpoint (core/detail/remat.hpp): the forward run keeps
+/// the result when the policy saves it; the replay records the kept result's VJP instead of
+/// running the kernel again (under a vmap or jit level newer than the replay's tape the op runs,
+/// and the kept result is only passed over).
+template <typename P, ArrayLike... X>
+bind_result_t<P, X...> remat_bind(RematState& r, const P& p, const shard::source_location& where,
+                                  const X&... xs) {
+  using Out = bind_result_t<P, X...>;
+  const RematDepth inside(&r);
+  if constexpr (remat_keepable<P, X...>()) {
+    if (r.saves(p.name())) {
+      if (!r.replay) {
+        Out out = bind_at(p, where, xs...);
+        Out kept = out.alias();
+        kept.set_ad(nullptr);
+        r.saved.push_back({p.name(), std::any(std::move(kept))});
+        return out;
+      }
+      const Out kept = r.take<Out>(p.name());
+      Tape* tape = recording_tape_for(xs...);
+      const BatchBase* top = top_record(xs...);
+      if (tape && !(top && tape->id() < top->level)) return record_same(*tape, p, where, &kept, xs...);
+      if (!tape && !top) return kept.alias();
+    }
+  }
+  return bind_at(p, where, xs...);
+}
+
+template <typename P, ArrayLike... X>
 bind_result_t<P, X...> bind_at(const P& p, const shard::source_location& where, const X&... xs) {
   static_assert(std::is_base_of_v<Primitive, P>, "shard::bind: a primitive derives from shard::Primitive");
+  if (RematState* r = t_remat; r && r->depth == 0) [[unlikely]]
+    return remat_bind(*r, p, where, xs...);
   ++t_bind_calls;
   (check_not_empty(xs, p.name()), ...);
   Tape* tape = recording_tape_for(xs...);
@@ -480,6 +527,7 @@ bind_result_t<P, X...> bind_at(const P& p, const shard::source_location& where, 
 template <typename P, ArrayLike X>
 X bind_list_at(const P& p, const shard::source_location& where, const std::vector<X>& xs) {
   static_assert(std::is_base_of_v<Primitive, P>, "shard::bind: a primitive derives from shard::Primitive");
+  const RematDepth inside(t_remat);  // the ops it binds inside are not a checkpointed function's own
   ++t_bind_calls;
   if (xs.empty()) raise<ValueError>(located(p.name(), where), ": need at least one array");
   const BatchBase* top = nullptr;

@@ -18,6 +18,7 @@
 
 #include "shard/array/detail/program.hpp"
 #include "shard/array/driver.hpp"
+#include "shard/core/detail/remat.hpp"
 #include "shard/core/tree.hpp"
 
 namespace shard::detail {
@@ -160,6 +161,7 @@ bind_result_t<P, X...> trace_primitive(const P& p, const shard::source_location&
   e.op = p.name();
   if constexpr (requires { p.params_text(); }) e.params = p.params_text();
   e.identity = primitive_identity(p);
+  if (const RematState* r = t_remat; r && r->replay && !e.identity.empty()) e.identity += r->salt;
   e.where = where;
   e.in.assign(ids.begin(), ids.end());
   if constexpr (requires { P::any_input_layout; })

@@ -10,16 +10,17 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "shard/array/detail/node_meta.hpp"
+#include "shard/array/reshard.hpp"
 #include "shard/core/detail/tape.hpp"
+#include "shard/core/tensor_ops.hpp"
 #include "shard/core/trace.hpp"
 #include "shard/error.hpp"
 #include "shard/ops/ops.hpp"
-#include "shard/array/reshard.hpp"
-#include "shard/core/tensor_ops.hpp"
 
 namespace shard::detail {
 
@@ -201,6 +202,17 @@ struct Node final : MetaNode<X> {
 
 template <typename X>
 using NodePtr = std::shared_ptr<Node<X>>;
+
+/// A parameter's node, or a reshard of one (a layout of it, as FSDP's all_gather of a parameter
+/// split over 'data' for a shard_map): its cotangent reaches the parameter through linear maps
+/// that do not depend on the data, so gradient accumulation may sum it across micro-batches
+/// before reducing it (ops/detail/grad_reduce.hpp).
+template <typename X>
+bool parameter_like(const Node<X>& n) {
+  if (n.leaf) return true;
+  if (std::string_view(n.op) != "reshard" || !n.vjp_inputs[0] || n.vjp_inputs[1]) return false;
+  return parameter_like(*n.vjp_inputs[0]);
+}
 
 /// x's node on `tape` (null for a constant).
 template <typename X>

@@ -76,6 +76,10 @@ class Tape {
   /// Bit k of a vma mask is mesh axis k of this tape's body.
   void set_axis_names(std::vector<std::string> names) { axis_names_ = std::move(names); }
   const std::vector<std::string>& axis_names() const { return axis_names_; }
+  /// A tape of a checkpointed function's passes (autodiff/remat.hpp): an array of the parent tape
+  /// reaching one of its ops was captured by the function instead of passed to it.
+  bool remat() const { return remat_; }
+  void set_remat() { remat_ = true; }
 
   void append(std::shared_ptr<NodeBase> node) { nodes_.push_back(std::move(node)); }
   /// Runs the backward pass over every node in reverse order of recording (recording paused).
@@ -90,6 +94,7 @@ class Tape {
   std::uint64_t id_;
   std::uint64_t parent_;
   bool device_view_;
+  bool remat_ = false;
   DeviceContext* context_ = nullptr;
   std::vector<std::string> axis_names_;
   std::vector<std::shared_ptr<NodeBase>> nodes_;
@@ -138,6 +143,8 @@ const AdValue* ad_on(const A& x, const Tape* tape) {
 /// ValueError: a shard_map body used an array the differentiated function tracks without
 /// receiving it as an argument.
 [[noreturn]] void raise_captured_in_body();
+/// The same for a checkpointed function (tape.remat()), else raise_captured_in_body.
+[[noreturn]] void raise_captured(const Tape& tape);
 
 /// The tape an op on these arrays must record on: null unless a tape records on this thread
 /// and one of them belongs to it (the common case, nothing tracked, is one test per operand).
@@ -146,8 +153,10 @@ Tape* recording_tape_for(const A&... xs) {
   if (!((xs.ad() != nullptr) || ...)) return nullptr;
   Tape* t = recording_tape();
   if (!t) return nullptr;
+  // An operand of the outer tape (a shard_map body's, a checkpointed function's) reaching this
+  // one's op was captured instead of passed: its gradient could not flow back.
+  if (t->parent() && ((xs.ad() && xs.ad()->tape == t->parent()) || ...)) raise_captured(*t);
   if (((ad_on(xs, t) != nullptr) || ...)) return t;
-  if (t->parent() && ((xs.ad() && xs.ad()->tape == t->parent()) || ...)) raise_captured_in_body();
   return nullptr;
 }
 /// True when a tape records one of xs (recording_tape_for's test, without the tape): a kernel

@@ -72,6 +72,29 @@ class DeferredReductionScope {
 /// Progresses every reduction in flight of this thread's scope (no-op outside one).
 void progress_reductions();
 
+/// Gradient accumulation over micro-batches (autodiff/accumulate.hpp; PyTorch DDP's no_sync): while
+/// a scope is open on this thread, the deferred reductions of parameters' gradients (the two
+/// functions below) add this rank's partial blocks into a sum kept across micro-batches, give
+/// zeros for every micro-batch but the last, and on the last start the one reduction of the
+/// sums, behind its backward pass. Every micro-batch defers the same reductions in the same order
+/// (the same program); one that does not raises.
+class AccumulationScope {
+ public:
+  AccumulationScope();
+  ~AccumulationScope();
+  AccumulationScope(const AccumulationScope&) = delete;
+  AccumulationScope& operator=(const AccumulationScope&) = delete;
+  /// Micro-batch i of k (0 <= i < k) starts (ValueError when the micro-batch before it deferred
+  /// fewer reductions than the first). A scope opened inside another's micro-batch does nothing:
+  /// its reductions are the outer one's.
+  void begin(int i, int k);
+  /// After the last micro-batch: ValueError when it deferred fewer reductions than the first.
+  void finish() const;
+
+ private:
+  bool outermost_;
+};
+
 /// The gradient op(a) @ op(b) (op: transpose when ta / tb) placed as `out`, whose psum over the
 /// contracting mesh axes is started now in chunks and completed when the returned function is
 /// called. An empty function when the deferred path does not apply (no scope, no contraction
