@@ -2,7 +2,7 @@
 # They need root; elsewhere they report skipped (exit 77) with the reason. One at a time: they
 # share the namespace names. multinode.slurm runs mpirun_examples/slurm_train.sbatch under a
 # Slurm it starts on the hosts (skipped when Slurm or munge is not installed).
-foreach(case collectives train train_gpt separate killed slurm)
+foreach(case collectives train train_gpt scale separate killed slurm)
   add_test(NAME multinode.${case}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/multinode/run.sh ${case} ${CMAKE_BINARY_DIR})
   set_tests_properties(multinode.${case} PROPERTIES

@@ -1,12 +1,14 @@
 #include "common/parse.hpp"
 
-#include <cmath>
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <exception>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "shard/error.hpp"
 
@@ -87,6 +89,45 @@ std::pair<int, int> parse_data_model_mesh(const std::string& text, int devices) 
     shard::raise<shard::ValueError>("--mesh '", text, "' does not multiply to the ", devices,
                                     " devices of this job (ranks x --devices-per-rank)");
   return {data, model};
+}
+
+std::pair<std::vector<std::string>, std::vector<int>> parse_training_mesh(const std::string& text,
+                                                                          int devices) {
+  if (text.find("replica") == std::string::npos && text.find("fsdp") == std::string::npos) {
+    const auto [data, model] = parse_data_model_mesh(text, devices);
+    return {{"data", "model"}, {data, model}};
+  }
+  const std::vector<std::string> names{"replica", "fsdp", "model"};
+  std::vector<int> sizes(3, 0);
+  if (text.empty() || text.back() == ',')
+    shard::raise<shard::ValueError>("bad --mesh '", text, "': write it like replica=2,fsdp=2,model=1");
+  std::stringstream ss(text);
+  for (std::string t; std::getline(ss, t, ',');) {
+    const auto eq = t.find('=');
+    int v = 0;
+    std::size_t used = 0;
+    try {
+      v = eq == std::string::npos ? 0 : std::stoi(t.substr(eq + 1), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    const auto at = std::find(names.begin(), names.end(), t.substr(0, eq));
+    if (eq == std::string::npos || used != t.size() - eq - 1 || v < 1 || at == names.end())
+      shard::raise<shard::ValueError>("bad --mesh '", text, "': write it like replica=2,fsdp=2,model=1");
+    int& axis = sizes[static_cast<std::size_t>(at - names.begin())];
+    if (axis != 0) shard::raise<shard::ValueError>("bad --mesh '", text, "': '", *at, "' is given twice");
+    axis = v;
+  }
+  if (sizes[2] == 0) sizes[2] = 1;
+  for (const std::size_t rest : {std::size_t{0}, std::size_t{1}})
+    if (sizes[rest] == 0) {
+      const long long others = static_cast<long long>(sizes[1 - rest]) * sizes[2];
+      sizes[rest] = others > 0 && devices % others == 0 ? static_cast<int>(devices / others) : -1;
+    }
+  if (sizes[0] < 1 || sizes[1] < 1 || static_cast<long long>(sizes[0]) * sizes[1] * sizes[2] != devices)
+    shard::raise<shard::ValueError>("--mesh '", text, "' does not multiply to the ", devices,
+                                    " devices of this job (ranks x --devices-per-rank)");
+  return {names, sizes};
 }
 
 }  // namespace shard::apps

@@ -31,6 +31,13 @@ void check_finite_in(const std::string& flag, double value, double lo, double hi
 /// the sizes do not multiply to `devices` (the same on every rank).
 std::pair<int, int> parse_data_model_mesh(const std::string& text, int devices);
 
+/// --mesh of train_gpt: "data=D,model=M" as parse_data_model_mesh, or a hybrid mesh
+/// "replica=R,fsdp=F,model=M" (parameters split over 'fsdp' within a host, the batch over
+/// ('replica', 'fsdp'); model left out: 1; one of replica and fsdp left out: the rest of the
+/// devices). The axes' names and sizes in mesh order; ValueError as parse_data_model_mesh's.
+std::pair<std::vector<std::string>, std::vector<int>> parse_training_mesh(const std::string& text,
+                                                                          int devices);
+
 /// The whole of `text` as a finite float (e.g. "1e-3"), else "bad --<flag> '<text>': write a
 /// number like <example>".
 double parse_finite(const std::string& text, const std::string& flag, const std::string& example);

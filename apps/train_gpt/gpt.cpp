@@ -46,27 +46,33 @@ std::vector<shard::PartitionSpec> specs_of(const Config& cfg) {
   return out;
 }
 
-/// One transformer block on this device's tokens h (b, t, C), given its kPerLayer parameters'
-/// blocks (Block: float32, or bfloat16 under --dtype bfloat16).
+/// The attention half of a transformer block on this device's tokens h (b t, C), given its 10
+/// parameters' blocks w (ln1 g b, wq bq, wk bk, wv bv, wo bo; Block: float32, or bfloat16 under
+/// --dtype bfloat16): h plus causal self-attention over this device's heads on the whole sequence.
 template <typename Block>
-Block transformer_block(const Config& cfg, const Block& h3, const std::vector<Block>& w) {
+Block attention_half(const Config& cfg, const Block& h, const std::vector<Block>& w, std::int64_t b,
+                     std::int64_t t) {
   const auto m = static_cast<std::int64_t>(shard::axis_size("model"));
-  const std::int64_t b = h3.shape()[0], t = h3.shape()[1], T = t * m, C = cfg.d_model;
+  const std::int64_t T = t * m, C = cfg.d_model;
   const std::int64_t hl = cfg.heads / m, dh = C / cfg.heads;                       // this device's heads
   auto heads = [&](const Block& z) { return shard::reshape(z, {b, T, hl, dh}); };  // (b, T, hl, dh)
-  Block h = shard::reshape(h3, {b * t, C});
-  // Causal self-attention over this device's heads on the whole sequence.
   const Block a = gather_sequence(layer_norm(h, w[0], w[1]), b, t, C);  // (b T, C)
   const Block q = heads(shard::matmul(a, w[2]) + w[3]);
   const Block k = heads(shard::matmul(a, w[4]) + w[5]);
   const Block v = heads(shard::matmul(a, w[6]) + w[7]);
   const Block o = shard::reshape(shard::dot_product_attention(q, k, v, /*is_causal=*/true), {b * T, hl * dh});
-  h = h + scatter_sequence(shard::matmul(o, w[8]), b, t, C) + w[9];
-  // MLP over this device's hidden columns.
-  const Block a2 = gather_sequence(layer_norm(h, w[10], w[11]), b, t, C);
-  const Block f = shard::gelu(shard::matmul(a2, w[12]) + w[13]);
-  h = h + scatter_sequence(shard::matmul(f, w[14]), b, t, C) + w[15];
-  return shard::reshape(h, {b, t, C});
+  return h + scatter_sequence(shard::matmul(o, w[8]), b, t, C) + w[9];
+}
+
+/// The MLP half: h (b t, C) plus the MLP over this device's hidden columns, given its 6
+/// parameters' blocks (ln2 g b, w1 b1, w2 b2).
+template <typename Block>
+Block mlp_half(const Config& cfg, const Block& h, const std::vector<Block>& w, std::int64_t b,
+               std::int64_t t) {
+  const std::int64_t C = cfg.d_model;
+  const Block a2 = gather_sequence(layer_norm(h, w[0], w[1]), b, t, C);
+  const Block f = shard::gelu(shard::matmul(a2, w[2]) + w[3]);
+  return h + scatter_sequence(shard::matmul(f, w[4]), b, t, C) + w[5];
 }
 
 /// A parameter's block in the compute dtype E: as it is in float32; cast inside the body in
@@ -91,20 +97,42 @@ shard::ShardedArray<E> residual_stream(const Config& cfg, const shard::Mesh& mes
                                        const std::vector<Array>& p, const Tokens& x) {
   using B = shard::Tensor<E>;
   const std::vector<shard::PartitionSpec> specs = specs_of(cfg);
-  const P stream("data", "model", None);
+  const P stream(batch_axes(mesh), "model", None);
   // Token and position embeddings of each device's part of the sequence (wpe is split over 'model').
-  shard::ShardedArray<E> h = shard::shard_map(mesh, {P("data", "model"), specs[0], specs[1]}, stream,
-                                              [](const TokenBlock& xb, const Block& wte, const Block& wpe) {
-                                                return shard::take(compute<E>(wte), xb, 0) + compute<E>(wpe);
-                                              })(x, p[0], p[1]);
+  shard::ShardedArray<E> h =
+      shard::shard_map(mesh, {P(batch_axes(mesh), "model"), specs[0], specs[1]}, stream,
+                       [](const TokenBlock& xb, const Block& wte, const Block& wpe) {
+                         return shard::take(compute<E>(wte), xb, 0) + compute<E>(wpe);
+                       })(x, p[0], p[1]);
   for (std::int64_t l = 0; l < cfg.layers; ++l) {
     const auto first = static_cast<std::ptrdiff_t>(2 + kPerLayer * l);
     const std::vector<Array> w(p.begin() + first, p.begin() + first + kPerLayer);
     const std::vector<shard::PartitionSpec> ws(specs.begin() + first, specs.begin() + first + kPerLayer);
     h = shard::shard_map(mesh, {stream, ws}, stream, [&cfg](const B& hb, const std::vector<Block>& wb) {
-      std::vector<B> wc;
-      for (const Block& wi : wb) wc.push_back(compute<E>(wi));
-      return transformer_block(cfg, hb, wc);
+      // One transformer block on this device's tokens (b, t, C): its attention half (parameters
+      // 0-9), then its MLP half (10-15), each casting its parameters' blocks to E.
+      const std::int64_t b = hb.shape()[0], t = hb.shape()[1];
+      const auto half = [&cfg, b, t](bool attention) {
+        return [&cfg, b, t, attention](const B& h, const std::vector<Block>& wi) {
+          std::vector<B> wc;
+          for (const Block& x : wi) wc.push_back(compute<E>(x));
+          return attention ? attention_half(cfg, h, wc, b, t) : mlp_half(cfg, h, wc, b, t);
+        };
+      };
+      const std::vector<Block> wa(wb.begin(), wb.begin() + 10), wm(wb.begin() + 10, wb.end());
+      B h2 = shard::reshape(hb, {b * t, cfg.d_model});
+      if (cfg.remat == "none") {
+        h2 = half(false)(half(true)(h2, wa), wm);
+      } else {
+        // --remat: the backward pass runs each half again from its input (and, for "dots", its
+        // products' outputs), the bfloat16 casts of its weights included; only the halves'
+        // inputs are kept between the forward and the backward pass.
+        const shard::RematPolicy policy = cfg.remat == "dots" ? shard::checkpoint_policies::dots_saveable
+                                                              : shard::checkpoint_policies::nothing_saveable;
+        h2 = shard::checkpoint(half(true), policy)(h2, wa);
+        h2 = shard::checkpoint(half(false), policy)(h2, wm);
+      }
+      return shard::reshape(h2, {b, t, cfg.d_model});
     })(h, w);
   }
   return h;
@@ -122,6 +150,8 @@ std::string Config::to_string() const {
 void Config::check(int data, int model, std::int64_t batch) const {
   if (dtype != "float32" && dtype != "bfloat16")
     shard::raise<shard::ValueError>("--dtype ", dtype, ": expected float32 or bfloat16");
+  if (remat != "none" && remat != "blocks" && remat != "dots")
+    shard::raise<shard::ValueError>("--remat ", remat, ": expected none, blocks or dots");
   if (layers < 1 || d_model < 1 || heads < 1 || context < 1 || vocab < 1)
     shard::raise<shard::ValueError>("the model's sizes must be >= 1: ", to_string());
   if (d_model % heads != 0)
@@ -188,12 +218,21 @@ std::int64_t Model::parameter_count() const {
   return n;
 }
 
-shard::PartitionSpec fsdp_spec(const ParamInfo& info, int data) {
+shard::SpecEntry batch_axes(const shard::Mesh& mesh) {
+  if (mesh.has_axis("replica")) return shard::SpecEntry(std::vector<std::string>{"replica", "fsdp"});
+  return shard::SpecEntry("data");
+}
+
+std::string fsdp_axis(const shard::Mesh& mesh) { return mesh.has_axis("replica") ? "fsdp" : "data"; }
+
+shard::PartitionSpec fsdp_spec(const ParamInfo& info, const shard::Mesh& mesh) {
+  const std::string axis = fsdp_axis(mesh);
+  const int data = mesh.axis_size(axis);
   std::vector<shard::SpecEntry> entries(info.shape.size());
   for (int d = 0; d < info.spec.size() && d < static_cast<int>(entries.size()); ++d) entries[static_cast<std::size_t>(d)] = info.spec[d];
   for (std::size_t d = 0; d < entries.size(); ++d)
     if (entries[d].is_none() && info.shape[d] % data == 0) {
-      entries[d] = shard::SpecEntry("data");
+      entries[d] = shard::SpecEntry(axis);
       return shard::PartitionSpec(std::move(entries));
     }
   return info.spec;
@@ -202,9 +241,8 @@ shard::PartitionSpec fsdp_spec(const ParamInfo& info, int data) {
 Model init(const Config& cfg, const shard::Mesh& mesh, shard::random::Key key, bool fsdp) {
   Model m{cfg, mesh, {}};
   const auto info = param_info(cfg);
-  const int data = mesh.axis_size("data");
   for (std::size_t i = 0; i < info.size(); ++i) {
-    const shard::NamedSharding s(mesh, fsdp ? fsdp_spec(info[i], data) : info[i].spec);
+    const shard::NamedSharding s(mesh, fsdp ? fsdp_spec(info[i], mesh) : info[i].spec);
     const bool gain = info[i].name.size() > 2 && info[i].name.ends_with("_g");
     if (info[i].init_std > 0)
       m.params.push_back(shard::random::normal<float>(shard::random::fold_in(key, static_cast<std::uint32_t>(i)),
@@ -226,8 +264,10 @@ Array loss_in(const Config& cfg, const shard::Mesh& mesh, const std::vector<Arra
   const double count = static_cast<double>(x.size());
   const std::vector<shard::PartitionSpec> specs = specs_of(cfg);
   const std::size_t last = 2 + kPerLayer * static_cast<std::size_t>(cfg.layers);
-  auto head = [&cfg, count](const B& hb, const TokenBlock& yb, const Block& g, const Block& b,
-                            const Block& wte) {
+  std::vector<std::string> all = batch_axes(mesh).axes();
+  all.push_back("model");
+  auto head = [&cfg, count, all](const B& hb, const TokenBlock& yb, const Block& g, const Block& b,
+                                 const Block& wte) {
     const B hf = layer_norm(shard::reshape(hb, {-1, cfg.d_model}), compute<E>(g), compute<E>(b));
     const Block z = [&] {
       if constexpr (std::is_same_v<E, float>)
@@ -237,11 +277,12 @@ Array loss_in(const Config& cfg, const shard::Mesh& mesh, const std::vector<Arra
     }();
     const Block logp = shard::log_softmax(z, -1);  // tied output
     const Block picked = shard::take_along_axis(logp, shard::reshape(yb, {-1, 1}), 1);
-    return shard::psum(-shard::sum(picked), {"data", "model"}) / static_cast<float>(count);
+    return shard::psum(-shard::sum(picked), shard::SpecEntry(all)) / static_cast<float>(count);
   };
-  return shard::shard_map(
-      mesh, {P("data", "model", None), P("data", "model"), specs[last], specs[last + 1], specs[0]}, P(),
-      head)(residual_stream<E>(cfg, mesh, p, x), y, p[last], p[last + 1], p[0]);
+  return shard::shard_map(mesh,
+                          {P(batch_axes(mesh), "model", None), P(batch_axes(mesh), "model"), specs[last],
+                           specs[last + 1], specs[0]},
+                          P(), head)(residual_stream<E>(cfg, mesh, p, x), y, p[last], p[last + 1], p[0]);
 }
 
 }  // namespace
@@ -260,9 +301,9 @@ Array logits(const Config& cfg, const shard::Mesh& mesh, const std::vector<Array
     return shard::reshape(shard::matmul(hf, shard::transpose(wte)),
                           {hb.shape()[0], hb.shape()[1], cfg.vocab});
   };
-  return shard::shard_map(mesh, {P("data", "model", None), specs[last], specs[last + 1], specs[0]},
-                          P("data", "model", None), head)(residual_stream<float>(cfg, mesh, params, x),
-                                                          params[last], params[last + 1], params[0]);
+  return shard::shard_map(mesh, {P(batch_axes(mesh), "model", None), specs[last], specs[last + 1], specs[0]},
+                          P(batch_axes(mesh), "model", None), head)(
+      residual_stream<float>(cfg, mesh, params, x), params[last], params[last + 1], params[0]);
 }
 
 double train_flops(const Config& c, double tokens) {

@@ -34,6 +34,10 @@ struct Config {
   /// The compute dtype: "float32", or "bfloat16" (float32 master parameters and optimizer state,
   /// each cast to bfloat16 once per step; the logits and the loss in float32: shard::MixedBfloat16).
   std::string dtype = "float32";
+  /// Rematerialization (shard::checkpoint) of each block in the backward pass: "none" (every
+  /// block's activations kept), "blocks" (only each block's input kept; the block runs again) or
+  /// "dots" (the block's products' outputs kept too; the rest runs again).
+  std::string remat = "none";
   /// "layers=4,d_model=192,heads=6,context=128,vocab=256": what a checkpoint records.
   std::string to_string() const;
   /// Throws ValueError naming the flag when the sizes do not fit together or the mesh.
@@ -59,17 +63,25 @@ struct ParamInfo {
 };
 std::vector<ParamInfo> param_info(const Config& cfg);
 
-/// --fsdp (ZeRO-3): a parameter's layout at rest, its model spec with 'data' added on its first
-/// dim that has no axis and whose size divides by `data` (as unchanged when none does). Each
+/// The mesh axes the batch is split over: ('replica', 'fsdp') on a hybrid mesh (one with a
+/// 'replica' axis: --mesh replica=R,fsdp=F,model=M), else 'data'.
+shard::SpecEntry batch_axes(const shard::Mesh& mesh);
+/// The axis FSDP splits the parameters over: 'fsdp' on a hybrid mesh, else 'data'. On a hybrid
+/// mesh 'fsdp' lies within a host and 'replica' across hosts (make_mesh's placement), so the
+/// all_gathers stay inside a host and only the gradients' sums cross between hosts.
+std::string fsdp_axis(const shard::Mesh& mesh);
+
+/// --fsdp (ZeRO-3): a parameter's layout at rest, its model spec with fsdp_axis(mesh) added on its
+/// first dim that has no axis and whose size divides by that axis' size (unchanged when none does). Each
 /// block's shard_map takes the model specs, so each call all_gathers the block's weights over
 /// 'data' where they are used (under jit, started during the block before), and the gradient
 /// comes back in the layout at rest (its sum over 'data' scattered).
-shard::PartitionSpec fsdp_spec(const ParamInfo& info, int data);
+shard::PartitionSpec fsdp_spec(const ParamInfo& info, const shard::Mesh& mesh);
 
 /// GPT-2's initialisation from `key`: normal(0, 0.02) weights (0.02 / sqrt(2 layers) for the
 /// projections into the residual stream), zero biases, unit LayerNorm gains. The values do not
 /// depend on the mesh.
-/// `fsdp`: each parameter laid out by fsdp_spec over the mesh's 'data' axis.
+/// `fsdp`: each parameter laid out by fsdp_spec (over the mesh's fsdp_axis).
 Model init(const Config& cfg, const shard::Mesh& mesh, shard::random::Key key, bool fsdp = false);
 
 /// The mean next-token cross-entropy (nats) of tokens x (B, T) against targets y, both laid

@@ -9,6 +9,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/cli.hpp"
@@ -39,6 +41,7 @@ struct Config {
          temperature = 0;
   int keep = 2;
   std::int64_t trace_steps = 3;
+  std::int64_t micro_batches = 1;  ///< --micro-batches: gradient accumulation over this many parts of a batch
   bool json = false, resume = false, sample = false, shard_state = false, comm_stats = false, jit = false,
        fsdp = false;
   std::vector<std::string> jit_off;  ///< --jit-off: fuse, cse, reuse, donate, propagate, schedule
@@ -184,7 +187,7 @@ int sample(shard::Runtime& rt, const Config& c, gpt::Model& m, int data) {
   for (auto& t : text) t &= 0xff;
   if (text.empty()) text.push_back('\n');
   std::mt19937_64 rng(static_cast<std::uint64_t>(c.seed));  // the same draws on every rank
-  const shard::NamedSharding tokens(m.mesh, P("data", "model"));
+  const shard::NamedSharding tokens(m.mesh, P(gpt::batch_axes(m.mesh), "model"));
   for (std::int64_t n = 0; n < c.sample_tokens; ++n) {
     const std::int64_t start = std::max<std::int64_t>(0, static_cast<std::int64_t>(text.size()) - T);
     const std::int64_t len = static_cast<std::int64_t>(text.size()) - start;
@@ -234,9 +237,22 @@ int sample(shard::Runtime& rt, const Config& c, gpt::Model& m, int data) {
 }
 
 int run(shard::Runtime& rt, Config& c) {
-  const auto [data, model] = shard::apps::parse_data_model_mesh(c.mesh_text, rt.device_count());
-  const shard::Mesh mesh = shard::make_mesh({data, model}, {"data", "model"});
+  // --mesh data=D,model=M, or the hybrid replica=R,fsdp=F,model=M (FSDP over 'fsdp' inside a host,
+  // data parallel over 'replica' across hosts: make_mesh keeps the last axes within a host).
+  const auto [names, sizes] = shard::apps::parse_training_mesh(c.mesh_text, rt.device_count());
+  const shard::Mesh mesh = shard::make_mesh(sizes, names);
+  const bool hybrid = mesh.has_axis("replica");
+  if (hybrid) c.fsdp = true;  // a hybrid mesh splits the parameters over 'fsdp'
+  std::string mesh_sizes;     // "data=2,model=1" (the JSON summary's)
+  for (std::size_t i = 0; i < names.size(); ++i)
+    mesh_sizes += (i ? "," : "") + names[i] + "=" + std::to_string(sizes[i]);
+  const int model = mesh.axis_size("model");
+  const int data = static_cast<int>(mesh.size()) / model;  // the batch's parts: 'data', or replica x fsdp
   c.model.check(data, model, c.batch);
+  if (c.batch % (c.micro_batches * data) != 0)
+    shard::raise<shard::ValueError>("--batch ", c.batch, " is not divisible by --micro-batches ",
+                                    c.micro_batches, " x data=", data,
+                                    " (each micro-batch is split evenly over 'data')");
   gpt::Corpus corpus;
   shard::mpi::agreed(rt.world(), [&] { corpus = gpt::read_fortunes(c.data_dir); });
   const auto n_train = static_cast<std::int64_t>(corpus.train.size());
@@ -260,12 +276,12 @@ int run(shard::Runtime& rt, Config& c) {
                                  c.weight_decay, 0.9, c.beta2, 1e-8)
                  .mask_weight_decay([](const shard::Shape& s) { return s.size() >= 2; });
   if (c.clip > 0) opt.clip_by_global_norm(c.clip);
-  if (c.shard_state || c.fsdp) opt.shard_state_over("data");
+  if (c.shard_state || c.fsdp) opt.shard_state_over(gpt::fsdp_axis(mesh));
   auto state = opt.init(m.params);
   const std::int64_t state_bytes = shard::tensor_memory_stats().live_bytes - live_before;
   std::int64_t step = 0;
   if (c.resume) step = load_checkpoint(c, m, &state);
-  const shard::NamedSharding tokens(mesh, P("data", "model"));
+  const shard::NamedSharding tokens(mesh, P(gpt::batch_axes(mesh), "model"));
   const double peak = measured_gemm_gflops<float>(mesh);
   const bool bf16 = c.model.dtype == "bfloat16";
   const double peak_bf16 = bf16 ? measured_gemm_gflops<shard::bfloat16>(mesh) : 0;
@@ -313,11 +329,26 @@ int run(shard::Runtime& rt, Config& c) {
   const shard::apps::TracedSteps traced(rt, c.trace_steps);
   // --jit: value_and_grad and the optimizer's update in one jitted step; the parameters and the
   // optimizer's state are donated (their buffers are reused by the step's results).
+  // The loss and the gradients of a step from its micro-batches (one: value_and_grad over the batch;
+  // --micro-batches k: their mean, shard::accumulate_value_and_grad, the parameters' sums over
+  // 'data' made once, during the last micro-batch's backward pass).
+  const auto loss_and_grads = [&](const std::vector<Array>& p, const std::vector<gpt::Tokens>& xs,
+                                  const std::vector<gpt::Tokens>& ys) {
+    const auto f = [&](const std::vector<Array>& q, const gpt::Tokens& x, const gpt::Tokens& y) {
+      return gpt::loss(c.model, mesh, q, x, y);
+    };
+    if (xs.size() == 1) return shard::value_and_grad(f, opt.grad_sharding())(p, xs[0], ys[0]);
+    return shard::accumulate_value_and_grad(
+        f, static_cast<int>(xs.size()),
+        [&](int i) {
+          return std::make_tuple(xs[static_cast<std::size_t>(i)], ys[static_cast<std::size_t>(i)]);
+        },
+        opt.grad_sharding())(p);
+  };
   auto jit_step = shard::jit(
-      [&](const std::vector<Array>& p, const shard::optim::State<float>& s0, const gpt::Tokens& x,
-          const gpt::Tokens& y) {
-        auto f = [&](const std::vector<Array>& q) { return gpt::loss(c.model, mesh, q, x, y); };
-        auto [value, grads] = shard::value_and_grad(f, opt.grad_sharding())(p);
+      [&](const std::vector<Array>& p, const shard::optim::State<float>& s0,
+          const std::vector<gpt::Tokens>& xs, const std::vector<gpt::Tokens>& ys) {
+        auto [value, grads] = loss_and_grads(p, xs, ys);
         std::vector<Array> params = p;
         shard::optim::State<float> s = s0;
         opt.update(params, grads, s);
@@ -335,29 +366,42 @@ int run(shard::Runtime& rt, Config& c) {
         }
         return o;
       }());
+  // The most array bytes a step held above what it started with (the parameters, the optimizer's
+  // state): its activations and gradients at their peak (the library's live-bytes counter).
+  std::int64_t step_peak = 0;
   while (step < last) {
     traced.before(trained);
+    const std::int64_t live_at_start = shard::tensor_memory_stats().live_bytes;
+    shard::reset_tensor_memory_peak();
     const auto t0 = std::chrono::steady_clock::now();
     const auto offsets = shard::data::random_window_offsets(static_cast<std::uint64_t>(c.seed), step, c.batch,
                                                             n_train, c.model.context);
-    const auto [x, y] = shard::data::token_windows(corpus.train, offsets, c.model.context, tokens);
+    // The batch's windows as --micro-batches parts, each laid out over the mesh as a whole batch is.
+    std::vector<gpt::Tokens> xs, ys;
+    const std::int64_t part = c.batch / c.micro_batches;
+    for (std::int64_t i = 0; i < c.micro_batches; ++i) {
+      const std::vector<std::int64_t> some(offsets.begin() + i * part, offsets.begin() + (i + 1) * part);
+      auto [x, y] = shard::data::token_windows(corpus.train, some, c.model.context, tokens);
+      xs.push_back(std::move(x));
+      ys.push_back(std::move(y));
+    }
     const auto before = shard::comm_stats().entries();
     const double lr = opt.config().lr(state.step.item());
     if (c.jit) {
       // The whole step as one program, traced at the first call (--jit).
-      auto [p, s, value] = jit_step(m.params, state, x, y);
+      auto [p, s, value] = jit_step(m.params, state, xs, ys);
       m.params = std::move(p);
       state = std::move(s);
       last_loss = value.to_host().item();
     } else {
-      auto f = [&](const std::vector<Array>& p) { return gpt::loss(c.model, mesh, p, x, y); };
-      auto [value, grads] = shard::value_and_grad(f, opt.grad_sharding())(m.params);
+      auto [value, grads] = loss_and_grads(m.params, xs, ys);
       last_loss = value.to_host().item();
       if (std::isfinite(last_loss)) opt.update(m.params, grads, state);
     }
     if (!std::isfinite(last_loss))
       shard::raise<shard::ValueError>("training diverged: the loss is ", last_loss, " at step ", step + 1,
                                       " (lower --lr)");
+    step_peak = std::max(step_peak, shard::tensor_memory_stats().peak_bytes - live_at_start);
     if (c.comm_stats && trained == 0) step_comm = comm_difference(before, shard::comm_stats().entries());
     ++step;
     ++trained;
@@ -436,16 +480,17 @@ int run(shard::Runtime& rt, Config& c) {
     std::snprintf(
         line, sizeof line,
         "{\"summary\": true, \"framework\": \"shard\", \"ranks\": %d, \"devices_per_rank\": %d, \"mesh\": "
-        "\"data=%d,model=%d\", \"steps\": %lld, \"tokens_per_second\": %.1f, \"train_seconds\": %.3f, "
+        "\"%s\", \"steps\": %lld, \"tokens_per_second\": %.1f, \"train_seconds\": %.3f, "
         "\"final_loss\": %.6f, \"final_val_loss\": %.6f, \"params\": %lld, \"mfu\": %.4f, \"sgemm_gflops\": "
         "%.1f, "
         "\"dtype\": \"%s\", \"mfu_bf16\": %.4f, \"bf16_gemm_gflops\": %.1f, "
         "\"tokens_per_second_after_first\": %.1f, \"first_step_seconds\": %.3f, \"param_state_bytes\": %lld, "
-        "\"jit\": %s, \"fsdp\": %s}\n",
-        rt.process_count(), rt.devices_per_rank(), data, model, static_cast<long long>(step), tps, train_s,
-        last_loss, val, static_cast<long long>(m.parameter_count()), mfu, peak, c.model.dtype.c_str(),
-        mfu_bf16, peak_bf16, steady_tps, first_s, static_cast<long long>(state_bytes),
-        c.jit ? "true" : "false", c.fsdp ? "true" : "false");
+        "\"jit\": %s, \"fsdp\": %s, \"remat\": \"%s\", \"micro_batches\": %lld, \"step_peak_bytes\": %lld}\n",
+        rt.process_count(), rt.devices_per_rank(), mesh_sizes.c_str(), static_cast<long long>(step), tps,
+        train_s, last_loss, val, static_cast<long long>(m.parameter_count()), mfu, peak,
+        c.model.dtype.c_str(), mfu_bf16, peak_bf16, steady_tps, first_s, static_cast<long long>(state_bytes),
+        c.jit ? "true" : "false", c.fsdp ? "true" : "false", c.model.remat.c_str(),
+        static_cast<long long>(c.micro_batches), static_cast<long long>(step_peak));
   else
     std::snprintf(line, sizeof line,
                   "done: %lld steps, %.0f tokens/s over %.1f s of training, validation loss %.4f; model FLOP "
@@ -458,9 +503,12 @@ int run(shard::Runtime& rt, Config& c) {
                        : "");
   shard::apps::print0(rt, line);
   if (!c.json) {
-    std::snprintf(line, sizeof line, "parameters and optimizer state: %.2f MB on rank 0%s%s\n",
-                  static_cast<double>(state_bytes) / 1e6, c.fsdp ? " (--fsdp)" : "",
-                  c.jit ? "; steps jitted" : "");
+    std::snprintf(
+        line, sizeof line,
+        "parameters and optimizer state: %.2f MB on rank 0%s%s; a step's peak above them (activations "
+        "and gradients): %.2f MB (--remat %s, --micro-batches %lld)\n",
+        static_cast<double>(state_bytes) / 1e6, c.fsdp ? " (--fsdp)" : "", c.jit ? "; steps jitted" : "",
+        static_cast<double>(step_peak) / 1e6, c.model.remat.c_str(), static_cast<long long>(c.micro_batches));
     shard::apps::print0(rt, line);
   }
   return 0;
@@ -475,10 +523,12 @@ int main(int argc, char** argv) {
     std::string jit_off;
     po::options_description options("train_gpt options");
     shard::apps::add_common_options(options);
-    options.add_options()("mesh", po::value(&c.mesh_text)->default_value(""),
-                          "data=D,model=M with D*M = devices (default: data = all)")(
-        "data-dir", po::value(&c.data_dir)->default_value(c.data_dir),
-        "the fortunes' directory (Debian's fortunes)")(
+    options.add_options()(
+        "mesh", po::value(&c.mesh_text)->default_value(""),
+        "data=D,model=M with D*M = devices (default: data = all), or the hybrid "
+        "replica=R,fsdp=F,model=M (parameters split over 'fsdp' inside a host, the batch over "
+        "replica x fsdp; implies --fsdp)")("data-dir", po::value(&c.data_dir)->default_value(c.data_dir),
+                                           "the fortunes' directory (Debian's fortunes)")(
         "layers", po::value(&c.model.layers)->default_value(c.model.layers), "transformer blocks")(
         "d-model", po::value(&c.model.d_model)->default_value(c.model.d_model),
         "width of the residual stream")("heads", po::value(&c.model.heads)->default_value(c.model.heads),
@@ -529,6 +579,13 @@ int main(int argc, char** argv) {
         "split each parameter and its optimizer state over 'data' (ZeRO-3 / FSDP): the loss all_gathers each "
         "weight where it is used and the gradients come back split")(
         "jit", "run each training step as one jitted program (value_and_grad and the optimizer's update)")(
+        "remat", po::value(&c.model.remat)->default_value(c.model.remat),
+        "rematerialization of the blocks in the backward pass (shard::checkpoint): none, blocks (keep only "
+        "each "
+        "block's input, run the block again) or dots (keep its products' outputs too)")(
+        "micro-batches", po::value(&c.micro_batches)->default_value(c.micro_batches),
+        "gradient accumulation: each step's batch in this many micro-batches, their gradients summed before "
+        "one update (shard::accumulate_value_and_grad)")(
         "jit-off", po::value(&jit_off)->default_value(""),
         "with --jit, optimizations to switch off (a comma-separated list of fuse, cse, reuse, donate, "
         "propagate, schedule: "
@@ -573,7 +630,8 @@ int main(int argc, char** argv) {
           {"keep", c.keep, 1},
           {"max-steps", c.max_steps, 0},
           {"sample-tokens", c.sample_tokens, 0},
-          {"trace-steps", c.trace_steps, 1}})
+          {"trace-steps", c.trace_steps, 1},
+          {"micro-batches", c.micro_batches, 1}})
       check_at_least(flag, v, lo);
     check_finite_in("lr", c.lr, 1e-12, 10);
     check_finite_in("min-lr", c.min_lr, 0, 10);

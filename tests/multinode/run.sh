@@ -8,6 +8,9 @@
 #                placed round-robin so make_mesh must regroup them) equals the single-host run
 #   train_gpt    train_gpt (a tiny transformer) on 2 hosts x 2 ranks, data=2 across the hosts and
 #                model=2 (tensor + sequence parallel) inside each, gives the single-host losses
+#   scale        a train_gpt over one rank's memory limit (SHARD_MEMORY_LIMIT) trained on a hybrid
+#                mesh (replica across the hosts, fsdp inside) with remat and micro-batches gives
+#                the losses of one unlimited rank; only the gradients' sums cross the hosts
 #   separate     with only the shared-memory BTL (vader,self) the job must fail to connect:
 #                the hosts are really separate
 #   killed       kill -9 a harness run in the middle of training, then run again: it passes
@@ -123,6 +126,41 @@ case $case in
     MIN_BYTES=50000 crossed "$work/two_hosts_fsdp.jsonl" across tcp,vader,self -n 4 --map-by node "$build/apps/train_gpt" "${gpt[@]}" --fsdp --jit
     $python "$here/../train/compare.py" losses 1e-5 "$work/one_host.jsonl" "$work/two_hosts_fsdp.jsonl"
     echo "train_gpt: 2 hosts x 2 ranks give the single-host losses (also with --fsdp --jit)"
+    ;;
+  scale)
+    # A train_gpt that does not fit one rank's memory budget (SHARD_MEMORY_LIMIT: parameters,
+    # AdamW state and activations of one rank alone need ~9.5 MB, the limit is 4 MiB), trained
+    # across the 2 hosts on a hybrid mesh (replica across the hosts, fsdp inside each) with
+    # --remat blocks and --micro-batches 2 under that limit, gives the losses of the same model
+    # on one rank of one host with the limit lifted.
+    gpt=(--layers 2 --d-model 64 --heads 4 --context 32 --batch 16 --steps 4 --warmup 1 --eval-every 2
+         --val-windows 32 --json --log-every 1 --seed 3)
+    mpirun -n 1 "$build/apps/train_gpt" "${gpt[@]}" > "$work/one_rank.jsonl"
+    grep -o '"param_state_bytes": [0-9]*\|"step_peak_bytes": [0-9]*' "$work/one_rank.jsonl" | tr '\n' ' '
+    echo "(one rank, no limit)"
+    if SHARD_MEMORY_LIMIT=4M mpirun -n 1 -x SHARD_MEMORY_LIMIT "$build/apps/train_gpt" "${gpt[@]}" \
+      > "$work/limited.txt" 2>&1; then
+      echo "FAIL: one rank trained the model within SHARD_MEMORY_LIMIT=4M (it should not fit)"
+      exit 1
+    fi
+    grep -m1 "memory limit is 4194304 bytes" "$work/limited.txt" ||
+      { cat "$work/limited.txt"; echo "FAIL: no memory-limit error from the rank over its budget"; exit 1; }
+    # shellcheck disable=SC2054  # the commas are inside one argument (--mesh replica=2,fsdp=2)
+    hybrid=(--mesh replica=2,fsdp=2 --remat blocks --micro-batches 2 --comm-stats)
+    MIN_BYTES=50000 crossed "$work/two_hosts.jsonl" across tcp,vader,self -n 4 --map-by node \
+      -x SHARD_MEMORY_LIMIT=4M "$build/apps/train_gpt" "${gpt[@]}" "${hybrid[@]}"
+    $python "$here/../train/compare.py" losses 1e-5 "$work/one_rank.jsonl" "$work/two_hosts.jsonl"
+    # What crosses between the hosts: only the gradients' sums (over ('replica','fsdp')); the
+    # parameters' all_gathers (and the shard_maps' reshards) are over 'fsdp', inside a host.
+    comm=$(grep -o '"comm_per_step": {[^}]*}' "$work/two_hosts.jsonl")
+    echo "$comm"
+    if echo "$comm" | grep -q "\(all_gather\|reshard\)[^\"]*replica"; then
+      echo "FAIL: a gather runs over 'replica' (across the hosts)"
+      exit 1
+    fi
+    echo "$comm" | grep -q "\"all_gather 'fsdp'\"" || { echo "FAIL: no all_gather over 'fsdp'"; exit 1; }
+    echo "$comm" | grep -q "\"psum ('replica','fsdp')\"" || { echo "FAIL: no gradient sum over ('replica','fsdp')"; exit 1; }
+    echo "scale: FSDP + remat + micro-batches on a hybrid mesh across 2 hosts, under a 4 MiB budget per rank, give the losses of one unlimited rank"
     ;;
   separate)
     if MN_TIMEOUT=60 across vader,self -n 4 --map-by node "$build/apps/shard_info" > "$work/out.txt" 2>&1; then

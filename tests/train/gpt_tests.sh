@@ -33,6 +33,12 @@
 #            run: on data=2 (2 ranks; eager and --jit) and data=2,model=2 (2 ranks x 2 devices) the
 #            per-step and validation losses agree to 1e-5 relative, and the bytes of parameters and
 #            optimizer state a rank holds (the live-array counter) are <= 0.6x the replicated run's
+#   scale    --remat blocks and dots (1 device, data=2,model=2 on 2 ranks x 2 devices, with --jit on
+#            data=2), --micro-batches 2 and 4 (data=2; data=2,model=2; --jit) and the hybrid mesh
+#            replica=2,fsdp=2 (4 ranks, eager and --jit; 2 ranks x 2 devices) against the plain run:
+#            per-step and validation losses agree to 1e-5 relative; the step's peak array bytes
+#            with --remat blocks are below 0.65x the plain run's, with --micro-batches 4 below 0.6x;
+#            bad --remat, --micro-batches and hybrid --mesh values fail on every rank
 #   errors   bad input: a clear message on every rank, a non-zero exit
 set -euo pipefail
 app=$1 mpiexec=$2 case=$3
@@ -261,6 +267,67 @@ ra, rb = rows(sys.argv[1], "param_state_bytes")[0], rows(sys.argv[2], "param_sta
 assert rows(sys.argv[2], "fsdp")[0] is True and rb <= 0.6 * ra, (ra, rb)
 print(f"{sys.argv[2]}: parameters + optimizer state {rb} bytes per rank, {rb / ra:.3f}x the replicated {ra}")
 PY
+    done
+    ;;
+  scale)
+    short=(--layers 2 --d-model 32 --heads 4 --context 32 --batch 16 --steps 10 --warmup 2 --lr 3e-3 --eval-every 5
+           --val-windows 32 --seed 7 --json --log-every 1)
+    same() {  # same <plain.jsonl> <other.jsonl>: per-step and validation losses to 1e-5 relative
+      $compare losses 1e-5 "$1" "$2"
+      $python - "$1" "$2" <<'PY'
+import json, sys
+def rows(p, key): return [json.loads(x)[key] for x in open(p) if f'"{key}"' in x]
+a, b = rows(sys.argv[1], "val_loss"), rows(sys.argv[2], "val_loss")
+assert len(a) == len(b) == 3 and all(abs(x - y) <= 1e-5 * x for x, y in zip(a, b)), (a, b)
+PY
+    }
+    peak_below() {  # peak_below <plain.jsonl> <other.jsonl> <ratio>
+      $python - "$@" <<'PY'
+import json, sys
+def peak(p): return [json.loads(x)["step_peak_bytes"] for x in open(p) if '"summary"' in x][0]
+a, b, r = peak(sys.argv[1]), peak(sys.argv[2]), float(sys.argv[3])
+assert b < r * a, (sys.argv[2], a, b)
+print(f"{sys.argv[2]}: step peak {b} bytes, {b / a:.2f}x the plain run's {a}")
+PY
+    }
+    # Rematerialization
+    run 1 1 "${short[@]}" > "$work/p1.jsonl"
+    run 1 1 "${short[@]}" --remat blocks > "$work/b1.jsonl"
+    run 1 1 "${short[@]}" --remat dots > "$work/d1.jsonl"
+    same "$work/p1.jsonl" "$work/b1.jsonl"
+    same "$work/p1.jsonl" "$work/d1.jsonl"
+    peak_below "$work/p1.jsonl" "$work/b1.jsonl" 0.65
+    run 2 2 "${short[@]}" --mesh data=2,model=2 > "$work/p4.jsonl"
+    run 2 2 "${short[@]}" --mesh data=2,model=2 --remat blocks > "$work/b4.jsonl"
+    same "$work/p4.jsonl" "$work/b4.jsonl"
+    run 2 1 "${short[@]}" --mesh data=2 > "$work/p2.jsonl"
+    run 2 1 "${short[@]}" --mesh data=2 --remat blocks --jit > "$work/bj2.jsonl"
+    same "$work/p2.jsonl" "$work/bj2.jsonl"
+    # Gradient accumulation
+    run 2 1 "${short[@]}" --mesh data=2 --micro-batches 2 > "$work/m2.jsonl"
+    run 2 1 "${short[@]}" --mesh data=2 --micro-batches 4 > "$work/m4.jsonl"
+    run 2 1 "${short[@]}" --mesh data=2 --micro-batches 2 --jit > "$work/mj2.jsonl"
+    for f in m2 m4 mj2; do same "$work/p2.jsonl" "$work/$f.jsonl"; done
+    peak_below "$work/p2.jsonl" "$work/m4.jsonl" 0.6
+    run 2 2 "${short[@]}" --mesh data=2,model=2 --micro-batches 2 > "$work/m4d.jsonl"
+    same "$work/p4.jsonl" "$work/m4d.jsonl"
+    # Hybrid sharding: FSDP over 'fsdp', data parallel over replica x fsdp
+    run 4 1 "${short[@]}" --mesh data=4 > "$work/p44.jsonl"
+    run 4 1 "${short[@]}" --mesh replica=2,fsdp=2 > "$work/h4.jsonl"
+    run 4 1 "${short[@]}" --mesh replica=2,fsdp=2 --jit --remat blocks --micro-batches 2 > "$work/hj4.jsonl"
+    run 2 2 "${short[@]}" --mesh replica=2,fsdp=2 > "$work/h22.jsonl"
+    for f in h4 hj4 h22; do same "$work/p44.jsonl" "$work/$f.jsonl"; done
+    # Bad values: a clear message on every rank
+    t=(--layers 1 --d-model 16 --heads 2 --context 8 --batch 4 --steps 3 --warmup 1 --val-windows 8)
+    # shellcheck disable=SC2089  # the quotes in the messages are matched literally, as meant
+    for bad in "--remat all:--remat all: expected none, blocks or dots" \
+               "--micro-batches 3:--batch 4 is not divisible by --micro-batches 3 x data=2" \
+               "--micro-batches 0:--micro-batches must be >= 1" \
+               "--mesh replica=3:--mesh 'replica=3' does not multiply to the 2 devices" \
+               "--mesh replica=1,data=2:bad --mesh 'replica=1,data=2'"; do
+      # shellcheck disable=SC2086,SC2090  # the flag and its value split into words (no quotes in them)
+      $fail -e "rank 0\] error: ${bad#*:}" -e "rank 1\] error: ${bad#*:}" \
+        "$mpiexec" -n 2 --oversubscribe "$app" "${t[@]}" ${bad%%:*}
     done
     ;;
   *) echo "unknown case $case"; exit 2 ;;
