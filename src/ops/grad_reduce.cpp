@@ -86,15 +86,7 @@ std::optional<std::vector<Tensor<T>>> accumulate(std::vector<Tensor<T>> blocks) 
 /// What a micro-batch but the last gets for a deferred gradient: zeros laid out as `s`.
 template <Dtype T>
 std::function<ShardedArray<T>()> zeros_for(const NamedSharding& s, const Shape& shape) {
-  return [s, shape] {
-    std::vector<Shard<T>> shards;
-    for (const int dev : s.mesh().local_device_ids()) {
-      Box box = s.box(dev, shape);
-      Tensor<T> block(box.extent, T(0));
-      shards.push_back(Shard<T>{dev, std::move(box), std::move(block)});
-    }
-    return ShardedArray<T>(shape, s, std::move(shards));
-  };
+  return [s, shape] { return zeros<T>(shape, s); };
 }
 
 /// Rows [q0, q1) of op(a) @ op(b) into the same rows of c (row-major, n columns).
